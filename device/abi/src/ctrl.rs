@@ -1,0 +1,152 @@
+//! The virtio-gpu control-queue header (virtio spec 5.7.6.7) and the command and response types
+//! this device uses. Only the commands listed here are answered; every other command type gets
+//! `VIRTIO_GPU_RESP_ERR_UNSPEC`.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `VIRTIO_GPU_CMD_GET_DISPLAY_INFO`: answered with no enabled scanout (render-only device).
+pub const VIRTIO_GPU_CMD_GET_DISPLAY_INFO: u32 = 0x0100;
+/// `VIRTIO_GPU_CMD_GET_CAPSET_INFO`.
+pub const VIRTIO_GPU_CMD_GET_CAPSET_INFO: u32 = 0x0108;
+/// `VIRTIO_GPU_CMD_GET_CAPSET`.
+pub const VIRTIO_GPU_CMD_GET_CAPSET: u32 = 0x0109;
+/// `VIRTIO_GPU_RESP_OK_NODATA`.
+pub const VIRTIO_GPU_RESP_OK_NODATA: u32 = 0x1100;
+/// `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
+pub const VIRTIO_GPU_RESP_OK_DISPLAY_INFO: u32 = 0x1101;
+/// `VIRTIO_GPU_RESP_OK_CAPSET_INFO`.
+pub const VIRTIO_GPU_RESP_OK_CAPSET_INFO: u32 = 0x1102;
+/// `VIRTIO_GPU_RESP_OK_CAPSET`.
+pub const VIRTIO_GPU_RESP_OK_CAPSET: u32 = 0x1103;
+/// `VIRTIO_GPU_RESP_ERR_UNSPEC`: unknown or malformed command.
+pub const VIRTIO_GPU_RESP_ERR_UNSPEC: u32 = 0x1200;
+/// `VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER`.
+pub const VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER: u32 = 0x1205;
+
+/// Device-specific command: execute a DMA buffer of paging packets ([`crate::submit`]).
+/// Far from the spec's 0x01xx-0x03xx command ranges.
+pub const WDDM_GPU_CMD_SUBMIT: u32 = 0x8001;
+/// Device-specific response to [`WDDM_GPU_CMD_SUBMIT`]; its `status` says how it ended.
+pub const WDDM_GPU_RESP_SUBMIT: u32 = 0x9001;
+
+/// Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
+pub const VIRTIO_GPU_MAX_SCANOUTS: usize = 16;
+
+/// `struct virtio_gpu_ctrl_hdr`: starts every request and response.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCtrlHdr {
+    /// Command or response type.
+    pub type_: u32,
+    /// `VIRTIO_GPU_FLAG_*`; this device ignores them and answers 0.
+    pub flags: u32,
+    /// virtio-gpu fence id (unused; WDDM fences travel in the submission command).
+    pub fence_id: u64,
+    /// virtio-gpu context id (unused).
+    pub ctx_id: u32,
+    /// virtio-gpu ring index (unused).
+    pub ring_idx: u8,
+    /// Must be zero.
+    pub padding: [u8; 3],
+}
+
+impl WddmGpuCtrlHdr {
+    /// A header carrying only a type.
+    pub fn with_type(type_: u32) -> Self {
+        Self {
+            type_,
+            ..Self::default()
+        }
+    }
+}
+
+/// `struct virtio_gpu_get_capset_info`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuGetCapsetInfo {
+    /// Header, type [`VIRTIO_GPU_CMD_GET_CAPSET_INFO`].
+    pub hdr: WddmGpuCtrlHdr,
+    /// Index below the config's `num_capsets`.
+    pub capset_index: u32,
+    /// Must be zero.
+    pub padding: u32,
+}
+
+/// `struct virtio_gpu_resp_capset_info`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuRespCapsetInfo {
+    /// Header, type [`VIRTIO_GPU_RESP_OK_CAPSET_INFO`].
+    pub hdr: WddmGpuCtrlHdr,
+    /// Capability-set id ([`crate::caps::WDDM_GPU_CAPSET_ID`]).
+    pub capset_id: u32,
+    /// Highest blob version the device can produce.
+    pub capset_max_version: u32,
+    /// Largest blob size in bytes.
+    pub capset_max_size: u32,
+    /// Zero.
+    pub padding: u32,
+}
+
+/// `struct virtio_gpu_get_capset`; the response is a header followed by the blob.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuGetCapset {
+    /// Header, type [`VIRTIO_GPU_CMD_GET_CAPSET`].
+    pub hdr: WddmGpuCtrlHdr,
+    /// Capability-set id.
+    pub capset_id: u32,
+    /// Blob version wanted.
+    pub capset_version: u32,
+}
+
+/// `struct virtio_gpu_display_one`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuDisplayOne {
+    /// Rectangle x, y, width, height.
+    pub rect: [u32; 4],
+    /// Non-zero when the scanout is enabled.
+    pub enabled: u32,
+    /// Scanout flags.
+    pub flags: u32,
+}
+
+/// `struct virtio_gpu_resp_display_info`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuRespDisplayInfo {
+    /// Header, type [`VIRTIO_GPU_RESP_OK_DISPLAY_INFO`].
+    pub hdr: WddmGpuCtrlHdr,
+    /// One entry per possible scanout; all disabled on this render-only device.
+    pub pmodes: [WddmGpuDisplayOne; VIRTIO_GPU_MAX_SCANOUTS],
+}
+
+/// `struct virtio_gpu_config`, the device configuration space (read through vhost-user
+/// GET_CONFIG; QEMU overwrites all but `num_capsets`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuConfig {
+    /// Pending events (QEMU-owned).
+    pub events_read: u32,
+    /// Events to clear (QEMU-owned).
+    pub events_clear: u32,
+    /// Number of scanouts (QEMU-owned).
+    pub num_scanouts: u32,
+    /// Number of capability sets: 1, the segment layout.
+    pub num_capsets: u32,
+}

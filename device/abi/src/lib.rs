@@ -1,0 +1,26 @@
+//! The programming interface of the vhost-user-wddm-gpu device, shared by the backend, the guest
+//! reference driver and (through the generated `include/wddm_gpu.h`) C kernel-mode drivers.
+//!
+//! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
+//! - [`submit`]: the submission command (a DMA buffer of paging packets) and its completion.
+//! - [`packet`]: the paging packets a DMA buffer holds.
+//! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
+//! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
+//!
+//! Every structure is `#[repr(C)]`, has no implicit padding and is little-endian on the wire.
+//! The device targets little-endian hosts and guests only (x86-64, aarch64).
+
+#[cfg(target_endian = "big")]
+compile_error!("the wddm-gpu wire format is little-endian; big-endian targets are not supported");
+
+pub mod caps;
+pub mod ctrl;
+pub mod packet;
+pub mod segment_flags;
+pub mod submit;
+
+/// Size of a guest page frame as used in frame lists and the aperture (the host page size that
+/// WDDM segment sizes are multiples of).
+pub const WDDM_GPU_PAGE_SIZE: u64 = 4096;
+/// log2 of [`WDDM_GPU_PAGE_SIZE`].
+pub const WDDM_GPU_PAGE_SHIFT: u32 = 12;

@@ -1,0 +1,320 @@
+//! Byte-exact test vectors: each structure is filled with distinct values and compared with the
+//! bytes a C compiler produces for the documented layout (computed by hand from the offsets).
+
+use wddm_gpu_abi::caps::*;
+use wddm_gpu_abi::ctrl::*;
+use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::segment_flags::*;
+use wddm_gpu_abi::submit::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+fn le32(v: u32) -> Vec<u8> {
+    v.to_le_bytes().to_vec()
+}
+fn le64(v: u64) -> Vec<u8> {
+    v.to_le_bytes().to_vec()
+}
+fn cat(parts: &[Vec<u8>]) -> Vec<u8> {
+    parts.concat()
+}
+
+fn hdr_bytes(type_: u32) -> Vec<u8> {
+    cat(&[
+        le32(type_),
+        le32(0x11),
+        le64(0x2233_4455_6677_8899),
+        le32(0x0a0b_0c0d),
+        vec![7, 0, 0, 0],
+    ])
+}
+
+fn hdr(type_: u32) -> WddmGpuCtrlHdr {
+    WddmGpuCtrlHdr {
+        type_,
+        flags: 0x11,
+        fence_id: 0x2233_4455_6677_8899,
+        ctx_id: 0x0a0b_0c0d,
+        ring_idx: 7,
+        padding: [0; 3],
+    }
+}
+
+#[test]
+fn ctrl_hdr_matches_virtio_spec_layout() {
+    let h = hdr(VIRTIO_GPU_CMD_GET_CAPSET);
+    assert_eq!(
+        h.as_bytes(),
+        hdr_bytes(VIRTIO_GPU_CMD_GET_CAPSET).as_slice()
+    );
+    assert_eq!(WddmGpuCtrlHdr::read_from_bytes(h.as_bytes()).unwrap(), h);
+}
+
+#[test]
+fn standard_virtio_gpu_structs_match_virtio_bindings_sizes() {
+    use std::mem::size_of;
+    use virtio_bindings::virtio_gpu as vg;
+    assert_eq!(
+        size_of::<WddmGpuCtrlHdr>(),
+        size_of::<vg::virtio_gpu_ctrl_hdr>()
+    );
+    assert_eq!(
+        size_of::<WddmGpuGetCapsetInfo>(),
+        size_of::<vg::virtio_gpu_get_capset_info>()
+    );
+    assert_eq!(
+        size_of::<WddmGpuRespCapsetInfo>(),
+        size_of::<vg::virtio_gpu_resp_capset_info>()
+    );
+    assert_eq!(
+        size_of::<WddmGpuGetCapset>(),
+        size_of::<vg::virtio_gpu_get_capset>()
+    );
+    assert_eq!(
+        size_of::<WddmGpuRespDisplayInfo>(),
+        size_of::<vg::virtio_gpu_resp_display_info>()
+    );
+    assert_eq!(
+        size_of::<WddmGpuConfig>(),
+        size_of::<vg::virtio_gpu_config>()
+    );
+    assert_eq!(
+        VIRTIO_GPU_CMD_GET_CAPSET,
+        vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_GET_CAPSET
+    );
+    assert_eq!(
+        VIRTIO_GPU_CMD_GET_CAPSET_INFO,
+        vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_GET_CAPSET_INFO
+    );
+    assert_eq!(
+        VIRTIO_GPU_RESP_ERR_UNSPEC,
+        vg::virtio_gpu_ctrl_type_VIRTIO_GPU_RESP_ERR_UNSPEC
+    );
+}
+
+#[test]
+fn submit_command_vector() {
+    let cmd = WddmGpuCmdSubmit {
+        hdr: hdr(WDDM_GPU_CMD_SUBMIT),
+        dma_buffer_address: 0x0000_0001_2345_6000,
+        dma_buffer_segment_id: 2,
+        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+        dma_buffer_size: 0x1000,
+        start_offset: 0x40,
+        end_offset: 0x80,
+        submission_fence_id: 0xdead_beef,
+        node_ordinal: 0,
+        reserved: 0,
+    };
+    let expected = cat(&[
+        hdr_bytes(0x8001),
+        le64(0x0000_0001_2345_6000),
+        le32(2),
+        le32(1),
+        le32(0x1000),
+        le32(0x40),
+        le32(0x80),
+        le32(0xdead_beef),
+        le32(0),
+        le32(0),
+    ]);
+    assert_eq!(expected.len(), 64);
+    assert_eq!(cmd.as_bytes(), expected.as_slice());
+}
+
+#[test]
+fn submit_response_vector() {
+    let resp = WddmGpuRespSubmit {
+        hdr: hdr(WDDM_GPU_RESP_SUBMIT),
+        submission_fence_id: 9,
+        status: SubmitStatus::FrameInVram as u32,
+        packets_completed: 3,
+        fault_packet_offset: 0xc0,
+        fault_address: 0xf800_0000,
+        bytes_transferred: 0x10_0000,
+    };
+    let expected = cat(&[
+        hdr_bytes(0x9001),
+        le32(9),
+        le32(9),
+        le32(3),
+        le32(0xc0),
+        le64(0xf800_0000),
+        le64(0x10_0000),
+    ]);
+    assert_eq!(expected.len(), 56);
+    assert_eq!(resp.as_bytes(), expected.as_slice());
+}
+
+#[test]
+fn transfer_packet_vector() {
+    let packet = WddmGpuPacketTransfer {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_TRANSFER,
+            flags: 0,
+            size: 64,
+        },
+        length: 0x10_007b,
+        source: WddmGpuEndpoint {
+            segment_id: 1,
+            frame_count: 0,
+            address: 0x10_0000,
+            byte_offset: 0,
+            reserved: 0,
+        },
+        destination: WddmGpuEndpoint {
+            segment_id: 0,
+            frame_count: 258,
+            address: 0x3fe0_0000,
+            byte_offset: 0x123,
+            reserved: 0,
+        },
+    };
+    let expected = cat(&[
+        vec![1, 0, 0, 0],
+        le32(64),
+        le64(0x10_007b),
+        le32(1),
+        le32(0),
+        le64(0x10_0000),
+        le32(0),
+        le32(0),
+        le32(0),
+        le32(258),
+        le64(0x3fe0_0000),
+        le32(0x123),
+        le32(0),
+    ]);
+    assert_eq!(expected.len(), 64);
+    assert_eq!(packet.as_bytes(), expected.as_slice());
+}
+
+#[test]
+fn caps_header_and_segment_vectors() {
+    let header = WddmGpuCapsHeader {
+        magic: WDDM_GPU_CAPS_MAGIC,
+        version: WDDM_GPU_CAPSET_VERSION,
+        total_size: 0x100,
+        wddm_version: WDDM_GPU_WDDM_1_3,
+        segment_count: 2,
+        segment_desc_size: 64,
+        segments_offset: 96,
+        bank_table_offset: 224,
+        bank_entry_count: 0,
+        paging_buffer_segment_id: 0,
+        paging_buffer_size: 0x1_0000,
+        paging_buffer_private_data_size: 0,
+        max_frame_list_entries: WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
+        max_packet_size: WDDM_GPU_MAX_PACKET_SIZE,
+        vram_bar: WddmGpuVramBar {
+            mode: WDDM_GPU_BAR_MODE_IVSHMEM,
+            state: WDDM_GPU_BAR_STATE_KNOWN,
+            generation: 3,
+            pci_function: 1,
+            bar_index: 2,
+            reserved: 0,
+            guest_physical_address: 0xf000_0000,
+            size: 0x1000_0000,
+        },
+    };
+    let expected = cat(&[
+        b"WDGC".to_vec(),
+        le32(1),
+        le32(0x100),
+        le32(0x0103),
+        le32(2),
+        le32(64),
+        le32(96),
+        le32(224),
+        le32(0),
+        le32(0),
+        le32(0x1_0000),
+        le32(0),
+        le32(262_144),
+        le32(4096),
+        le32(1),
+        le32(1),
+        le32(3),
+        le32(1),
+        le32(2),
+        le32(0),
+        le64(0xf000_0000),
+        le64(0x1000_0000),
+    ]);
+    assert_eq!(expected.len(), 96);
+    assert_eq!(header.as_bytes(), expected.as_slice());
+
+    let segment = WddmGpuSegmentDesc {
+        id: 2,
+        flags: (SegmentFlags::APERTURE | SegmentFlags::CACHE_COHERENT).bits(),
+        base_address: 0x1_0000_0000,
+        size: 0x2000_0000,
+        commit_limit: 0x2000_0000,
+        bar_offset: WDDM_GPU_NO_BAR_OFFSET,
+        cpu_translated_address: 0,
+        system_memory_end_address: 0,
+        bank_count: 0,
+        bank_table_index: 0,
+    };
+    let expected = cat(&[
+        le32(2),
+        le32(0x11),
+        le64(0x1_0000_0000),
+        le64(0x2000_0000),
+        le64(0x2000_0000),
+        le64(u64::MAX),
+        le64(0),
+        le64(0),
+        le32(0),
+        le32(0),
+    ]);
+    assert_eq!(expected.len(), 64);
+    assert_eq!(segment.as_bytes(), expected.as_slice());
+}
+
+#[test]
+fn segment_flag_values_are_the_documented_bits() {
+    let hand_computed: [(&str, u32); 22] = [
+        ("Aperture", 0x1),
+        ("Agp", 0x2),
+        ("CpuVisible", 0x4),
+        ("UseBanking", 0x8),
+        ("CacheCoherent", 0x10),
+        ("PitchAlignment", 0x20),
+        ("PopulatedFromSystemMemory", 0x40),
+        ("PreservedDuringStandby", 0x80),
+        ("PreservedDuringHibernate", 0x100),
+        ("PartiallyPreservedDuringHibernate", 0x200),
+        ("DirectFlip", 0x400),
+        ("Use64KBPages", 0x800),
+        ("ReservedSysMem", 0x1000),
+        ("SupportsCpuHostAperture", 0x2000),
+        ("SupportsCachedCpuHostAperture", 0x4000),
+        ("ApplicationTarget", 0x8000),
+        ("VprSupported", 0x1_0000),
+        ("VprPreservedDuringStandby", 0x2_0000),
+        ("EncryptedPagingSupported", 0x4_0000),
+        ("LocalBudgetGroup", 0x8_0000),
+        ("NonLocalBudgetGroup", 0x10_0000),
+        ("PopulatedByReservedDDRByFirmware", 0x20_0000),
+    ];
+    for (name, value) in hand_computed {
+        assert_eq!(
+            SegmentFlags::from_member_name(name).map(|f| f.bits()),
+            Some(value),
+            "{name}"
+        );
+    }
+    assert_eq!(SegmentFlags::all().bits(), !SEGMENT_FLAGS_RESERVED_MASK);
+    assert_eq!(
+        (SegmentFlags::CPU_VISIBLE | SegmentFlags::DIRECT_FLIP).names(),
+        "CpuVisible|DirectFlip"
+    );
+}
+
+#[test]
+fn submit_status_round_trips() {
+    for status in SubmitStatus::ALL {
+        assert_eq!(SubmitStatus::from_raw(status as u32), Some(status));
+    }
+    assert_eq!(SubmitStatus::from_raw(SubmitStatus::ALL.len() as u32), None);
+}
