@@ -1,0 +1,122 @@
+//! Control-queue wire decoding: request bytes to a typed [`ControlRequest`].
+
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
+    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_SUBMIT,
+};
+use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use zerocopy::FromBytes;
+
+/// `VIRTIO_GPU_CMD_GET_EDID`.
+const VIRTIO_GPU_CMD_GET_EDID: u32 = 0x010a;
+
+/// Largest request the device reads from a control descriptor chain.
+pub const MAX_REQUEST_SIZE: usize = 4096;
+
+/// A decoded control request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlRequest {
+    /// `GET_DISPLAY_INFO`.
+    GetDisplayInfo,
+    /// `GET_CAPSET_INFO` for this index.
+    GetCapsetInfo(u32),
+    /// `GET_CAPSET` for this id and version.
+    GetCapset {
+        /// Capset id.
+        id: u32,
+        /// Version.
+        version: u32,
+    },
+    /// `GET_EDID` (no display is attached).
+    GetEdid,
+    /// The device's submission command.
+    Submit(WddmGpuCmdSubmit),
+    /// Any other type.
+    Unknown(u32),
+}
+
+/// Why a request could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Shorter than its command's structure.
+    #[error("request type {type_:#x} is {len} bytes, shorter than its {needed}-byte structure")]
+    Truncated {
+        /// Command type (0 if even the header is missing).
+        type_: u32,
+        /// Bytes received.
+        len: usize,
+        /// Bytes needed.
+        needed: usize,
+    },
+}
+
+/// Decodes a request.
+pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
+    let (hdr, _) = WddmGpuCtrlHdr::read_from_prefix(bytes).map_err(|_| DecodeError::Truncated {
+        type_: 0,
+        len: bytes.len(),
+        needed: std::mem::size_of::<WddmGpuCtrlHdr>(),
+    })?;
+    fn body<T: FromBytes>(type_: u32, bytes: &[u8]) -> Result<T, DecodeError> {
+        T::read_from_prefix(bytes)
+            .map(|(value, _)| value)
+            .map_err(|_| DecodeError::Truncated {
+                type_,
+                len: bytes.len(),
+                needed: std::mem::size_of::<T>(),
+            })
+    }
+    Ok(match hdr.type_ {
+        VIRTIO_GPU_CMD_GET_DISPLAY_INFO => ControlRequest::GetDisplayInfo,
+        VIRTIO_GPU_CMD_GET_CAPSET_INFO => ControlRequest::GetCapsetInfo(
+            body::<WddmGpuGetCapsetInfo>(hdr.type_, bytes)?.capset_index,
+        ),
+        VIRTIO_GPU_CMD_GET_CAPSET => {
+            let cmd = body::<WddmGpuGetCapset>(hdr.type_, bytes)?;
+            ControlRequest::GetCapset {
+                id: cmd.capset_id,
+                version: cmd.capset_version,
+            }
+        }
+        VIRTIO_GPU_CMD_GET_EDID => ControlRequest::GetEdid,
+        WDDM_GPU_CMD_SUBMIT => ControlRequest::Submit(body(hdr.type_, bytes)?),
+        other => ControlRequest::Unknown(other),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    #[test]
+    fn decodes_known_commands_and_refuses_truncated_ones() {
+        let info = WddmGpuGetCapsetInfo {
+            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+            capset_index: 3,
+            padding: 0,
+        };
+        assert_eq!(
+            decode(info.as_bytes()),
+            Ok(ControlRequest::GetCapsetInfo(3))
+        );
+        assert!(matches!(
+            decode(&info.as_bytes()[..30]),
+            Err(DecodeError::Truncated { needed: 32, .. })
+        ));
+        let submit = WddmGpuCmdSubmit {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+            submission_fence_id: 5,
+            ..Default::default()
+        };
+        assert!(
+            matches!(decode(submit.as_bytes()), Ok(ControlRequest::Submit(s)) if s.submission_fence_id == 5)
+        );
+        assert!(decode(&submit.as_bytes()[..63]).is_err());
+        assert!(decode(&[0u8; 10]).is_err());
+        assert_eq!(
+            decode(WddmGpuCtrlHdr::with_type(0x0101).as_bytes()),
+            Ok(ControlRequest::Unknown(0x0101))
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! Guest system memory as frame lists and DMA buffers may use it: every region of the
+//! frontend's memory table except the VRAM window (which is device memory, not RAM).
+
+use std::ops::Range;
+
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::{
+    Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress, VolatileSlice,
+};
+
+/// Why a guest range is not usable as system memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RamError {
+    /// `address + length` overflows.
+    #[error("range {address:#x}+{length:#x} overflows")]
+    Overflow {
+        /// Start.
+        address: u64,
+        /// Length.
+        length: u64,
+    },
+    /// Some byte of the range is not backed by the memory table.
+    #[error("{address:#x} is not guest RAM")]
+    NotRam {
+        /// First address found outside RAM.
+        address: u64,
+    },
+    /// Some byte of the range is in the VRAM BAR.
+    #[error("{address:#x} is inside the VRAM BAR")]
+    InVram {
+        /// First address found inside the VRAM window.
+        address: u64,
+    },
+}
+
+/// Guest RAM with the VRAM window excluded.
+pub struct GuestRam<'a, M> {
+    mem: &'a M,
+    vram_window: Option<Range<u64>>,
+}
+
+impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
+    /// Wraps a memory table; `vram_window` is where the VRAM file appears in it.
+    pub fn new(mem: &'a M, vram_window: Option<Range<u64>>) -> Self {
+        Self { mem, vram_window }
+    }
+
+    /// Checks that `[address, address + length)` is entirely guest RAM.
+    pub fn check(&self, address: u64, length: u64) -> Result<(), RamError> {
+        let end = address
+            .checked_add(length)
+            .ok_or(RamError::Overflow { address, length })?;
+        if let Some(window) = &self.vram_window {
+            if address < window.end && window.start < end {
+                return Err(RamError::InVram {
+                    address: address.max(window.start),
+                });
+            }
+        }
+        let mut cursor = address;
+        while cursor < end {
+            let region = self
+                .mem
+                .find_region(GuestAddress(cursor))
+                .ok_or(RamError::NotRam { address: cursor })?;
+            cursor = region.start_addr().0.saturating_add(region.len());
+        }
+        Ok(())
+    }
+
+    /// Bytes from `address` to the end of its memory-table region (0 if not RAM).
+    pub fn contiguous_len(&self, address: u64) -> u64 {
+        self.mem
+            .find_region(GuestAddress(address))
+            .map(|region| region.start_addr().0 + region.len() - address)
+            .unwrap_or(0)
+    }
+
+    /// Reads `buf.len()` bytes at a checked address.
+    pub fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), RamError> {
+        self.check(address, buf.len() as u64)?;
+        self.mem
+            .read_slice(buf, GuestAddress(address))
+            .map_err(|_| RamError::NotRam { address })
+    }
+
+    /// A slice of `length` bytes at `address`, which must lie in one region (callers clamp with
+    /// [`Self::contiguous_len`]).
+    pub fn slice(
+        &self,
+        address: u64,
+        length: usize,
+    ) -> Result<VolatileSlice<'a, impl BitmapSlice + 'a>, RamError> {
+        self.check(address, length as u64)?;
+        let (region, offset): (&'a M::R, MemoryRegionAddress) = self
+            .mem
+            .to_region_addr(GuestAddress(address))
+            .ok_or(RamError::NotRam { address })?;
+        region
+            .get_slice(offset, length)
+            .map_err(|_| RamError::NotRam { address })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::GuestMemoryMmap;
+
+    fn mem() -> GuestMemoryMmap<()> {
+        GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), 0x10_0000),
+            (GuestAddress(0x10_0000), 0x10_0000),
+            (GuestAddress(0x100_0000), 0x10_0000),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn accepts_ranges_spanning_adjacent_regions() {
+        let mem = mem();
+        let ram = GuestRam::new(&mem, None);
+        assert_eq!(ram.check(0xf_f000, 0x2000), Ok(()));
+        assert_eq!(ram.contiguous_len(0xf_f000), 0x1000);
+    }
+
+    #[test]
+    fn refuses_holes_vram_and_overflow() {
+        let mem = mem();
+        let ram = GuestRam::new(&mem, Some(0x100_0000..0x110_0000));
+        assert_eq!(
+            ram.check(0x1f_f000, 0x2000),
+            Err(RamError::NotRam { address: 0x20_0000 })
+        );
+        assert_eq!(
+            ram.check(0x100_1000, 1),
+            Err(RamError::InVram {
+                address: 0x100_1000
+            })
+        );
+        assert!(matches!(
+            ram.check(u64::MAX, 2),
+            Err(RamError::Overflow { .. })
+        ));
+        assert_eq!(ram.check(0x20_0000, 0), Ok(()));
+    }
+}

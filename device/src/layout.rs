@@ -1,0 +1,200 @@
+//! The segment layout the device reports: what a KMD puts in `DXGK_QUERYSEGMENTOUT3`, and how
+//! a segment GPU address resolves to storage.
+
+use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
+use wddm_gpu_abi::segment_flags::SegmentFlags;
+
+/// Default aperture size.
+pub const DEFAULT_APERTURE_SIZE: u64 = 512 << 20;
+/// Default `PagingBufferSize`.
+pub const DEFAULT_PAGING_BUFFER_SIZE: u32 = 64 << 10;
+
+/// What backs a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentKind {
+    /// Memory segment stored in the VRAM file at `bar_offset` (CPU-visible through the BAR).
+    Memory {
+        /// Offset inside the VRAM BAR.
+        bar_offset: u64,
+    },
+    /// Aperture segment: no storage, pages are mapped into it (GART).
+    Aperture,
+}
+
+/// One segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// 1-based id.
+    pub id: u32,
+    /// `DXGK_SEGMENTFLAGS`.
+    pub flags: SegmentFlags,
+    /// What backs it.
+    pub kind: SegmentKind,
+    /// `BaseAddress`.
+    pub base_address: u64,
+    /// `Size`.
+    pub size: u64,
+    /// `CommitLimit`.
+    pub commit_limit: u64,
+    /// `SystemMemoryEndAddress`.
+    pub system_memory_end_address: u64,
+    /// Bank end offsets (`UseBanking` only).
+    pub banks: Vec<u64>,
+}
+
+/// The whole layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentLayout {
+    /// `WDDM_GPU_WDDM_*`.
+    pub wddm_version: u32,
+    /// Segments in id order.
+    pub segments: Vec<Segment>,
+    /// `PagingBufferSegmentId`.
+    pub paging_buffer_segment_id: u32,
+    /// `PagingBufferSize`.
+    pub paging_buffer_size: u32,
+    /// `PagingBufferPrivateDataSize`.
+    pub paging_buffer_private_data_size: u32,
+}
+
+/// A segment range resolved to its backing storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// Bytes in the VRAM file starting at this offset.
+    Vram {
+        /// Offset in the VRAM file.
+        offset: u64,
+    },
+    /// An aperture range starting at this segment offset.
+    Aperture {
+        /// Offset inside the aperture segment.
+        offset: u64,
+    },
+}
+
+/// Why a segment range does not resolve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No segment has this id.
+    #[error("segment {0} does not exist")]
+    NoSuchSegment(u32),
+    /// The range is outside the segment.
+    #[error("range {address:#x}+{length:#x} is outside segment {segment}")]
+    OutOfRange {
+        /// Segment id.
+        segment: u32,
+        /// GPU address asked for.
+        address: u64,
+        /// Length asked for.
+        length: u64,
+    },
+}
+
+impl SegmentLayout {
+    /// Segment 1 = CPU-visible VRAM filling the BAR; segment 2 = a cache-coherent aperture.
+    pub fn default_for_vram(vram_size: u64) -> Self {
+        Self {
+            wddm_version: WDDM_GPU_WDDM_1_3,
+            segments: vec![
+                Segment {
+                    id: 1,
+                    flags: SegmentFlags::CPU_VISIBLE,
+                    kind: SegmentKind::Memory { bar_offset: 0 },
+                    base_address: 0,
+                    size: vram_size,
+                    commit_limit: vram_size,
+                    system_memory_end_address: 0,
+                    banks: Vec::new(),
+                },
+                Segment {
+                    id: 2,
+                    flags: SegmentFlags::APERTURE | SegmentFlags::CACHE_COHERENT,
+                    kind: SegmentKind::Aperture,
+                    base_address: 0,
+                    size: DEFAULT_APERTURE_SIZE,
+                    commit_limit: DEFAULT_APERTURE_SIZE,
+                    system_memory_end_address: 0,
+                    banks: Vec::new(),
+                },
+            ],
+            paging_buffer_segment_id: 0,
+            paging_buffer_size: DEFAULT_PAGING_BUFFER_SIZE,
+            paging_buffer_private_data_size: 0,
+        }
+    }
+
+    /// The segment with this id.
+    pub fn segment(&self, id: u32) -> Option<&Segment> {
+        let index = usize::try_from(id.checked_sub(1)?).ok()?;
+        self.segments.get(index)
+    }
+
+    /// Resolves `length` bytes at GPU `address` of segment `id`.
+    pub fn resolve(&self, id: u32, address: u64, length: u64) -> Result<Resolved, ResolveError> {
+        let segment = self.segment(id).ok_or(ResolveError::NoSuchSegment(id))?;
+        let out_of_range = ResolveError::OutOfRange {
+            segment: id,
+            address,
+            length,
+        };
+        let offset = address
+            .checked_sub(segment.base_address)
+            .ok_or(out_of_range)?;
+        let end = offset.checked_add(length).ok_or(out_of_range)?;
+        if end > segment.size {
+            return Err(out_of_range);
+        }
+        Ok(match segment.kind {
+            SegmentKind::Memory { bar_offset } => Resolved::Vram {
+                offset: bar_offset.checked_add(offset).ok_or(out_of_range)?,
+            },
+            SegmentKind::Aperture => Resolved::Aperture { offset },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout_with_base(base: u64) -> SegmentLayout {
+        let mut layout = SegmentLayout::default_for_vram(1 << 24);
+        layout.segments[0].base_address = base;
+        layout.segments[0].kind = SegmentKind::Memory { bar_offset: 0x1000 };
+        layout
+    }
+
+    #[test]
+    fn resolves_gpu_addresses_relative_to_base_and_bar_offset() {
+        let layout = layout_with_base(0x8000_0000);
+        assert_eq!(
+            layout.resolve(1, 0x8000_2000, 0x100),
+            Ok(Resolved::Vram { offset: 0x3000 })
+        );
+        assert_eq!(
+            layout.resolve(2, 0x10, 0x10),
+            Ok(Resolved::Aperture { offset: 0x10 })
+        );
+    }
+
+    #[test]
+    fn refuses_ranges_below_base_past_end_or_overflowing() {
+        let layout = layout_with_base(0x8000_0000);
+        for (address, length) in [
+            (0x7fff_ffff, 1),
+            (0x8000_0000 + (1 << 24) - 1, 2),
+            (0x8000_0000, u64::MAX),
+            (u64::MAX, 1),
+        ] {
+            assert!(
+                matches!(
+                    layout.resolve(1, address, length),
+                    Err(ResolveError::OutOfRange { .. })
+                ),
+                "{address:#x}+{length:#x}"
+            );
+        }
+        assert_eq!(layout.resolve(0, 0, 1), Err(ResolveError::NoSuchSegment(0)));
+        assert_eq!(layout.resolve(3, 0, 1), Err(ResolveError::NoSuchSegment(3)));
+    }
+}

@@ -1,0 +1,22 @@
+//! vhost-user-wddm-gpu: a virtual GPU for bringing up WDDM kernel-mode drivers under QEMU.
+//!
+//! Module map:
+//! - [`device`]: vhost-user transport glue (features, config, memory table, virtqueues).
+//! - [`control`]: control-queue wire decoding.
+//! - [`gpu`]: the device model answering control requests.
+//! - [`engine`]: the paging engine executing DMA buffers of paging packets.
+//! - [`layout`]: segments and how GPU addresses resolve.
+//! - [`caps`]: the segment-layout capability-set blob.
+//! - [`vram`]: the shared VRAM file and the BAR locator.
+//! - [`guest_ram`]: guest system memory with the VRAM window excluded.
+//! - [`size`]: size parsing for command lines and layout files.
+
+pub mod caps;
+pub mod control;
+pub mod device;
+pub mod engine;
+pub mod gpu;
+pub mod guest_ram;
+pub mod layout;
+pub mod size;
+pub mod vram;

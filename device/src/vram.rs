@@ -1,0 +1,297 @@
+//! The VRAM: a shared file the backend maps and QEMU maps too (as the BAR of a companion
+//! function), and the locator that tracks where the guest sees that BAR.
+//!
+//! In ivshmem mode QEMU announces the BAR in its vhost-user memory table once the guest sets
+//! DRIVER_OK, as an extra region backed by the same file, at the BAR's guest-physical address;
+//! it removes and re-adds the region when the guest toggles memory decode. Comparing each
+//! region's file (device and inode) with ours is how the backend learns the BAR address.
+
+use std::fs::{File, OpenOptions};
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::mmap::MmapRegion;
+use vm_memory::{FileOffset, GuestMemoryBackend, GuestMemoryRegion, VolatileMemory, VolatileSlice};
+use wddm_gpu_abi::caps::{
+    WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
+    WDDM_GPU_BAR_STATE_NOT_MAPPED,
+};
+
+/// Errors creating the VRAM file.
+#[derive(Debug, thiserror::Error)]
+pub enum VramError {
+    /// The size is not a power of two (QEMU asserts that for BARs) or is too small.
+    #[error("VRAM size {0:#x} must be a power of two of at least 1 MiB (QEMU requires power-of-two BARs)")]
+    BadSize(u64),
+    /// The file could not be created or opened.
+    #[error("cannot create the VRAM file {path}: {source}")]
+    Create {
+        /// The path given.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file could not be sized.
+    #[error("cannot size the VRAM file {path} to {size:#x} bytes: {source}")]
+    Resize {
+        /// The path given.
+        path: PathBuf,
+        /// The size wanted.
+        size: u64,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file could not be mapped.
+    #[error("cannot map the VRAM file {path}: {source}")]
+    Map {
+        /// The path given.
+        path: PathBuf,
+        /// What vm-memory said.
+        #[source]
+        source: vm_memory::mmap::MmapRegionError,
+    },
+}
+
+/// How the guest reaches the VRAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarMode {
+    /// BAR2 of an `ivshmem-plain` device at function 1 of the GPU's slot (QEMU 10.x).
+    Ivshmem,
+    /// A virtio shared-memory region of the GPU's own function (vhost-user SHMEM, QEMU 11.1+).
+    /// Reserved: not implemented yet.
+    Shmem,
+}
+
+impl BarMode {
+    fn wire(self) -> (u32, u32, u32) {
+        // (mode, PCI function, BAR index)
+        match self {
+            BarMode::Ivshmem => (WDDM_GPU_BAR_MODE_IVSHMEM, 1, 2),
+            BarMode::Shmem => (WDDM_GPU_BAR_MODE_SHMEM, 0, 4),
+        }
+    }
+}
+
+/// Where the guest sees the VRAM BAR, as last announced by the frontend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarLocator {
+    /// How the BAR is provided.
+    pub mode: BarMode,
+    /// Guest-physical address of the BAR start, when announced.
+    pub address: Option<u64>,
+    /// Bumped whenever `address` changes (appears, moves or disappears).
+    pub generation: u32,
+}
+
+/// What one memory-table update did to the BAR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarChange {
+    /// Same as before.
+    Unchanged,
+    /// The BAR is now at this address (first seen or moved).
+    MappedAt(u64),
+    /// The BAR is no longer in the memory table.
+    Unmapped,
+}
+
+/// The VRAM file and the backend's own mapping of it.
+pub struct Vram {
+    path: PathBuf,
+    size: u64,
+    identity: (u64, u64),
+    mapping: MmapRegion<()>,
+    locator: BarLocator,
+    /// Guest-physical range of the memory-table region backed by this file, if any.
+    guest_window: Option<Range<u64>>,
+}
+
+impl Vram {
+    /// Creates (or reuses and resizes) the VRAM file at `path` and maps it.
+    pub fn create(path: &Path, size: u64, mode: BarMode) -> Result<Self, VramError> {
+        if !size.is_power_of_two() || size < (1 << 20) {
+            return Err(VramError::BadSize(size));
+        }
+        let create_err = |source| VramError::Create {
+            path: path.to_owned(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(create_err)?;
+        file.set_len(size).map_err(|source| VramError::Resize {
+            path: path.to_owned(),
+            size,
+            source,
+        })?;
+        let metadata = file.metadata().map_err(create_err)?;
+        let identity = (metadata.dev(), metadata.ino());
+        let length = usize::try_from(size).map_err(|_| VramError::BadSize(size))?;
+        let mapping =
+            MmapRegion::from_file(FileOffset::new(file, 0), length).map_err(|source| {
+                VramError::Map {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            size,
+            identity,
+            mapping,
+            locator: BarLocator {
+                mode,
+                address: None,
+                generation: 0,
+            },
+            guest_window: None,
+        })
+    }
+
+    /// The file path QEMU must map.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// VRAM size in bytes (= BAR size).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Current BAR locator.
+    pub fn locator(&self) -> BarLocator {
+        self.locator
+    }
+
+    /// The locator in wire form.
+    pub fn wire_locator(&self) -> WddmGpuVramBar {
+        let (mode, pci_function, bar_index) = self.locator.mode.wire();
+        WddmGpuVramBar {
+            mode,
+            state: if self.locator.address.is_some() {
+                WDDM_GPU_BAR_STATE_KNOWN
+            } else {
+                WDDM_GPU_BAR_STATE_NOT_MAPPED
+            },
+            generation: self.locator.generation,
+            pci_function,
+            bar_index,
+            reserved: 0,
+            guest_physical_address: self.locator.address.unwrap_or(0),
+            size: self.size,
+        }
+    }
+
+    /// Guest-physical range where the frontend mapped this file; frame lists must not point
+    /// there, because it is VRAM, not guest RAM.
+    pub fn guest_window(&self) -> Option<Range<u64>> {
+        self.guest_window.clone()
+    }
+
+    /// Learns the BAR location from a new memory table.
+    pub fn observe_memory_table<M: GuestMemoryBackend>(&mut self, mem: &M) -> BarChange {
+        let mut found = None;
+        for region in mem.iter() {
+            let Some(file_offset) = region.file_offset() else {
+                continue;
+            };
+            if !self.is_our_file(file_offset.file()) {
+                continue;
+            }
+            let start = region.start_addr().0;
+            let window = start..start.saturating_add(region.len());
+            // The BAR starts where file offset 0 would be.
+            let bar = start.checked_sub(file_offset.start());
+            found = Some((window, bar));
+            break;
+        }
+        let (window, address) = match found {
+            Some((window, bar)) => (Some(window), bar),
+            None => (None, None),
+        };
+        self.guest_window = window;
+        if address == self.locator.address {
+            return BarChange::Unchanged;
+        }
+        self.locator.address = address;
+        self.locator.generation = self.locator.generation.wrapping_add(1);
+        match address {
+            Some(address) => BarChange::MappedAt(address),
+            None => BarChange::Unmapped,
+        }
+    }
+
+    fn is_our_file(&self, file: &File) -> bool {
+        file.metadata()
+            .map(|m| (m.dev(), m.ino()) == self.identity)
+            .unwrap_or(false)
+    }
+
+    /// A slice of VRAM; `None` when the range is outside it.
+    pub fn slice(&self, offset: u64, len: usize) -> Option<VolatileSlice<'_, ()>> {
+        let offset = usize::try_from(offset).ok()?;
+        self.mapping.get_slice(offset, len).ok()
+    }
+}
+
+/// Copies between two volatile slices of any bitmap type (guest RAM or VRAM).
+pub fn copy_slices<A: BitmapSlice, B: BitmapSlice>(src: VolatileSlice<A>, dst: VolatileSlice<B>) {
+    src.copy_to_volatile_slice(dst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("wddm-vram-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn refuses_sizes_that_are_not_powers_of_two() {
+        let path = temp_path("npot");
+        assert!(matches!(
+            Vram::create(&path, 3 << 20, BarMode::Ivshmem),
+            Err(VramError::BadSize(_))
+        ));
+    }
+
+    #[test]
+    fn learns_bar_address_from_a_region_backed_by_the_same_file() {
+        let path = temp_path("learn");
+        let mut vram = Vram::create(&path, 1 << 20, BarMode::Ivshmem).unwrap();
+        let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), 1 << 20, None).unwrap();
+        let bar_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let bar = GuestRegionMmap::new(
+            MmapRegion::from_file(FileOffset::new(bar_file, 0), 1 << 20).unwrap(),
+            GuestAddress(0xf800_0000),
+        )
+        .unwrap();
+        let mem = GuestMemoryMmap::from_regions(vec![ram, bar]).unwrap();
+        assert_eq!(
+            vram.observe_memory_table(&mem),
+            BarChange::MappedAt(0xf800_0000)
+        );
+        assert_eq!(vram.locator().generation, 1);
+        assert_eq!(vram.guest_window(), Some(0xf800_0000..0xf810_0000));
+        assert_eq!(vram.observe_memory_table(&mem), BarChange::Unchanged);
+
+        let ram_only = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        assert_eq!(vram.observe_memory_table(&ram_only), BarChange::Unmapped);
+        assert_eq!(vram.locator().generation, 2);
+        assert_eq!(vram.wire_locator().state, WDDM_GPU_BAR_STATE_NOT_MAPPED);
+        std::fs::remove_file(path).unwrap();
+    }
+}
