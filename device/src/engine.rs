@@ -695,3 +695,7 @@ fn read_packet<M: GuestMemoryBackend>(
     read(&mut packet[..size as usize])?;
     Ok(size)
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
