@@ -14,7 +14,7 @@ _WDDM_COMMON_SH=1
 # scripts work from any current directory and any checkout path.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-SCRIPT_NAME="$(basename "$0")"
+SCRIPT_NAME="${0##*/}"
 
 # Suite that carries QEMU >= 10 for Debian 12.
 readonly _BACKPORTS_SUITE=bookworm-backports
@@ -67,7 +67,7 @@ as_root() {
 # instead of failing or racing it.
 _wait_for_apt() {
     local waited=0
-    while pgrep -x 'apt-get|apt|dpkg|unattended-upgr' >/dev/null; do
+    while pgrep -x 'apt(-get)?|dpkg' >/dev/null; do
         ((waited % 30 == 0)) && log "waiting for another apt/dpkg run to finish"
         ((waited >= 900)) && die "apt/dpkg still busy after ${waited}s"
         sleep 2
@@ -135,7 +135,7 @@ _backports_configured() {
 # bookworm-backports has. Other releases get whatever their own suite has.
 _install_qemu() {
     local codename=""
-    [[ -r /etc/os-release ]] && codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+    [[ -r /etc/os-release ]] && codename="$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)"
     command -v apt-get >/dev/null ||
         die "QEMU >= ${_QEMU_MIN_MAJOR} is required; install qemu-system-x86_64 yourself (no apt here)"
     if [[ "$codename" != bookworm ]]; then
@@ -187,13 +187,13 @@ ensure_rust() {
 # socket) has died. Returns 1 on timeout or death, after logging why.
 wait_for_socket() {
     local path="$1" timeout="$2" pid="${3:-}"
-    local deadline=$((SECONDS + timeout))
+    local tries=$((timeout * 10))    # 0.1 s polls; SECONDS is too coarse
     until [[ -S "$path" ]]; do
         if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
             log "process ${pid} exited before creating socket ${path}"
             return 1
         fi
-        if ((SECONDS >= deadline)); then
+        if ((tries-- <= 0)); then
             log "timed out after ${timeout}s waiting for socket ${path}"
             return 1
         fi
