@@ -15,6 +15,9 @@ use virtio_bindings::bindings::virtio_ring::{
 use virtio_queue::QueueOwnedT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 use zerocopy::IntoBytes;
 
 use crate::control::MAX_REQUEST_SIZE;
@@ -200,6 +203,14 @@ impl VhostUserBackendMut for WddmGpuBackend {
         debug!("display socket received (kept open; render-only device)");
         self.display = Some(gpu_backend);
         Ok(())
+    }
+
+    /// Each vring worker gets an exit event: without one the daemon cannot stop its threads
+    /// and would hang when dropped.
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK)
+            .map_err(|error| warn!("cannot create a worker exit event: {error}"))
+            .ok()
     }
 
     fn reset_device(&mut self) {
