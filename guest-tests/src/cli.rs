@@ -1,0 +1,184 @@
+//! Command-line parsing (a handful of flags; no parser crate needed).
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Default scatter seed: fixed, so runs are reproducible unless a seed is given.
+pub const DEFAULT_SEED: u64 = 0x5744_444d_2d47_5055;
+/// Default per-request timeout: generous because TCG guests are slow.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Usage text.
+pub const USAGE: &str = "\
+usage: wddm-guest <command> [options]
+commands:
+  slice   read the segment layout, check the VRAM BAR, round-trip a scattered transfer
+  suite   run the guest test suite (valid and hostile submissions)
+  probe   bring the device up and list what it answers (works on any virtio-gpu)
+options:
+  --json          (slice) also print one WDDM-GUEST-JSON line
+  --only a,b      (suite) run only these tests (bare names after `suite` work too,
+                  since the guest's /init turns commas into spaces)
+  --seed N        scatter seed (decimal or 0x hex)
+  --timeout SECS  per-request timeout (default 10)
+  --verbose       log every control-queue exchange and completion";
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// The slice test.
+    Slice {
+        /// Also print the JSON line.
+        json: bool,
+    },
+    /// The guest test suite.
+    Suite {
+        /// Test names to run (all when empty).
+        only: Vec<String>,
+    },
+    /// Device bring-up and listing.
+    Probe,
+    /// Print usage.
+    Help,
+}
+
+/// Parsed command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// What to run.
+    pub command: Command,
+    /// Scatter seed.
+    pub seed: u64,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Log every control-queue exchange.
+    pub verbose: bool,
+}
+
+/// The command line is wrong.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CliError {
+    /// No command given.
+    #[error("no command given")]
+    NoCommand,
+    /// Unknown command.
+    #[error("unknown command {0:?}")]
+    UnknownCommand(String),
+    /// Unknown or misplaced option.
+    #[error("unknown option {0:?} for this command")]
+    UnknownOption(String),
+    /// An option lacks its value or the value is malformed.
+    #[error("option {0} needs a valid value")]
+    BadValue(&'static str),
+}
+
+/// Parses the arguments after the program name.
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliError> {
+    let mut args = args.into_iter();
+    let mut command = match args.next().as_deref() {
+        None => return Err(CliError::NoCommand),
+        Some("slice") => Command::Slice { json: false },
+        Some("suite") => Command::Suite { only: Vec::new() },
+        Some("probe") => Command::Probe,
+        Some("help" | "-h" | "--help") => Command::Help,
+        Some(other) => return Err(CliError::UnknownCommand(other.to_string())),
+    };
+    let mut seed = DEFAULT_SEED;
+    let mut timeout = DEFAULT_TIMEOUT;
+    let mut verbose = false;
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), &mut command) {
+            ("--json", Command::Slice { json }) => *json = true,
+            ("--only", Command::Suite { only }) => {
+                let list = args.next().ok_or(CliError::BadValue("--only"))?;
+                only.extend(list.split(',').filter(|s| !s.is_empty()).map(String::from));
+            }
+            ("--seed", _) => {
+                seed = args
+                    .next()
+                    .as_deref()
+                    .and_then(parse_number)
+                    .ok_or(CliError::BadValue("--seed"))?;
+            }
+            ("--timeout", _) => {
+                let secs = args
+                    .next()
+                    .as_deref()
+                    .and_then(parse_number)
+                    .filter(|s| *s > 0)
+                    .ok_or(CliError::BadValue("--timeout"))?;
+                timeout = Duration::from_secs(secs);
+            }
+            ("-h" | "--help", _) => command = Command::Help,
+            ("-v" | "--verbose", _) => verbose = true,
+            (name, Command::Suite { only }) if !name.starts_with('-') => only.push(arg),
+            _ => return Err(CliError::UnknownOption(arg)),
+        }
+    }
+    Ok(Options {
+        command,
+        seed,
+        timeout,
+        verbose,
+    })
+}
+
+fn parse_number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Result<Options, CliError> {
+        parse(line.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn parses_commands_and_options() {
+        let o = args("slice --json --seed 0x10 --timeout 30").unwrap();
+        assert_eq!(o.command, Command::Slice { json: true });
+        assert_eq!(o.seed, 16);
+        assert_eq!(o.timeout, Duration::from_secs(30));
+        assert!(!o.verbose);
+        assert!(args("probe --verbose").unwrap().verbose);
+        let o = args("suite --only a,b --only c").unwrap();
+        assert_eq!(
+            o.command,
+            Command::Suite {
+                only: vec!["a".into(), "b".into(), "c".into()]
+            }
+        );
+        assert_eq!(o.seed, DEFAULT_SEED);
+        let o = args("suite a --seed 3 b").unwrap();
+        assert_eq!(
+            o.command,
+            Command::Suite {
+                only: vec!["a".into(), "b".into()]
+            }
+        );
+        assert_eq!(args("probe").unwrap().command, Command::Probe);
+        assert_eq!(args("suite --help").unwrap().command, Command::Help);
+    }
+
+    #[test]
+    fn rejects_bad_command_lines() {
+        assert_eq!(args(""), Err(CliError::NoCommand));
+        assert_eq!(args("frob"), Err(CliError::UnknownCommand("frob".into())));
+        assert_eq!(
+            args("suite --json"),
+            Err(CliError::UnknownOption("--json".into()))
+        );
+        assert_eq!(args("slice --seed"), Err(CliError::BadValue("--seed")));
+        assert_eq!(args("slice --seed zz"), Err(CliError::BadValue("--seed")));
+        assert_eq!(
+            args("slice --timeout 0"),
+            Err(CliError::BadValue("--timeout"))
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! The reference KMD's start-device path: find the GPU, bring the virtio transport up, and read
+//! the segment layout from the capset.
+
+use std::time::Duration;
+
+use thiserror::Error;
+use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
+use wddm_gpu_abi::ctrl::WddmGpuRespCapsetInfo;
+
+use crate::caps::{self, CapsError, Layout};
+use crate::dma::DmaArena;
+use crate::gpu::{GpuControl, GpuError};
+use crate::pci::sysfs::{PciError, PciFunction, COMMAND_MEMORY};
+use crate::virtio::transport::{TransportError, VirtioPci};
+
+/// virtio vendor id.
+pub const VIRTIO_VENDOR: u16 = 0x1af4;
+/// virtio-gpu, modern id.
+pub const VIRTIO_GPU_DEVICE: u16 = 0x1050;
+/// ivshmem (also Red Hat's vendor id).
+pub const IVSHMEM_DEVICE: u16 = 0x1110;
+/// Control queue index.
+const CONTROL_QUEUE: u16 = 0;
+/// Ring size this driver wants (the device may offer less).
+const QUEUE_SIZE: u16 = 64;
+/// Offset of `num_capsets` in `struct virtio_gpu_config`.
+const CONFIG_NUM_CAPSETS: usize = 12;
+
+/// Bringing the device up failed.
+#[derive(Debug, Error)]
+pub enum InitError {
+    /// PCI discovery failed.
+    #[error(transparent)]
+    Pci(#[from] PciError),
+    /// The transport could not be initialised.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The control queue wrapper could not be built.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+}
+
+/// Reading the layout failed.
+#[derive(Debug, Error)]
+pub enum LayoutError {
+    /// The capset exchange failed.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// The device has no capset.
+    #[error("device reports num_capsets = 0")]
+    NoCapsets,
+    /// Capset 0 is not the WDDM layout.
+    #[error("capset 0 has id {id:#x} (want {WDDM_GPU_CAPSET_ID:#x}), max_version {version}")]
+    WrongCapset { id: u32, version: u32 },
+    /// The blob is invalid.
+    #[error(transparent)]
+    Caps(#[from] CapsError),
+}
+
+/// The initialised GPU: transport and control queue.
+pub struct Device {
+    /// The virtio transport.
+    pub virtio: VirtioPci,
+    /// The control queue.
+    pub control: GpuControl,
+    /// `num_capsets` from the device configuration.
+    pub num_capsets: u32,
+}
+
+impl Device {
+    /// Finds the GPU by id and runs the virtio initialisation up to DRIVER_OK.
+    pub fn bring_up(arena: &'static DmaArena, timeout: Duration) -> Result<Self, InitError> {
+        let function = PciFunction::find(VIRTIO_VENDOR, VIRTIO_GPU_DEVICE)?.remove(0);
+        // The backend learns where the VRAM BAR is from the memory table QEMU sends at
+        // DRIVER_OK, so the BAR must decode by then. Which function carries it is only known from
+        // the capset, read after DRIVER_OK; so enable every ivshmem function of the slot now.
+        for n in 1..8 {
+            let sibling = function.sibling(n);
+            if sibling.exists() && sibling.ids().ok() == Some((VIRTIO_VENDOR, IVSHMEM_DEVICE)) {
+                sibling.update_command(COMMAND_MEMORY, 0)?;
+            }
+        }
+        let mut virtio = VirtioPci::open(function)?;
+        virtio.reset_and_negotiate()?;
+        let queue = virtio.setup_queue(arena, CONTROL_QUEUE, QUEUE_SIZE)?;
+        let control = GpuControl::new(arena, queue, timeout)?;
+        virtio.driver_ok()?;
+        let num_capsets = virtio.device_config().read32(CONFIG_NUM_CAPSETS);
+        Ok(Self {
+            virtio,
+            control,
+            num_capsets,
+        })
+    }
+
+    /// GET_CAPSET_INFO(0) and GET_CAPSET; returns the capset info, the raw blob and the parse
+    /// result (the blob is kept for diagnostics even when it is invalid).
+    pub fn read_capset(&mut self) -> Result<(WddmGpuRespCapsetInfo, Vec<u8>), LayoutError> {
+        if self.num_capsets == 0 {
+            return Err(LayoutError::NoCapsets);
+        }
+        let info = self.control.capset_info(0)?;
+        if info.capset_id != WDDM_GPU_CAPSET_ID || info.capset_max_version < WDDM_GPU_CAPSET_VERSION
+        {
+            return Err(LayoutError::WrongCapset {
+                id: info.capset_id,
+                version: info.capset_max_version,
+            });
+        }
+        let blob = self.control.capset(
+            WDDM_GPU_CAPSET_ID,
+            WDDM_GPU_CAPSET_VERSION,
+            info.capset_max_size,
+        )?;
+        Ok((info, blob))
+    }
+
+    /// Reads and validates the layout.
+    pub fn read_layout(&mut self) -> Result<Layout, LayoutError> {
+        let (_, blob) = self.read_capset()?;
+        Ok(caps::parse(&blob)?)
+    }
+}

@@ -1,0 +1,41 @@
+//! Guest-side reference driver for vhost-user-wddm-gpu: drives the GPU from Linux user space the
+//! way a WDDM KMD would (PCI discovery, virtio-pci modern transport, capset, paging submissions)
+//! and runs the slice test and the guest test suite against it.
+//!
+//! Pure logic (parsing, packet and frame-list building, reporting) is host-testable; the
+//! hardware modules need root inside the test guest.
+//!
+//! - [`caps`]: capset blob parsing and validation.
+//! - [`report`]: the layout as `DXGK_QUERYSEGMENTOUT3`, in text and JSON.
+//! - [`packets`]: DMA buffers of paging packets.
+//! - [`scatter`]: frame lists from shuffled 4 KiB pieces.
+//! - [`prng`], [`pattern`]: deterministic randomness and data patterns.
+//! - [`pagemap`], [`dma`]: pinned hugepage DMA memory with physical addresses.
+//! - [`iomem`]: address ranges that are certainly not RAM.
+//! - [`pci`], [`mmio`]: PCI sysfs access and BAR mappings.
+//! - [`virtio`]: the virtio-pci transport and polled split virtqueues.
+//! - [`gpu`]: control-queue commands of the device.
+//! - [`driver`], [`vram`]: device start-up and the VRAM BAR.
+//! - [`engine`], [`failure`]: what tests submit and check.
+//! - [`scenario`]: the `slice` and `suite` commands.
+//! - [`cli`]: command-line parsing.
+
+pub mod caps;
+pub mod cli;
+pub mod dma;
+pub mod driver;
+pub mod engine;
+pub mod failure;
+pub mod gpu;
+pub mod iomem;
+pub mod mmio;
+pub mod packets;
+pub mod pagemap;
+pub mod pattern;
+pub mod pci;
+pub mod prng;
+pub mod report;
+pub mod scatter;
+pub mod scenario;
+pub mod virtio;
+pub mod vram;

@@ -1,0 +1,245 @@
+//! Parsing PCI config space: the capability list and the virtio vendor-specific capabilities
+//! (virtio 1.x, 4.1.4) that locate the modern register blocks inside the BARs.
+
+use thiserror::Error;
+
+/// Status register; bit 4 says a capability list exists.
+const STATUS: usize = 0x06;
+const STATUS_CAP_LIST: u16 = 1 << 4;
+/// Pointer to the first capability.
+const CAP_PTR: usize = 0x34;
+/// Capability id of vendor-specific capabilities (virtio uses them).
+const CAP_ID_VENDOR: u8 = 0x09;
+/// Length of `struct virtio_pci_cap`.
+const VIRTIO_CAP_LEN: usize = 16;
+/// Length of `struct virtio_pci_notify_cap`.
+const VIRTIO_NOTIFY_CAP_LEN: usize = 20;
+
+/// `cfg_type` of the common configuration.
+pub const VIRTIO_PCI_CAP_COMMON_CFG: u8 = 1;
+/// `cfg_type` of the notification area.
+pub const VIRTIO_PCI_CAP_NOTIFY_CFG: u8 = 2;
+/// `cfg_type` of the ISR status.
+pub const VIRTIO_PCI_CAP_ISR_CFG: u8 = 3;
+/// `cfg_type` of the device-specific configuration.
+pub const VIRTIO_PCI_CAP_DEVICE_CFG: u8 = 4;
+
+/// Config space is unusable.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Shorter than the standard header.
+    #[error("config space has {0} bytes, need at least 64")]
+    Truncated(usize),
+    /// The status register says there is no capability list.
+    #[error("function has no capability list")]
+    NoCapabilities,
+    /// A capability pointer leaves config space or the list loops.
+    #[error("capability list broken at {0:#x}")]
+    BrokenList(usize),
+    /// A virtio capability is too short for its type.
+    #[error("virtio capability at {offset:#x} has length {len}, too short")]
+    ShortCap { offset: usize, len: usize },
+    /// A required virtio capability is absent.
+    #[error("no virtio {0} capability")]
+    Missing(&'static str),
+}
+
+/// One `struct virtio_pci_cap`: a register block in a BAR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioCap {
+    /// `cfg_type`.
+    pub cfg_type: u8,
+    /// BAR index holding the block.
+    pub bar: u8,
+    /// Offset of the block in the BAR.
+    pub offset: u32,
+    /// Length of the block.
+    pub length: u32,
+}
+
+/// The virtio capabilities a driver needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioCaps {
+    /// Common configuration.
+    pub common: VirtioCap,
+    /// Notification area.
+    pub notify: VirtioCap,
+    /// Multiplier applied to `queue_notify_off`.
+    pub notify_off_multiplier: u32,
+    /// ISR status (unused by a polling driver, but part of a sane device).
+    pub isr: VirtioCap,
+    /// Device-specific configuration.
+    pub device: VirtioCap,
+}
+
+/// Finds the virtio capabilities in `config` (at least the 64-byte header, normally 256 or 4096
+/// bytes). The first capability of each type wins, as the spec asks.
+pub fn virtio_caps(config: &[u8]) -> Result<VirtioCaps, ConfigError> {
+    if config.len() < 64 {
+        return Err(ConfigError::Truncated(config.len()));
+    }
+    if u16::from_le_bytes([config[STATUS], config[STATUS + 1]]) & STATUS_CAP_LIST == 0 {
+        return Err(ConfigError::NoCapabilities);
+    }
+    let mut found: [Option<(VirtioCap, u32)>; 5] = [None; 5];
+    let mut ptr = usize::from(config[CAP_PTR] & 0xfc);
+    // Standard capabilities live in the first 256 bytes; at most 48 fit there, so more
+    // iterations than that means the list loops.
+    for _ in 0..48 {
+        if ptr == 0 {
+            break;
+        }
+        let cap = config
+            .get(ptr..ptr + 2)
+            .filter(|_| (0x40..0x100).contains(&ptr))
+            .ok_or(ConfigError::BrokenList(ptr))?;
+        let (id, next) = (cap[0], usize::from(cap[1] & 0xfc));
+        if id == CAP_ID_VENDOR {
+            if let Some((cap, multiplier)) = parse_virtio_cap(config, ptr)? {
+                let slot = &mut found[usize::from(cap.cfg_type)];
+                slot.get_or_insert((cap, multiplier));
+            }
+        }
+        ptr = next;
+    }
+    if ptr != 0 {
+        return Err(ConfigError::BrokenList(ptr));
+    }
+    let get = |cfg_type: u8, name| found[usize::from(cfg_type)].ok_or(ConfigError::Missing(name));
+    let (notify, notify_off_multiplier) = get(VIRTIO_PCI_CAP_NOTIFY_CFG, "notify")?;
+    Ok(VirtioCaps {
+        common: get(VIRTIO_PCI_CAP_COMMON_CFG, "common")?.0,
+        notify,
+        notify_off_multiplier,
+        isr: get(VIRTIO_PCI_CAP_ISR_CFG, "ISR")?.0,
+        device: get(VIRTIO_PCI_CAP_DEVICE_CFG, "device")?.0,
+    })
+}
+
+/// A virtio capability at `ptr` of a type this driver uses, with its notify multiplier (0 for
+/// other types); `None` for other types and reserved BAR numbers, which the spec says to ignore.
+fn parse_virtio_cap(config: &[u8], ptr: usize) -> Result<Option<(VirtioCap, u32)>, ConfigError> {
+    let short = |len| ConfigError::ShortCap { offset: ptr, len };
+    let raw = config.get(ptr..ptr + VIRTIO_CAP_LEN).ok_or(short(0))?;
+    let cap_len = usize::from(raw[2]);
+    if cap_len < VIRTIO_CAP_LEN {
+        return Err(short(cap_len));
+    }
+    let u32_at = |bytes: &[u8], at: usize| {
+        u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+    };
+    let cap = VirtioCap {
+        cfg_type: raw[3],
+        bar: raw[4],
+        offset: u32_at(raw, 8),
+        length: u32_at(raw, 12),
+    };
+    if !(VIRTIO_PCI_CAP_COMMON_CFG..=VIRTIO_PCI_CAP_DEVICE_CFG).contains(&cap.cfg_type)
+        || cap.bar > 5
+    {
+        return Ok(None);
+    }
+    let mut multiplier = 0;
+    if cap.cfg_type == VIRTIO_PCI_CAP_NOTIFY_CFG {
+        let full = config
+            .get(ptr..ptr + VIRTIO_NOTIFY_CAP_LEN)
+            .filter(|_| cap_len >= VIRTIO_NOTIFY_CAP_LEN)
+            .ok_or(short(cap_len))?;
+        multiplier = u32_at(full, 16);
+    }
+    Ok(Some((cap, multiplier)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Config space shaped like QEMU's virtio-pci modern device: MSI-X first, then the virtio
+    /// capabilities in BAR4, plus a PCI_CFG capability (type 5) the driver ignores.
+    fn qemu_like() -> Vec<u8> {
+        let mut c = vec![0u8; 256];
+        c[0..4].copy_from_slice(&[0xf4, 0x1a, 0x50, 0x10]);
+        c[STATUS] = STATUS_CAP_LIST as u8;
+        c[CAP_PTR] = 0x98;
+        // MSI-X at 0x98 -> 0x84.
+        c[0x98] = 0x11;
+        c[0x99] = 0x84;
+        let mut put = |at: usize, next: u8, len: u8, ty: u8, bar: u8, off: u32, length: u32| {
+            c[at] = CAP_ID_VENDOR;
+            c[at + 1] = next;
+            c[at + 2] = len;
+            c[at + 3] = ty;
+            c[at + 4] = bar;
+            c[at + 8..at + 12].copy_from_slice(&off.to_le_bytes());
+            c[at + 12..at + 16].copy_from_slice(&length.to_le_bytes());
+        };
+        put(0x84, 0x70, 20, 5, 0, 0, 0);
+        put(0x70, 0x60, 20, 2, 4, 0x3000, 0x1000);
+        put(0x60, 0x50, 16, 4, 4, 0x2000, 0x1000);
+        put(0x50, 0x40, 16, 3, 4, 0x1000, 0x1000);
+        put(0x40, 0x00, 16, 1, 4, 0x0000, 0x1000);
+        c[0x70 + 16..0x70 + 20].copy_from_slice(&4u32.to_le_bytes());
+        c
+    }
+
+    #[test]
+    fn finds_qemu_caps() {
+        let caps = virtio_caps(&qemu_like()).unwrap();
+        assert_eq!(
+            caps.common,
+            VirtioCap {
+                cfg_type: 1,
+                bar: 4,
+                offset: 0,
+                length: 0x1000
+            }
+        );
+        assert_eq!(caps.isr.offset, 0x1000);
+        assert_eq!(caps.device.offset, 0x2000);
+        assert_eq!(caps.notify.offset, 0x3000);
+        assert_eq!(caps.notify_off_multiplier, 4);
+    }
+
+    #[test]
+    fn first_cap_of_a_type_wins_and_reserved_bars_are_ignored() {
+        let mut c = qemu_like();
+        // Turn the PCI_CFG cap into a common cap in reserved BAR 6: ignored.
+        c[0x84 + 3] = 1;
+        c[0x84 + 4] = 6;
+        assert_eq!(virtio_caps(&c).unwrap().common.bar, 4);
+        // In BAR 2 it comes first and wins.
+        c[0x84 + 4] = 2;
+        assert_eq!(virtio_caps(&c).unwrap().common.bar, 2);
+    }
+
+    #[test]
+    fn rejects_broken_config() {
+        assert_eq!(virtio_caps(&[0; 10]), Err(ConfigError::Truncated(10)));
+        let mut c = qemu_like();
+        c[STATUS] = 0;
+        assert_eq!(virtio_caps(&c), Err(ConfigError::NoCapabilities));
+        let mut looping = qemu_like();
+        looping[0x41] = 0x84;
+        assert!(matches!(
+            virtio_caps(&looping),
+            Err(ConfigError::BrokenList(_))
+        ));
+        let mut outside = qemu_like();
+        outside[0x41] = 0x10;
+        assert_eq!(virtio_caps(&outside), Err(ConfigError::BrokenList(0x10)));
+        let mut short = qemu_like();
+        short[0x70 + 2] = 16;
+        assert!(matches!(
+            virtio_caps(&short),
+            Err(ConfigError::ShortCap { offset: 0x70, .. })
+        ));
+        let mut missing = qemu_like();
+        missing[0x60 + 3] = 7;
+        assert_eq!(virtio_caps(&missing), Err(ConfigError::Missing("device")));
+        // A truncated 64-byte read cannot hold the list.
+        assert!(matches!(
+            virtio_caps(&qemu_like()[..0x60]),
+            Err(ConfigError::BrokenList(_) | ConfigError::ShortCap { .. })
+        ));
+    }
+}

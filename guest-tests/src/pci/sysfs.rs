@@ -1,0 +1,218 @@
+//! A PCI function through its sysfs directory (`/sys/bus/pci/devices/<bdf>`): identity, config
+//! space, the command register, BAR addresses and BAR mappings. Needs root.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::mmio::{MmioError, MmioWindow};
+
+const DEVICES: &str = "/sys/bus/pci/devices";
+/// Command register offset and the bits this driver sets.
+const COMMAND: u64 = 0x04;
+/// Memory space decode.
+pub const COMMAND_MEMORY: u16 = 1 << 1;
+/// Bus mastering (the device may DMA).
+pub const COMMAND_BUS_MASTER: u16 = 1 << 2;
+/// INTx disable: nobody handles the legacy interrupt, so it must never be raised.
+pub const COMMAND_INTX_DISABLE: u16 = 1 << 10;
+
+/// Talking to a function through sysfs failed.
+#[derive(Debug, Error)]
+pub enum PciError {
+    /// A sysfs file could not be read or written.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// A sysfs file did not have the expected format.
+    #[error("{path}: unexpected content {content:?}")]
+    Format { path: PathBuf, content: String },
+    /// No function has the wanted ids.
+    #[error("no PCI function {vendor:04x}:{device:04x} in {DEVICES}")]
+    NotFound { vendor: u16, device: u16 },
+    /// The BAR has no address assigned.
+    #[error("{bdf} BAR{bar} has no address assigned")]
+    BarUnassigned { bdf: String, bar: u32 },
+    /// A BAR could not be mapped.
+    #[error(transparent)]
+    Mmio(#[from] MmioError),
+}
+
+/// One PCI function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciFunction {
+    bdf: String,
+    dir: PathBuf,
+}
+
+impl PciFunction {
+    /// The function at `bdf` (e.g. `0000:00:04.0`).
+    pub fn new(bdf: &str) -> Self {
+        Self {
+            bdf: bdf.to_string(),
+            dir: Path::new(DEVICES).join(bdf),
+        }
+    }
+
+    /// All functions with these ids, in address order.
+    pub fn find(vendor: u16, device: u16) -> Result<Vec<Self>, PciError> {
+        let entries = fs::read_dir(DEVICES).map_err(|source| PciError::Io {
+            path: DEVICES.into(),
+            source,
+        })?;
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let function = Self::new(&entry.file_name().to_string_lossy());
+            // Unreadable entries are not the device we look for.
+            if function.ids().ok() == Some((vendor, device)) {
+                found.push(function);
+            }
+        }
+        found.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+        if found.is_empty() {
+            return Err(PciError::NotFound { vendor, device });
+        }
+        Ok(found)
+    }
+
+    /// `domain:bus:slot.function`.
+    pub fn bdf(&self) -> &str {
+        &self.bdf
+    }
+
+    /// Function `function` of the same slot.
+    pub fn sibling(&self, function: u32) -> Self {
+        let slot = self
+            .bdf
+            .rsplit_once('.')
+            .map_or(self.bdf.as_str(), |(slot, _)| slot);
+        Self::new(&format!("{slot}.{function}"))
+    }
+
+    /// True if sysfs has this function.
+    pub fn exists(&self) -> bool {
+        self.dir.exists()
+    }
+
+    /// (vendor, device) ids.
+    pub fn ids(&self) -> Result<(u16, u16), PciError> {
+        Ok((
+            self.hex_file("vendor")? as u16,
+            self.hex_file("device")? as u16,
+        ))
+    }
+
+    /// The kernel driver bound to the function, if any.
+    pub fn driver(&self) -> Option<String> {
+        let link = fs::read_link(self.dir.join("driver")).ok()?;
+        Some(link.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The whole config space the kernel lets root read.
+    pub fn config(&self) -> Result<Vec<u8>, PciError> {
+        let path = self.dir.join("config");
+        fs::read(&path).map_err(|source| PciError::Io { path, source })
+    }
+
+    /// Sets `set` and clears `clear` in the command register; returns the new value.
+    pub fn update_command(&self, set: u16, clear: u16) -> Result<u16, PciError> {
+        let path = self.dir.join("config");
+        let io_err = |source| PciError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_err)?;
+        let mut raw = [0u8; 2];
+        file.read_exact_at(&mut raw, COMMAND).map_err(io_err)?;
+        let value = (u16::from_le_bytes(raw) | set) & !clear;
+        file.write_all_at(&value.to_le_bytes(), COMMAND)
+            .map_err(io_err)?;
+        file.read_exact_at(&mut raw, COMMAND).map_err(io_err)?;
+        Ok(u16::from_le_bytes(raw))
+    }
+
+    /// Guest-physical address of BAR `bar` as the kernel sees it (line `bar` of `resource`).
+    pub fn bar_address(&self, bar: u32) -> Result<u64, PciError> {
+        let path = self.dir.join("resource");
+        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        match parse_resource_line(&text, bar) {
+            Some(0) => Err(PciError::BarUnassigned {
+                bdf: self.bdf.clone(),
+                bar,
+            }),
+            Some(address) => Ok(address),
+            None => Err(PciError::Format {
+                path,
+                content: text,
+            }),
+        }
+    }
+
+    /// Maps BAR `bar` (its `resourceN` file).
+    pub fn map_bar(&self, bar: u32) -> Result<MmioWindow, PciError> {
+        Ok(MmioWindow::map_resource(
+            &self.dir.join(format!("resource{bar}")),
+        )?)
+    }
+
+    fn hex_file(&self, name: &str) -> Result<u64, PciError> {
+        let path = self.dir.join(name);
+        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        parse_hex(text.trim()).ok_or(PciError::Format {
+            path,
+            content: text,
+        })
+    }
+}
+
+/// `0x`-prefixed hex number.
+fn parse_hex(text: &str) -> Option<u64> {
+    u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+/// Start address on line `index` of a sysfs `resource` file ("start end flags", hex).
+pub fn parse_resource_line(text: &str, index: u32) -> Option<u64> {
+    parse_hex(
+        text.lines()
+            .nth(index as usize)?
+            .split_whitespace()
+            .next()?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resource_file() {
+        let text = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x00000000febd1000 0x00000000febd1fff 0x0000000000040200\n\
+                    0x0000004000000000 0x000000400fffffff 0x000000000014220c\n";
+        assert_eq!(parse_resource_line(text, 0), Some(0));
+        assert_eq!(parse_resource_line(text, 1), Some(0xfebd_1000));
+        assert_eq!(parse_resource_line(text, 2), Some(0x40_0000_0000));
+        assert_eq!(parse_resource_line(text, 3), None);
+        assert_eq!(parse_resource_line("garbage", 0), None);
+    }
+
+    #[test]
+    fn sibling_keeps_the_slot() {
+        assert_eq!(
+            PciFunction::new("0000:00:04.0").sibling(1).bdf(),
+            "0000:00:04.1"
+        );
+    }
+}

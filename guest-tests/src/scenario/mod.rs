@@ -1,0 +1,10 @@
+//! The commands: `probe` (bring-up only), `slice` (the layout and one scattered round trip,
+//! printed as checks) and `suite` (named valid and hostile tests).
+
+pub mod probe;
+pub mod setup;
+pub mod slice;
+pub mod suite;
+
+mod hostile;
+mod valid;

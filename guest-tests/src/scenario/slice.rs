@@ -1,0 +1,204 @@
+//! `slice`: the layout a KMD would report, the VRAM BAR check, and one scattered round trip
+//! (VRAM → shuffled guest pages → other VRAM), printed as `CHECK <name> PASS|FAIL <detail>` lines
+//! and optionally one `WDDM-GUEST-JSON {...}` line.
+
+use serde_json::{json, Map, Value};
+
+use crate::caps::Layout;
+use crate::cli::Options;
+use crate::engine::Engine;
+use crate::failure::{Failure, Outcome};
+use crate::report;
+use crate::scatter::FrameList;
+use crate::scenario::setup;
+
+/// VRAM offset the pattern is written to (not page aligned on purpose).
+const OFFSET_A: u64 = 0x10_0040;
+/// VRAM offset the data comes back to.
+const OFFSET_B: u64 = 0x48_01b8;
+/// Transfer length: 1 MiB + 123, not a page multiple.
+const LENGTH: u64 = (1 << 20) + 123;
+/// Offset of the data in the first listed frame.
+const BYTE_OFFSET: u32 = 0x321;
+
+/// Every check the slice reports, in order; all are in the JSON `checks` object.
+const CHECKS: [&str; 8] = [
+    "device_init",
+    "capset_valid",
+    "cpu_translated_matches_bar",
+    "vram_pattern_via_bar",
+    "transfer_vram_to_pages",
+    "transfer_pages_to_vram",
+    "transfer_roundtrip",
+    "dma_addresses_stable",
+];
+
+struct Checks {
+    results: Map<String, Value>,
+}
+
+impl Checks {
+    fn record(&mut self, name: &str, outcome: &Outcome<String>) {
+        match outcome {
+            Ok(detail) => println!("CHECK {name} PASS {detail}"),
+            Err(why) => println!("CHECK {name} FAIL {why}"),
+        }
+        self.results
+            .insert(name.into(), Value::Bool(outcome.is_ok()));
+    }
+
+    /// Reports every check not yet recorded as failed because an earlier step failed.
+    fn skip_rest(&mut self, why: &Failure) {
+        for name in CHECKS {
+            if !self.results.contains_key(name) {
+                self.record(name, &Err(Failure(format!("not run: {why}"))));
+            }
+        }
+    }
+
+    fn all_passed(&self) -> bool {
+        self.results.values().all(|v| v == &Value::Bool(true))
+    }
+}
+
+/// What the JSON line reports besides the checks.
+#[derive(Default)]
+struct Facts {
+    layout: Option<Layout>,
+    vram_bar_address: Option<u64>,
+}
+
+/// Runs the slice; true iff every check passed.
+pub fn run(json_line: bool, options: &Options) -> bool {
+    let seed = options.seed;
+    println!("SEED {seed:#x}");
+    let mut checks = Checks {
+        results: Map::new(),
+    };
+    let mut facts = Facts::default();
+    if let Err(why) = steps(&mut checks, &mut facts, options) {
+        checks.skip_rest(&why);
+    }
+    if json_line {
+        println!("WDDM-GUEST-JSON {}", json_report(&facts, &checks));
+    }
+    checks.all_passed()
+}
+
+fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome {
+    let seed = options.seed;
+    let arena = setup::arena();
+    let device = arena
+        .clone()
+        .and_then(|arena| setup::device(arena, options));
+    checks.record(
+        "device_init",
+        &device
+            .as_ref()
+            .map(|d| {
+                format!(
+                    "{} up, num_capsets {}",
+                    d.virtio.function().bdf(),
+                    d.num_capsets
+                )
+            })
+            .map_err(Clone::clone),
+    );
+    let (arena, mut device) = (arena?, device?);
+
+    let layout = setup::layout(&mut device);
+    if let Ok(layout) = &layout {
+        print!("{}", report::layout_text(layout));
+        facts.layout = Some(layout.clone());
+    }
+    checks.record(
+        "capset_valid",
+        &layout
+            .as_ref()
+            .map(|l| {
+                format!(
+                    "{} segments, wddm_version {:#06x}",
+                    l.segments.len(),
+                    l.header.wddm_version
+                )
+            })
+            .map_err(Clone::clone),
+    );
+    let layout = layout?;
+
+    let vram = setup::vram(&device, &layout);
+    if let Ok(vram) = &vram {
+        facts.vram_bar_address = Some(vram.bar_address);
+        println!(
+            "VRAM BAR (sysfs): function {} BAR{} at {:#x}",
+            layout.header.vram_bar.pci_function, layout.header.vram_bar.bar_index, vram.bar_address
+        );
+    }
+    let vram = match vram {
+        Ok(vram) => vram,
+        Err(why) => {
+            checks.record("cpu_translated_matches_bar", &Err(why.clone()));
+            return Err(why);
+        }
+    };
+    checks.record(
+        "cpu_translated_matches_bar",
+        &setup::cpu_translated_matches_bar(&layout, &vram),
+    );
+
+    let mut engine = Engine::new(arena, device, layout, vram, seed)?;
+    let tag = seed ^ 0x0073_6c69_6365;
+    let pattern = engine
+        .vram_write_and_verify(OFFSET_A, LENGTH, tag)
+        .map(|()| format!("{LENGTH} bytes at VRAM {OFFSET_A:#x} read back through the BAR"));
+    checks.record("vram_pattern_via_bar", &pattern);
+
+    let list = FrameList::shuffled(engine.pool.pieces(), BYTE_OFFSET, LENGTH, &mut engine.rng)?;
+    let scatter = format!(
+        "{} frames (seed {seed:#x}, {} physically consecutive neighbours), byte_offset {BYTE_OFFSET:#x}",
+        list.frame_count(),
+        list.consecutive_pairs()
+    );
+    let to_pages = engine
+        .vram_to_pages(OFFSET_A, &list, tag)
+        .map(|done| format!("VRAM {OFFSET_A:#x} -> {scatter}: {done}"));
+    checks.record("transfer_vram_to_pages", &to_pages);
+    let to_vram = engine.pages_to_vram(&list, OFFSET_B, tag).map(|done| {
+        format!("pages -> VRAM {OFFSET_B:#x}, checked through the BAR with guards: {done}")
+    });
+    checks.record("transfer_pages_to_vram", &to_vram);
+    let roundtrip = match (&to_pages, &to_vram) {
+        (Ok(_), Ok(_)) => Ok(format!(
+            "{LENGTH} bytes VRAM -> scattered pages -> VRAM, every byte checked"
+        )),
+        (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+    };
+    checks.record("transfer_roundtrip", &roundtrip);
+
+    let stable = engine
+        .arena
+        .recheck()
+        .map(|()| {
+            format!(
+                "{} hugepages at unchanged physical addresses",
+                engine.arena.hugepages()
+            )
+        })
+        .map_err(Failure::from);
+    checks.record("dma_addresses_stable", &stable);
+    Ok(())
+}
+
+fn json_report(facts: &Facts, checks: &Checks) -> Value {
+    let layout = facts.layout.as_ref();
+    json!({
+        "segments": layout.map_or(json!([]), report::segments_json),
+        "vram_bar_address": facts.vram_bar_address,
+        "vram_bar": layout.map(|l| report::vram_bar_json(&l.header.vram_bar)),
+        "paging_buffer_segment_id": layout.map(|l| l.header.paging_buffer_segment_id),
+        "paging_buffer_size": layout.map(|l| l.header.paging_buffer_size),
+        "paging_buffer_private_data_size": layout.map(|l| l.header.paging_buffer_private_data_size),
+        "wddm_version": layout.map(|l| l.header.wddm_version),
+        "checks": checks.results,
+    })
+}

@@ -1,0 +1,248 @@
+//! A split virtqueue (virtio 1.x, 2.7) in pinned DMA memory, used synchronously: one descriptor
+//! chain in flight at a time, completion found by polling the used ring. Interrupts are
+//! suppressed (`VRING_AVAIL_F_NO_INTERRUPT`) since nothing in the guest would handle them.
+
+use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::dma::{DmaArena, DmaBuf, DmaError};
+use crate::mmio::MmioWindow;
+
+const DESC_SIZE: usize = 16;
+const VIRTQ_DESC_F_NEXT: u16 = 1;
+const VIRTQ_DESC_F_WRITE: u16 = 2;
+/// Avail ring flag: do not interrupt when buffers are used.
+pub const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// A request on the queue failed.
+#[derive(Debug, Error)]
+pub enum QueueError {
+    /// The ring memory could not be allocated.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+    /// The device did not complete the chain in time.
+    #[error("queue {queue}: no completion within {timeout:?}")]
+    Timeout { queue: u16, timeout: Duration },
+    /// An earlier request timed out; the device may still own its descriptors.
+    #[error("queue {0} unusable after an earlier timeout")]
+    Broken(u16),
+    /// The device completed something other than the chain in flight.
+    #[error("queue {queue}: device returned {what}")]
+    BadUsed { queue: u16, what: String },
+    /// The chain does not fit the queue.
+    #[error("chain of {0} descriptors does not fit the queue")]
+    ChainTooLong(usize),
+}
+
+/// Offsets of the three parts of a split virtqueue of `size` entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Descriptor table (16-byte aligned).
+    pub desc: usize,
+    /// Available (driver) ring (2-byte aligned).
+    pub avail: usize,
+    /// Used (device) ring (4-byte aligned; page aligned here).
+    pub used: usize,
+    /// Total bytes.
+    pub total: usize,
+}
+
+impl RingLayout {
+    /// The layout for `size` entries: descriptors, then the avail ring, then the used ring on
+    /// the next 4 KiB boundary.
+    pub fn new(size: u16) -> Self {
+        let n = usize::from(size);
+        let avail = DESC_SIZE * n;
+        let avail_len = 6 + 2 * n;
+        let used = (avail + avail_len).div_ceil(4096) * 4096;
+        let used_len = 6 + 8 * n;
+        Self {
+            desc: 0,
+            avail,
+            used,
+            total: used + used_len,
+        }
+    }
+}
+
+/// One buffer of a chain: guest-physical address, length, device-writable or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Guest-physical address.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u32,
+    /// The device writes it (response) rather than reads it (request).
+    pub device_writes: bool,
+}
+
+/// A polled split virtqueue.
+pub struct SplitQueue {
+    index: u16,
+    size: u16,
+    layout: RingLayout,
+    mem: DmaBuf,
+    notify: MmioWindow,
+    next_avail: u16,
+    broken: bool,
+}
+
+impl SplitQueue {
+    /// Allocates the rings for queue `index` with `size` entries; `notify` is the 2-byte window
+    /// the driver writes the queue index to.
+    pub fn new(
+        arena: &'static DmaArena,
+        index: u16,
+        size: u16,
+        notify: MmioWindow,
+    ) -> Result<Self, QueueError> {
+        let layout = RingLayout::new(size);
+        let mem = arena.alloc(layout.total)?;
+        let queue = Self {
+            index,
+            size,
+            layout,
+            mem,
+            notify,
+            next_avail: 0,
+            broken: false,
+        };
+        queue
+            .ring_u16(layout.avail)
+            .store(VRING_AVAIL_F_NO_INTERRUPT, Ordering::Release);
+        Ok(queue)
+    }
+
+    /// Entries.
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Guest-physical addresses of descriptor table, avail ring and used ring.
+    pub fn addresses(&self) -> (u64, u64, u64) {
+        let base = self.mem.phys();
+        (
+            base + self.layout.desc as u64,
+            base + self.layout.avail as u64,
+            base + self.layout.used as u64,
+        )
+    }
+
+    /// Posts `chain`, notifies the device and polls until it is used; returns the number of
+    /// bytes the device says it wrote.
+    pub fn run(&mut self, chain: &[Segment], timeout: Duration) -> Result<u32, QueueError> {
+        if self.broken {
+            return Err(QueueError::Broken(self.index));
+        }
+        if chain.is_empty() || chain.len() > usize::from(self.size) {
+            return Err(QueueError::ChainTooLong(chain.len()));
+        }
+        // Only one chain is ever in flight, so it always starts at descriptor 0.
+        for (i, seg) in chain.iter().enumerate() {
+            let mut flags = if seg.device_writes {
+                VIRTQ_DESC_F_WRITE
+            } else {
+                0
+            };
+            let next = if i + 1 < chain.len() {
+                flags |= VIRTQ_DESC_F_NEXT;
+                (i + 1) as u16
+            } else {
+                0
+            };
+            let mut desc = [0u8; DESC_SIZE];
+            desc[0..8].copy_from_slice(&seg.addr.to_le_bytes());
+            desc[8..12].copy_from_slice(&seg.len.to_le_bytes());
+            desc[12..14].copy_from_slice(&flags.to_le_bytes());
+            desc[14..16].copy_from_slice(&next.to_le_bytes());
+            self.mem.write(self.layout.desc + i * DESC_SIZE, &desc);
+        }
+        let slot = usize::from(self.next_avail % self.size);
+        self.ring_u16(self.layout.avail + 4 + 2 * slot)
+            .store(0, Ordering::Relaxed);
+        // Descriptors and ring entry must be visible before the index that publishes them.
+        fence(Ordering::SeqCst);
+        let expected = self.next_avail.wrapping_add(1);
+        self.ring_u16(self.layout.avail + 2)
+            .store(expected, Ordering::Release);
+        self.next_avail = expected;
+        // The index must be visible before the device is told to look.
+        fence(Ordering::SeqCst);
+        self.notify.write16(0, self.index);
+        self.wait_used(expected, timeout)
+    }
+
+    fn wait_used(&mut self, expected: u16, timeout: Duration) -> Result<u32, QueueError> {
+        let used_idx = self.ring_u16(self.layout.used + 2);
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let idx = used_idx.load(Ordering::Acquire);
+            if idx == expected {
+                break;
+            }
+            if idx != expected.wrapping_sub(1) {
+                self.broken = true;
+                return Err(self.bad_used(format!("used index {idx}, expected {expected}")));
+            }
+            if start.elapsed() > timeout {
+                self.broken = true;
+                return Err(QueueError::Timeout {
+                    queue: self.index,
+                    timeout,
+                });
+            }
+            // Spin briefly for fast devices, then yield the (possibly emulated) CPU.
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        fence(Ordering::Acquire);
+        let slot = usize::from(expected.wrapping_sub(1) % self.size);
+        let mut elem = [0u8; 8];
+        self.mem.read(self.layout.used + 4 + 8 * slot, &mut elem);
+        let id = u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]);
+        let len = u32::from_le_bytes([elem[4], elem[5], elem[6], elem[7]]);
+        if id != 0 {
+            self.broken = true;
+            return Err(self.bad_used(format!("used id {id}, expected head 0")));
+        }
+        Ok(len)
+    }
+
+    fn bad_used(&self, what: String) -> QueueError {
+        QueueError::BadUsed {
+            queue: self.index,
+            what,
+        }
+    }
+
+    fn ring_u16(&self, offset: usize) -> &AtomicU16 {
+        let ptr = self.mem.ptr(offset);
+        assert!(ptr as usize % 2 == 0 && offset + 2 <= self.mem.len());
+        // SAFETY: in bounds and 2-byte aligned (checked); the ring memory is never freed, and the
+        // device's concurrent accesses are exactly what atomics are for.
+        unsafe { &*ptr.cast::<AtomicU16>() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_layout_is_aligned() {
+        let l = RingLayout::new(64);
+        assert_eq!((l.desc, l.avail, l.used), (0, 1024, 4096));
+        assert_eq!(l.total, 4096 + 6 + 8 * 64);
+        let big = RingLayout::new(1024);
+        assert_eq!(big.avail, 16384);
+        assert_eq!(big.used % 4096, 0);
+        assert!(big.used >= big.avail + 6 + 2 * 1024);
+    }
+}
