@@ -128,6 +128,7 @@ impl From<ResolveError> for Fault {
     fn from(error: ResolveError) -> Self {
         match error {
             ResolveError::NoSuchSegment(id) => Fault::BadSegment(id),
+            ResolveError::Overflow { length, .. } => Fault::LengthOverflow(length),
             ResolveError::OutOfRange {
                 segment,
                 address,

@@ -382,6 +382,11 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
         SubmitStatus::LengthOverflow,
     );
     assert_fault(
+        "segment_address_overflow",
+        |_| transfer(u64::MAX - 8, segment(1, 0x10), target),
+        SubmitStatus::LengthOverflow,
+    );
+    assert_fault(
         "reserved_field",
         |_| {
             let mut source = segment(1, 0);

@@ -78,6 +78,16 @@ pub enum ResolveError {
     /// No segment has this id.
     #[error("segment {0} does not exist")]
     NoSuchSegment(u32),
+    /// `address + length` does not fit in 64 bits.
+    #[error("range {address:#x}+{length:#x} in segment {segment} overflows")]
+    Overflow {
+        /// Segment id.
+        segment: u32,
+        /// GPU address asked for.
+        address: u64,
+        /// Length asked for.
+        length: u64,
+    },
     /// The range is outside the segment.
     #[error("range {address:#x}+{length:#x} is outside segment {segment}")]
     OutOfRange {
@@ -137,16 +147,22 @@ impl SegmentLayout {
             address,
             length,
         };
+        let overflow = ResolveError::Overflow {
+            segment: id,
+            address,
+            length,
+        };
+        address.checked_add(length).ok_or(overflow)?;
         let offset = address
             .checked_sub(segment.base_address)
             .ok_or(out_of_range)?;
-        let end = offset.checked_add(length).ok_or(out_of_range)?;
+        let end = offset.checked_add(length).ok_or(overflow)?;
         if end > segment.size {
             return Err(out_of_range);
         }
         Ok(match segment.kind {
             SegmentKind::Memory { bar_offset } => Resolved::Vram {
-                offset: bar_offset.checked_add(offset).ok_or(out_of_range)?,
+                offset: bar_offset.checked_add(offset).ok_or(overflow)?,
             },
             SegmentKind::Aperture => Resolved::Aperture { offset },
         })
@@ -180,12 +196,7 @@ mod tests {
     #[test]
     fn refuses_ranges_below_base_past_end_or_overflowing() {
         let layout = layout_with_base(0x8000_0000);
-        for (address, length) in [
-            (0x7fff_ffff, 1),
-            (0x8000_0000 + (1 << 24) - 1, 2),
-            (0x8000_0000, u64::MAX),
-            (u64::MAX, 1),
-        ] {
+        for (address, length) in [(0x7fff_ffff, 1), (0x8000_0000 + (1 << 24) - 1, 2)] {
             assert!(
                 matches!(
                     layout.resolve(1, address, length),
@@ -193,6 +204,12 @@ mod tests {
                 ),
                 "{address:#x}+{length:#x}"
             );
+        }
+        for (address, length) in [(0x8000_0000, u64::MAX), (u64::MAX, 1)] {
+            assert!(matches!(
+                layout.resolve(1, address, length),
+                Err(ResolveError::Overflow { .. })
+            ));
         }
         assert_eq!(layout.resolve(0, 0, 1), Err(ResolveError::NoSuchSegment(0)));
         assert_eq!(layout.resolve(3, 0, 1), Err(ResolveError::NoSuchSegment(3)));

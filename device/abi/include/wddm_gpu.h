@@ -215,7 +215,8 @@ enum WddmGpuSubmitStatus
    */
   WDDM_GPU_SUBMIT_STATUS_FRAME_IN_VRAM = 9,
   /**
-   * An address or length computation overflowed.
+   * `address + length` (segment endpoints) or `byte_offset + length` (frame lists) does not
+   * fit in 64 bits. Checked before range rules, so such a packet never reports SegmentRange.
    */
   WDDM_GPU_SUBMIT_STATUS_LENGTH_OVERFLOW = 10,
   /**

@@ -89,7 +89,8 @@ pub enum SubmitStatus {
     FrameNotInRam = 8,
     /// A listed frame lies in the VRAM BAR: frame lists describe system memory only.
     FrameInVram = 9,
-    /// An address or length computation overflowed.
+    /// `address + length` (segment endpoints) or `byte_offset + length` (frame lists) does not
+    /// fit in 64 bits. Checked before range rules, so such a packet never reports SegmentRange.
     LengthOverflow = 10,
     /// A reserved field in a packet is not zero.
     ReservedField = 11,
