@@ -53,11 +53,17 @@ pub fn build_capset(layout: &SegmentLayout, bar: &WddmGpuVramBar) -> Vec<u8> {
     let mut bank_index = 0usize;
     for segment in &layout.segments {
         let (bar_offset, cpu_translated_address) = match segment.kind {
-            SegmentKind::Memory { bar_offset } => (
+            SegmentKind::Memory {
+                bar_offset: Some(bar_offset),
+                ..
+            } => (
                 bar_offset,
                 bar_address.map_or(0, |base| base.wrapping_add(bar_offset)),
             ),
-            SegmentKind::Aperture => (WDDM_GPU_NO_BAR_OFFSET, 0),
+            SegmentKind::Memory {
+                bar_offset: None, ..
+            }
+            | SegmentKind::Aperture => (WDDM_GPU_NO_BAR_OFFSET, 0),
         };
         let desc = WddmGpuSegmentDesc {
             id: segment.id,

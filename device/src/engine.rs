@@ -322,7 +322,7 @@ impl Engine {
                     let end = offset
                         .checked_add(length)
                         .ok_or(Fault::LengthOverflow(length))?;
-                    if end > mem.vram.size() {
+                    if end > mem.vram.total_size() {
                         return Err(Fault::SegmentRange {
                             segment: endpoint.segment_id,
                             address: endpoint.address,

@@ -12,10 +12,14 @@ pub const DEFAULT_PAGING_BUFFER_SIZE: u32 = 64 << 10;
 /// What backs a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentKind {
-    /// Memory segment stored in the VRAM file at `bar_offset` (CPU-visible through the BAR).
+    /// Memory segment stored in VRAM at `vram_offset` (see [`crate::vram::Vram`] for the VRAM
+    /// address space: the BAR file first, device-only memory after it).
     Memory {
-        /// Offset inside the VRAM BAR.
-        bar_offset: u64,
+        /// Offset in the VRAM address space.
+        vram_offset: u64,
+        /// Offset inside the BAR for `CpuVisible` segments (equal to `vram_offset`); `None` for
+        /// VRAM the guest CPU cannot reach.
+        bar_offset: Option<u64>,
     },
     /// Aperture segment: no storage, pages are mapped into it (GART).
     Aperture,
@@ -109,7 +113,10 @@ impl SegmentLayout {
                 Segment {
                     id: 1,
                     flags: SegmentFlags::CPU_VISIBLE,
-                    kind: SegmentKind::Memory { bar_offset: 0 },
+                    kind: SegmentKind::Memory {
+                        vram_offset: 0,
+                        bar_offset: Some(0),
+                    },
                     base_address: 0,
                     size: vram_size,
                     commit_limit: vram_size,
@@ -161,8 +168,8 @@ impl SegmentLayout {
             return Err(out_of_range);
         }
         Ok(match segment.kind {
-            SegmentKind::Memory { bar_offset } => Resolved::Vram {
-                offset: bar_offset.checked_add(offset).ok_or(overflow)?,
+            SegmentKind::Memory { vram_offset, .. } => Resolved::Vram {
+                offset: vram_offset.checked_add(offset).ok_or(overflow)?,
             },
             SegmentKind::Aperture => Resolved::Aperture { offset },
         })
@@ -176,7 +183,10 @@ mod tests {
     fn layout_with_base(base: u64) -> SegmentLayout {
         let mut layout = SegmentLayout::default_for_vram(1 << 24);
         layout.segments[0].base_address = base;
-        layout.segments[0].kind = SegmentKind::Memory { bar_offset: 0x1000 };
+        layout.segments[0].kind = SegmentKind::Memory {
+            vram_offset: 0x1000,
+            bar_offset: Some(0x1000),
+        };
         layout
     }
 

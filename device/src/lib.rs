@@ -6,17 +6,22 @@
 //! - [`gpu`]: the device model answering control requests.
 //! - [`engine`]: the paging engine executing DMA buffers of paging packets.
 //! - [`layout`]: segments and how GPU addresses resolve.
+//! - [`layout_file`]: the `--layout` TOML file.
+//! - [`layout_rules`]: the WDDM rules a layout must obey.
 //! - [`caps`]: the segment-layout capability-set blob.
 //! - [`vram`]: the shared VRAM file and the BAR locator.
 //! - [`guest_ram`]: guest system memory with the VRAM window excluded.
 //! - [`size`]: size parsing for command lines and layout files.
 
 pub mod caps;
+pub mod codec;
 pub mod control;
 pub mod device;
 pub mod engine;
 pub mod gpu;
 pub mod guest_ram;
 pub mod layout;
+pub mod layout_file;
+pub mod layout_rules;
 pub mod size;
 pub mod vram;

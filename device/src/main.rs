@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<(), StartError> {
     debug_assert_eq!(DEFAULT_VRAM_SIZE, parse_size("256MiB").unwrap_or(0));
-    let vram = Vram::create(&cli.vram_path, cli.vram_size, BarMode::Ivshmem)?;
+    let vram = Vram::create(&cli.vram_path, cli.vram_size, 0, BarMode::Ivshmem)?;
     info!(
         "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot)",
         vram.size(),

@@ -45,6 +45,9 @@ pub enum VramError {
         #[source]
         source: std::io::Error,
     },
+    /// Device-only VRAM could not be reserved.
+    #[error("cannot reserve {0:#x} bytes of device-only VRAM")]
+    Local(u64),
     /// The file could not be mapped.
     #[error("cannot map the VRAM file {path}: {source}")]
     Map {
@@ -98,20 +101,32 @@ pub enum BarChange {
     Unmapped,
 }
 
-/// The VRAM file and the backend's own mapping of it.
+/// The VRAM: the BAR file and the backend's mapping of it, plus device-only memory for
+/// segments the guest CPU cannot reach.
+///
+/// VRAM address space: `[0, size)` is the BAR file, `[size, size + local_size)` the device-only
+/// memory (anonymous, reserved lazily, so untouched VRAM costs no host memory).
 pub struct Vram {
     path: PathBuf,
     size: u64,
     identity: (u64, u64),
     mapping: MmapRegion<()>,
+    local: Option<MmapRegion<()>>,
+    local_size: u64,
     locator: BarLocator,
     /// Guest-physical range of the memory-table region backed by this file, if any.
     guest_window: Option<Range<u64>>,
 }
 
 impl Vram {
-    /// Creates (or reuses and resizes) the VRAM file at `path` and maps it.
-    pub fn create(path: &Path, size: u64, mode: BarMode) -> Result<Self, VramError> {
+    /// Creates (or reuses and resizes) the VRAM file at `path` and maps it, and reserves
+    /// `local_size` bytes of device-only VRAM.
+    pub fn create(
+        path: &Path,
+        size: u64,
+        local_size: u64,
+        mode: BarMode,
+    ) -> Result<Self, VramError> {
         if !size.is_power_of_two() || size < (1 << 20) {
             return Err(VramError::BadSize(size));
         }
@@ -141,11 +156,22 @@ impl Vram {
                     source,
                 }
             })?;
+        let local = match local_size {
+            0 => None,
+            _ => Some(
+                usize::try_from(local_size)
+                    .ok()
+                    .and_then(|len| MmapRegion::new(len).ok())
+                    .ok_or(VramError::Local(local_size))?,
+            ),
+        };
         Ok(Self {
             path: path.to_owned(),
             size,
             identity,
             mapping,
+            local,
+            local_size,
             locator: BarLocator {
                 mode,
                 address: None,
@@ -160,9 +186,14 @@ impl Vram {
         &self.path
     }
 
-    /// VRAM size in bytes (= BAR size).
+    /// BAR size in bytes (the VRAM file).
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Bytes of the whole VRAM address space (BAR plus device-only memory).
+    pub fn total_size(&self) -> u64 {
+        self.size + self.local_size
     }
 
     /// Current BAR locator.
@@ -234,10 +265,17 @@ impl Vram {
             .unwrap_or(false)
     }
 
-    /// A slice of VRAM; `None` when the range is outside it.
+    /// A slice of the VRAM address space; `None` when the range is outside it or straddles
+    /// the BAR and device-only memory (no segment does).
     pub fn slice(&self, offset: u64, len: usize) -> Option<VolatileSlice<'_, ()>> {
-        let offset = usize::try_from(offset).ok()?;
-        self.mapping.get_slice(offset, len).ok()
+        if offset < self.size {
+            self.mapping
+                .get_slice(usize::try_from(offset).ok()?, len)
+                .ok()
+        } else {
+            let local_offset = usize::try_from(offset - self.size).ok()?;
+            self.local.as_ref()?.get_slice(local_offset, len).ok()
+        }
     }
 }
 
@@ -259,7 +297,7 @@ mod tests {
     fn refuses_sizes_that_are_not_powers_of_two() {
         let path = temp_path("npot");
         assert!(matches!(
-            Vram::create(&path, 3 << 20, BarMode::Ivshmem),
+            Vram::create(&path, 3 << 20, 0, BarMode::Ivshmem),
             Err(VramError::BadSize(_))
         ));
     }
@@ -267,7 +305,7 @@ mod tests {
     #[test]
     fn learns_bar_address_from_a_region_backed_by_the_same_file() {
         let path = temp_path("learn");
-        let mut vram = Vram::create(&path, 1 << 20, BarMode::Ivshmem).unwrap();
+        let mut vram = Vram::create(&path, 1 << 20, 0, BarMode::Ivshmem).unwrap();
         let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), 1 << 20, None).unwrap();
         let bar_file = OpenOptions::new()
             .read(true)

@@ -6,6 +6,7 @@
 //! - [`packet`]: the paging packets a DMA buffer holds.
 //! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
 //! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
+//! - [`preference`]: `D3DDDI_SEGMENTPREFERENCE` and `DXGK_SEGMENTBANKPREFERENCE` placement hints.
 //!
 //! Every structure is `#[repr(C)]`, has no implicit padding and is little-endian on the wire.
 //! The device targets little-endian hosts and guests only (x86-64, aarch64).
@@ -16,6 +17,7 @@ compile_error!("the wddm-gpu wire format is little-endian; big-endian targets ar
 pub mod caps;
 pub mod ctrl;
 pub mod packet;
+pub mod preference;
 pub mod segment_flags;
 pub mod submit;
 

@@ -1,0 +1,469 @@
+//! One test case per rule: a valid layout with exactly that rule broken must report exactly
+//! that violation (Agp alone also breaks "no AGP aperture", which is inherent).
+
+use wddm_gpu_abi::caps::{WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0};
+
+use super::*;
+use crate::layout_file::parse_layout;
+
+const BAR: u64 = 256 << 20;
+const MIB: u64 = 1 << 20;
+
+fn names(flags: &[&str]) -> u32 {
+    flags
+        .iter()
+        .map(|n| {
+            F::from_member_name(n)
+                .unwrap_or_else(|| panic!("{n}"))
+                .bits()
+        })
+        .fold(0, |a, b| a | b)
+}
+
+fn memory(flags: &[&str], size: u64) -> SegmentSpec {
+    SegmentSpec {
+        flags: names(flags),
+        size,
+        ..Default::default()
+    }
+}
+
+/// VRAM in the BAR, an aperture, and device-only VRAM: breaks no rule.
+fn base() -> LayoutSpec {
+    LayoutSpec {
+        wddm_version: WDDM_GPU_WDDM_1_3,
+        paging_buffer_segment_id: 2,
+        paging_buffer_size: 64 << 10,
+        paging_buffer_private_data_size: 0,
+        segments: vec![
+            memory(&["CpuVisible", "DirectFlip"], 128 * MIB),
+            memory(&["Aperture", "CacheCoherent"], 512 * MIB),
+            memory(&[], 64 * MIB),
+        ],
+    }
+}
+
+fn base_wddm2() -> LayoutSpec {
+    LayoutSpec {
+        wddm_version: WDDM_GPU_WDDM_2_0,
+        ..base()
+    }
+}
+
+fn check(name: &str, spec: LayoutSpec, expected: &[(Option<u32>, Rule)]) {
+    let got = validate(&spec, BAR).err().unwrap_or_default();
+    let got: Vec<(Option<u32>, Rule)> = got.into_iter().map(|v| (v.segment, v.rule)).collect();
+    assert_eq!(got, expected, "{name}");
+}
+
+fn with_segment(index: usize, edit: impl FnOnce(&mut SegmentSpec)) -> LayoutSpec {
+    let mut spec = base();
+    edit(&mut spec.segments[index]);
+    spec
+}
+
+#[test]
+fn the_base_layouts_are_valid_and_placed() {
+    let layout = validate(&base(), BAR).unwrap();
+    assert_eq!(
+        layout.segments[0].kind,
+        SegmentKind::Memory {
+            vram_offset: 0,
+            bar_offset: Some(0)
+        }
+    );
+    assert_eq!(layout.segments[1].kind, SegmentKind::Aperture);
+    assert_eq!(
+        layout.segments[2].kind,
+        SegmentKind::Memory {
+            vram_offset: BAR,
+            bar_offset: None
+        }
+    );
+    let mut wddm2 = base_wddm2();
+    wddm2.segments[0].flags |= names(&["Use64KBPages"]);
+    assert!(validate(&wddm2, BAR).is_ok());
+}
+
+#[test]
+fn default_layout_is_what_the_default_file_validates_to() {
+    let spec = parse_layout("[[segments]]\nflags = [\"CpuVisible\"]\nsize = \"256MiB\"\n[[segments]]\nflags = [\"Aperture\", \"CacheCoherent\"]\nsize = \"512MiB\"").unwrap();
+    assert_eq!(
+        validate(&spec, BAR).unwrap(),
+        SegmentLayout::default_for_vram(BAR)
+    );
+}
+
+#[test]
+fn cpu_visible_segments_pack_in_file_order_at_64k() {
+    let mut spec = base();
+    spec.segments[0].size = 4 << 10;
+    spec.segments.push(memory(&["CpuVisible"], 8 << 10));
+    let layout = validate(&spec, BAR).unwrap();
+    assert_eq!(
+        layout.segments[3].kind,
+        SegmentKind::Memory {
+            vram_offset: 64 << 10,
+            bar_offset: Some(64 << 10)
+        }
+    );
+}
+
+#[test]
+fn banks_get_their_last_end_appended() {
+    let spec = with_segment(0, |s| {
+        s.flags |= names(&["UseBanking"]);
+        s.banks = Some(vec![32 * MIB, 64 * MIB]);
+    });
+    assert_eq!(
+        validate(&spec, BAR).unwrap().segments[0].banks,
+        vec![32 * MIB, 64 * MIB, 128 * MIB]
+    );
+    let spec = with_segment(0, |s| {
+        s.flags |= names(&["UseBanking"]);
+        s.banks = Some(vec![32 * MIB, 128 * MIB]);
+    });
+    assert_eq!(
+        validate(&spec, BAR).unwrap().segments[0].banks,
+        vec![32 * MIB, 128 * MIB]
+    );
+}
+
+#[test]
+fn each_rule_is_reported_alone() {
+    let seg = |id, rule| (Some(id), rule);
+    let whole = |rule| (None, rule);
+    check(
+        "no segments",
+        LayoutSpec {
+            segments: vec![],
+            paging_buffer_segment_id: 0,
+            ..base()
+        },
+        &[whole(Rule::NoSegments)],
+    );
+    let mut many = base();
+    many.segments = (0..32).map(|_| memory(&[], 4096)).collect();
+    many.paging_buffer_segment_id = 0;
+    check(
+        "32 segments",
+        many,
+        &[whole(Rule::TooManySegments { count: 32, max: 31 })],
+    );
+    let mut many2 = base_wddm2();
+    many2.segments.extend((0..28).map(|_| memory(&[], 4096)));
+    check(
+        "31 segments on 2.0",
+        many2,
+        &[whole(Rule::TooManySegments { count: 31, max: 30 })],
+    );
+    check(
+        "reserved bits",
+        with_segment(2, |s| s.flags |= 0x0040_0000),
+        &[seg(3, Rule::ReservedBits(0x0040_0000))],
+    );
+    check(
+        "2.0 flag on 1.3",
+        with_segment(2, |s| s.flags |= names(&["LocalBudgetGroup"])),
+        &[seg(3, Rule::NeedsWddm2("LocalBudgetGroup".into()))],
+    );
+    let mut sysmem = base_wddm2();
+    sysmem.segments[2].flags |= names(&["ReservedSysMem"]);
+    check("ReservedSysMem", sysmem, &[seg(3, Rule::ReservedSysMem)]);
+    check(
+        "Agp alone",
+        with_segment(2, |s| s.flags = names(&["Agp"])),
+        &[seg(3, Rule::AgpUnavailable)],
+    );
+    check(
+        "Agp with others",
+        with_segment(2, |s| s.flags = names(&["Agp", "PitchAlignment"])),
+        &[seg(3, Rule::AgpUnavailable), seg(3, Rule::AgpNotAlone)],
+    );
+    check(
+        "CacheCoherent on memory",
+        with_segment(2, |s| s.flags |= names(&["CacheCoherent"])),
+        &[seg(3, Rule::CacheCoherentWithoutAperture)],
+    );
+    check(
+        "PopulatedFromSystemMemory on aperture",
+        with_segment(1, |s| s.flags |= names(&["PopulatedFromSystemMemory"])),
+        &[seg(2, Rule::PopulatedFromSystemMemoryOnAperture)],
+    );
+    for (bits, valid) in [
+        ([false, false, false], true),
+        ([true, false, false], true),
+        ([true, false, true], true),
+        ([true, true, false], true),
+        ([true, true, true], false),
+        ([false, true, true], false),
+        ([false, true, false], false),
+        ([false, false, true], false),
+    ] {
+        let [standby, hibernate, partial] = bits;
+        let spec = with_segment(2, |s| {
+            for (on, name) in [
+                (standby, "PreservedDuringStandby"),
+                (hibernate, "PreservedDuringHibernate"),
+                (partial, "PartiallyPreservedDuringHibernate"),
+            ] {
+                if on {
+                    s.flags |= names(&[name]);
+                }
+            }
+            s.system_memory_end_address = 4096;
+        });
+        let expected = if valid {
+            vec![]
+        } else {
+            vec![seg(
+                3,
+                Rule::PowerFlags {
+                    standby,
+                    hibernate,
+                    partial,
+                },
+            )]
+        };
+        check(&format!("power {bits:?}"), spec, &expected);
+    }
+    let mut host = base_wddm2();
+    host.segments[0].flags |= names(&["SupportsCpuHostAperture"]);
+    check(
+        "host aperture + CpuVisible",
+        host,
+        &[seg(1, Rule::CpuHostApertureWithCpuVisible)],
+    );
+    let mut cached = base_wddm2();
+    cached.segments[2].flags |= names(&["SupportsCachedCpuHostAperture"]);
+    check(
+        "cached host aperture alone",
+        cached,
+        &[seg(3, Rule::CachedHostApertureWithoutHostAperture)],
+    );
+    check(
+        "Aperture + CpuVisible",
+        with_segment(1, |s| s.flags |= names(&["CpuVisible"])),
+        &[seg(2, Rule::ApertureCpuVisible)],
+    );
+    check(
+        "size 0",
+        with_segment(2, |s| s.size = 0),
+        &[seg(3, Rule::SizeZero)],
+    );
+    check(
+        "size not 4K",
+        with_segment(2, |s| s.size = 4097),
+        &[seg(3, Rule::SizeNotMultiple { unit: 4096 })],
+    );
+    let mut big_pages = base_wddm2();
+    big_pages.segments[2].flags |= names(&["Use64KBPages"]);
+    big_pages.segments[2].size = 68 << 10;
+    check(
+        "size not 64K",
+        big_pages,
+        &[seg(3, Rule::SizeNotMultiple { unit: 64 << 10 })],
+    );
+    check(
+        "base overflow",
+        with_segment(2, |s| s.base_address = u64::MAX - 4095),
+        &[seg(3, Rule::BaseAddressOverflow)],
+    );
+    check(
+        "memory commit",
+        with_segment(2, |s| s.commit_limit = Some(32 * MIB)),
+        &[seg(
+            3,
+            Rule::MemoryCommitLimit {
+                commit_limit: 32 * MIB,
+            },
+        )],
+    );
+    check(
+        "aperture commit below size is fine",
+        with_segment(1, |s| s.commit_limit = Some(256 * MIB)),
+        &[],
+    );
+    check(
+        "aperture commit",
+        with_segment(1, |s| s.commit_limit = Some(1024 * MIB)),
+        &[seg(
+            2,
+            Rule::ApertureCommitLimit {
+                commit_limit: 1024 * MIB,
+            },
+        )],
+    );
+    check(
+        "banks without UseBanking",
+        with_segment(2, |s| s.banks = Some(vec![32 * MIB])),
+        &[seg(3, Rule::BanksWithoutUseBanking)],
+    );
+    check(
+        "UseBanking without banks",
+        with_segment(2, |s| s.flags |= names(&["UseBanking"])),
+        &[seg(3, Rule::UseBankingWithoutBanks)],
+    );
+    let mut banks2 = base_wddm2();
+    banks2.segments[2].flags |= names(&["UseBanking"]);
+    banks2.segments[2].banks = Some(vec![32 * MIB]);
+    check("banks on 2.0", banks2, &[seg(3, Rule::BanksOnWddm2)]);
+    let banking = |banks: Vec<u64>| {
+        with_segment(2, |s| {
+            s.flags |= names(&["UseBanking"]);
+            s.banks = Some(banks);
+        })
+    };
+    check(
+        "128 banks",
+        banking((1..=128).map(|i| i * 4096).collect()),
+        &[seg(3, Rule::TooManyBanks(129))],
+    );
+    check(
+        "127 ends plus the implied last end",
+        banking((1..=127).map(|i| i * 4096).collect()),
+        &[seg(3, Rule::TooManyBanks(128))],
+    );
+    check(
+        "127 banks ending at size",
+        banking((1..=126).map(|i| i * 4096).chain([64 * MIB]).collect()),
+        &[],
+    );
+    check(
+        "banks decreasing",
+        banking(vec![32 * MIB, 16 * MIB]),
+        &[seg(3, Rule::BanksNotIncreasing { index: 1 })],
+    );
+    check(
+        "banks equal",
+        banking(vec![32 * MIB, 32 * MIB]),
+        &[seg(3, Rule::BanksNotIncreasing { index: 1 })],
+    );
+    check(
+        "bank past size",
+        banking(vec![32 * MIB, 65 * MIB]),
+        &[seg(3, Rule::BankOutsideSegment { index: 1 })],
+    );
+    check(
+        "bank at 0",
+        banking(vec![0]),
+        &[seg(3, Rule::BankOutsideSegment { index: 0 })],
+    );
+    check(
+        "bank unaligned",
+        banking(vec![32 * MIB + 512]),
+        &[seg(
+            3,
+            Rule::BankNotMultiple {
+                index: 0,
+                unit: 4096,
+            },
+        )],
+    );
+    check(
+        "partial hibernate without end",
+        with_segment(2, |s| {
+            s.flags |= names(&[
+                "PreservedDuringStandby",
+                "PartiallyPreservedDuringHibernate",
+            ])
+        }),
+        &[seg(3, Rule::PartialHibernateWithoutEndAddress)],
+    );
+    check(
+        "end address past size",
+        with_segment(2, |s| s.system_memory_end_address = 65 * MIB),
+        &[seg(3, Rule::SystemMemoryEndBeyondSize)],
+    );
+    check(
+        "bar_offset on aperture",
+        with_segment(1, |s| s.bar_offset = Some(0)),
+        &[seg(2, Rule::BarOffsetWithoutCpuVisible)],
+    );
+    check(
+        "bar_offset on hidden VRAM",
+        with_segment(2, |s| s.bar_offset = Some(0)),
+        &[seg(3, Rule::BarOffsetWithoutCpuVisible)],
+    );
+    check(
+        "bar_offset unaligned",
+        with_segment(0, |s| s.bar_offset = Some(100)),
+        &[seg(1, Rule::BarOffsetNotAligned { unit: 4096 })],
+    );
+    check(
+        "outside BAR",
+        with_segment(0, |s| s.bar_offset = Some(192 * MIB)),
+        &[seg(
+            1,
+            Rule::OutsideBar {
+                offset: 192 * MIB,
+                bar_size: BAR,
+            },
+        )],
+    );
+    let mut overlap = base();
+    overlap.segments.push(SegmentSpec {
+        bar_offset: Some(64 * MIB),
+        ..memory(&["CpuVisible"], 64 * MIB)
+    });
+    check(
+        "BAR overlap",
+        overlap,
+        &[seg(4, Rule::BarOverlap { other: 1 })],
+    );
+    check(
+        "device-only VRAM too large",
+        with_segment(2, |s| s.size = 65 << 30),
+        &[whole(Rule::DeviceOnlyVramTooLarge { total: 65 << 30 })],
+    );
+    check(
+        "paging segment is memory",
+        LayoutSpec {
+            paging_buffer_segment_id: 1,
+            ..base()
+        },
+        &[whole(Rule::PagingBufferSegment(1))],
+    );
+    check(
+        "paging segment missing",
+        LayoutSpec {
+            paging_buffer_segment_id: 9,
+            ..base()
+        },
+        &[whole(Rule::PagingBufferSegment(9))],
+    );
+    check(
+        "paging size 0",
+        LayoutSpec {
+            paging_buffer_size: 0,
+            ..base()
+        },
+        &[whole(Rule::PagingBufferSize(0))],
+    );
+    check(
+        "paging private size",
+        LayoutSpec {
+            paging_buffer_private_data_size: 1 << 32,
+            ..base()
+        },
+        &[whole(Rule::PagingBufferPrivateDataSize(1 << 32))],
+    );
+    let mut two_apertures = base_wddm2();
+    two_apertures.segments.push(memory(&["Aperture"], 4096));
+    check(
+        "2.0 with two apertures",
+        two_apertures,
+        &[whole(Rule::Wddm2ApertureCount(2))],
+    );
+}
+
+#[test]
+fn messages_name_the_segment_fields_and_rule() {
+    let spec = with_segment(1, |s| s.flags |= names(&["CpuVisible"]));
+    let lines: Vec<String> = validate(&spec, BAR)
+        .unwrap_err()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    assert_eq!(lines, ["segment 2 (flags): Aperture with CpuVisible is refused: this device's GART has no CPU window that translates through it"]);
+}

@@ -1,0 +1,772 @@
+//! A vhost-user *frontend* harness: plays QEMU's part against the real backend binary over a
+//! real Unix socket.
+//!
+//! - Guest RAM is a memfd mapped here and announced at GPA 0, so the test writes requests,
+//!   rings and data into it and reads results back.
+//! - The VRAM file the backend creates (in `/dev/shm`, one per harness) is mapped here too and
+//!   announced as a second memory-table region, the way QEMU announces the ivshmem BAR.
+//! - Queue 0 (control) is a split virtqueue in guest RAM with kick and call eventfds; requests
+//!   are posted one at a time and every wait is bounded.
+//!
+//! The backend child is killed, and its files removed, when the harness is dropped; if the test
+//! is failing, its log is printed first.
+
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::{
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
+};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use wddm_gpu_abi::caps::{
+    WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION,
+};
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
+    VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_RESP_OK_CAPSET,
+    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_RESP_SUBMIT,
+};
+use wddm_gpu_abi::packet::{WddmGpuEndpoint, WddmGpuPacketTransfer, WDDM_GPU_OP_TRANSFER};
+use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Guest RAM: 64 MiB at GPA 0.
+pub const RAM_SIZE: u64 = 64 << 20;
+/// VRAM (and BAR) size given to the backend.
+pub const VRAM_SIZE: u64 = 16 << 20;
+/// Where the harness announces the VRAM BAR by default (a typical 32-bit PCI hole address).
+pub const VRAM_GPA: u64 = 0xe000_0000;
+/// Guest page size used by frame lists.
+pub const PAGE: u64 = 4096;
+
+/// Control-queue size.
+pub const QUEUE_SIZE: u16 = 64;
+/// Guest-RAM layout of the control queue and its buffers.
+pub const DESC_TABLE: u64 = 0x0000;
+pub const AVAIL_RING: u64 = 0x1000;
+pub const USED_RING: u64 = 0x2000;
+/// Indirect descriptor tables.
+pub const INDIRECT_TABLE: u64 = 0x3000;
+/// Request buffer (64 KiB).
+pub const REQUEST: u64 = 0x1_0000;
+/// Response buffer (64 KiB).
+pub const RESPONSE: u64 = 0x2_0000;
+pub const BUFFER_SIZE: u32 = 0x1_0000;
+/// DMA buffers (64 KiB).
+pub const DMA_BUFFER: u64 = 0x10_0000;
+/// Frame lists (64 KiB).
+pub const FRAME_LISTS: u64 = 0x11_0000;
+/// Free guest RAM for data frames: from here to the end of RAM.
+pub const DATA: u64 = 0x20_0000;
+
+/// Byte written into response buffers before each request, to see what the device wrote.
+pub const RESPONSE_FILL: u8 = 0xcc;
+
+/// Split-ring descriptor flags.
+pub const VIRTQ_DESC_F_NEXT: u16 = 1;
+pub const VIRTQ_DESC_F_WRITE: u16 = 2;
+pub const VIRTQ_DESC_F_INDIRECT: u16 = 4;
+
+/// Every wait for the backend gives up after this long.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+static INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// The backend binary running as a child, with its socket, VRAM file and log.
+pub struct BackendProcess {
+    child: Option<Child>,
+    dir: PathBuf,
+    pub socket: PathBuf,
+    pub vram_path: PathBuf,
+    log: PathBuf,
+}
+
+impl BackendProcess {
+    /// Starts the backend and waits until its socket exists.
+    pub fn spawn(name: &str) -> Self {
+        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let unique = format!("{}-{instance}-{name}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("wddm-frontend-{unique}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("backend.sock");
+        let vram_path = PathBuf::from(format!("/dev/shm/wddm-frontend-test-{unique}.vram"));
+        let log = dir.join("backend.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+            .arg("--socket-path")
+            .arg(&socket)
+            .arg("--vram-path")
+            .arg(&vram_path)
+            .arg("--vram-size")
+            .arg("16MiB")
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut process = Self {
+            child: Some(child),
+            dir,
+            socket,
+            vram_path,
+            log,
+        };
+        let deadline = Instant::now() + TIMEOUT;
+        while !process.socket.exists() {
+            if let Some(status) = process.try_wait() {
+                panic!(
+                    "backend exited ({status}) before listening:\n{}",
+                    process.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "backend never created {}:\n{}",
+                process.socket.display(),
+                process.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        process
+    }
+
+    /// Connects a frontend, retrying while the listener is not accepting yet. Socket reads and
+    /// writes time out, so a backend that stops answering fails the test instead of hanging it.
+    pub fn connect(&self) -> Frontend {
+        let deadline = Instant::now() + TIMEOUT;
+        let stream = loop {
+            match UnixStream::connect(&self.socket) {
+                Ok(stream) => break stream,
+                Err(error) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "cannot connect to {}: {error}\n{}",
+                        self.socket.display(),
+                        self.log()
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        Frontend::from_stream(stream, 2)
+    }
+
+    /// The exit status if the backend has exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().unwrap()
+    }
+
+    /// Whether the backend is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_some() && self.try_wait().is_none()
+    }
+
+    /// Waits (bounded) for the backend to exit and returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "backend still running {timeout:?} after the frontend went away:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What the backend logged so far.
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = File::open(&self.log) {
+            let _ = file.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- backend log ----\n{}---- end ----", self.log());
+        }
+        let _ = std::fs::remove_file(&self.vram_path);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What the handshake learned.
+#[derive(Clone, Copy, Debug)]
+pub struct Negotiated {
+    pub features: u64,
+    pub protocol_features: VhostUserProtocolFeatures,
+    pub config: [u8; 16],
+}
+
+/// One descriptor as the driver writes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Desc {
+    pub addr: u64,
+    pub len: u32,
+    pub flags: u16,
+    pub next: u16,
+}
+
+/// A used-ring entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Used {
+    pub id: u32,
+    pub len: u32,
+}
+
+/// The answer to one control request.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub used: Used,
+    /// The first `used.len` bytes of the response buffer.
+    pub bytes: Vec<u8>,
+}
+
+impl Reply {
+    /// The response header (panics if fewer than 24 bytes were written).
+    pub fn hdr(&self) -> WddmGpuCtrlHdr {
+        WddmGpuCtrlHdr::read_from_prefix(&self.bytes)
+            .unwrap_or_else(|_| panic!("response too short for a header: {:?}", self.used))
+            .0
+    }
+
+    /// The whole response as `T`, which must be exactly what was written.
+    pub fn exact<T: FromBytes>(&self) -> T {
+        T::read_from_bytes(&self.bytes).unwrap_or_else(|_| {
+            panic!(
+                "response is {} bytes, expected {}",
+                self.bytes.len(),
+                std::mem::size_of::<T>()
+            )
+        })
+    }
+}
+
+/// The capset blob, parsed with the offsets and strides its header gives.
+#[derive(Clone, Debug)]
+pub struct Capset {
+    pub header: WddmGpuCapsHeader,
+    pub segments: Vec<WddmGpuSegmentDesc>,
+    pub blob: Vec<u8>,
+}
+
+impl Capset {
+    /// The segment with this id.
+    pub fn segment(&self, id: u32) -> WddmGpuSegmentDesc {
+        *self
+            .segments
+            .iter()
+            .find(|s| s.id == id)
+            .unwrap_or_else(|| panic!("no segment {id} in {:?}", self.segments))
+    }
+}
+
+/// A frontend connected to a running backend, with guest RAM, the VRAM mapping and the control
+/// queue.
+pub struct Harness {
+    pub frontend: Frontend,
+    /// Guest RAM (GPA 0, memfd-backed, shared with the backend).
+    pub ram: GuestMemoryMmap<()>,
+    /// The VRAM file mapped here; "guest addresses" of this mapping are VRAM offsets.
+    pub vram: GuestMemoryMmap<()>,
+    /// Where the VRAM region is announced now, if it is.
+    pub vram_gpa: Option<u64>,
+    kick: EventFd,
+    call: EventFd,
+    next_avail: u16,
+    last_used: u16,
+    pub negotiated: Option<Negotiated>,
+    /// Declared last: dropped (killed) after the frontend socket closed.
+    pub backend: BackendProcess,
+}
+
+impl Harness {
+    /// Starts a backend and connects; nothing negotiated yet.
+    pub fn spawn(name: &str) -> Self {
+        let backend = BackendProcess::spawn(name);
+        let frontend = backend.connect();
+        frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
+        let fd = unsafe { libc::memfd_create(c"wddm-guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: fd is a freshly created descriptor nobody else owns.
+        let ram_file = unsafe { File::from_raw_fd(fd) };
+        ram_file.set_len(RAM_SIZE).unwrap();
+        let ram = GuestMemoryMmap::from_ranges_with_files(&[(
+            GuestAddress(0),
+            RAM_SIZE as usize,
+            Some(FileOffset::new(ram_file, 0)),
+        )])
+        .unwrap();
+
+        let vram_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&backend.vram_path)
+            .unwrap();
+        assert_eq!(vram_file.metadata().unwrap().len(), VRAM_SIZE);
+        let vram = GuestMemoryMmap::from_ranges_with_files(&[(
+            GuestAddress(0),
+            VRAM_SIZE as usize,
+            Some(FileOffset::new(vram_file, 0)),
+        )])
+        .unwrap();
+
+        Self {
+            frontend,
+            ram,
+            vram,
+            vram_gpa: None,
+            kick: EventFd::new(EFD_NONBLOCK).unwrap(),
+            call: EventFd::new(EFD_NONBLOCK).unwrap(),
+            next_avail: 0,
+            last_used: 0,
+            negotiated: None,
+            backend,
+        }
+    }
+
+    /// Starts a backend and brings it to where a guest driver could use it: features
+    /// negotiated (all offered ones acked), guest RAM and the VRAM BAR (at [`VRAM_GPA`]) in the
+    /// memory table, control queue enabled.
+    pub fn ready(name: &str) -> Self {
+        let mut harness = Self::spawn(name);
+        harness.negotiate();
+        harness.set_mem_table(Some(VRAM_GPA));
+        harness.setup_control_queue();
+        harness
+    }
+
+    /// SET_OWNER, features, protocol features, GET_CONFIG, SET_FEATURES, in QEMU's order.
+    pub fn negotiate(&mut self) -> Negotiated {
+        self.frontend.set_owner().unwrap();
+        let features = self.frontend.get_features().unwrap();
+        let protocol_features = self.frontend.get_protocol_features().unwrap();
+        self.frontend
+            .set_protocol_features(protocol_features)
+            .unwrap();
+        let (_, payload) = self
+            .frontend
+            .get_config(0, 16, VhostUserConfigFlags::empty(), &[0u8; 16])
+            .unwrap();
+        let config: [u8; 16] = payload.as_slice().try_into().unwrap();
+        self.frontend.set_features(features).unwrap();
+        let negotiated = Negotiated {
+            features,
+            protocol_features,
+            config,
+        };
+        self.negotiated = Some(negotiated);
+        negotiated
+    }
+
+    /// The memory-table entry for guest RAM.
+    pub fn ram_region(&self) -> VhostUserMemoryRegionInfo {
+        let region = self.ram.find_region(GuestAddress(0)).unwrap();
+        let fd = vm_memory::GuestMemoryRegion::file_offset(region)
+            .unwrap()
+            .file()
+            .as_raw_fd();
+        VhostUserMemoryRegionInfo::new(
+            0,
+            RAM_SIZE,
+            self.ram.get_host_address(GuestAddress(0)).unwrap() as u64,
+            0,
+            fd,
+        )
+    }
+
+    /// The memory-table entry for the VRAM BAR at `gpa` (backed by the backend's VRAM file).
+    pub fn vram_region(&self, gpa: u64) -> VhostUserMemoryRegionInfo {
+        let region = self.vram.find_region(GuestAddress(0)).unwrap();
+        let fd = vm_memory::GuestMemoryRegion::file_offset(region)
+            .unwrap()
+            .file()
+            .as_raw_fd();
+        VhostUserMemoryRegionInfo::new(
+            gpa,
+            VRAM_SIZE,
+            self.vram.get_host_address(GuestAddress(0)).unwrap() as u64,
+            0,
+            fd,
+        )
+    }
+
+    /// SET_MEM_TABLE with guest RAM and, when `vram_gpa` is given, the VRAM BAR there.
+    pub fn set_mem_table(&mut self, vram_gpa: Option<u64>) {
+        let mut regions = vec![self.ram_region()];
+        regions.extend(vram_gpa.map(|gpa| self.vram_region(gpa)));
+        self.frontend.set_mem_table(&regions).unwrap();
+        self.vram_gpa = vram_gpa;
+    }
+
+    /// REM_MEM_REG of the VRAM BAR region.
+    pub fn remove_vram_region(&mut self) {
+        let gpa = self.vram_gpa.expect("VRAM region is not in the memory table");
+        let region = self.vram_region(gpa);
+        self.frontend.remove_mem_region(&region).unwrap();
+        self.vram_gpa = None;
+    }
+
+    /// ADD_MEM_REG of the VRAM BAR region at `gpa`.
+    pub fn add_vram_region(&mut self, gpa: u64) {
+        assert!(self.vram_gpa.is_none(), "VRAM region already announced");
+        let region = self.vram_region(gpa);
+        self.frontend.add_mem_region(&region).unwrap();
+        self.vram_gpa = Some(gpa);
+    }
+
+    fn host(&self, gpa: u64) -> u64 {
+        self.ram.get_host_address(GuestAddress(gpa)).unwrap() as u64
+    }
+
+    /// Queue 0 as a split ring in guest RAM: size, addresses (frontend virtual addresses, as
+    /// vhost-user wants), base 0, call and kick eventfds, enabled.
+    pub fn setup_control_queue(&mut self) {
+        self.ram
+            .write_slice(&[0u8; 0x3000], GuestAddress(DESC_TABLE))
+            .unwrap();
+        self.frontend.set_vring_num(0, QUEUE_SIZE).unwrap();
+        let config = VringConfigData {
+            queue_max_size: QUEUE_SIZE,
+            queue_size: QUEUE_SIZE,
+            flags: 0,
+            desc_table_addr: self.host(DESC_TABLE),
+            used_ring_addr: self.host(USED_RING),
+            avail_ring_addr: self.host(AVAIL_RING),
+            log_addr: None,
+        };
+        self.frontend.set_vring_addr(0, &config).unwrap();
+        self.frontend.set_vring_base(0, 0).unwrap();
+        self.frontend.set_vring_call(0, &self.call).unwrap();
+        self.frontend.set_vring_kick(0, &self.kick).unwrap();
+        self.frontend.set_vring_enable(0, true).unwrap();
+        self.next_avail = 0;
+        self.last_used = 0;
+    }
+
+    // ---- guest memory ----
+
+    pub fn write_ram(&self, gpa: u64, bytes: &[u8]) {
+        self.ram.write_slice(bytes, GuestAddress(gpa)).unwrap();
+    }
+
+    pub fn read_ram(&self, gpa: u64, len: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; len];
+        self.ram.read_slice(&mut bytes, GuestAddress(gpa)).unwrap();
+        bytes
+    }
+
+    pub fn write_vram(&self, offset: u64, bytes: &[u8]) {
+        self.vram.write_slice(bytes, GuestAddress(offset)).unwrap();
+    }
+
+    pub fn read_vram(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; len];
+        self.vram
+            .read_slice(&mut bytes, GuestAddress(offset))
+            .unwrap();
+        bytes
+    }
+
+    // ---- the split ring ----
+
+    /// Writes descriptors at consecutive indices of the table at `table` (GPA).
+    pub fn write_descriptors(&self, table: u64, descs: &[Desc]) {
+        for (index, desc) in descs.iter().enumerate() {
+            let mut raw = [0u8; 16];
+            raw[0..8].copy_from_slice(&desc.addr.to_le_bytes());
+            raw[8..12].copy_from_slice(&desc.len.to_le_bytes());
+            raw[12..14].copy_from_slice(&desc.flags.to_le_bytes());
+            raw[14..16].copy_from_slice(&desc.next.to_le_bytes());
+            self.write_ram(table + 16 * index as u64, &raw);
+        }
+    }
+
+    /// Makes `head` available, asks for a notification on the next used entry, and kicks.
+    pub fn publish(&mut self, head: u16) {
+        let slot = u64::from(self.next_avail % QUEUE_SIZE);
+        self.ram
+            .write_obj(head.to_le(), GuestAddress(AVAIL_RING + 4 + 2 * slot))
+            .unwrap();
+        // used_event (after the ring): interrupt once the entry after `last_used` is used.
+        self.ram
+            .write_obj(
+                self.last_used.to_le(),
+                GuestAddress(AVAIL_RING + 4 + 2 * u64::from(QUEUE_SIZE)),
+            )
+            .unwrap();
+        fence(Ordering::SeqCst);
+        self.next_avail = self.next_avail.wrapping_add(1);
+        self.ram
+            .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
+            .unwrap();
+        fence(Ordering::SeqCst);
+        // Forget stale notifications, so the one awaited is for this request.
+        let _ = self.call.read();
+        self.kick.write(1).unwrap();
+    }
+
+    fn used_idx(&self) -> u16 {
+        fence(Ordering::SeqCst);
+        u16::from_le(self.ram.read_obj(GuestAddress(USED_RING + 2)).unwrap())
+    }
+
+    /// Waits (bounded) for the next used entry and its call notification.
+    pub fn wait_used(&mut self) -> Result<Used, String> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut notified = false;
+        loop {
+            if notified && self.used_idx() != self.last_used {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(if self.used_idx() != self.last_used {
+                    "a used entry appeared but the call eventfd was never signalled".to_string()
+                } else {
+                    format!(
+                        "no used entry within {TIMEOUT:?} (used idx stays {})",
+                        self.last_used
+                    )
+                });
+            }
+            let mut pollfd = libc::pollfd {
+                fd: self.call.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let millis = left.as_millis().clamp(1, 1000) as libc::c_int;
+            // SAFETY: one valid pollfd, which outlives the call.
+            let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
+            if ready > 0 && self.call.read().is_ok() {
+                notified = true;
+            }
+        }
+        let used_idx = self.used_idx();
+        assert_eq!(
+            used_idx,
+            self.last_used.wrapping_add(1),
+            "more than one used entry for one request"
+        );
+        let slot = u64::from(self.last_used % QUEUE_SIZE);
+        let entry = USED_RING + 4 + 8 * slot;
+        let id: u32 = u32::from_le(self.ram.read_obj(GuestAddress(entry)).unwrap());
+        let len: u32 = u32::from_le(self.ram.read_obj(GuestAddress(entry + 4)).unwrap());
+        self.last_used = used_idx;
+        Ok(Used { id, len })
+    }
+
+    /// Like [`Self::wait_used`], panicking with the backend log on timeout.
+    pub fn expect_used(&mut self) -> Used {
+        match self.wait_used() {
+            Ok(used) => used,
+            Err(why) => panic!("{why}\n---- backend log ----\n{}", self.backend.log()),
+        }
+    }
+
+    /// Posts `request` in one readable descriptor and a `response_room`-byte writable one (none
+    /// when 0), and returns what the device wrote.
+    pub fn request(&mut self, request: &[u8], response_room: u32) -> Reply {
+        assert!(request.len() <= BUFFER_SIZE as usize && response_room <= BUFFER_SIZE);
+        self.write_ram(REQUEST, request);
+        self.write_ram(RESPONSE, &vec![RESPONSE_FILL; BUFFER_SIZE as usize]);
+        let mut descs = vec![Desc {
+            addr: REQUEST,
+            len: request.len() as u32,
+            flags: 0,
+            next: 0,
+        }];
+        if response_room > 0 {
+            descs[0].flags = VIRTQ_DESC_F_NEXT;
+            descs[0].next = 1;
+            descs.push(Desc {
+                addr: RESPONSE,
+                len: response_room,
+                flags: VIRTQ_DESC_F_WRITE,
+                next: 0,
+            });
+        }
+        self.write_descriptors(DESC_TABLE, &descs);
+        self.publish(0);
+        let used = self.expect_used();
+        assert_eq!(used.id, 0, "used entry for the wrong head");
+        assert!(
+            used.len <= response_room,
+            "used length {} exceeds the {response_room}-byte response buffer",
+            used.len
+        );
+        Reply {
+            used,
+            bytes: self.read_ram(RESPONSE, used.len as usize),
+        }
+    }
+
+    // ---- typed requests ----
+
+    pub fn get_capset_info(&mut self, index: u32) -> Reply {
+        let request = WddmGpuGetCapsetInfo {
+            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+            capset_index: index,
+            padding: 0,
+        };
+        self.request(request.as_bytes(), BUFFER_SIZE)
+    }
+
+    pub fn capset_info(&mut self) -> WddmGpuRespCapsetInfo {
+        self.get_capset_info(0).exact()
+    }
+
+    pub fn get_capset(&mut self, id: u32, version: u32, response_room: u32) -> Reply {
+        let request = WddmGpuGetCapset {
+            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET),
+            capset_id: id,
+            capset_version: version,
+        };
+        self.request(request.as_bytes(), response_room)
+    }
+
+    /// GET_CAPSET for the device's capset, parsed.
+    pub fn capset(&mut self) -> Capset {
+        let reply = self.get_capset(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_CAPSET);
+        let blob = reply.bytes[std::mem::size_of::<WddmGpuCtrlHdr>()..].to_vec();
+        let (header, _) = WddmGpuCapsHeader::read_from_prefix(&blob).unwrap();
+        assert_eq!(header.total_size as usize, blob.len(), "total_size");
+        let segments = (0..header.segment_count as usize)
+            .map(|index| {
+                let at = header.segments_offset as usize + index * header.segment_desc_size as usize;
+                WddmGpuSegmentDesc::read_from_prefix(&blob[at..]).unwrap().0
+            })
+            .collect();
+        Capset {
+            header,
+            segments,
+            blob,
+        }
+    }
+
+    /// Submits `cmd` and returns the completion (which must be a SUBMIT response).
+    pub fn submit(&mut self, cmd: &WddmGpuCmdSubmit) -> WddmGpuRespSubmit {
+        let reply = self.request(cmd.as_bytes(), BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_SUBMIT, "{reply:?}");
+        reply.exact()
+    }
+
+    /// Writes `packets` as a DMA buffer at [`DMA_BUFFER`] and submits all of it.
+    pub fn submit_packets(&mut self, packets: &[WddmGpuPacketTransfer], fence_id: u32) -> WddmGpuRespSubmit {
+        let bytes: Vec<u8> = packets.iter().flat_map(|p| p.as_bytes().to_vec()).collect();
+        self.write_ram(DMA_BUFFER, &bytes);
+        self.submit(&submit_command(DMA_BUFFER, bytes.len() as u32, fence_id))
+    }
+
+    /// Writes a frame list (little-endian page-frame numbers) at `gpa`.
+    pub fn write_frame_list(&self, gpa: u64, frames: &[u64]) {
+        let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_le_bytes()).collect();
+        self.write_ram(gpa, &bytes);
+    }
+
+    /// Proves the backend still serves: the process runs and GET_CAPSET_INFO is answered.
+    pub fn assert_still_serving(&mut self) {
+        assert!(
+            self.backend.is_running(),
+            "backend died:\n{}",
+            self.backend.log()
+        );
+        let info = self.capset_info();
+        assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
+    }
+}
+
+/// A paging submission of `[0, size)` of the DMA buffer at `address`.
+pub fn submit_command(address: u64, size: u32, fence_id: u32) -> WddmGpuCmdSubmit {
+    WddmGpuCmdSubmit {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+        dma_buffer_address: address,
+        dma_buffer_segment_id: 0,
+        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+        dma_buffer_size: size,
+        start_offset: 0,
+        end_offset: size,
+        submission_fence_id: fence_id,
+        node_ordinal: 0,
+        reserved: 0,
+    }
+}
+
+/// A segment endpoint.
+pub fn segment(segment_id: u32, address: u64) -> WddmGpuEndpoint {
+    WddmGpuEndpoint {
+        segment_id,
+        frame_count: 0,
+        address,
+        byte_offset: 0,
+        reserved: 0,
+    }
+}
+
+/// A frame-list endpoint.
+pub fn frames(list: u64, frame_count: u32, byte_offset: u32) -> WddmGpuEndpoint {
+    WddmGpuEndpoint {
+        segment_id: 0,
+        frame_count,
+        address: list,
+        byte_offset,
+        reserved: 0,
+    }
+}
+
+/// A TRANSFER packet.
+pub fn transfer(
+    length: u64,
+    source: WddmGpuEndpoint,
+    destination: WddmGpuEndpoint,
+) -> WddmGpuPacketTransfer {
+    let mut packet = WddmGpuPacketTransfer {
+        length,
+        source,
+        destination,
+        ..Default::default()
+    };
+    packet.header.opcode = WDDM_GPU_OP_TRANSFER;
+    packet.header.size = std::mem::size_of::<WddmGpuPacketTransfer>() as u32;
+    packet
+}
+
+/// Deterministic bytes that differ at every offset (xorshift), seeded per use.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
