@@ -140,6 +140,25 @@ impl SegmentLayout {
         }
     }
 
+    /// Bytes of device-only VRAM the layout places after the BAR.
+    pub fn device_only_vram(&self, bar_size: u64) -> u64 {
+        self.segments
+            .iter()
+            .filter_map(|segment| match segment.kind {
+                SegmentKind::Memory {
+                    vram_offset,
+                    bar_offset: None,
+                } => Some(
+                    vram_offset
+                        .saturating_add(segment.size)
+                        .saturating_sub(bar_size),
+                ),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The segment with this id.
     pub fn segment(&self, id: u32) -> Option<&Segment> {
         let index = usize::try_from(id.checked_sub(1)?).ok()?;

@@ -8,6 +8,7 @@
 //! - [`layout`]: segments and how GPU addresses resolve.
 //! - [`layout_file`]: the `--layout` TOML file.
 //! - [`layout_rules`]: the WDDM rules a layout must obey.
+//! - [`layout_report`]: the layout as `DXGK_QUERYSEGMENTOUT3`/`4`, as text and JSON.
 //! - [`caps`]: the segment-layout capability-set blob.
 //! - [`vram`]: the shared VRAM file and the BAR locator.
 //! - [`guest_ram`]: guest system memory with the VRAM window excluded.
@@ -22,6 +23,7 @@ pub mod gpu;
 pub mod guest_ram;
 pub mod layout;
 pub mod layout_file;
+pub mod layout_report;
 pub mod layout_rules;
 pub mod size;
 pub mod vram;

@@ -6,26 +6,36 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use log::info;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
+use vhost_user_wddm_gpu::codec;
 use vhost_user_wddm_gpu::device::WddmGpuBackend;
 use vhost_user_wddm_gpu::gpu::Gpu;
 use vhost_user_wddm_gpu::layout::SegmentLayout;
+use vhost_user_wddm_gpu::layout_file::read_layout;
+use vhost_user_wddm_gpu::layout_report::LayoutReport;
+use vhost_user_wddm_gpu::layout_rules::validate;
 use vhost_user_wddm_gpu::size::parse_size;
 use vhost_user_wddm_gpu::vram::{BarMode, Vram};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
-/// Default VRAM size: 256 MiB.
-const DEFAULT_VRAM_SIZE: u64 = 256 << 20;
-
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Options of the backend itself (no subcommand).
+#[derive(Debug, clap::Args)]
+struct RunArgs {
     /// Listen for the frontend on this Unix socket path.
-    #[arg(long, conflicts_with = "fd", required_unless_present_any = ["fd", "print_capabilities"])]
+    #[arg(long, conflicts_with = "fd")]
     socket_path: Option<PathBuf>,
     /// Use this already-open listening socket instead of --socket-path.
     #[arg(long)]
@@ -36,9 +46,43 @@ struct Cli {
     /// The VRAM file, created if missing; QEMU maps the same file for the VRAM BAR.
     #[arg(long, default_value = "/dev/shm/vhost-user-wddm-gpu.vram")]
     vram_path: PathBuf,
-    /// VRAM size: a power of two (QEMU requires power-of-two BARs), e.g. 256MiB or 0x10000000.
+    /// VRAM BAR size: a power of two (QEMU requires power-of-two BARs), e.g. 256MiB or 0x10000000.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     vram_size: u64,
+    /// Segment layout file (TOML); default: CPU-visible VRAM filling the BAR plus a 512 MiB aperture.
+    #[arg(long)]
+    layout: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Check a layout file against the WDDM rules and print it as DXGK_QUERYSEGMENTOUT3/4 holds it.
+    CheckLayout {
+        /// The layout file.
+        file: PathBuf,
+        /// VRAM BAR size the CPU-visible segments must fit in.
+        #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+        vram_size: u64,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decode a raw value: segment-preference, bank-preference or segment-flags.
+    Decode {
+        /// segment-preference | bank-preference | segment-flags
+        kind: String,
+        /// The raw value, hex (0x...) or decimal.
+        value: String,
+    },
+    /// Encode fields into a raw value: `encode segment-preference 2:top-down 1`,
+    /// `encode bank-preference 3:top-down`, `encode segment-flags Aperture CacheCoherent`.
+    Encode {
+        /// segment-preference | bank-preference | segment-flags
+        kind: String,
+        /// Fields in priority order (preferences) or member names (flags).
+        #[arg(required = true)]
+        fields: Vec<String>,
+    },
 }
 
 /// Errors that end the program before or while serving.
@@ -56,16 +100,53 @@ enum StartError {
     Daemon(String),
 }
 
+/// Exit code for invalid input (bad layout, bad value): the same as clap's usage errors.
+const EXIT_INVALID: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
-    if cli.print_capabilities {
+    match cli.command {
+        Some(Command::CheckLayout {
+            file,
+            vram_size,
+            json,
+        }) => check_layout(&file, vram_size, json),
+        Some(Command::Decode { kind, value }) => {
+            codec_command(&kind, |kind| codec::decode(kind, &value))
+        }
+        Some(Command::Encode { kind, fields }) => {
+            codec_command(&kind, |kind| codec::encode(kind, &fields))
+        }
+        None => serve(&cli.run),
+    }
+}
+
+fn serve(args: &RunArgs) -> ExitCode {
+    if args.print_capabilities {
         println!("{{\n  \"type\": \"gpu\",\n  \"features\": []\n}}");
         return ExitCode::SUCCESS;
     }
-    match run(&cli) {
+    if args.socket_path.is_none() && args.fd.is_none() {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "one of --socket-path or --fd is required",
+            )
+            .exit();
+    }
+    let layout = match load_layout(args.layout.as_deref(), args.vram_size) {
+        Ok(layout) => layout,
+        Err(lines) => {
+            for line in lines {
+                eprintln!("vhost-user-wddm-gpu: error: {line}");
+            }
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    match run(args, layout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("vhost-user-wddm-gpu: error: {error}");
@@ -74,15 +155,85 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), StartError> {
-    debug_assert_eq!(DEFAULT_VRAM_SIZE, parse_size("256MiB").unwrap_or(0));
-    let vram = Vram::create(&cli.vram_path, cli.vram_size, 0, BarMode::Ivshmem)?;
+/// Reads and validates a layout (or builds the default); errors come back one line each.
+fn load_layout(path: Option<&Path>, vram_size: u64) -> Result<SegmentLayout, Vec<String>> {
+    if !vram_size.is_power_of_two() {
+        return Err(vec![format!(
+            "--vram-size {vram_size:#x} must be a power of two (QEMU requires power-of-two BARs)"
+        )]);
+    }
+    let Some(path) = path else {
+        return Ok(SegmentLayout::default_for_vram(vram_size));
+    };
+    let at = path.display();
+    let spec = read_layout(path).map_err(|error| vec![format!("{at}: {error}")])?;
+    validate(&spec, vram_size).map_err(|violations| {
+        violations
+            .iter()
+            .map(|violation| format!("{at}: {violation}"))
+            .collect()
+    })
+}
+
+fn check_layout(path: &Path, vram_size: u64, json: bool) -> ExitCode {
+    match load_layout(Some(path), vram_size) {
+        Ok(layout) => {
+            let report = LayoutReport::new(&layout, vram_size);
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(error) => {
+                        eprintln!("vhost-user-wddm-gpu: error: {error}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                print!("{}", report.text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(lines) => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn codec_command(
+    kind: &str,
+    apply: impl FnOnce(codec::ValueKind) -> Result<String, codec::CodecError>,
+) -> ExitCode {
+    match codec::ValueKind::from_name(kind).and_then(apply) {
+        Ok(text) => {
+            println!("{}", text.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("vhost-user-wddm-gpu: error: {error}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
+    let device_only = layout.device_only_vram(args.vram_size);
+    let vram = Vram::create(
+        &args.vram_path,
+        args.vram_size,
+        device_only,
+        BarMode::Ivshmem,
+    )?;
     info!(
-        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot)",
+        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM",
         vram.size(),
-        vram.path().display()
+        vram.path().display(),
+        device_only
     );
-    let layout = SegmentLayout::default_for_vram(vram.size());
+    for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
+        info!("layout: {line}");
+    }
     let backend = Arc::new(RwLock::new(WddmGpuBackend::new(Gpu::new(layout, vram))));
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
@@ -91,14 +242,14 @@ fn run(cli: &Cli) -> Result<(), StartError> {
     )
     .map_err(|e| StartError::Daemon(e.to_string()))?;
 
-    let mut listener = match (&cli.socket_path, cli.fd) {
+    let mut listener = match (&args.socket_path, args.fd) {
         (Some(path), _) => {
             check_socket_free(path)?;
             Listener::new(path, true)
                 .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?
         }
         (None, Some(fd)) => listening_fd(fd)?,
-        (None, None) => unreachable!("clap requires --socket-path or --fd"),
+        (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
     };
     info!("waiting for the frontend");
     daemon

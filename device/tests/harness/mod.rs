@@ -470,6 +470,13 @@ impl Harness {
         self.last_used = 0;
     }
 
+    /// Closes the frontend connection (as QEMU does when it quits) and hands back the backend
+    /// process, still running, to watch how it ends.
+    pub fn disconnect(self) -> BackendProcess {
+        let Harness { backend, .. } = self;
+        backend
+    }
+
     // ---- guest memory ----
 
     pub fn write_ram(&self, gpa: u64, bytes: &[u8]) {

@@ -1,0 +1,208 @@
+//! The layout as a KMD will report it: `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or
+//! `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0), as text for people and JSON for tools.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
+
+use crate::layout::{SegmentKind, SegmentLayout};
+use crate::layout_rules::human;
+
+/// One segment in `check-layout --json`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct SegmentReport {
+    /// Segment id.
+    pub id: u32,
+    /// "memory" or "aperture".
+    pub kind: &'static str,
+    /// Whether the guest CPU reaches it through the VRAM BAR.
+    pub cpu_visible: bool,
+    /// `Flags.Value`.
+    pub flags: u32,
+    /// Member names, `|`-joined.
+    pub flag_names: String,
+    /// `BaseAddress`.
+    pub base_address: u64,
+    /// `Size`.
+    pub size: u64,
+    /// `CommitLimit`.
+    pub commit_limit: u64,
+    /// Offset in the VRAM BAR (CPU-visible memory segments), else null.
+    pub bar_offset: Option<u64>,
+    /// `SystemMemoryEndAddress`.
+    pub system_memory_end_address: u64,
+    /// The bank table (`NbOfBanks` end offsets).
+    pub banks: Vec<u64>,
+}
+
+/// `check-layout --json`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct LayoutReport {
+    /// "1.3" or "2.0".
+    pub wddm: &'static str,
+    /// The capset's `wddm_version`.
+    pub wddm_version: u32,
+    /// The VRAM BAR size the layout was checked against.
+    pub vram_size: u64,
+    /// Segments in id order.
+    pub segments: Vec<SegmentReport>,
+    /// `PagingBufferSegmentId`.
+    pub paging_buffer_segment_id: u32,
+    /// `PagingBufferSize`.
+    pub paging_buffer_size: u32,
+    /// `PagingBufferPrivateDataSize`.
+    pub paging_buffer_private_data_size: u32,
+}
+
+impl LayoutReport {
+    /// The report of a validated layout.
+    pub fn new(layout: &SegmentLayout, vram_size: u64) -> Self {
+        let wddm2 = layout.wddm_version == WDDM_GPU_WDDM_2_0;
+        Self {
+            wddm: if wddm2 { "2.0" } else { "1.3" },
+            wddm_version: layout.wddm_version,
+            vram_size,
+            segments: layout
+                .segments
+                .iter()
+                .map(|segment| {
+                    let bar_offset = match segment.kind {
+                        SegmentKind::Memory { bar_offset, .. } => bar_offset,
+                        SegmentKind::Aperture => None,
+                    };
+                    SegmentReport {
+                        id: segment.id,
+                        kind: match segment.kind {
+                            SegmentKind::Memory { .. } => "memory",
+                            SegmentKind::Aperture => "aperture",
+                        },
+                        cpu_visible: bar_offset.is_some(),
+                        flags: segment.flags.bits(),
+                        flag_names: segment.flags.names(),
+                        base_address: segment.base_address,
+                        size: segment.size,
+                        commit_limit: segment.commit_limit,
+                        bar_offset,
+                        system_memory_end_address: segment.system_memory_end_address,
+                        banks: segment.banks.clone(),
+                    }
+                })
+                .collect(),
+            paging_buffer_segment_id: layout.paging_buffer_segment_id,
+            paging_buffer_size: layout.paging_buffer_size,
+            paging_buffer_private_data_size: layout.paging_buffer_private_data_size,
+        }
+    }
+
+    /// The text form, as the descriptor structures name their fields.
+    pub fn text(&self) -> String {
+        let wddm2 = self.wddm == "2.0";
+        let (out_struct, desc_struct) = if wddm2 {
+            ("DXGK_QUERYSEGMENTOUT4", "DXGK_SEGMENTDESCRIPTOR4")
+        } else {
+            ("DXGK_QUERYSEGMENTOUT3", "DXGK_SEGMENTDESCRIPTOR3")
+        };
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            out,
+            "{out_struct} (WDDM {}, {desc_struct}); VRAM BAR {}",
+            self.wddm,
+            human(self.vram_size)
+        );
+        let _ = writeln!(out, "NbSegment = {}", self.segments.len());
+        for s in &self.segments {
+            let place = match s.bar_offset {
+                Some(offset) => format!("CPU-visible VRAM at BAR offset {offset:#x}"),
+                None if s.kind == "memory" => "device-only VRAM (not CPU-visible)".to_string(),
+                None => "aperture (GART)".to_string(),
+            };
+            let _ = writeln!(out, "segment {} [{}]: {place}", s.id, s.kind);
+            let _ = writeln!(
+                out,
+                "  Flags.Value             {:#010x}  {}",
+                s.flags, s.flag_names
+            );
+            let _ = writeln!(out, "  BaseAddress             {:#x}", s.base_address);
+            let translated = match s.bar_offset {
+                Some(offset) => {
+                    format!("VRAM BAR address + {offset:#x} (from the capset at run time)")
+                }
+                None => "0 (not CPU-visible)".to_string(),
+            };
+            let _ = writeln!(out, "  CpuTranslatedAddress    {translated}");
+            let _ = writeln!(
+                out,
+                "  Size                    {:#x} ({})",
+                s.size,
+                human(s.size)
+            );
+            let _ = writeln!(
+                out,
+                "  CommitLimit             {:#x} ({})",
+                s.commit_limit,
+                human(s.commit_limit)
+            );
+            if !wddm2 {
+                let _ = writeln!(out, "  NbOfBanks               {}", s.banks.len());
+                for (index, end) in s.banks.iter().enumerate() {
+                    let _ = writeln!(out, "    bank {:<3} ends at      {end:#x}", index + 1);
+                }
+            }
+            let _ = writeln!(
+                out,
+                "  SystemMemoryEndAddress  {:#x}",
+                s.system_memory_end_address
+            );
+        }
+        let paging_place = match self.paging_buffer_segment_id {
+            0 => "system memory".to_string(),
+            id => format!("aperture segment {id}"),
+        };
+        let _ = writeln!(
+            out,
+            "PagingBufferSegmentId       {} ({paging_place})",
+            self.paging_buffer_segment_id
+        );
+        let _ = writeln!(
+            out,
+            "PagingBufferSize            {:#x} ({})",
+            self.paging_buffer_size,
+            human(u64::from(self.paging_buffer_size))
+        );
+        let _ = writeln!(
+            out,
+            "PagingBufferPrivateDataSize {}",
+            self.paging_buffer_private_data_size
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_json_follow_the_descriptor_form() {
+        let layout = SegmentLayout::default_for_vram(256 << 20);
+        let report = LayoutReport::new(&layout, 256 << 20);
+        let text = report.text();
+        assert!(text.starts_with("DXGK_QUERYSEGMENTOUT3 (WDDM 1.3, DXGK_SEGMENTDESCRIPTOR3); VRAM BAR 256 MiB\nNbSegment = 2\n"));
+        assert!(text.contains("  Flags.Value             0x00000011  Aperture|CacheCoherent\n"));
+        assert!(text.contains("NbOfBanks"));
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["segments"][0]["flags"], 4);
+        assert_eq!(json["segments"][0]["bar_offset"], 0);
+        assert_eq!(json["segments"][1]["bar_offset"], serde_json::Value::Null);
+        assert_eq!(json["segments"][1]["size"], 512u64 << 20);
+        assert_eq!(json["paging_buffer_size"], 65536);
+
+        let mut wddm2 = layout;
+        wddm2.wddm_version = WDDM_GPU_WDDM_2_0;
+        let text = LayoutReport::new(&wddm2, 256 << 20).text();
+        assert!(text.starts_with("DXGK_QUERYSEGMENTOUT4 (WDDM 2.0, DXGK_SEGMENTDESCRIPTOR4)"));
+        assert!(!text.contains("NbOfBanks"));
+    }
+}
