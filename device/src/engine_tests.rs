@@ -569,3 +569,58 @@ proptest! {
         prop_assert!(rig.ram_read(DATA, 4 << 20) == ram_model, "RAM differs from the model");
     }
 }
+
+#[test]
+fn device_only_vram_segments_take_transfers_like_bar_segments() {
+    use crate::layout_file::parse_layout;
+    use crate::layout_rules::validate;
+    let spec = parse_layout(
+        "[[segments]]\nflags = [\"CpuVisible\"]\nsize = \"4MiB\"\n[[segments]]\nflags = []\nsize = \"2MiB\"\nbase_address = 0x100000000\n",
+    )
+    .unwrap();
+    let layout = validate(&spec, VRAM_SIZE).unwrap();
+    let mut rig = Rig::new("device-only");
+    let path = rig.path.with_extension("hidden");
+    rig.vram = Vram::create(
+        &path,
+        VRAM_SIZE,
+        layout.device_only_vram(VRAM_SIZE),
+        BarMode::Ivshmem,
+    )
+    .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    rig.layout = layout;
+    let data = pattern(300_000, 11);
+    let list = rig.frame_list(0, &scattered(80));
+    rig.mem.write_slice(&data, GuestAddress(DATA)).unwrap();
+    let contiguous = rig.frame_list(1, &(0..80).map(|i| DATA / PAGE + i).collect::<Vec<_>>());
+    let into_hidden = transfer(
+        data.len() as u64,
+        frames(contiguous, 80, 0),
+        segment(2, 0x1_0000_0000 + 0x1000),
+    );
+    let back_out = transfer(
+        data.len() as u64,
+        segment(2, 0x1_0000_0000 + 0x1000),
+        frames(list, 80, 0),
+    );
+    let completion = rig.submit(&[into_hidden, back_out].concat());
+    assert_eq!(completion.fault, None);
+    let list_frames = scattered(80);
+    for (i, byte) in data.iter().enumerate().step_by(911) {
+        let at = i as u64;
+        let address = list_frames[(at / PAGE) as usize] * PAGE + at % PAGE;
+        assert_eq!(rig.ram_read(address, 1)[0], *byte, "byte {i}");
+    }
+    // The BAR file was not touched: device-only VRAM is separate storage.
+    assert_eq!(rig.vram_read(0x1000, 16), vec![0; 16]);
+    let past_end = transfer(
+        16,
+        segment(2, 0x1_0000_0000 + (2 << 20) - 8),
+        frames(list, 80, 0),
+    );
+    assert_eq!(
+        fault_of(&rig.submit(&past_end)),
+        Some(SubmitStatus::SegmentRange)
+    );
+}

@@ -45,7 +45,7 @@ fn vram_size_must_be_a_power_of_two() {
         "--vram-size",
         "96MiB",
     ]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).contains("power of two"),
         "{}",
@@ -140,4 +140,135 @@ fn fd_must_be_a_listening_socket() {
         "16MiB",
     ]);
     assert_ne!(output.status.code(), Some(0));
+}
+
+fn layouts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/layouts")
+}
+
+#[test]
+fn every_shipped_layout_passes_check_layout() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(layouts_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let output = run(&["check-layout", path.to_str().unwrap()]);
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            path.display(),
+            stderr(&output)
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.contains("NbSegment = "), "{text}");
+        checked += 1;
+    }
+    assert!(checked >= 5);
+}
+
+#[test]
+fn check_layout_json_holds_the_descriptor_fields() {
+    let path = layouts_dir().join("banked.toml");
+    let output = run(&["check-layout", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let vram = &json["segments"][0];
+    assert_eq!(vram["id"], 1);
+    assert_eq!(vram["flags"], 0x4 | 0x8);
+    assert_eq!(vram["size"], 256u64 << 20);
+    assert_eq!(vram["commit_limit"], 256u64 << 20);
+    assert_eq!(vram["base_address"], 0);
+    assert_eq!(
+        vram["banks"],
+        serde_json::json!([32u64 << 20, 96u64 << 20, 160u64 << 20, 256u64 << 20])
+    );
+    assert_eq!(json["segments"][1]["flags"], 0x11);
+    assert_eq!(json["paging_buffer_segment_id"], 0);
+    assert_eq!(json["paging_buffer_size"], 65536);
+}
+
+#[test]
+fn a_broken_layout_exits_2_with_one_line_per_rule() {
+    let dir = scratch("broken-layout");
+    let path = dir.join("broken.toml");
+    std::fs::write(
+        &path,
+        "paging_buffer_segment = 1\n[[segments]]\nflags = [\"CpuVisible\", \"CacheCoherent\"]\nsize = \"512MiB\"\n",
+    )
+    .unwrap();
+    let output = run(&["check-layout", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    let lines: Vec<&str> = message.lines().collect();
+    assert_eq!(lines.len(), 3, "{message}");
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("layout (paging_buffer_segment): PagingBufferSegmentId 1")));
+    assert!(lines
+        .iter()
+        .any(|l| l
+            .contains("segment 1 (flags): CacheCoherent may only be set together with Aperture")));
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("segment 1 (bar_offset, size)")
+            && l.contains("does not fit in the 256 MiB VRAM BAR")));
+
+    // The backend refuses to start on it, with the same lines.
+    let socket = dir.join("sock");
+    let served = run(&[
+        "--socket-path",
+        socket.to_str().unwrap(),
+        "--vram-path",
+        dir.join("vram").to_str().unwrap(),
+        "--layout",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(served.status.code(), Some(2));
+    for line in lines {
+        assert!(stderr(&served).contains(line), "{}", stderr(&served));
+    }
+    assert!(
+        !socket.exists(),
+        "the backend must not listen with an invalid layout"
+    );
+}
+
+#[test]
+fn check_layout_vram_size_must_be_a_power_of_two() {
+    let path = layouts_dir().join("banked.toml");
+    let output = run(&[
+        "check-layout",
+        path.to_str().unwrap(),
+        "--vram-size",
+        "384MiB",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("power of two"));
+}
+
+#[test]
+fn decode_and_encode_round_trip_and_refuse_bad_input() {
+    let encoded = run(&["encode", "segment-preference", "2:top-down", "1"]);
+    assert!(encoded.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&encoded.stdout).trim(),
+        "0x00000062"
+    );
+    let decoded = run(&["decode", "segment-preference", "0x62"]);
+    let text = String::from_utf8_lossy(&decoded.stdout);
+    assert!(text.contains("SegmentId0 = 2"), "{text}");
+    assert!(text.contains("SegmentId1 = 1"), "{text}");
+    let flags = run(&["encode", "segment-flags", "Aperture", "CacheCoherent"]);
+    assert_eq!(String::from_utf8_lossy(&flags.stdout).trim(), "0x00000011");
+    for bad in [
+        &["decode", "segment-preference", "0x40000000"][..],
+        &["decode", "segment-flags", "0x80000000"],
+        &["encode", "segment-preference", "32"],
+        &["encode", "bank-preference", "128"],
+        &["encode", "segment-flags", "Bogus"],
+        &["decode", "colour", "1"],
+    ] {
+        let output = run(bad);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}");
+        assert!(stderr(&output).contains("error:"), "{bad:?}");
+    }
 }

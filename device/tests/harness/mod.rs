@@ -392,13 +392,13 @@ impl Harness {
             .unwrap()
             .file()
             .as_raw_fd();
-        VhostUserMemoryRegionInfo::new(
-            0,
-            RAM_SIZE,
-            self.ram.get_host_address(GuestAddress(0)).unwrap() as u64,
-            0,
-            fd,
-        )
+        VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: RAM_SIZE,
+            userspace_addr: self.ram.get_host_address(GuestAddress(0)).unwrap() as u64,
+            mmap_offset: 0,
+            mmap_handle: fd,
+        }
     }
 
     /// The memory-table entry for the VRAM BAR at `gpa` (backed by the backend's VRAM file).
@@ -408,13 +408,13 @@ impl Harness {
             .unwrap()
             .file()
             .as_raw_fd();
-        VhostUserMemoryRegionInfo::new(
-            gpa,
-            VRAM_SIZE,
-            self.vram.get_host_address(GuestAddress(0)).unwrap() as u64,
-            0,
-            fd,
-        )
+        VhostUserMemoryRegionInfo {
+            guest_phys_addr: gpa,
+            memory_size: VRAM_SIZE,
+            userspace_addr: self.vram.get_host_address(GuestAddress(0)).unwrap() as u64,
+            mmap_offset: 0,
+            mmap_handle: fd,
+        }
     }
 
     /// SET_MEM_TABLE with guest RAM and, when `vram_gpa` is given, the VRAM BAR there.
@@ -427,7 +427,9 @@ impl Harness {
 
     /// REM_MEM_REG of the VRAM BAR region.
     pub fn remove_vram_region(&mut self) {
-        let gpa = self.vram_gpa.expect("VRAM region is not in the memory table");
+        let gpa = self
+            .vram_gpa
+            .expect("VRAM region is not in the memory table");
         let region = self.vram_region(gpa);
         self.frontend.remove_mem_region(&region).unwrap();
         self.vram_gpa = None;
@@ -667,7 +669,8 @@ impl Harness {
         assert_eq!(header.total_size as usize, blob.len(), "total_size");
         let segments = (0..header.segment_count as usize)
             .map(|index| {
-                let at = header.segments_offset as usize + index * header.segment_desc_size as usize;
+                let at =
+                    header.segments_offset as usize + index * header.segment_desc_size as usize;
                 WddmGpuSegmentDesc::read_from_prefix(&blob[at..]).unwrap().0
             })
             .collect();
@@ -686,7 +689,11 @@ impl Harness {
     }
 
     /// Writes `packets` as a DMA buffer at [`DMA_BUFFER`] and submits all of it.
-    pub fn submit_packets(&mut self, packets: &[WddmGpuPacketTransfer], fence_id: u32) -> WddmGpuRespSubmit {
+    pub fn submit_packets(
+        &mut self,
+        packets: &[WddmGpuPacketTransfer],
+        fence_id: u32,
+    ) -> WddmGpuRespSubmit {
         let bytes: Vec<u8> = packets.iter().flat_map(|p| p.as_bytes().to_vec()).collect();
         self.write_ram(DMA_BUFFER, &bytes);
         self.submit(&submit_command(DMA_BUFFER, bytes.len() as u32, fence_id))

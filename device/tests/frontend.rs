@@ -1,0 +1,708 @@
+//! The real backend binary driven over a real vhost-user socket by a frontend playing QEMU's
+//! part (see `harness`): handshake, the capset and its VRAM BAR locator as the memory table
+//! changes, paging submissions moving real bytes between the VRAM file and guest RAM, hostile
+//! requests, and a clean exit when the frontend goes away.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{
+    frames, pattern, segment, submit_command, transfer, Desc, Harness, BUFFER_SIZE, DATA,
+    DESC_TABLE, DMA_BUFFER, FRAME_LISTS, INDIRECT_TABLE, PAGE, RAM_SIZE, REQUEST, RESPONSE,
+    RESPONSE_FILL, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VRAM_GPA,
+    VRAM_SIZE,
+};
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::VhostBackend;
+use wddm_gpu_abi::caps::{
+    WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED,
+    WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC, WDDM_GPU_NO_BAR_OFFSET,
+};
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET_INFO,
+    VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
+    VIRTIO_GPU_RESP_OK_CAPSET_INFO, WDDM_GPU_RESP_SUBMIT,
+};
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
+use zerocopy::IntoBytes;
+
+// Feature bits, spelled out here independently of the backend's constants.
+const VIRTIO_GPU_F_VIRGL: u32 = 0;
+const VIRTIO_GPU_F_EDID: u32 = 1;
+const VIRTIO_GPU_F_RESOURCE_BLOB: u32 = 3;
+const VIRTIO_GPU_F_CONTEXT_INIT: u32 = 4;
+const VIRTIO_F_NOTIFY_ON_EMPTY: u32 = 24;
+const VIRTIO_F_ANY_LAYOUT: u32 = 27;
+const VIRTIO_RING_F_INDIRECT_DESC: u32 = 28;
+const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
+const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
+const VIRTIO_F_VERSION_1: u32 = 32;
+const VIRTIO_F_RING_RESET: u32 = 40;
+
+const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();
+
+fn bit(n: u32) -> u64 {
+    1 << n
+}
+
+fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
+    SubmitStatus::from_raw(response.status)
+}
+
+/// Checks a completion that ended with `expected` on the first packet, having done nothing.
+fn assert_faulted_at_first_packet(response: &WddmGpuRespSubmit, expected: SubmitStatus) {
+    assert_eq!(response.hdr.type_, WDDM_GPU_RESP_SUBMIT);
+    assert_eq!(status(response), Some(expected), "{response:?}");
+    assert_eq!(response.packets_completed, 0, "{response:?}");
+    assert_eq!(response.bytes_transferred, 0, "{response:?}");
+    assert_eq!(response.fault_packet_offset, 0, "{response:?}");
+}
+
+/// A small VRAM→frame transfer that must succeed: the "a valid request still works" check.
+fn assert_valid_transfer_works(h: &mut Harness) {
+    let data = pattern(0x5eed, 300);
+    h.write_vram(0x40_0000, &data);
+    let frame = DATA / PAGE + 200;
+    h.write_ram(frame * PAGE, &[0u8; PAGE as usize]);
+    h.write_frame_list(FRAME_LISTS + 0x8000, &[frame]);
+    let response = h.submit_packets(
+        &[transfer(
+            data.len() as u64,
+            segment(1, 0x40_0000),
+            frames(FRAME_LISTS + 0x8000, 1, 0x10),
+        )],
+        777,
+    );
+    assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
+    assert_eq!(response.submission_fence_id, 777);
+    assert_eq!(h.read_ram(frame * PAGE + 0x10, data.len()), data);
+}
+
+#[test]
+fn handshake_offers_qemu_gpu_features_protocol_features_and_one_capset() {
+    let mut h = Harness::spawn("handshake");
+    let negotiated = h.negotiate();
+    let features = negotiated.features;
+    for (name, n) in [
+        ("VERSION_1", VIRTIO_F_VERSION_1),
+        ("EDID", VIRTIO_GPU_F_EDID),
+        ("RING_RESET", VIRTIO_F_RING_RESET),
+        ("EVENT_IDX", VIRTIO_RING_F_EVENT_IDX),
+        ("INDIRECT_DESC", VIRTIO_RING_F_INDIRECT_DESC),
+        ("NOTIFY_ON_EMPTY", VIRTIO_F_NOTIFY_ON_EMPTY),
+        ("ANY_LAYOUT", VIRTIO_F_ANY_LAYOUT),
+        ("PROTOCOL_FEATURES", VHOST_USER_F_PROTOCOL_FEATURES),
+    ] {
+        assert_ne!(features & bit(n), 0, "{name} not offered in {features:#x}");
+    }
+    for (name, n) in [
+        ("VIRGL", VIRTIO_GPU_F_VIRGL),
+        ("RESOURCE_BLOB", VIRTIO_GPU_F_RESOURCE_BLOB),
+        ("CONTEXT_INIT", VIRTIO_GPU_F_CONTEXT_INIT),
+    ] {
+        assert_eq!(features & bit(n), 0, "{name} offered in {features:#x}");
+    }
+
+    let protocol = negotiated.protocol_features;
+    for (name, feature) in [
+        ("CONFIG", VhostUserProtocolFeatures::CONFIG),
+        ("REPLY_ACK", VhostUserProtocolFeatures::REPLY_ACK),
+        (
+            "CONFIGURE_MEM_SLOTS",
+            VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS,
+        ),
+    ] {
+        assert!(protocol.contains(feature), "{name} not in {protocol:?}");
+    }
+
+    // struct virtio_gpu_config: events_read, events_clear, num_scanouts, num_capsets.
+    let num_capsets = u32::from_le_bytes(negotiated.config[12..16].try_into().unwrap());
+    assert_eq!(num_capsets, 1, "config {:02x?}", negotiated.config);
+}
+
+#[test]
+fn acking_a_feature_that_was_not_offered_is_refused() {
+    let mut h = Harness::spawn("unoffered");
+    let features = h.negotiate().features;
+    // REPLY_ACK carries the refusal back to the frontend.
+    assert!(h
+        .frontend
+        .set_features(features | bit(VIRTIO_GPU_F_VIRGL))
+        .is_err());
+}
+
+#[test]
+fn capset_info_and_capset_locate_the_vram_bar_at_the_announced_gpa() {
+    let mut h = Harness::ready("capset");
+
+    let info: WddmGpuRespCapsetInfo = h.capset_info();
+    assert_eq!(info.hdr.type_, VIRTIO_GPU_RESP_OK_CAPSET_INFO);
+    assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
+    assert_eq!(info.capset_max_version, WDDM_GPU_CAPSET_VERSION);
+    assert_eq!(info.capset_max_version, 1);
+
+    let capset = h.capset();
+    assert!(capset.blob.len() <= info.capset_max_size as usize);
+    let header = capset.header;
+    assert_eq!(header.magic, WDDM_GPU_CAPS_MAGIC);
+    assert_eq!(header.version, 1);
+    let bar = header.vram_bar;
+    assert_eq!(bar.mode, WDDM_GPU_BAR_MODE_IVSHMEM);
+    assert_eq!(bar.state, WDDM_GPU_BAR_STATE_KNOWN, "{bar:?}");
+    assert_eq!(bar.guest_physical_address, VRAM_GPA);
+    assert_eq!(bar.size, VRAM_SIZE);
+    assert_ne!(bar.generation, 0);
+    assert_eq!((bar.pci_function, bar.bar_index), (1, 2));
+
+    let vram = capset.segment(1);
+    assert_ne!(vram.bar_offset, WDDM_GPU_NO_BAR_OFFSET);
+    assert_eq!(vram.cpu_translated_address, VRAM_GPA + vram.bar_offset);
+    assert_eq!(vram.size, VRAM_SIZE);
+    let aperture = capset.segment(2);
+    assert_eq!(aperture.bar_offset, WDDM_GPU_NO_BAR_OFFSET);
+    assert_eq!(aperture.cpu_translated_address, 0);
+
+    // Only capset index 0 exists.
+    let other = h.get_capset_info(1);
+    assert_eq!(other.hdr().type_, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+    let wrong_version = h.get_capset(WDDM_GPU_CAPSET_ID, 2, BUFFER_SIZE);
+    assert_eq!(
+        wrong_version.hdr().type_,
+        VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
+    );
+}
+
+#[test]
+fn capset_before_the_bar_is_announced_says_not_mapped() {
+    let mut h = Harness::spawn("no-bar");
+    h.negotiate();
+    h.set_mem_table(None);
+    h.setup_control_queue();
+    let capset = h.capset();
+    let bar = capset.header.vram_bar;
+    assert_eq!(bar.state, WDDM_GPU_BAR_STATE_NOT_MAPPED, "{bar:?}");
+    assert_eq!(bar.guest_physical_address, 0);
+    assert_eq!(bar.generation, 0);
+    assert_eq!(capset.segment(1).cpu_translated_address, 0);
+}
+
+#[test]
+fn bar_region_removal_and_re_add_elsewhere_bump_the_generation() {
+    let mut h = Harness::ready("bar-rem-add");
+    let first = h.capset().header.vram_bar;
+    assert_eq!(first.state, WDDM_GPU_BAR_STATE_KNOWN);
+    assert_eq!(first.guest_physical_address, VRAM_GPA);
+
+    // VHOST_USER_REM_MEM_REG: the guest turned memory decode off.
+    h.remove_vram_region();
+    let removed = h.capset();
+    let bar = removed.header.vram_bar;
+    assert_eq!(bar.state, WDDM_GPU_BAR_STATE_NOT_MAPPED, "{bar:?}");
+    assert_ne!(bar.generation, first.generation, "generation not bumped");
+    assert_eq!(removed.segment(1).cpu_translated_address, 0);
+
+    // VHOST_USER_ADD_MEM_REG at a new address: the guest moved the BAR.
+    let moved_to = 0xd000_0000;
+    h.add_vram_region(moved_to);
+    let readded = h.capset();
+    let bar2 = readded.header.vram_bar;
+    assert_eq!(bar2.state, WDDM_GPU_BAR_STATE_KNOWN, "{bar2:?}");
+    assert_eq!(bar2.guest_physical_address, moved_to);
+    assert_ne!(bar2.generation, bar.generation, "generation not bumped");
+    assert_ne!(bar2.generation, first.generation);
+    let vram = readded.segment(1);
+    assert_eq!(vram.cpu_translated_address, moved_to + vram.bar_offset);
+
+    // The VRAM window the engine refuses follows the BAR: a frame at the new address is
+    // VRAM, one at the old address is simply not memory any more.
+    h.write_frame_list(FRAME_LISTS, &[moved_to / PAGE]);
+    let response = h.submit_packets(&[transfer(16, segment(1, 0), frames(FRAME_LISTS, 1, 0))], 1);
+    assert_faulted_at_first_packet(&response, SubmitStatus::FrameInVram);
+    assert_eq!(response.fault_address, moved_to);
+    h.write_frame_list(FRAME_LISTS, &[VRAM_GPA / PAGE]);
+    let response = h.submit_packets(&[transfer(16, segment(1, 0), frames(FRAME_LISTS, 1, 0))], 2);
+    assert_faulted_at_first_packet(&response, SubmitStatus::FrameNotInRam);
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn bar_moves_with_a_whole_new_memory_table() {
+    let mut h = Harness::ready("bar-set-mem-table");
+    let first = h.capset().header.vram_bar;
+
+    h.set_mem_table(None);
+    let gone = h.capset().header.vram_bar;
+    assert_eq!(gone.state, WDDM_GPU_BAR_STATE_NOT_MAPPED);
+    assert_ne!(gone.generation, first.generation);
+
+    // The same table again changes nothing.
+    h.set_mem_table(None);
+    assert_eq!(h.capset().header.vram_bar.generation, gone.generation);
+
+    h.set_mem_table(Some(0x1_0000_0000));
+    let back = h.capset().header.vram_bar;
+    assert_eq!(back.state, WDDM_GPU_BAR_STATE_KNOWN);
+    assert_eq!(back.guest_physical_address, 0x1_0000_0000);
+    assert_ne!(back.generation, gone.generation);
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn transfer_vram_to_scattered_frames_and_back_moves_every_byte() {
+    let mut h = Harness::ready("transfer");
+    const SENTINEL: u8 = 0xee;
+    const GUARD: u8 = 0x5a;
+    let length: u64 = 5 * PAGE + 0x321;
+    let byte_offset: u32 = 0x234;
+    // Out of order, with one physically contiguous pair (3, 4) so runs are exercised too.
+    let list: Vec<u64> = [17u64, 3, 4, 40, 22, 9]
+        .iter()
+        .map(|i| DATA / PAGE + i)
+        .collect();
+    assert!(u64::from(byte_offset) + length <= list.len() as u64 * PAGE);
+    for frame in &list {
+        h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+    }
+    h.write_frame_list(FRAME_LISTS, &list);
+
+    let source: u64 = 0x10_0040;
+    let destination: u64 = 0x80_0007;
+    let data = pattern(1, length as usize);
+    h.write_vram(source, &data);
+    h.write_vram(destination - 64, &vec![GUARD; length as usize + 128]);
+
+    let response = h.submit_packets(
+        &[
+            transfer(
+                length,
+                segment(1, source),
+                frames(FRAME_LISTS, list.len() as u32, byte_offset),
+            ),
+            transfer(
+                length,
+                frames(FRAME_LISTS, list.len() as u32, byte_offset),
+                segment(1, destination),
+            ),
+        ],
+        0x1234_5678,
+    );
+    assert_eq!(response.hdr.type_, WDDM_GPU_RESP_SUBMIT);
+    assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
+    assert_eq!(response.submission_fence_id, 0x1234_5678);
+    assert_eq!(response.packets_completed, 2);
+    assert_eq!(response.bytes_transferred, 2 * length);
+    assert_eq!(
+        (response.fault_packet_offset, response.fault_address),
+        (0, 0)
+    );
+
+    // Every byte of every frame: the data where the list puts it, the sentinel elsewhere.
+    for (index, frame) in list.iter().enumerate() {
+        let actual = h.read_ram(frame * PAGE, PAGE as usize);
+        for (in_frame, &byte) in actual.iter().enumerate() {
+            let position = index as u64 * PAGE + in_frame as u64;
+            let expected = position
+                .checked_sub(u64::from(byte_offset))
+                .filter(|&i| i < length)
+                .map_or(SENTINEL, |i| data[i as usize]);
+            assert_eq!(
+                byte, expected,
+                "frame #{index} ({frame:#x}) byte {in_frame:#x}"
+            );
+        }
+    }
+    // Every byte of the VRAM destination, and the guard bytes around it untouched.
+    let landed = h.read_vram(destination - 64, length as usize + 128);
+    assert_eq!(&landed[..64], &[GUARD; 64]);
+    assert!(
+        landed[64..64 + length as usize] == data[..],
+        "VRAM destination differs"
+    );
+    assert_eq!(&landed[64 + length as usize..], &[GUARD; 64]);
+    assert!(
+        h.read_vram(source, length as usize) == data,
+        "source changed"
+    );
+}
+
+#[test]
+fn frame_lists_pointing_into_the_vram_window_are_refused_as_frame_in_vram() {
+    let mut h = Harness::ready("frame-in-vram");
+    let victim = 3 * PAGE;
+    let untouched = pattern(2, PAGE as usize);
+    h.write_vram(victim, &untouched);
+    h.write_vram(0, &pattern(3, PAGE as usize));
+
+    // VRAM → a frame inside the BAR: would overwrite VRAM through the back door.
+    h.write_frame_list(FRAME_LISTS, &[(VRAM_GPA + victim) / PAGE]);
+    let response = h.submit_packets(
+        &[transfer(0x100, segment(1, 0), frames(FRAME_LISTS, 1, 0))],
+        10,
+    );
+    assert_faulted_at_first_packet(&response, SubmitStatus::FrameInVram);
+    assert!(
+        (VRAM_GPA..VRAM_GPA + VRAM_SIZE).contains(&response.fault_address),
+        "{response:?}"
+    );
+    assert_eq!(h.read_vram(victim, PAGE as usize), untouched);
+
+    // A frame inside the BAR as the source.
+    let response = h.submit_packets(
+        &[transfer(
+            0x100,
+            frames(FRAME_LISTS, 1, 0),
+            segment(1, 0x1000),
+        )],
+        11,
+    );
+    assert_faulted_at_first_packet(&response, SubmitStatus::FrameInVram);
+
+    // A good frame followed by a BAR frame: refused as a whole, the good frame untouched.
+    let good = DATA / PAGE + 7;
+    h.write_ram(good * PAGE, &[0x11; PAGE as usize]);
+    h.write_frame_list(FRAME_LISTS, &[good, (VRAM_GPA + victim) / PAGE]);
+    let response = h.submit_packets(
+        &[transfer(2 * PAGE, segment(1, 0), frames(FRAME_LISTS, 2, 0))],
+        12,
+    );
+    assert_faulted_at_first_packet(&response, SubmitStatus::FrameInVram);
+    assert_eq!(
+        h.read_ram(good * PAGE, PAGE as usize),
+        vec![0x11; PAGE as usize]
+    );
+    assert_eq!(h.read_vram(victim, PAGE as usize), untouched);
+
+    // The frame list itself stored in the BAR.
+    let response = h.submit_packets(
+        &[transfer(0x100, segment(1, 0), frames(VRAM_GPA, 1, 0))],
+        13,
+    );
+    assert_faulted_at_first_packet(&response, SubmitStatus::BadFrameList);
+
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn dma_buffers_outside_guest_ram_are_refused_as_bad_dma_buffer() {
+    let mut h = Harness::ready("bad-dma");
+    let packet = transfer(16, segment(1, 0), segment(1, 0x1000));
+    // A valid packet in VRAM at the BAR start: it must not be executed from there.
+    h.write_vram(0, packet.as_bytes());
+    let size = packet.as_bytes().len() as u32;
+    for (what, address) in [
+        ("straddling the end of RAM", RAM_SIZE - 32),
+        ("past the end of RAM", RAM_SIZE + PAGE),
+        ("in the hole below 4 GiB", 0x8000_0000),
+        ("inside the VRAM BAR", VRAM_GPA),
+        ("at the top of the address space", u64::MAX - 15),
+    ] {
+        let response = h.submit(&submit_command(address, size, 20));
+        assert_faulted_at_first_packet(&response, SubmitStatus::BadDmaBuffer);
+        assert_eq!(response.fault_address, address, "{what}");
+        assert_eq!(response.submission_fence_id, 20, "{what}");
+        assert!(h.backend.is_running(), "{what}");
+    }
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn truncated_submit_commands_get_err_unspec() {
+    let mut h = Harness::ready("truncated");
+    let command = submit_command(DMA_BUFFER, 64, 30);
+    for length in [0, 10, HDR_SIZE, 40, command.as_bytes().len() - 1] {
+        let reply = h.request(&command.as_bytes()[..length], BUFFER_SIZE);
+        assert_eq!(reply.used.len as usize, HDR_SIZE, "length {length}");
+        assert_eq!(
+            reply.hdr().type_,
+            VIRTIO_GPU_RESP_ERR_UNSPEC,
+            "length {length}"
+        );
+    }
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn unknown_command_types_get_err_unspec() {
+    let mut h = Harness::ready("unknown");
+    // RESOURCE_CREATE_2D, CTX_CREATE, SUBMIT_3D, the response type of SUBMIT, garbage.
+    for type_ in [0x0101, 0x0200, 0x0207, WDDM_GPU_RESP_SUBMIT, 0xdead_beef] {
+        let mut request = vec![0u8; 64];
+        request[..HDR_SIZE].copy_from_slice(WddmGpuCtrlHdr::with_type(type_).as_bytes());
+        let reply = h.request(&request, BUFFER_SIZE);
+        assert_eq!(reply.used.len as usize, HDR_SIZE, "type {type_:#x}");
+        assert_eq!(
+            reply.hdr().type_,
+            VIRTIO_GPU_RESP_ERR_UNSPEC,
+            "type {type_:#x}"
+        );
+    }
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn response_buffers_too_small_for_the_capset_still_complete() {
+    let mut h = Harness::ready("small-response");
+    let full = (HDR_SIZE + h.capset().blob.len()) as u32;
+
+    // Exactly enough room: the capset.
+    let exact = h.get_capset(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, full);
+    assert_eq!(exact.used.len, full);
+    assert_eq!(
+        exact.hdr().type_,
+        wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_CAPSET
+    );
+
+    // One byte short, header-sized, less than a header: an error header (cut to the room),
+    // never a write past the buffer.
+    for room in [full - 1, 32, HDR_SIZE as u32, 8] {
+        let reply = h.get_capset(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, room);
+        let written = room.min(HDR_SIZE as u32);
+        assert_eq!(reply.used.len, written, "room {room}");
+        let expected = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
+        assert_eq!(
+            reply.bytes,
+            expected.as_bytes()[..written as usize],
+            "room {room}"
+        );
+        let after = h.read_ram(RESPONSE + u64::from(written), 64);
+        assert_eq!(
+            after,
+            vec![RESPONSE_FILL; 64],
+            "room {room}: wrote past used length"
+        );
+    }
+
+    // No writable descriptor at all.
+    let request = wddm_gpu_abi::ctrl::WddmGpuGetCapset {
+        hdr: WddmGpuCtrlHdr::with_type(wddm_gpu_abi::ctrl::VIRTIO_GPU_CMD_GET_CAPSET),
+        capset_id: WDDM_GPU_CAPSET_ID,
+        capset_version: WDDM_GPU_CAPSET_VERSION,
+    };
+    let reply = h.request(request.as_bytes(), 0);
+    assert_eq!(reply.used.len, 0);
+
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn descriptors_outside_guest_memory_complete_with_nothing_written() {
+    let mut h = Harness::ready("bad-descriptors");
+    let request = WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    };
+    h.write_ram(REQUEST, request.as_bytes());
+    let cases: [(&str, Desc, Desc); 3] = [
+        (
+            "request past the end of RAM",
+            Desc {
+                addr: RAM_SIZE - 8,
+                len: 32,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 1,
+            },
+            Desc {
+                addr: RESPONSE,
+                len: 64,
+                flags: VIRTQ_DESC_F_WRITE,
+                next: 0,
+            },
+        ),
+        (
+            "response in unmapped memory",
+            Desc {
+                addr: REQUEST,
+                len: 32,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 1,
+            },
+            Desc {
+                addr: 0x8000_0000,
+                len: 64,
+                flags: VIRTQ_DESC_F_WRITE,
+                next: 0,
+            },
+        ),
+        (
+            "4 GiB request",
+            Desc {
+                addr: 0,
+                len: u32::MAX,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 1,
+            },
+            Desc {
+                addr: RESPONSE,
+                len: 64,
+                flags: VIRTQ_DESC_F_WRITE,
+                next: 0,
+            },
+        ),
+    ];
+    for (what, first, second) in cases {
+        h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
+        h.write_descriptors(DESC_TABLE, &[first, second]);
+        h.publish(0);
+        let used = h.expect_used();
+        assert_eq!((used.id, used.len), (0, 0), "{what}");
+        assert_eq!(h.read_ram(RESPONSE, 64), vec![RESPONSE_FILL; 64], "{what}");
+    }
+    h.assert_still_serving();
+}
+
+#[test]
+fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
+    let mut h = Harness::ready("loop");
+    let request = WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    };
+    h.write_ram(REQUEST, request.as_bytes());
+    // 0 → 1 → 0 → ...: the device must give up after at most the queue size.
+    h.write_descriptors(
+        DESC_TABLE,
+        &[
+            Desc {
+                addr: REQUEST,
+                len: 32,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 1,
+            },
+            Desc {
+                addr: RESPONSE,
+                len: 64,
+                flags: VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE,
+                next: 0,
+            },
+        ],
+    );
+    h.publish(0);
+    let used = h.expect_used();
+    assert_eq!(used.id, 0);
+    h.assert_still_serving();
+}
+
+#[test]
+fn requests_through_an_indirect_descriptor_table_are_answered() {
+    let mut h = Harness::ready("indirect");
+    let request = WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    };
+    h.write_ram(REQUEST, request.as_bytes());
+    h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
+    // The request split over two readable descriptors (ANY_LAYOUT), then the response.
+    h.write_descriptors(
+        INDIRECT_TABLE,
+        &[
+            Desc {
+                addr: REQUEST,
+                len: 10,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 1,
+            },
+            Desc {
+                addr: REQUEST + 10,
+                len: 22,
+                flags: VIRTQ_DESC_F_NEXT,
+                next: 2,
+            },
+            Desc {
+                addr: RESPONSE,
+                len: 64,
+                flags: VIRTQ_DESC_F_WRITE,
+                next: 0,
+            },
+        ],
+    );
+    h.write_descriptors(
+        DESC_TABLE,
+        &[Desc {
+            addr: INDIRECT_TABLE,
+            len: 3 * 16,
+            flags: VIRTQ_DESC_F_INDIRECT,
+            next: 0,
+        }],
+    );
+    h.publish(0);
+    let used = h.expect_used();
+    assert_eq!(used.id, 0);
+    assert_eq!(
+        used.len as usize,
+        std::mem::size_of::<WddmGpuRespCapsetInfo>()
+    );
+    let info: WddmGpuRespCapsetInfo =
+        zerocopy::FromBytes::read_from_bytes(&h.read_ram(RESPONSE, used.len as usize)[..]).unwrap();
+    assert_eq!(info.hdr.type_, VIRTIO_GPU_RESP_OK_CAPSET_INFO);
+    assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
+}
+
+#[test]
+fn many_requests_wrap_the_rings() {
+    let mut h = Harness::ready("wrap");
+    for round in 0..(3 * u32::from(harness::QUEUE_SIZE) + 7) {
+        let info = h.capset_info();
+        assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID, "round {round}");
+    }
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn requests_are_answered_without_event_idx() {
+    let mut h = Harness::spawn("no-event-idx");
+    let negotiated = h.negotiate();
+    h.frontend
+        .set_features(negotiated.features & !bit(VIRTIO_RING_F_EVENT_IDX))
+        .unwrap();
+    h.set_mem_table(Some(VRAM_GPA));
+    h.setup_control_queue();
+    for _ in 0..5 {
+        assert_eq!(h.capset_info().capset_id, WDDM_GPU_CAPSET_ID);
+    }
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn backend_exits_with_status_zero_when_the_frontend_disconnects() {
+    let mut h = Harness::ready("exit");
+    assert_valid_transfer_works(&mut h);
+    let mut backend = h.disconnect();
+    let status = backend.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.success(),
+        "backend exited with {status}:\n{}",
+        backend.log()
+    );
+}
+
+#[test]
+fn backend_exits_with_status_zero_when_the_frontend_disconnects_before_negotiating() {
+    let h = Harness::spawn("exit-early");
+    let mut backend = h.disconnect();
+    let status = backend.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.success(),
+        "backend exited with {status}:\n{}",
+        backend.log()
+    );
+}
+
+#[test]
+fn scratch_invalid_head() {
+    let mut h = Harness::ready("scratch");
+    h.publish(harness::QUEUE_SIZE + 5);
+    println!("{:?}", h.wait_used());
+    std::thread::sleep(Duration::from_millis(200));
+    println!("running {}", h.backend.is_running());
+    let r = h.get_capset_info(0);
+    println!("{r:?}");
+}
