@@ -99,12 +99,16 @@ impl WddmGpuBackend {
         queue: u16,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
     ) -> io::Result<()> {
-        let chains: Vec<_> = vring
-            .get_mut()
-            .get_queue_mut()
-            .iter(mem.clone())
-            .map_err(io::Error::other)?
-            .collect();
+        // A ring the guest corrupted (an avail index running past the queue size) is refused
+        // here rather than returned as an error: an error from handle_event would end the vring
+        // worker for good, and with it every later request, even after a ring reset.
+        let chains: Vec<_> = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
+            Ok(chains) => chains.collect(),
+            Err(error) => {
+                warn!("queue {queue}: available ring refused ({error}); waiting for a ring reset");
+                return Ok(());
+            }
+        };
         if chains.is_empty() {
             return Ok(());
         }
@@ -115,7 +119,9 @@ impl WddmGpuBackend {
                 // Cursor commands have no response; there is no cursor to move.
                 _ => 0,
             };
-            vring.add_used(head, written).map_err(io::Error::other)?;
+            if let Err(error) = vring.add_used(head, written) {
+                warn!("queue {queue}: head index {head} refused: {error}");
+            }
         }
         if vring.needs_notification().map_err(io::Error::other)? {
             vring.signal_used_queue()?;

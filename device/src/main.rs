@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use clap::{CommandFactory, Parser};
 use log::info;
-use vhost::vhost_user::Listener;
+use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 use vhost_user_wddm_gpu::codec;
 use vhost_user_wddm_gpu::device::WddmGpuBackend;
@@ -255,11 +255,17 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     daemon
         .start(&mut listener)
         .map_err(|e| StartError::Daemon(e.to_string()))?;
-    daemon
-        .wait()
-        .map_err(|e| StartError::Daemon(e.to_string()))?;
-    info!("frontend disconnected; exiting");
-    Ok(())
+    match daemon.wait() {
+        // A frontend hanging up is the normal end of a session, as the crate's own serve() has it.
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => {
+            info!("frontend disconnected; exiting");
+            Ok(())
+        }
+        Err(error) => Err(StartError::Daemon(error.to_string())),
+    }
 }
 
 /// Refuses a socket path another process is listening on; a stale socket file is replaced.

@@ -472,6 +472,13 @@ impl Harness {
         self.last_used = 0;
     }
 
+    /// Stops queue 0 (GET_VRING_BASE, as QEMU does when the guest resets the device) and sets
+    /// it up again from empty rings.
+    pub fn restart_control_queue(&mut self) {
+        self.frontend.get_vring_base(0).unwrap();
+        self.setup_control_queue();
+    }
+
     /// Closes the frontend connection (as QEMU does when it quits) and hands back the backend
     /// process, still running, to watch how it ends.
     pub fn disconnect(self) -> BackendProcess {
@@ -546,9 +553,14 @@ impl Harness {
         u16::from_le(self.ram.read_obj(GuestAddress(USED_RING + 2)).unwrap())
     }
 
-    /// Waits (bounded) for the next used entry and its call notification.
+    /// Waits (bounded by [`TIMEOUT`]) for the next used entry and its call notification.
     pub fn wait_used(&mut self) -> Result<Used, String> {
-        let deadline = Instant::now() + TIMEOUT;
+        self.wait_used_for(TIMEOUT)
+    }
+
+    /// Waits at most `timeout` for the next used entry and its call notification.
+    pub fn wait_used_for(&mut self, timeout: Duration) -> Result<Used, String> {
+        let deadline = Instant::now() + timeout;
         let mut notified = false;
         loop {
             if notified && self.used_idx() != self.last_used {
@@ -560,7 +572,7 @@ impl Harness {
                     "a used entry appeared but the call eventfd was never signalled".to_string()
                 } else {
                     format!(
-                        "no used entry within {TIMEOUT:?} (used idx stays {})",
+                        "no used entry within {timeout:?} (used idx stays {})",
                         self.last_used
                     )
                 });
