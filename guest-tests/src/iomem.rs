@@ -1,5 +1,6 @@
 //! Guest-physical address ranges from `/proc/iomem` (real addresses only for root), used to pick
-//! addresses that are certainly not guest RAM and not any device's BAR.
+//! addresses that are certainly not guest RAM and not any device's BAR, and free space in a PCI
+//! bridge window to move a BAR to.
 
 use std::fs;
 
@@ -22,16 +23,57 @@ pub struct Range {
 pub fn parse(text: &str) -> Vec<Range> {
     text.lines()
         .filter(|line| !line.starts_with(' '))
-        .filter_map(|line| {
-            let (span, name) = line.split_once(" : ")?;
-            let (start, end) = span.split_once('-')?;
-            Some(Range {
-                start: u64::from_str_radix(start.trim(), 16).ok()?,
-                end: u64::from_str_radix(end.trim(), 16).ok()?,
-                name: name.trim().to_string(),
-            })
-        })
+        .filter_map(parse_line)
         .collect()
+}
+
+/// Every entry of an iomem listing, nested ones included.
+pub fn parse_all(text: &str) -> Vec<Range> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Range> {
+    let (span, name) = line.split_once(" : ")?;
+    let (start, end) = span.split_once('-')?;
+    Some(Range {
+        start: u64::from_str_radix(start.trim(), 16).ok()?,
+        end: u64::from_str_radix(end.trim(), 16).ok()?,
+        name: name.trim().to_string(),
+    })
+}
+
+/// A new address for a `size`-byte BAR now at `current` (`size` a power of two, `current`
+/// aligned to it): inside the innermost `PCI Bus` window that holds the BAR, aligned to `size`,
+/// and clear of every listed range except that window and the ranges around it. The nearest
+/// such address above the BAR wins, else the nearest below. `ranges` must hold nested entries
+/// ([`parse_all`]): the other devices' BARs are nested in the window.
+pub fn free_bar_slot(ranges: &[Range], current: u64, size: u64) -> Option<u64> {
+    if !size.is_power_of_two() || current % size != 0 {
+        return None;
+    }
+    let last = current.checked_add(size - 1)?;
+    let window = ranges
+        .iter()
+        .filter(|r| r.name.starts_with("PCI Bus") && r.start <= current && last <= r.end)
+        .min_by_key(|r| r.end - r.start)?;
+    let fits = |start: u64| {
+        let Some(end) = start.checked_add(size - 1) else {
+            return false;
+        };
+        window.start <= start
+            && end <= window.end
+            && !ranges.iter().any(|r| {
+                let encloses_window = r.start <= window.start && window.end <= r.end;
+                !encloses_window && r.start <= end && start <= r.end
+            })
+    };
+    let above = (1..)
+        .map_while(|k: u64| current.checked_add(k.checked_mul(size)?))
+        .take_while(|start| *start <= window.end);
+    let below = (1..)
+        .map_while(|k: u64| current.checked_sub(k.checked_mul(size)?))
+        .take_while(|start| *start >= window.start);
+    above.chain(below).find(|start| fits(*start))
 }
 
 /// One past the highest System RAM byte.
@@ -79,6 +121,13 @@ pub fn read() -> Vec<Range> {
         .unwrap_or_default()
 }
 
+/// This guest's iomem entries, nested ones included (empty if unreadable).
+pub fn read_all() -> Vec<Range> {
+    fs::read_to_string("/proc/iomem")
+        .map(|text| parse_all(&text))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +163,56 @@ fd000000-fdffffff : PCI Bus 0000:00
         assert_eq!(ram_block_end(&parse(hidden)), None);
         assert_eq!(unbacked_address(&parse(hidden)), FALLBACK_UNBACKED);
         assert_eq!(unbacked_address(&[]), FALLBACK_UNBACKED);
+    }
+
+    /// The 32-bit part of a q35 guest with a 256 MiB VRAM BAR, as Linux lists it.
+    const Q35_BARS: &str = "\
+00000000-00000fff : Reserved
+00100000-1ffdffff : System RAM
+b0000000-bfffffff : PCI MMCONFIG 0000 [bus 00-ff]
+  b0000000-bfffffff : Reserved
+c0000000-febfffff : PCI Bus 0000:00
+  c0000000-c0ffffff : 0000:00:01.0
+  e0000000-efffffff : 0000:00:04.1
+  fe000000-fe003fff : 0000:00:04.0
+  febf0000-febf0fff : 0000:00:04.1
+fec00000-fec003ff : IOAPIC 0
+";
+
+    #[test]
+    fn finds_a_free_bar_slot_in_the_window() {
+        let all = parse_all(Q35_BARS);
+        assert_eq!(all.len(), 10);
+        assert_eq!(parse(Q35_BARS).len(), 5);
+        const SIZE: u64 = 0x1000_0000;
+        // Above is past the window; d0000000 is free.
+        assert_eq!(free_bar_slot(&all, 0xe000_0000, SIZE), Some(0xd000_0000));
+        // A 64 MiB BAR at e0000000 may not land on the listed e0000000-efffffff; f0000000 is
+        // the first free slot above it.
+        assert_eq!(
+            free_bar_slot(&all, 0xe000_0000, 0x400_0000),
+            Some(0xf000_0000)
+        );
+        // Taking d0000000 leaves nothing: c0000000 holds 00:01.0.
+        let mut crowded = all.clone();
+        crowded.push(Range {
+            start: 0xd000_0000,
+            end: 0xd000_0fff,
+            name: "0000:00:02.0".into(),
+        });
+        assert_eq!(free_bar_slot(&crowded, 0xe000_0000, SIZE), None);
+        // Not in any window, misaligned, not a power of two.
+        assert_eq!(free_bar_slot(&all, 0x1000_0000, SIZE), None);
+        assert_eq!(free_bar_slot(&all, 0xe000_1000, SIZE), None);
+        assert_eq!(free_bar_slot(&all, 0xe000_0000, 3 << 20), None);
+    }
+
+    #[test]
+    fn finds_a_free_bar_slot_in_a_64bit_window() {
+        let all = parse_all(Q35);
+        assert_eq!(
+            free_bar_slot(&all, 0x3800_0000_0000, 0x400_0000),
+            Some(0x3800_0400_0000)
+        );
     }
 }

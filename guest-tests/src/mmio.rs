@@ -1,15 +1,22 @@
-//! Memory-mapped PCI BARs (sysfs `resourceN` files) and volatile, bounds-checked access to them.
+//! Memory-mapped PCI BARs (sysfs `resourceN` files, or `/dev/mem` for a BAR moved behind the
+//! kernel's back) and volatile, bounds-checked access to them.
 //!
 //! Mappings are never unmapped: the device stays initialised for the life of the process, and
 //! windows can then be plain `Copy` values.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
 
 use thiserror::Error;
+
+/// Physical memory, for mappings the kernel has no resource file for.
+const DEV_MEM: &str = "/dev/mem";
+/// mmap granularity.
+const PAGE_SIZE: usize = 4096;
 
 /// Mapping a BAR or carving a window out of it failed.
 #[derive(Debug, Error)]
@@ -50,7 +57,41 @@ impl MmioWindow {
         if len == 0 {
             return Err(err(io::Error::new(io::ErrorKind::InvalidData, "empty BAR")));
         }
-        // SAFETY: a new shared mapping of a device BAR; no Rust object aliases it.
+        Self::map_file(&file, 0, len).map_err(err)
+    }
+
+    /// Maps `len` bytes of guest-physical address space at `address` through `/dev/mem`,
+    /// uncached (`O_SYNC`). For a BAR the kernel does not know is there (one moved through
+    /// config space, where its `resourceN` file still maps the old address); the kernel allows
+    /// it only for ranges that are neither RAM nor claimed by a driver.
+    pub fn map_physical(address: u64, len: u64) -> Result<Self, MmioError> {
+        let path = Path::new(DEV_MEM);
+        let err = |source| MmioError::Map {
+            path: path.to_path_buf(),
+            source,
+        };
+        let page = PAGE_SIZE as u64;
+        let start = address & !(page - 1);
+        let delta = address - start;
+        let total = usize::try_from(delta + len)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| err(io::ErrorKind::InvalidInput.into()))?;
+        let offset =
+            libc::off_t::try_from(start).map_err(|_| err(io::ErrorKind::InvalidInput.into()))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_SYNC)
+            .open(path)
+            .map_err(err)?;
+        Self::map_file(&file, offset, total)
+            .map_err(err)?
+            .sub(delta, len)
+    }
+
+    fn map_file(file: &File, offset: libc::off_t, len: usize) -> Result<Self, io::Error> {
+        // SAFETY: a new shared mapping of device memory; no Rust object aliases it.
         let addr = unsafe {
             libc::mmap(
                 ptr::null_mut(),
@@ -58,14 +99,13 @@ impl MmioWindow {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
-                0,
+                offset,
             )
         };
         if addr == libc::MAP_FAILED {
-            return Err(err(io::Error::last_os_error()));
+            return Err(io::Error::last_os_error());
         }
-        let base =
-            NonNull::new(addr.cast()).ok_or_else(|| err(io::ErrorKind::AddrNotAvailable.into()))?;
+        let base = NonNull::new(addr.cast()).ok_or(io::ErrorKind::AddrNotAvailable)?;
         Ok(Self { base, len })
     }
 

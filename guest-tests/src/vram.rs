@@ -94,6 +94,21 @@ impl Vram {
         })
     }
 
+    /// Maps `segment`'s window of a BAR at guest-physical `bar_address` through `/dev/mem`: for
+    /// a BAR reprogrammed through config space, which the kernel's `resourceN` file does not
+    /// follow.
+    pub fn map_physical(bar_address: u64, segment: &Segment) -> Result<Self, VramError> {
+        let offset = segment
+            .bar_offset()
+            .ok_or(VramError::NotInBar(segment.desc.id))?;
+        let window = MmioWindow::map_physical(bar_address.wrapping_add(offset), segment.desc.size)?;
+        Ok(Self {
+            window,
+            bar_address,
+            size: segment.desc.size,
+        })
+    }
+
     /// True if `[offset, offset + len)` lies inside the segment.
     pub fn contains(&self, offset: u64, len: u64) -> bool {
         offset.checked_add(len).is_some_and(|end| end <= self.size)

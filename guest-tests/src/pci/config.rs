@@ -1,5 +1,6 @@
 //! Parsing PCI config space: the capability list and the virtio vendor-specific capabilities
-//! (virtio 1.x, 4.1.4) that locate the modern register blocks inside the BARs.
+//! (virtio 1.x, 4.1.4) that locate the modern register blocks inside the BARs, and memory BAR
+//! registers.
 
 use thiserror::Error;
 
@@ -150,6 +151,82 @@ fn parse_virtio_cap(config: &[u8], ptr: usize) -> Result<Option<(VirtioCap, u32)
     Ok(Some((cap, multiplier)))
 }
 
+/// Offset of the first BAR register.
+const BAR0: u64 = 0x10;
+/// Bit 0 of a BAR: I/O space rather than memory.
+const BAR_IO: u32 = 1;
+/// Bits 2:1 of a memory BAR: its type.
+const BAR_MEM_TYPE_MASK: u32 = 0b110;
+/// Type of a 64-bit memory BAR (the next register holds the high half).
+const BAR_MEM_TYPE_64: u32 = 0b100;
+/// Read-only flag bits of a memory BAR (I/O, type, prefetchable).
+const BAR_MEM_FLAGS: u32 = 0xf;
+
+/// Config-space offset of BAR register `bar` (0..=5).
+pub fn bar_register(bar: u32) -> u64 {
+    BAR0 + 4 * u64::from(bar)
+}
+
+/// A memory BAR as its config registers hold it: the low register (address bits and flags) and,
+/// for a 64-bit BAR, the high register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemBar {
+    low: u32,
+    high: Option<u32>,
+}
+
+impl MemBar {
+    /// The BAR whose low register reads `low` and whose next register reads `next`; `None` for
+    /// an I/O BAR or a reserved memory type.
+    pub fn from_registers(low: u32, next: u32) -> Option<Self> {
+        if low & BAR_IO != 0 {
+            return None;
+        }
+        match low & BAR_MEM_TYPE_MASK {
+            0 => Some(Self { low, high: None }),
+            BAR_MEM_TYPE_64 => Some(Self {
+                low,
+                high: Some(next),
+            }),
+            _ => None,
+        }
+    }
+
+    /// True for a 64-bit BAR (two registers).
+    pub fn is_64bit(&self) -> bool {
+        self.high.is_some()
+    }
+
+    /// The address the registers hold.
+    pub fn address(&self) -> u64 {
+        u64::from(self.high.unwrap_or(0)) << 32 | u64::from(self.low & !BAR_MEM_FLAGS)
+    }
+
+    /// The same BAR at `address`, flags kept; `None` if the BAR cannot hold that address (not
+    /// 16-byte aligned, or above 4 GiB for a 32-bit BAR).
+    pub fn with_address(&self, address: u64) -> Option<Self> {
+        if address & u64::from(BAR_MEM_FLAGS) != 0
+            || (!self.is_64bit() && address > u32::MAX.into())
+        {
+            return None;
+        }
+        Some(Self {
+            low: address as u32 | (self.low & BAR_MEM_FLAGS),
+            high: self.high.map(|_| (address >> 32) as u32),
+        })
+    }
+
+    /// The low register's value.
+    pub fn low(&self) -> u32 {
+        self.low
+    }
+
+    /// The high register's value (64-bit BARs only).
+    pub fn high(&self) -> Option<u32> {
+        self.high
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +318,32 @@ mod tests {
             virtio_caps(&qemu_like()[..0x60]),
             Err(ConfigError::BrokenList(_) | ConfigError::ShortCap { .. })
         ));
+    }
+
+    #[test]
+    fn decodes_and_moves_memory_bars() {
+        // ivshmem's BAR2: 64-bit prefetchable at 0xe000_0000.
+        let bar = MemBar::from_registers(0xe000_000c, 0).unwrap();
+        assert!(bar.is_64bit());
+        assert_eq!(bar.address(), 0xe000_0000);
+        let moved = bar.with_address(0x38_0000_0000).unwrap();
+        assert_eq!(moved.low(), 0x0000_000c);
+        assert_eq!(moved.high(), Some(0x38));
+        assert_eq!(moved.address(), 0x38_0000_0000);
+        assert_eq!(bar.with_address(0xd000_0008), None);
+
+        let small = MemBar::from_registers(0xfebf_1000, 0x1234).unwrap();
+        assert!(!small.is_64bit());
+        assert_eq!(small.address(), 0xfebf_1000);
+        assert_eq!(small.with_address(1 << 32), None);
+        assert_eq!(small.with_address(0xfebf_2000).unwrap().low(), 0xfebf_2000);
+
+        assert_eq!(MemBar::from_registers(0xc001, 0), None, "I/O BAR");
+        assert_eq!(
+            MemBar::from_registers(0xe000_0002, 0),
+            None,
+            "reserved type"
+        );
+        assert_eq!(bar_register(2), 0x18);
     }
 }

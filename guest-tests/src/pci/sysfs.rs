@@ -1,7 +1,7 @@
 //! A PCI function through its sysfs directory (`/sys/bus/pci/devices/<bdf>`): identity, config
-//! space, the command register, BAR addresses and BAR mappings. Needs root.
+//! space, the command register, BAR registers and addresses, and BAR mappings. Needs root.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::mmio::{MmioError, MmioWindow};
+use crate::pci::config::{bar_register, MemBar};
 
 const DEVICES: &str = "/sys/bus/pci/devices";
 /// Command register offset and the bits this driver sets.
@@ -35,6 +36,9 @@ pub enum PciError {
     /// The BAR has no address assigned.
     #[error("{bdf} BAR{bar} has no address assigned")]
     BarUnassigned { bdf: String, bar: u32 },
+    /// The BAR is not a memory BAR (or has a reserved type).
+    #[error("{bdf} BAR{bar} is not a 32- or 64-bit memory BAR (register {low:#010x})")]
+    NotMemoryBar { bdf: String, bar: u32, low: u32 },
     /// A BAR could not be mapped.
     #[error(transparent)]
     Mmio(#[from] MmioError),
@@ -116,18 +120,14 @@ impl PciFunction {
         fs::read(&path).map_err(|source| PciError::Io { path, source })
     }
 
-    /// Sets `set` and clears `clear` in the command register; returns the new value.
+    /// Sets `set` and clears `clear` in the command register (other bits kept); returns the
+    /// value read back.
     pub fn update_command(&self, set: u16, clear: u16) -> Result<u16, PciError> {
-        let path = self.dir.join("config");
+        let (path, file) = self.config_file()?;
         let io_err = |source| PciError::Io {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_err)?;
         let mut raw = [0u8; 2];
         file.read_exact_at(&mut raw, COMMAND).map_err(io_err)?;
         let value = (u16::from_le_bytes(raw) | set) & !clear;
@@ -135,6 +135,65 @@ impl PciFunction {
             .map_err(io_err)?;
         file.read_exact_at(&mut raw, COMMAND).map_err(io_err)?;
         Ok(u16::from_le_bytes(raw))
+    }
+
+    /// The command register.
+    pub fn command(&self) -> Result<u16, PciError> {
+        self.update_command(0, 0)
+    }
+
+    /// The config dword at `offset` (4-byte aligned).
+    pub fn read_config32(&self, offset: u64) -> Result<u32, PciError> {
+        let (path, file) = self.config_file()?;
+        let mut raw = [0u8; 4];
+        file.read_exact_at(&mut raw, offset)
+            .map_err(|source| PciError::Io { path, source })?;
+        Ok(u32::from_le_bytes(raw))
+    }
+
+    /// Writes the config dword at `offset` (4-byte aligned: one config write).
+    pub fn write_config32(&self, offset: u64, value: u32) -> Result<(), PciError> {
+        let (path, file) = self.config_file()?;
+        file.write_all_at(&value.to_le_bytes(), offset)
+            .map_err(|source| PciError::Io { path, source })
+    }
+
+    /// Memory BAR `bar` as config space holds it now. Unlike [`Self::bar_address`] this sees
+    /// addresses written behind the kernel's back.
+    pub fn mem_bar(&self, bar: u32) -> Result<MemBar, PciError> {
+        let low = self.read_config32(bar_register(bar))?;
+        let next = if bar < 5 {
+            self.read_config32(bar_register(bar + 1))?
+        } else {
+            0
+        };
+        // A 64-bit BAR needs the next register, which BAR5 does not have.
+        MemBar::from_registers(low, next)
+            .filter(|b| bar < 5 || !b.is_64bit())
+            .ok_or_else(|| PciError::NotMemoryBar {
+                bdf: self.bdf.clone(),
+                bar,
+                low,
+            })
+    }
+
+    /// Writes memory BAR `bar`'s registers, low then high. The kernel is not told: `resource`
+    /// and the `resourceN` mappings keep the address it assigned. Only do this with memory
+    /// decode off, or the device decodes the half-written address in between.
+    pub fn write_mem_bar(&self, bar: u32, value: &MemBar) -> Result<(), PciError> {
+        self.write_config32(bar_register(bar), value.low())?;
+        if let Some(high) = value.high() {
+            self.write_config32(bar_register(bar + 1), high)?;
+        }
+        Ok(())
+    }
+
+    fn config_file(&self) -> Result<(PathBuf, File), PciError> {
+        let path = self.dir.join("config");
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => Ok((path, file)),
+            Err(source) => Err(PciError::Io { path, source }),
+        }
     }
 
     /// Guest-physical address of BAR `bar` as the kernel sees it (line `bar` of `resource`).
