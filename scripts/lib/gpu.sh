@@ -4,7 +4,8 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu.sh"
 #   gpu_build; gpu_start_backend; gpu_run_guest slice,--json || rc=$?
 #
-# Variables read: VRAM_SIZE (default 256M), GPU_KVM (1 = --kvm), QEMU_TIMEOUT.
+# Variables read: VRAM_SIZE (default 256M), LAYOUT (a layout file; default layout when unset),
+# GPU_KVM (1 = --kvm), QEMU_TIMEOUT.
 # Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, QEMU_LOG.
 
 if [[ -n "${_WDDM_GPU_SH:-}" ]]; then
@@ -43,8 +44,10 @@ gpu_start_backend() {
     export VRAM_PATH="/dev/shm/wddm-gpu-$$-${RANDOM}.vram"
     BACKEND_LOG="${GPU_RUN_DIR}/backend.log"
     export QEMU_LOG="${GPU_RUN_DIR}/qemu.log"
+    local layout=()
+    [[ -n "${LAYOUT:-}" ]] && layout=(--layout "$LAYOUT")
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
-        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" >"$BACKEND_LOG" 2>&1 &
+        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" "${layout[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"
     wait_for_socket "$SOCKET" 20 "$pid" || { cat "$BACKEND_LOG" >&2; die "the backend did not start"; }
