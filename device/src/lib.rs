@@ -2,6 +2,7 @@
 //!
 //! Module map:
 //! - [`device`]: vhost-user transport glue (features, config, memory table, virtqueues).
+//! - [`fd_relay`]: `--fd` with a connected socket, bridged to the daemon's listener.
 //! - [`control`]: control-queue wire decoding.
 //! - [`gpu`]: the device model answering control requests.
 //! - [`engine`]: the paging engine executing DMA buffers of paging packets.
@@ -19,6 +20,7 @@ pub mod codec;
 pub mod control;
 pub mod device;
 pub mod engine;
+pub mod fd_relay;
 pub mod gpu;
 pub mod guest_ram;
 pub mod layout;

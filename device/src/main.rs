@@ -10,7 +10,6 @@ use clap::{CommandFactory, Parser};
 use log::info;
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
-use vhost_user_wddm_gpu::codec;
 use vhost_user_wddm_gpu::device::WddmGpuBackend;
 use vhost_user_wddm_gpu::gpu::Gpu;
 use vhost_user_wddm_gpu::layout::SegmentLayout;
@@ -19,6 +18,7 @@ use vhost_user_wddm_gpu::layout_report::LayoutReport;
 use vhost_user_wddm_gpu::layout_rules::validate;
 use vhost_user_wddm_gpu::size::parse_size;
 use vhost_user_wddm_gpu::vram::{BarMode, Vram};
+use vhost_user_wddm_gpu::{codec, fd_relay};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
@@ -37,7 +37,8 @@ struct RunArgs {
     /// Listen for the frontend on this Unix socket path.
     #[arg(long, conflicts_with = "fd")]
     socket_path: Option<PathBuf>,
-    /// Use this already-open listening socket instead of --socket-path.
+    /// Use this already-open socket instead of --socket-path: a listening socket, or a
+    /// connected one as libvirt passes (QEMU's vhost-user backend convention).
     #[arg(long)]
     fd: Option<i32>,
     /// Print the backend's capabilities as JSON (QEMU's vhost-user convention) and exit.
@@ -94,7 +95,7 @@ enum StartError {
     SocketInUse(PathBuf),
     #[error("socket path {0} exists and is not a socket")]
     NotASocket(PathBuf),
-    #[error("--fd {0} is not a listening Unix socket (connected sockets are not supported: the vhost-user-backend crate can only accept)")]
+    #[error("--fd {0} is not a Unix socket")]
     BadFd(i32),
     #[error("vhost-user daemon: {0}")]
     Daemon(String),
@@ -279,6 +280,7 @@ fn check_socket_free(path: &Path) -> Result<(), StartError> {
     }
 }
 
+/// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
 fn listening_fd(fd: i32) -> Result<Listener, StartError> {
     let mut accepting: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -292,9 +294,16 @@ fn listening_fd(fd: i32) -> Result<Listener, StartError> {
             &mut len,
         )
     };
-    if rc != 0 || accepting == 0 {
+    if rc != 0 {
         return Err(StartError::BadFd(fd));
     }
-    // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
-    Ok(unsafe { Listener::from_raw_fd(fd) })
+    if accepting != 0 {
+        // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
+        return Ok(unsafe { Listener::from_raw_fd(fd) });
+    }
+    // SAFETY: the fd is a socket handed to this process (getsockopt accepted it); the stream
+    // owns it from here on.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    info!("--fd {fd} is a connected socket: serving it through a relay");
+    fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))
 }

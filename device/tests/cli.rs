@@ -129,19 +129,6 @@ fn a_stale_socket_file_is_replaced_and_served() {
     assert!(connected, "backend never listened on the replaced socket");
 }
 
-#[test]
-fn fd_must_be_a_listening_socket() {
-    let output = run(&[
-        "--fd",
-        "0",
-        "--vram-path",
-        "/dev/null",
-        "--vram-size",
-        "16MiB",
-    ]);
-    assert_ne!(output.status.code(), Some(0));
-}
-
 fn layouts_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/layouts")
 }

@@ -1,0 +1,101 @@
+//! `--fd` in both forms QEMU's backend convention allows: a listening socket, and a connected
+//! socket as libvirt passes (one end of a socketpair). The frontend negotiates through it and a
+//! hang-up ends the backend cleanly.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::VhostBackend;
+
+/// Lets the child inherit `fd` (Rust opens everything close-on-exec).
+fn inheritable(fd: RawFd) {
+    // SAFETY: F_SETFD on a descriptor this test owns; no memory is involved.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    assert_eq!(rc, 0);
+}
+
+fn spawn_with_fd(fd: RawFd, name: &str) -> Child {
+    inheritable(fd);
+    let vram = format!("/dev/shm/wddm-fd-test-{}-{name}.vram", std::process::id());
+    Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .args([
+            "--fd",
+            &fd.to_string(),
+            "--vram-path",
+            &vram,
+            "--vram-size",
+            "16MiB",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn negotiate(frontend: &mut Frontend) {
+    frontend.set_owner().unwrap();
+    let features = frontend.get_features().unwrap();
+    assert_ne!(
+        features & (1 << 32),
+        0,
+        "VERSION_1 offered through the socket"
+    );
+    frontend.set_features(features).unwrap();
+    let protocol = frontend.get_protocol_features().unwrap();
+    assert!(protocol.contains(VhostUserProtocolFeatures::CONFIG));
+}
+
+fn wait_exit(mut child: Child, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            let _ = std::fs::remove_file(format!(
+                "/dev/shm/wddm-fd-test-{}-{name}.vram",
+                std::process::id()
+            ));
+            assert!(status.success(), "backend exited with {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    panic!("backend did not exit after the frontend hung up");
+}
+
+#[test]
+fn a_connected_socket_from_a_socketpair_is_served() {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let child = spawn_with_fd(theirs.as_raw_fd(), "pair");
+    drop(theirs);
+    let mut frontend = Frontend::from_stream(ours, 2);
+    negotiate(&mut frontend);
+    drop(frontend);
+    wait_exit(child, "pair");
+}
+
+#[test]
+fn a_listening_socket_is_served() {
+    let dir = std::env::temp_dir().join(format!("wddm-fd-listen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let child = spawn_with_fd(listener.as_raw_fd(), "listen");
+    drop(listener);
+    let mut frontend = Frontend::connect(&path, 2).unwrap();
+    negotiate(&mut frontend);
+    drop(frontend);
+    wait_exit(child, "listen");
+}
+
+#[test]
+fn a_descriptor_that_is_not_a_socket_is_refused() {
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let child = spawn_with_fd(file.as_raw_fd(), "null");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a Unix socket"));
+}
