@@ -122,6 +122,40 @@
 #define WDDM_GPU_RESP_SUBMIT 36865
 
 /**
+ * Register (or, with address 0, unregister) the status page
+ * ([`crate::status::WddmGpuCmdRegisterStatusPage`]); answered `VIRTIO_GPU_RESP_OK_NODATA`.
+ */
+#define WDDM_GPU_CMD_REGISTER_STATUS_PAGE 32770
+
+/**
+ * Post a request the device completes at the next event (header only; the response buffer
+ * holds a [`crate::status::WddmGpuRespEvent`]).
+ */
+#define WDDM_GPU_CMD_WAIT_EVENT 32771
+
+/**
+ * Stop the running submission at the next chunk boundary and return every pending one with
+ * status PREEMPTED (header only; answered with [`crate::status::WddmGpuRespPreempt`]).
+ */
+#define WDDM_GPU_CMD_PREEMPT 32772
+
+/**
+ * `DxgkDdiResetFromTimeout`: drop all work, clear the GART and the status-page registration,
+ * keep VRAM (header only; answered `VIRTIO_GPU_RESP_OK_NODATA` once done).
+ */
+#define WDDM_GPU_CMD_RESET 32773
+
+/**
+ * Response type of a completed WAIT_EVENT.
+ */
+#define WDDM_GPU_RESP_EVENT 36866
+
+/**
+ * Response type of PREEMPT.
+ */
+#define WDDM_GPU_RESP_PREEMPT 36867
+
+/**
  * Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
  */
 #define VIRTIO_GPU_MAX_SCANOUTS 16
@@ -130,6 +164,65 @@
  * TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
  */
 #define WDDM_GPU_OP_TRANSFER 1
+
+/**
+ * FILL: repeat a 32-bit pattern over a memory-segment range ([`WddmGpuPacketFill`]).
+ */
+#define WDDM_GPU_OP_FILL 2
+
+/**
+ * DISCARD_CONTENT: notice that an allocation leaves a location; no data moves
+ * ([`WddmGpuPacketSegmentAccess`]).
+ */
+#define WDDM_GPU_OP_DISCARD_CONTENT 3
+
+/**
+ * READ_PHYSICAL: a 1-8 byte read that forces coherency; counted, no data moves
+ * ([`WddmGpuPacketSegmentAccess`]).
+ */
+#define WDDM_GPU_OP_READ_PHYSICAL 4
+
+/**
+ * WRITE_PHYSICAL: a 1-8 byte write that forces coherency; counted, no data moves
+ * ([`WddmGpuPacketSegmentAccess`]).
+ */
+#define WDDM_GPU_OP_WRITE_PHYSICAL 5
+
+/**
+ * MAP_APERTURE_SEGMENT: point aperture pages at guest frames ([`WddmGpuPacketMapAperture`]).
+ */
+#define WDDM_GPU_OP_MAP_APERTURE 6
+
+/**
+ * UNMAP_APERTURE_SEGMENT: point aperture pages at a dummy page ([`WddmGpuPacketUnmapAperture`]).
+ */
+#define WDDM_GPU_OP_UNMAP_APERTURE 7
+
+/**
+ * FENCE: report a fence as completed: status page, event, interrupt ([`WddmGpuPacketFence`]).
+ */
+#define WDDM_GPU_OP_FENCE 8
+
+/**
+ * MAP_APERTURE_SEGMENT2: map from an address-descriptor list, possibly contiguous
+ * ([`WddmGpuPacketMapAperture2`]).
+ */
+#define WDDM_GPU_OP_MAP_APERTURE2 9
+
+/**
+ * MAP flags bit: `DXGK_MAPAPERTUREFLAGS.CacheCoherent`.
+ */
+#define WDDM_GPU_MAP_FLAG_CACHE_COHERENT (1 << 0)
+
+/**
+ * MAP_APERTURE2 `adl_flags` bit: `DXGK_ADL_FLAGS.Contiguous` (base page + count).
+ */
+#define WDDM_GPU_ADL_FLAG_CONTIGUOUS (1 << 0)
+
+/**
+ * DISCARD_CONTENT flags bit: `DXGK_DISCARDCONTENTFLAGS.AllocationIsIdle`.
+ */
+#define WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE (1 << 0)
 
 /**
  * Packet sizes are multiples of this.
@@ -150,6 +243,36 @@
  * Bits 22-31: `Reserved`, always zero.
  */
 #define SEGMENT_FLAGS_RESERVED_MASK 4290772992
+
+/**
+ * Status-page layout version.
+ */
+#define WDDM_GPU_STATUS_VERSION 1
+
+/**
+ * Size of the status page.
+ */
+#define WDDM_GPU_STATUS_PAGE_SIZE 4096
+
+/**
+ * Entries in the fault ring.
+ */
+#define WDDM_GPU_FAULT_RING_ENTRIES 120
+
+/**
+ * `WddmGpuRespEvent::kind`: a submission faulted; `fault` holds its record.
+ */
+#define WDDM_GPU_EVENT_FAULT 1
+
+/**
+ * `WddmGpuRespEvent::kind`: the VRAM BAR moved, appeared or disappeared; `bar_*` hold it.
+ */
+#define WDDM_GPU_EVENT_BAR_CHANGED 2
+
+/**
+ * `WddmGpuRespEvent::kind`: a FENCE packet executed; `fence_id` holds it.
+ */
+#define WDDM_GPU_EVENT_FENCE 3
 
 /**
  * `flags` bit: this is a paging submission (`DXGK_SUBMITCOMMANDFLAGS.Paging`).
@@ -227,6 +350,22 @@ enum WddmGpuSubmitStatus
    * The request is valid but names something this device version does not do.
    */
   WDDM_GPU_SUBMIT_STATUS_UNSUPPORTED = 12,
+  /**
+   * An access went through an aperture page that was never mapped.
+   */
+  WDDM_GPU_SUBMIT_STATUS_UNMAPPED_APERTURE = 13,
+  /**
+   * The packet needs the other kind of segment (e.g. FILL on an aperture, MAP on memory).
+   */
+  WDDM_GPU_SUBMIT_STATUS_WRONG_SEGMENT_KIND = 14,
+  /**
+   * A PREEMPT stopped the submission; it may be submitted again.
+   */
+  WDDM_GPU_SUBMIT_STATUS_PREEMPTED = 15,
+  /**
+   * A device reset dropped the submission.
+   */
+  WDDM_GPU_SUBMIT_STATUS_RESET = 16,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -397,8 +536,9 @@ typedef struct WddmGpuCmdSubmit {
    */
   uint64_t dma_buffer_address;
   /**
-   * `DmaBufferSegmentId`: 0 = guest system memory. Segment-resident DMA buffers are refused
-   * with [`SubmitStatus::Unsupported`] until the full engine lands.
+   * `DmaBufferSegmentId`: 0 = guest system memory; otherwise the buffer lives in that segment
+   * (an aperture, read through the GART, or VRAM) and `dma_buffer_address` is its segment
+   * address (`BaseAddress` + offset).
    */
   uint32_t dma_buffer_segment_id;
   /**
@@ -693,8 +833,371 @@ typedef struct WddmGpuSegmentDesc {
 } WddmGpuSegmentDesc;
 
 /**
+ * FILL (`DXGK_OPERATION_FILL`): `length` bytes of a memory segment get the little-endian
+ * `pattern` repeated from the first byte (a length that is not a multiple of 4 ends mid-pattern).
+ */
+typedef struct WddmGpuPacketFill {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_FILL`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `FillPattern`.
+   */
+  uint32_t pattern;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `FillSize`.
+   */
+  uint64_t length;
+  /**
+   * A memory-segment endpoint (`Destination`); apertures and frame lists are refused.
+   */
+  struct WddmGpuEndpoint destination;
+} WddmGpuPacketFill;
+
+/**
+ * DISCARD_CONTENT, READ_PHYSICAL and WRITE_PHYSICAL: a checked segment location; no data moves.
+ */
+typedef struct WddmGpuPacketSegmentAccess {
+  /**
+   * `opcode` = one of the three.
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * Segment id (any kind).
+   */
+  uint32_t segment_id;
+  /**
+   * DISCARD: `WDDM_GPU_DISCARD_FLAG_*`; READ/WRITE_PHYSICAL: the access size, 1 to 8 bytes.
+   */
+  uint32_t flags_or_size;
+  /**
+   * `SegmentAddress` / `PhysicalAddress`: a GPU address inside the segment.
+   */
+  uint64_t address;
+} WddmGpuPacketSegmentAccess;
+
+/**
+ * MAP_APERTURE_SEGMENT: aperture page `first_page + i` maps guest frame
+ * `frames[frame_offset + i]` for `i` in `0..page_count`.
+ */
+typedef struct WddmGpuPacketMapAperture {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_MAP_APERTURE`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * The aperture segment.
+   */
+  uint32_t segment_id;
+  /**
+   * `WDDM_GPU_MAP_FLAG_*`.
+   */
+  uint32_t flags;
+  /**
+   * `OffsetInPages`: first aperture page.
+   */
+  uint64_t first_page;
+  /**
+   * `NumberOfPages`.
+   */
+  uint64_t page_count;
+  /**
+   * Guest-physical address of the u64 frame array (the MDL's PFN array).
+   */
+  uint64_t frame_list_address;
+  /**
+   * Entries in that array, at most `WDDM_GPU_MAX_FRAME_LIST_ENTRIES`.
+   */
+  uint32_t frame_count;
+  /**
+   * `MdlOffset`: index of the first frame to map.
+   */
+  uint32_t frame_offset;
+} WddmGpuPacketMapAperture;
+
+/**
+ * MAP_APERTURE_SEGMENT2: like MAP_APERTURE, from a `DXGK_ADL`.
+ */
+typedef struct WddmGpuPacketMapAperture2 {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_MAP_APERTURE2`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * The aperture segment.
+   */
+  uint32_t segment_id;
+  /**
+   * `WDDM_GPU_MAP_FLAG_*`.
+   */
+  uint32_t flags;
+  /**
+   * `OffsetInPages`.
+   */
+  uint64_t first_page;
+  /**
+   * `NumberOfPages`.
+   */
+  uint64_t page_count;
+  /**
+   * `DXGK_ADL.Flags`: `WDDM_GPU_ADL_FLAG_*`.
+   */
+  uint32_t adl_flags;
+  /**
+   * `AdlOffset`: index of the first ADL page to map.
+   */
+  uint32_t adl_offset;
+  /**
+   * Contiguous: `BasePageNumber`; otherwise the guest-physical address of the u64 page array.
+   */
+  uint64_t adl_base;
+  /**
+   * `DXGK_ADL.PageCount`.
+   */
+  uint32_t adl_page_count;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+} WddmGpuPacketMapAperture2;
+
+/**
+ * UNMAP_APERTURE_SEGMENT: every page of the range then maps `dummy_page`, so device accesses
+ * through it keep working (they land on the dummy page).
+ */
+typedef struct WddmGpuPacketUnmapAperture {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_UNMAP_APERTURE`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * The aperture segment.
+   */
+  uint32_t segment_id;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `OffsetInPages`.
+   */
+  uint64_t first_page;
+  /**
+   * `NumberOfPages`.
+   */
+  uint64_t page_count;
+  /**
+   * `DummyPage`: guest-physical address of a page in guest RAM (4 KiB aligned).
+   */
+  uint64_t dummy_page;
+} WddmGpuPacketUnmapAperture;
+
+/**
+ * FENCE: the fence is reported completed when this packet executes: written to the status
+ * page, and delivered as an event if the driver posted one (an interrupt), so an ISR can report
+ * `DXGK_INTERRUPT_DMA_COMPLETED` with it.
+ */
+typedef struct WddmGpuPacketFence {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_FENCE`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * The fence id (`SubmissionFenceId`).
+   */
+  uint32_t fence_id;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+} WddmGpuPacketFence;
+
+/**
+ * One fault, as the device records it.
+ */
+typedef struct WddmGpuFaultRecord {
+  /**
+   * Monotonic fault number (the ring index is `sequence % WDDM_GPU_FAULT_RING_ENTRIES`).
+   */
+  uint64_t sequence;
+  /**
+   * The guest or segment address the fault concerns.
+   */
+  uint64_t address;
+  /**
+   * `submission_fence_id` of the faulting submission.
+   */
+  uint32_t fence_id;
+  /**
+   * DMA-buffer offset of the faulting packet.
+   */
+  uint32_t packet_offset;
+  /**
+   * `SubmitStatus` value: the reason.
+   */
+  uint32_t status;
+  /**
+   * The faulting packet's opcode (0 when the command itself was refused).
+   */
+  uint32_t opcode;
+} WddmGpuFaultRecord;
+
+/**
+ * The status page (first bytes; the fault ring follows at `fault_ring_offset`).
+ */
+typedef struct WddmGpuStatusPage {
+  /**
+   * [`WDDM_GPU_STATUS_MAGIC`].
+   */
+  uint32_t magic;
+  /**
+   * [`WDDM_GPU_STATUS_VERSION`].
+   */
+  uint32_t version;
+  /**
+   * Latest completed fence (submission or FENCE packet).
+   */
+  uint32_t completed_fence;
+  /**
+   * Fence of the latest preempted submission (`PreemptionFenceId`).
+   */
+  uint32_t preempted_fence;
+  /**
+   * Latest completed fence when that preemption happened (`LastCompletedFenceId`).
+   */
+  uint32_t last_completed_at_preempt;
+  /**
+   * VRAM BAR state (`WDDM_GPU_BAR_STATE_*`).
+   */
+  uint32_t bar_state;
+  /**
+   * VRAM BAR generation.
+   */
+  uint32_t bar_generation;
+  /**
+   * Offset of the fault ring from the page start.
+   */
+  uint32_t fault_ring_offset;
+  /**
+   * VRAM BAR guest-physical address (valid when `bar_state` is KNOWN).
+   */
+  uint64_t bar_address;
+  /**
+   * Submissions completed since registration (any status).
+   */
+  uint64_t submissions_completed;
+  /**
+   * Faults recorded since registration; the next record goes to
+   * `fault_head % WDDM_GPU_FAULT_RING_ENTRIES`.
+   */
+  uint32_t fault_head;
+  /**
+   * Written by the driver: faults it has consumed. The device never overwrites a record the
+   * driver has not consumed; it counts it in `faults_dropped` instead.
+   */
+  uint32_t fault_tail;
+  /**
+   * Entries in the fault ring.
+   */
+  uint32_t fault_ring_entries;
+  /**
+   * Faults not recorded because the ring was full.
+   */
+  uint32_t faults_dropped;
+  /**
+   * Events not delivered because no WAIT_EVENT request was posted.
+   */
+  uint32_t events_dropped;
+  /**
+   * Zero.
+   */
+  uint32_t reserved[7];
+} WddmGpuStatusPage;
+
+/**
+ * `WDDM_GPU_CMD_REGISTER_STATUS_PAGE`: `address` 0 unregisters.
+ */
+typedef struct WddmGpuCmdRegisterStatusPage {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * Guest-physical address of a 4 KiB-aligned page of guest RAM, or 0.
+   */
+  uint64_t address;
+} WddmGpuCmdRegisterStatusPage;
+
+/**
+ * Completion of a `WDDM_GPU_CMD_WAIT_EVENT` request (type `WDDM_GPU_RESP_EVENT`).
+ */
+typedef struct WddmGpuRespEvent {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * `WDDM_GPU_EVENT_*`.
+   */
+  uint32_t kind;
+  /**
+   * FENCE events: the fence id.
+   */
+  uint32_t fence_id;
+  /**
+   * BAR events: state.
+   */
+  uint32_t bar_state;
+  /**
+   * BAR events: generation.
+   */
+  uint32_t bar_generation;
+  /**
+   * BAR events: address.
+   */
+  uint64_t bar_address;
+  /**
+   * FAULT events: the record (also in the status page's fault ring).
+   */
+  struct WddmGpuFaultRecord fault;
+} WddmGpuRespEvent;
+
+/**
+ * Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
+ * `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+ */
+typedef struct WddmGpuRespPreempt {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * `PreemptionFenceId`: the first submission that did not complete (0 when none was
+   * pending).
+   */
+  uint32_t preempted_fence;
+  /**
+   * `LastCompletedFenceId`.
+   */
+  uint32_t last_completed_fence;
+  /**
+   * Submissions returned with status PREEMPTED.
+   */
+  uint32_t preempted_count;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuRespPreempt;
+
+/**
  * Every status, in value order.
  */
-#define WddmGpuSubmitStatus_ALL { WddmGpuSubmitStatus_Ok, WddmGpuSubmitStatus_BadCommand, WddmGpuSubmitStatus_BadDmaBuffer, WddmGpuSubmitStatus_BadPacketHeader, WddmGpuSubmitStatus_UnknownOpcode, WddmGpuSubmitStatus_BadSegment, WddmGpuSubmitStatus_SegmentRange, WddmGpuSubmitStatus_BadFrameList, WddmGpuSubmitStatus_FrameNotInRam, WddmGpuSubmitStatus_FrameInVram, WddmGpuSubmitStatus_LengthOverflow, WddmGpuSubmitStatus_ReservedField, WddmGpuSubmitStatus_Unsupported, }
+#define WddmGpuSubmitStatus_ALL { WddmGpuSubmitStatus_Ok, WddmGpuSubmitStatus_BadCommand, WddmGpuSubmitStatus_BadDmaBuffer, WddmGpuSubmitStatus_BadPacketHeader, WddmGpuSubmitStatus_UnknownOpcode, WddmGpuSubmitStatus_BadSegment, WddmGpuSubmitStatus_SegmentRange, WddmGpuSubmitStatus_BadFrameList, WddmGpuSubmitStatus_FrameNotInRam, WddmGpuSubmitStatus_FrameInVram, WddmGpuSubmitStatus_LengthOverflow, WddmGpuSubmitStatus_ReservedField, WddmGpuSubmitStatus_Unsupported, WddmGpuSubmitStatus_UnmappedAperture, WddmGpuSubmitStatus_WrongSegmentKind, WddmGpuSubmitStatus_Preempted, WddmGpuSubmitStatus_Reset, }
 
 #endif  /* WDDM_GPU_H */

@@ -28,6 +28,22 @@ pub const VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER: u32 = 0x1205;
 pub const WDDM_GPU_CMD_SUBMIT: u32 = 0x8001;
 /// Device-specific response to [`WDDM_GPU_CMD_SUBMIT`]; its `status` says how it ended.
 pub const WDDM_GPU_RESP_SUBMIT: u32 = 0x9001;
+/// Register (or, with address 0, unregister) the status page
+/// ([`crate::status::WddmGpuCmdRegisterStatusPage`]); answered `VIRTIO_GPU_RESP_OK_NODATA`.
+pub const WDDM_GPU_CMD_REGISTER_STATUS_PAGE: u32 = 0x8002;
+/// Post a request the device completes at the next event (header only; the response buffer
+/// holds a [`crate::status::WddmGpuRespEvent`]).
+pub const WDDM_GPU_CMD_WAIT_EVENT: u32 = 0x8003;
+/// Stop the running submission at the next chunk boundary and return every pending one with
+/// status PREEMPTED (header only; answered with [`crate::status::WddmGpuRespPreempt`]).
+pub const WDDM_GPU_CMD_PREEMPT: u32 = 0x8004;
+/// `DxgkDdiResetFromTimeout`: drop all work, clear the GART and the status-page registration,
+/// keep VRAM (header only; answered `VIRTIO_GPU_RESP_OK_NODATA` once done).
+pub const WDDM_GPU_CMD_RESET: u32 = 0x8005;
+/// Response type of a completed WAIT_EVENT.
+pub const WDDM_GPU_RESP_EVENT: u32 = 0x9002;
+/// Response type of PREEMPT.
+pub const WDDM_GPU_RESP_PREEMPT: u32 = 0x9003;
 
 /// Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
 pub const VIRTIO_GPU_MAX_SCANOUTS: usize = 16;

@@ -5,6 +5,7 @@
 //! - [`submit`]: the submission command (a DMA buffer of paging packets) and its completion.
 //! - [`packet`]: the paging packets a DMA buffer holds.
 //! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
+//! - [`status`]: the status page, events, preemption.
 //! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
 //! - [`preference`]: `D3DDDI_SEGMENTPREFERENCE` and `DXGK_SEGMENTBANKPREFERENCE` placement hints.
 //!
@@ -19,6 +20,7 @@ pub mod ctrl;
 pub mod packet;
 pub mod preference;
 pub mod segment_flags;
+pub mod status;
 pub mod submit;
 
 /// Size of a guest page frame as used in frame lists and the aperture (the host page size that

@@ -10,6 +10,33 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
 pub const WDDM_GPU_OP_TRANSFER: u16 = 1;
+/// FILL: repeat a 32-bit pattern over a memory-segment range ([`WddmGpuPacketFill`]).
+pub const WDDM_GPU_OP_FILL: u16 = 2;
+/// DISCARD_CONTENT: notice that an allocation leaves a location; no data moves
+/// ([`WddmGpuPacketSegmentAccess`]).
+pub const WDDM_GPU_OP_DISCARD_CONTENT: u16 = 3;
+/// READ_PHYSICAL: a 1-8 byte read that forces coherency; counted, no data moves
+/// ([`WddmGpuPacketSegmentAccess`]).
+pub const WDDM_GPU_OP_READ_PHYSICAL: u16 = 4;
+/// WRITE_PHYSICAL: a 1-8 byte write that forces coherency; counted, no data moves
+/// ([`WddmGpuPacketSegmentAccess`]).
+pub const WDDM_GPU_OP_WRITE_PHYSICAL: u16 = 5;
+/// MAP_APERTURE_SEGMENT: point aperture pages at guest frames ([`WddmGpuPacketMapAperture`]).
+pub const WDDM_GPU_OP_MAP_APERTURE: u16 = 6;
+/// UNMAP_APERTURE_SEGMENT: point aperture pages at a dummy page ([`WddmGpuPacketUnmapAperture`]).
+pub const WDDM_GPU_OP_UNMAP_APERTURE: u16 = 7;
+/// FENCE: report a fence as completed: status page, event, interrupt ([`WddmGpuPacketFence`]).
+pub const WDDM_GPU_OP_FENCE: u16 = 8;
+/// MAP_APERTURE_SEGMENT2: map from an address-descriptor list, possibly contiguous
+/// ([`WddmGpuPacketMapAperture2`]).
+pub const WDDM_GPU_OP_MAP_APERTURE2: u16 = 9;
+
+/// MAP flags bit: `DXGK_MAPAPERTUREFLAGS.CacheCoherent`.
+pub const WDDM_GPU_MAP_FLAG_CACHE_COHERENT: u32 = 1 << 0;
+/// MAP_APERTURE2 `adl_flags` bit: `DXGK_ADL_FLAGS.Contiguous` (base page + count).
+pub const WDDM_GPU_ADL_FLAG_CONTIGUOUS: u32 = 1 << 0;
+/// DISCARD_CONTENT flags bit: `DXGK_DISCARDCONTENTFLAGS.AllocationIsIdle`.
+pub const WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE: u32 = 1 << 0;
 
 /// Packet sizes are multiples of this.
 pub const WDDM_GPU_PACKET_ALIGN: u32 = 8;
@@ -72,4 +99,129 @@ pub struct WddmGpuPacketTransfer {
     pub source: WddmGpuEndpoint,
     /// Where the bytes go.
     pub destination: WddmGpuEndpoint,
+}
+
+/// FILL (`DXGK_OPERATION_FILL`): `length` bytes of a memory segment get the little-endian
+/// `pattern` repeated from the first byte (a length that is not a multiple of 4 ends mid-pattern).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketFill {
+    /// `opcode` = [`WDDM_GPU_OP_FILL`].
+    pub header: WddmGpuPacketHeader,
+    /// `FillPattern`.
+    pub pattern: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `FillSize`.
+    pub length: u64,
+    /// A memory-segment endpoint (`Destination`); apertures and frame lists are refused.
+    pub destination: WddmGpuEndpoint,
+}
+
+/// DISCARD_CONTENT, READ_PHYSICAL and WRITE_PHYSICAL: a checked segment location; no data moves.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketSegmentAccess {
+    /// `opcode` = one of the three.
+    pub header: WddmGpuPacketHeader,
+    /// Segment id (any kind).
+    pub segment_id: u32,
+    /// DISCARD: `WDDM_GPU_DISCARD_FLAG_*`; READ/WRITE_PHYSICAL: the access size, 1 to 8 bytes.
+    pub flags_or_size: u32,
+    /// `SegmentAddress` / `PhysicalAddress`: a GPU address inside the segment.
+    pub address: u64,
+}
+
+/// MAP_APERTURE_SEGMENT: aperture page `first_page + i` maps guest frame
+/// `frames[frame_offset + i]` for `i` in `0..page_count`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketMapAperture {
+    /// `opcode` = [`WDDM_GPU_OP_MAP_APERTURE`].
+    pub header: WddmGpuPacketHeader,
+    /// The aperture segment.
+    pub segment_id: u32,
+    /// `WDDM_GPU_MAP_FLAG_*`.
+    pub flags: u32,
+    /// `OffsetInPages`: first aperture page.
+    pub first_page: u64,
+    /// `NumberOfPages`.
+    pub page_count: u64,
+    /// Guest-physical address of the u64 frame array (the MDL's PFN array).
+    pub frame_list_address: u64,
+    /// Entries in that array, at most `WDDM_GPU_MAX_FRAME_LIST_ENTRIES`.
+    pub frame_count: u32,
+    /// `MdlOffset`: index of the first frame to map.
+    pub frame_offset: u32,
+}
+
+/// MAP_APERTURE_SEGMENT2: like MAP_APERTURE, from a `DXGK_ADL`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketMapAperture2 {
+    /// `opcode` = [`WDDM_GPU_OP_MAP_APERTURE2`].
+    pub header: WddmGpuPacketHeader,
+    /// The aperture segment.
+    pub segment_id: u32,
+    /// `WDDM_GPU_MAP_FLAG_*`.
+    pub flags: u32,
+    /// `OffsetInPages`.
+    pub first_page: u64,
+    /// `NumberOfPages`.
+    pub page_count: u64,
+    /// `DXGK_ADL.Flags`: `WDDM_GPU_ADL_FLAG_*`.
+    pub adl_flags: u32,
+    /// `AdlOffset`: index of the first ADL page to map.
+    pub adl_offset: u32,
+    /// Contiguous: `BasePageNumber`; otherwise the guest-physical address of the u64 page array.
+    pub adl_base: u64,
+    /// `DXGK_ADL.PageCount`.
+    pub adl_page_count: u32,
+    /// Must be zero.
+    pub reserved: u32,
+}
+
+/// UNMAP_APERTURE_SEGMENT: every page of the range then maps `dummy_page`, so device accesses
+/// through it keep working (they land on the dummy page).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketUnmapAperture {
+    /// `opcode` = [`WDDM_GPU_OP_UNMAP_APERTURE`].
+    pub header: WddmGpuPacketHeader,
+    /// The aperture segment.
+    pub segment_id: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `OffsetInPages`.
+    pub first_page: u64,
+    /// `NumberOfPages`.
+    pub page_count: u64,
+    /// `DummyPage`: guest-physical address of a page in guest RAM (4 KiB aligned).
+    pub dummy_page: u64,
+}
+
+/// FENCE: the fence is reported completed when this packet executes: written to the status
+/// page, and delivered as an event if the driver posted one (an interrupt), so an ISR can report
+/// `DXGK_INTERRUPT_DMA_COMPLETED` with it.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketFence {
+    /// `opcode` = [`WDDM_GPU_OP_FENCE`].
+    pub header: WddmGpuPacketHeader,
+    /// The fence id (`SubmissionFenceId`).
+    pub fence_id: u32,
+    /// Must be zero.
+    pub reserved: u32,
 }

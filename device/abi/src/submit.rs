@@ -24,8 +24,9 @@ pub struct WddmGpuCmdSubmit {
     /// `DmaBufferPhysicalAddress`: with `dma_buffer_segment_id` 0, the guest-physical address of
     /// a physically contiguous buffer in guest RAM.
     pub dma_buffer_address: u64,
-    /// `DmaBufferSegmentId`: 0 = guest system memory. Segment-resident DMA buffers are refused
-    /// with [`SubmitStatus::Unsupported`] until the full engine lands.
+    /// `DmaBufferSegmentId`: 0 = guest system memory; otherwise the buffer lives in that segment
+    /// (an aperture, read through the GART, or VRAM) and `dma_buffer_address` is its segment
+    /// address (`BaseAddress` + offset).
     pub dma_buffer_segment_id: u32,
     /// `WDDM_GPU_SUBMIT_FLAG_*`.
     pub flags: u32,
@@ -96,11 +97,19 @@ pub enum SubmitStatus {
     ReservedField = 11,
     /// The request is valid but names something this device version does not do.
     Unsupported = 12,
+    /// An access went through an aperture page that was never mapped.
+    UnmappedAperture = 13,
+    /// The packet needs the other kind of segment (e.g. FILL on an aperture, MAP on memory).
+    WrongSegmentKind = 14,
+    /// A PREEMPT stopped the submission; it may be submitted again.
+    Preempted = 15,
+    /// A device reset dropped the submission.
+    Reset = 16,
 }
 
 impl SubmitStatus {
     /// Every status, in value order.
-    pub const ALL: [SubmitStatus; 13] = [
+    pub const ALL: [SubmitStatus; 17] = [
         Self::Ok,
         Self::BadCommand,
         Self::BadDmaBuffer,
@@ -114,6 +123,10 @@ impl SubmitStatus {
         Self::LengthOverflow,
         Self::ReservedField,
         Self::Unsupported,
+        Self::UnmappedAperture,
+        Self::WrongSegmentKind,
+        Self::Preempted,
+        Self::Reset,
     ];
 
     /// Decodes a wire value.
@@ -137,6 +150,10 @@ impl SubmitStatus {
             Self::LengthOverflow => "length_overflow",
             Self::ReservedField => "reserved_field",
             Self::Unsupported => "unsupported",
+            Self::UnmappedAperture => "unmapped_aperture",
+            Self::WrongSegmentKind => "wrong_segment_kind",
+            Self::Preempted => "preempted",
+            Self::Reset => "reset",
         }
     }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use wddm_gpu_abi::caps::*;
 use wddm_gpu_abi::ctrl::*;
 use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::status::*;
 use wddm_gpu_abi::submit::*;
 
 fn crate_dir() -> PathBuf {
@@ -28,7 +29,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 16] = [
+const EXPORTED_TYPES: [&str; 27] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -45,6 +46,17 @@ const EXPORTED_TYPES: [&str; 16] = [
     "WddmGpuVramBar",
     "WddmGpuCapsHeader",
     "WddmGpuSegmentDesc",
+    "WddmGpuPacketFill",
+    "WddmGpuPacketSegmentAccess",
+    "WddmGpuPacketMapAperture",
+    "WddmGpuPacketMapAperture2",
+    "WddmGpuPacketUnmapAperture",
+    "WddmGpuPacketFence",
+    "WddmGpuFaultRecord",
+    "WddmGpuStatusPage",
+    "WddmGpuCmdRegisterStatusPage",
+    "WddmGpuRespEvent",
+    "WddmGpuRespPreempt",
 ];
 
 #[test]
@@ -263,6 +275,127 @@ fn c_layout_check_is_current() {
             system_memory_end_address,
             bank_count,
             bank_table_index
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketFill {
+            header,
+            pattern,
+            reserved,
+            length,
+            destination
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketSegmentAccess {
+            header,
+            segment_id,
+            flags_or_size,
+            address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketMapAperture {
+            header,
+            segment_id,
+            flags,
+            first_page,
+            page_count,
+            frame_list_address,
+            frame_count,
+            frame_offset
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketMapAperture2 {
+            header,
+            segment_id,
+            flags,
+            first_page,
+            page_count,
+            adl_flags,
+            adl_offset,
+            adl_base,
+            adl_page_count,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketUnmapAperture {
+            header,
+            segment_id,
+            reserved,
+            first_page,
+            page_count,
+            dummy_page
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketFence {
+            header,
+            fence_id,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuFaultRecord {
+            sequence,
+            address,
+            fence_id,
+            packet_offset,
+            status,
+            opcode
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuStatusPage {
+            magic,
+            version,
+            completed_fence,
+            preempted_fence,
+            last_completed_at_preempt,
+            bar_state,
+            bar_generation,
+            fault_ring_offset,
+            bar_address,
+            submissions_completed,
+            fault_head,
+            fault_tail,
+            fault_ring_entries,
+            faults_dropped,
+            events_dropped,
+            reserved
+        }
+    );
+    layout_asserts!(out, WddmGpuCmdRegisterStatusPage { hdr, address });
+    layout_asserts!(
+        out,
+        WddmGpuRespEvent {
+            hdr,
+            kind,
+            fence_id,
+            bar_state,
+            bar_generation,
+            bar_address,
+            fault
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuRespPreempt {
+            hdr,
+            preempted_fence,
+            last_completed_fence,
+            preempted_count,
+            reserved
         }
     );
     out.push_str(&format!(

@@ -5,6 +5,7 @@ use wddm_gpu_abi::caps::*;
 use wddm_gpu_abi::ctrl::*;
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::*;
+use wddm_gpu_abi::status::*;
 use wddm_gpu_abi::submit::*;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -317,4 +318,159 @@ fn submit_status_round_trips() {
         assert_eq!(SubmitStatus::from_raw(status as u32), Some(status));
     }
     assert_eq!(SubmitStatus::from_raw(SubmitStatus::ALL.len() as u32), None);
+}
+
+#[test]
+fn map_aperture_packets_vector() {
+    let map = WddmGpuPacketMapAperture {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_MAP_APERTURE,
+            flags: 0,
+            size: 48,
+        },
+        segment_id: 2,
+        flags: WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+        first_page: 0x10,
+        page_count: 3,
+        frame_list_address: 0x20_0000,
+        frame_count: 8,
+        frame_offset: 5,
+    };
+    let expected = cat(&[
+        vec![6, 0, 0, 0],
+        le32(48),
+        le32(2),
+        le32(1),
+        le64(0x10),
+        le64(3),
+        le64(0x20_0000),
+        le32(8),
+        le32(5),
+    ]);
+    assert_eq!(map.as_bytes(), expected.as_slice());
+
+    let map2 = WddmGpuPacketMapAperture2 {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_MAP_APERTURE2,
+            flags: 0,
+            size: 56,
+        },
+        segment_id: 2,
+        flags: 0,
+        first_page: 7,
+        page_count: 4,
+        adl_flags: WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+        adl_offset: 1,
+        adl_base: 0x1234,
+        adl_page_count: 5,
+        reserved: 0,
+    };
+    let expected = cat(&[
+        vec![9, 0, 0, 0],
+        le32(56),
+        le32(2),
+        le32(0),
+        le64(7),
+        le64(4),
+        le32(1),
+        le32(1),
+        le64(0x1234),
+        le32(5),
+        le32(0),
+    ]);
+    assert_eq!(map2.as_bytes(), expected.as_slice());
+
+    let unmap = WddmGpuPacketUnmapAperture {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_UNMAP_APERTURE,
+            flags: 0,
+            size: 40,
+        },
+        segment_id: 2,
+        reserved: 0,
+        first_page: 0x10,
+        page_count: 3,
+        dummy_page: 0x7000,
+    };
+    let expected = cat(&[
+        vec![7, 0, 0, 0],
+        le32(40),
+        le32(2),
+        le32(0),
+        le64(0x10),
+        le64(3),
+        le64(0x7000),
+    ]);
+    assert_eq!(unmap.as_bytes(), expected.as_slice());
+}
+
+#[test]
+fn fill_fence_and_access_vectors() {
+    let fill = WddmGpuPacketFill {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_FILL,
+            flags: 0,
+            size: 48,
+        },
+        pattern: 0xdead_beef,
+        reserved: 0,
+        length: 0x1000,
+        destination: WddmGpuEndpoint {
+            segment_id: 1,
+            frame_count: 0,
+            address: 0x40,
+            byte_offset: 0,
+            reserved: 0,
+        },
+    };
+    let expected = cat(&[
+        vec![2, 0, 0, 0],
+        le32(48),
+        le32(0xdead_beef),
+        le32(0),
+        le64(0x1000),
+        le32(1),
+        le32(0),
+        le64(0x40),
+        le32(0),
+        le32(0),
+    ]);
+    assert_eq!(fill.as_bytes(), expected.as_slice());
+    let fence = WddmGpuPacketFence {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_FENCE,
+            flags: 0,
+            size: 16,
+        },
+        fence_id: 77,
+        reserved: 0,
+    };
+    assert_eq!(
+        fence.as_bytes(),
+        cat(&[vec![8, 0, 0, 0], le32(16), le32(77), le32(0)]).as_slice()
+    );
+    let access = WddmGpuPacketSegmentAccess {
+        header: WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_READ_PHYSICAL,
+            flags: 0,
+            size: 24,
+        },
+        segment_id: 1,
+        flags_or_size: 8,
+        address: 0x100,
+    };
+    assert_eq!(
+        access.as_bytes(),
+        cat(&[vec![4, 0, 0, 0], le32(24), le32(1), le32(8), le64(0x100)]).as_slice()
+    );
+}
+
+#[test]
+fn status_page_layout_leaves_room_for_the_fault_ring() {
+    use std::mem::size_of;
+    assert_eq!(size_of::<WddmGpuFaultRecord>(), 32);
+    assert_eq!(size_of::<WddmGpuStatusPage>(), 96);
+    let ring_bytes = WDDM_GPU_FAULT_RING_ENTRIES as usize * size_of::<WddmGpuFaultRecord>();
+    assert!(128 + ring_bytes <= WDDM_GPU_STATUS_PAGE_SIZE as usize);
+    assert_eq!(WDDM_GPU_STATUS_MAGIC.to_le_bytes(), *b"WDSP");
 }

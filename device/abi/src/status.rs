@@ -1,0 +1,146 @@
+//! The status page and events: what a KMD's ISR and DPC read without polling the device.
+//!
+//! The driver registers one 4 KiB page of guest RAM ([`WddmGpuCmdRegisterStatusPage`]). The
+//! device writes it, with release ordering, before it completes the request the update belongs
+//! to: fields first, then the counters a reader checks (`fault_head`, `completed_fence`).
+//!
+//! Events (a fault, the BAR moving or disappearing, a FENCE packet) complete requests the driver
+//! posted in advance ([`WDDM_GPU_CMD_WAIT_EVENT`](crate::ctrl::WDDM_GPU_CMD_WAIT_EVENT)); each
+//! completion raises the control queue's interrupt. With no request posted, the event is counted
+//! in `events_dropped` and the status page still holds its state.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::ctrl::WddmGpuCtrlHdr;
+
+/// `WddmGpuStatusPage::magic`: the bytes "WDSP".
+pub const WDDM_GPU_STATUS_MAGIC: u32 = u32::from_le_bytes(*b"WDSP");
+/// Status-page layout version.
+pub const WDDM_GPU_STATUS_VERSION: u32 = 1;
+/// Size of the status page.
+pub const WDDM_GPU_STATUS_PAGE_SIZE: u32 = 4096;
+/// Entries in the fault ring.
+pub const WDDM_GPU_FAULT_RING_ENTRIES: u32 = 120;
+
+/// `WddmGpuRespEvent::kind`: a submission faulted; `fault` holds its record.
+pub const WDDM_GPU_EVENT_FAULT: u32 = 1;
+/// `WddmGpuRespEvent::kind`: the VRAM BAR moved, appeared or disappeared; `bar_*` hold it.
+pub const WDDM_GPU_EVENT_BAR_CHANGED: u32 = 2;
+/// `WddmGpuRespEvent::kind`: a FENCE packet executed; `fence_id` holds it.
+pub const WDDM_GPU_EVENT_FENCE: u32 = 3;
+
+/// One fault, as the device records it.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuFaultRecord {
+    /// Monotonic fault number (the ring index is `sequence % WDDM_GPU_FAULT_RING_ENTRIES`).
+    pub sequence: u64,
+    /// The guest or segment address the fault concerns.
+    pub address: u64,
+    /// `submission_fence_id` of the faulting submission.
+    pub fence_id: u32,
+    /// DMA-buffer offset of the faulting packet.
+    pub packet_offset: u32,
+    /// `SubmitStatus` value: the reason.
+    pub status: u32,
+    /// The faulting packet's opcode (0 when the command itself was refused).
+    pub opcode: u32,
+}
+
+/// The status page (first bytes; the fault ring follows at `fault_ring_offset`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuStatusPage {
+    /// [`WDDM_GPU_STATUS_MAGIC`].
+    pub magic: u32,
+    /// [`WDDM_GPU_STATUS_VERSION`].
+    pub version: u32,
+    /// Latest completed fence (submission or FENCE packet).
+    pub completed_fence: u32,
+    /// Fence of the latest preempted submission (`PreemptionFenceId`).
+    pub preempted_fence: u32,
+    /// Latest completed fence when that preemption happened (`LastCompletedFenceId`).
+    pub last_completed_at_preempt: u32,
+    /// VRAM BAR state (`WDDM_GPU_BAR_STATE_*`).
+    pub bar_state: u32,
+    /// VRAM BAR generation.
+    pub bar_generation: u32,
+    /// Offset of the fault ring from the page start.
+    pub fault_ring_offset: u32,
+    /// VRAM BAR guest-physical address (valid when `bar_state` is KNOWN).
+    pub bar_address: u64,
+    /// Submissions completed since registration (any status).
+    pub submissions_completed: u64,
+    /// Faults recorded since registration; the next record goes to
+    /// `fault_head % WDDM_GPU_FAULT_RING_ENTRIES`.
+    pub fault_head: u32,
+    /// Written by the driver: faults it has consumed. The device never overwrites a record the
+    /// driver has not consumed; it counts it in `faults_dropped` instead.
+    pub fault_tail: u32,
+    /// Entries in the fault ring.
+    pub fault_ring_entries: u32,
+    /// Faults not recorded because the ring was full.
+    pub faults_dropped: u32,
+    /// Events not delivered because no WAIT_EVENT request was posted.
+    pub events_dropped: u32,
+    /// Zero.
+    pub reserved: [u32; 7],
+}
+
+/// `WDDM_GPU_CMD_REGISTER_STATUS_PAGE`: `address` 0 unregisters.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCmdRegisterStatusPage {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// Guest-physical address of a 4 KiB-aligned page of guest RAM, or 0.
+    pub address: u64,
+}
+
+/// Completion of a `WDDM_GPU_CMD_WAIT_EVENT` request (type `WDDM_GPU_RESP_EVENT`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuRespEvent {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// `WDDM_GPU_EVENT_*`.
+    pub kind: u32,
+    /// FENCE events: the fence id.
+    pub fence_id: u32,
+    /// BAR events: state.
+    pub bar_state: u32,
+    /// BAR events: generation.
+    pub bar_generation: u32,
+    /// BAR events: address.
+    pub bar_address: u64,
+    /// FAULT events: the record (also in the status page's fault ring).
+    pub fault: WddmGpuFaultRecord,
+}
+
+/// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
+/// `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuRespPreempt {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// `PreemptionFenceId`: the first submission that did not complete (0 when none was
+    /// pending).
+    pub preempted_fence: u32,
+    /// `LastCompletedFenceId`.
+    pub last_completed_fence: u32,
+    /// Submissions returned with status PREEMPTED.
+    pub preempted_count: u32,
+    /// Zero.
+    pub reserved: u32,
+}
