@@ -6,6 +6,7 @@
 //! - [`control`]: control-queue wire decoding.
 //! - [`gpu`]: the device model answering control requests.
 //! - [`engine`]: the paging engine executing DMA buffers of paging packets.
+//! - [`gart`]: aperture translation tables.
 //! - [`layout`]: segments and how GPU addresses resolve.
 //! - [`layout_file`]: the `--layout` TOML file.
 //! - [`layout_rules`]: the WDDM rules a layout must obey.
@@ -21,6 +22,7 @@ pub mod control;
 pub mod device;
 pub mod engine;
 pub mod fd_relay;
+pub mod gart;
 pub mod gpu;
 pub mod guest_ram;
 pub mod layout;
