@@ -50,9 +50,9 @@ impl Gpu {
     /// A GPU with this layout over this VRAM.
     pub fn new(layout: SegmentLayout, vram: Vram) -> Self {
         Self {
+            engine: Engine::new(&layout),
             layout,
             vram,
-            engine: Engine::default(),
             counters: GpuCounters::default(),
         }
     }
@@ -172,17 +172,19 @@ impl Gpu {
             vram: &self.vram,
             layout: &self.layout,
         };
-        let completion = self.engine.execute(cmd, &memory);
+        let completion = self.engine.execute(cmd, &memory, &mut ());
         self.counters.submissions += 1;
         self.counters.bytes_transferred += completion.bytes_transferred;
         let (status, fault_packet_offset, fault_address) = match completion.fault {
             None => (SubmitStatus::Ok, 0, 0),
             Some((offset, fault)) => {
-                self.counters.faulted_submissions += 1;
-                warn!(
-                    "submission fence {} faulted at DMA offset {offset:#x}: {fault}",
-                    cmd.submission_fence_id
-                );
+                if fault.is_fault() {
+                    self.counters.faulted_submissions += 1;
+                    warn!(
+                        "submission fence {} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
+                        cmd.submission_fence_id, completion.fault_opcode
+                    );
+                }
                 (fault.status(), offset, fault.address())
             }
         };

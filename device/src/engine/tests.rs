@@ -10,8 +10,14 @@ use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::packet::WDDM_GPU_MAX_FRAME_LIST_ENTRIES;
 use wddm_gpu_abi::submit::WDDM_GPU_SUBMIT_FLAG_PAGING;
 
+use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
+use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
+use zerocopy::IntoBytes;
+
 use super::*;
-use crate::vram::BarMode;
+use crate::layout::SegmentLayout;
+use crate::vram::{BarMode, Vram};
 
 const RAM_SIZE: u64 = 16 << 20;
 const VRAM_SIZE: u64 = 4 << 20;
@@ -59,8 +65,8 @@ impl Rig {
         Self {
             mem,
             vram,
+            engine: Engine::new(&layout),
             layout,
-            engine: Engine::default(),
             path,
             fence: 0,
         }
@@ -92,7 +98,7 @@ impl Rig {
             vram: &self.vram,
             layout: &self.layout,
         };
-        self.engine.execute(cmd, &memory)
+        self.engine.execute(cmd, &memory, &mut ())
     }
 
     /// Writes a frame list at `LISTS + slot * 1 MiB` and returns its address.
@@ -396,9 +402,9 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
         SubmitStatus::ReservedField,
     );
     assert_fault(
-        "aperture_endpoint",
+        "unmapped_aperture_endpoint",
         |_| transfer(16, segment(2, 0), target),
-        SubmitStatus::Unsupported,
+        SubmitStatus::UnmappedAperture,
     );
 }
 
@@ -474,12 +480,12 @@ fn bad_commands_fault_before_any_packet() {
             SubmitStatus::BadDmaBuffer,
         ),
         (
-            "in_segment",
+            "in_unmapped_aperture",
             WddmGpuCmdSubmit {
                 dma_buffer_segment_id: 2,
                 ..base
             },
-            SubmitStatus::Unsupported,
+            SubmitStatus::UnmappedAperture,
         ),
     ];
     for (name, cmd, status) in cases {

@@ -1,0 +1,168 @@
+//! Why a submission stops: every fault maps to one wire [`SubmitStatus`].
+
+use wddm_gpu_abi::submit::SubmitStatus;
+
+use crate::gart::GartError;
+use crate::layout::ResolveError;
+
+/// Why a submission stopped. Each maps to one wire [`SubmitStatus`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    /// The command's own fields are inconsistent.
+    #[error("bad submit command: {0}")]
+    BadCommand(&'static str),
+    /// The DMA buffer is not in guest RAM.
+    #[error("DMA buffer {address:#x}+{size:#x} is not guest RAM")]
+    BadDmaBuffer {
+        /// Buffer address.
+        address: u64,
+        /// Buffer size.
+        size: u32,
+    },
+    /// A packet header is malformed.
+    #[error("bad packet header (size {size}, {reason})")]
+    BadPacketHeader {
+        /// Size the header claimed.
+        size: u32,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// Unknown opcode.
+    #[error("unknown opcode {0}")]
+    UnknownOpcode(u16),
+    /// No such segment.
+    #[error("segment {0} does not exist")]
+    BadSegment(u32),
+    /// Range outside its segment.
+    #[error("range {address:#x}+{length:#x} is outside segment {segment}")]
+    SegmentRange {
+        /// Segment id.
+        segment: u32,
+        /// GPU address.
+        address: u64,
+        /// Length.
+        length: u64,
+    },
+    /// A frame list is unusable as a whole.
+    #[error("frame list at {address:#x}: {reason}")]
+    BadFrameList {
+        /// Frame-list address.
+        address: u64,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// A listed frame is not guest RAM.
+    #[error("frame at {address:#x} is not guest RAM")]
+    FrameNotInRam {
+        /// Physical address of the frame's bytes in use.
+        address: u64,
+    },
+    /// A listed frame is in the VRAM BAR.
+    #[error("frame at {address:#x} is inside the VRAM BAR")]
+    FrameInVram {
+        /// Physical address inside the BAR.
+        address: u64,
+    },
+    /// Arithmetic on guest numbers overflowed.
+    #[error("length {0:#x} overflows")]
+    LengthOverflow(u64),
+    /// A reserved field is set.
+    #[error("reserved field {0} is not zero")]
+    ReservedField(&'static str),
+    /// Valid but not supported by this device version.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// An aperture page in the range was never mapped.
+    #[error("aperture segment {segment} page {page:#x} was never mapped")]
+    UnmappedAperture {
+        /// Aperture segment id.
+        segment: u32,
+        /// The page.
+        page: u64,
+    },
+    /// The packet needs the other kind of segment (or a segment instead of a frame list).
+    #[error("wrong segment kind: {0}")]
+    WrongSegmentKind(&'static str),
+    /// A PREEMPT stopped the submission (not a fault: nothing is recorded).
+    #[error("preempted")]
+    Preempted,
+    /// A reset dropped the submission (not a fault).
+    #[error("dropped by a reset")]
+    Reset,
+}
+
+impl Fault {
+    /// The wire status.
+    pub fn status(&self) -> SubmitStatus {
+        match self {
+            Fault::BadCommand(_) => SubmitStatus::BadCommand,
+            Fault::BadDmaBuffer { .. } => SubmitStatus::BadDmaBuffer,
+            Fault::BadPacketHeader { .. } => SubmitStatus::BadPacketHeader,
+            Fault::UnknownOpcode(_) => SubmitStatus::UnknownOpcode,
+            Fault::BadSegment(_) => SubmitStatus::BadSegment,
+            Fault::SegmentRange { .. } => SubmitStatus::SegmentRange,
+            Fault::BadFrameList { .. } => SubmitStatus::BadFrameList,
+            Fault::FrameNotInRam { .. } => SubmitStatus::FrameNotInRam,
+            Fault::FrameInVram { .. } => SubmitStatus::FrameInVram,
+            Fault::LengthOverflow(_) => SubmitStatus::LengthOverflow,
+            Fault::ReservedField(_) => SubmitStatus::ReservedField,
+            Fault::Unsupported(_) => SubmitStatus::Unsupported,
+            Fault::UnmappedAperture { .. } => SubmitStatus::UnmappedAperture,
+            Fault::WrongSegmentKind(_) => SubmitStatus::WrongSegmentKind,
+            Fault::Preempted => SubmitStatus::Preempted,
+            Fault::Reset => SubmitStatus::Reset,
+        }
+    }
+
+    /// The address the fault concerns, or 0.
+    pub fn address(&self) -> u64 {
+        match *self {
+            Fault::BadDmaBuffer { address, .. }
+            | Fault::SegmentRange { address, .. }
+            | Fault::BadFrameList { address, .. }
+            | Fault::FrameNotInRam { address }
+            | Fault::FrameInVram { address } => address,
+            Fault::UnmappedAperture { page, .. } => page << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
+            _ => 0,
+        }
+    }
+
+    /// Whether this is a fault the device records and reports as an event (preemption and
+    /// reset are not).
+    pub fn is_fault(&self) -> bool {
+        !matches!(self, Fault::Preempted | Fault::Reset)
+    }
+}
+
+impl From<GartError> for Fault {
+    fn from(error: GartError) -> Self {
+        match error {
+            GartError::NotAnAperture(_) => Fault::WrongSegmentKind("the segment is not an aperture"),
+            GartError::OutOfRange { segment, first, count } => Fault::SegmentRange {
+                segment,
+                address: first << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
+                length: count << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
+            },
+            GartError::Unmapped { segment, page } => Fault::UnmappedAperture { segment, page },
+        }
+    }
+}
+
+impl From<ResolveError> for Fault {
+    fn from(error: ResolveError) -> Self {
+        match error {
+            ResolveError::NoSuchSegment(id) => Fault::BadSegment(id),
+            ResolveError::Overflow { length, .. } => Fault::LengthOverflow(length),
+            ResolveError::OutOfRange {
+                segment,
+                address,
+                length,
+            } => Fault::SegmentRange {
+                segment,
+                address,
+                length,
+            },
+        }
+    }
+}
+

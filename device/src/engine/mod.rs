@@ -1,0 +1,254 @@
+//! The paging engine: executes the packets of a submitted DMA buffer against guest RAM, VRAM
+//! and the apertures (through the [`Gart`], which the engine owns).
+//!
+//! Every packet is copied into device memory once (header, body, the frame entries it uses),
+//! checked as a whole, and only then executed from that copy, so a guest rewriting its buffer
+//! meanwhile cannot change what was checked. A bad packet ends the submission with a [`Fault`]
+//! naming it; nothing it addresses is touched. Long work runs in chunks of at most
+//! [`CHUNK`] bytes, and [`EngineHooks::interruption`] is asked between chunks, so a preemption or
+//! a reset takes effect within one chunk.
+//!
+//! Modules: [`fault`] (why a submission stops), `access` (endpoints, runs, copies), `ops` (one
+//! function per packet).
+
+mod access;
+pub mod fault;
+mod ops;
+
+use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
+use wddm_gpu_abi::submit::{
+    WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
+};
+use zerocopy::FromBytes;
+
+pub use self::fault::Fault;
+use self::access::{read_side, Side};
+use crate::gart::Gart;
+use crate::guest_ram::GuestRam;
+use crate::layout::{Resolved, ResolveError, SegmentLayout};
+use crate::vram::Vram;
+
+/// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
+pub const CHUNK: u64 = 1 << 20;
+
+/// How a submission ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// `SubmissionFenceId`.
+    pub fence_id: u32,
+    /// Packets fully executed.
+    pub packets_completed: u32,
+    /// Bytes moved (TRANSFER) or written (FILL).
+    pub bytes_transferred: u64,
+    /// Why it stopped early, the DMA-buffer offset of the packet, and its opcode (0 when the
+    /// command itself was refused).
+    pub fault: Option<(u32, Fault)>,
+    /// Opcode of the packet that faulted.
+    pub fault_opcode: u16,
+}
+
+/// What the engine reads and writes besides the GART.
+pub struct DeviceMemory<'a, M> {
+    /// Guest RAM (VRAM window excluded).
+    pub ram: GuestRam<'a, M>,
+    /// VRAM (the BAR file and device-only memory).
+    pub vram: &'a Vram,
+    /// The segment layout.
+    pub layout: &'a SegmentLayout,
+}
+
+/// The engine's view of the rest of the device.
+pub trait EngineHooks {
+    /// Asked between chunks and packets: `Some(Fault::Preempted)` or `Some(Fault::Reset)` stops
+    /// the submission there.
+    fn interruption(&self) -> Option<Fault> {
+        None
+    }
+
+    /// A FENCE packet executed.
+    fn fence(&mut self, _fence_id: u32) {}
+}
+
+/// No preemption, fences ignored: for tests and simple callers.
+impl EngineHooks for () {}
+
+/// Where the DMA buffer is.
+#[derive(Clone, Copy, Debug)]
+enum DmaBuffer {
+    /// Physically contiguous guest RAM at this address.
+    Guest(u64),
+    /// In a segment (VRAM or, through the GART, an aperture).
+    Segment(Side),
+}
+
+/// Executes DMA buffers. Owns the GART and scratch space reused across submissions, so the hot
+/// path does not allocate.
+pub struct Engine {
+    gart: Gart,
+    frame_lists: [Vec<u64>; 2],
+    bounce: Vec<u8>,
+    fill: Vec<u8>,
+}
+
+impl Engine {
+    /// An engine with empty apertures for this layout.
+    pub fn new(layout: &SegmentLayout) -> Self {
+        Self {
+            gart: Gart::new(layout),
+            frame_lists: [Vec::new(), Vec::new()],
+            bounce: Vec::new(),
+            fill: Vec::new(),
+        }
+    }
+
+    /// The translation tables.
+    pub fn gart(&self) -> &Gart {
+        &self.gart
+    }
+
+    /// Device reset: every aperture mapping is forgotten.
+    pub fn reset(&mut self) {
+        self.gart.clear();
+    }
+
+    /// Executes `[start_offset, end_offset)` of the command's DMA buffer.
+    pub fn execute<M: GuestMemoryBackend>(
+        &mut self,
+        cmd: &WddmGpuCmdSubmit,
+        mem: &DeviceMemory<'_, M>,
+        hooks: &mut impl EngineHooks,
+    ) -> Completion {
+        let mut completion = Completion {
+            fence_id: cmd.submission_fence_id,
+            packets_completed: 0,
+            bytes_transferred: 0,
+            fault: None,
+            fault_opcode: 0,
+        };
+        let buffer = match self.check_command(cmd, mem) {
+            Ok(buffer) => buffer,
+            Err(fault) => {
+                completion.fault = Some((cmd.start_offset, fault));
+                return completion;
+            }
+        };
+        let mut offset = cmd.start_offset;
+        let mut packet = [0u8; WDDM_GPU_MAX_PACKET_SIZE as usize];
+        while offset < cmd.end_offset {
+            if let Some(stop) = hooks.interruption() {
+                completion.fault = Some((offset, stop));
+                break;
+            }
+            let result = self
+                .read_packet(cmd, buffer, offset, mem, &mut packet)
+                .and_then(|size| {
+                    let bytes = self.execute_packet(&packet[..size as usize], mem, hooks)?;
+                    Ok((size, bytes))
+                });
+            match result {
+                Ok((size, bytes)) => {
+                    completion.packets_completed += 1;
+                    completion.bytes_transferred += bytes;
+                    // read_packet checked offset + size <= end_offset.
+                    offset += size;
+                }
+                Err(fault) => {
+                    completion.fault = Some((offset, fault));
+                    completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
+                    break;
+                }
+            }
+        }
+        completion
+    }
+
+    /// Checks the command's fields and that the whole DMA buffer is reachable.
+    fn check_command<M: GuestMemoryBackend>(
+        &self,
+        cmd: &WddmGpuCmdSubmit,
+        mem: &DeviceMemory<'_, M>,
+    ) -> Result<DmaBuffer, Fault> {
+        if cmd.flags & !WDDM_GPU_SUBMIT_FLAGS_KNOWN != 0 {
+            return Err(Fault::BadCommand("unknown flags"));
+        }
+        if cmd.reserved != 0 {
+            return Err(Fault::BadCommand("reserved is not zero"));
+        }
+        if cmd.node_ordinal != 0 {
+            return Err(Fault::BadCommand("node_ordinal must be 0 (one engine)"));
+        }
+        if cmd.dma_buffer_size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
+            return Err(Fault::BadCommand("dma_buffer_size above the device maximum"));
+        }
+        if cmd.start_offset > cmd.end_offset || cmd.end_offset > cmd.dma_buffer_size {
+            return Err(Fault::BadCommand("offsets must satisfy start <= end <= dma_buffer_size"));
+        }
+        let bad_buffer = Fault::BadDmaBuffer { address: cmd.dma_buffer_address, size: cmd.dma_buffer_size };
+        let size = u64::from(cmd.dma_buffer_size);
+        if cmd.dma_buffer_segment_id == 0 {
+            mem.ram.check(cmd.dma_buffer_address, size).map_err(|_| bad_buffer)?;
+            return Ok(DmaBuffer::Guest(cmd.dma_buffer_address));
+        }
+        let segment = cmd.dma_buffer_segment_id;
+        match mem.layout.resolve(segment, cmd.dma_buffer_address, size) {
+            Ok(Resolved::Vram { offset }) => Ok(DmaBuffer::Segment(Side::Vram { offset })),
+            Ok(Resolved::Aperture { offset }) => {
+                self.gart.check_mapped(segment, offset, size)?;
+                Ok(DmaBuffer::Segment(Side::Aperture { segment, offset }))
+            }
+            Err(ResolveError::NoSuchSegment(id)) => Err(Fault::BadSegment(id)),
+            Err(_) => Err(bad_buffer),
+        }
+    }
+
+    /// Copies the packet at `offset` into `packet` and returns its size.
+    fn read_packet<M: GuestMemoryBackend>(
+        &self,
+        cmd: &WddmGpuCmdSubmit,
+        buffer: DmaBuffer,
+        offset: u32,
+        mem: &DeviceMemory<'_, M>,
+        packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
+    ) -> Result<u32, Fault> {
+        let header_size = std::mem::size_of::<WddmGpuPacketHeader>() as u32;
+        let available = cmd.end_offset - offset;
+        packet[..2].fill(0);
+        if available < header_size {
+            return Err(Fault::BadPacketHeader { size: 0, reason: "header runs past end_offset" });
+        }
+        // check_command proved the whole buffer is reachable and offset < end <= size.
+        let read = |buf: &mut [u8]| match buffer {
+            DmaBuffer::Guest(base) => mem.ram.read(base + u64::from(offset), buf).map_err(|_| {
+                Fault::BadDmaBuffer { address: cmd.dma_buffer_address, size: cmd.dma_buffer_size }
+            }),
+            DmaBuffer::Segment(side) => {
+                read_side(side, u64::from(offset), buf, &self.frame_lists, &self.gart, mem)
+            }
+        };
+        read(&mut packet[..header_size as usize])?;
+        let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..])
+            .map_err(|_| Fault::BadPacketHeader { size: 0, reason: "truncated" })?;
+        let size = header.size;
+        let reason = if size < header_size {
+            Some("smaller than the header")
+        } else if size % WDDM_GPU_PACKET_ALIGN != 0 {
+            Some("not a multiple of 8")
+        } else if size > WDDM_GPU_MAX_PACKET_SIZE {
+            Some("larger than the device maximum")
+        } else if size > available {
+            Some("runs past end_offset")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(Fault::BadPacketHeader { size, reason });
+        }
+        // One read of the whole packet: what executes is this copy.
+        read(&mut packet[..size as usize])?;
+        Ok(size)
+    }
+}
+
+#[cfg(test)]
+mod tests;
