@@ -1,0 +1,1 @@
+//! Tests of the aperture and the packets beyond TRANSFER.
