@@ -3,7 +3,8 @@
 //! The blob comes from the device, so nothing in it is trusted: every offset, count and size is
 //! checked against the blob before use, and the layout must be self-consistent (ids in order,
 //! bank tables inside their segment, BAR windows inside the BAR) before a KMD could hand it to
-//! dxgkrnl as `DXGK_QUERYSEGMENTOUT3`.
+//! dxgkrnl as `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0: no banks,
+//! and none of the flag bits 11-21 on 1.3).
 
 use std::mem::size_of;
 
@@ -17,6 +18,9 @@ use wddm_gpu_abi::packet::{WddmGpuPacketTransfer, WDDM_GPU_PACKET_ALIGN};
 use wddm_gpu_abi::segment_flags::{SegmentFlags, SEGMENT_FLAGS_RESERVED_MASK};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
+
+/// `DXGK_SEGMENTFLAGS` members WDDM 1.3 does not have (bits 11-21 are reserved there).
+const WDDM2_ONLY_FLAGS: u32 = 0x003F_F800;
 
 /// Why a capset blob was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -100,6 +104,17 @@ impl Segment {
     pub fn bar_offset(&self) -> Option<u64> {
         (self.desc.bar_offset != WDDM_GPU_NO_BAR_OFFSET).then_some(self.desc.bar_offset)
     }
+
+    /// A memory segment the guest CPU cannot reach (no BAR window): only TRANSFER packets
+    /// read and write it.
+    pub fn is_device_only(&self) -> bool {
+        !self.is_aperture() && self.bar_offset().is_none()
+    }
+
+    /// GPU address of segment offset `offset` (`BaseAddress + offset`), as packets name it.
+    pub fn gpu_address(&self, offset: u64) -> u64 {
+        self.desc.base_address.wrapping_add(offset)
+    }
 }
 
 /// A validated segment layout.
@@ -122,6 +137,23 @@ impl Layout {
         self.segments
             .iter()
             .find(|s| !s.is_aperture() && s.flags().contains(SegmentFlags::CPU_VISIBLE))
+    }
+
+    /// Every memory (non-aperture) segment, CPU-visible or device-only, in id order.
+    pub fn memory_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| !s.is_aperture())
+    }
+
+    /// Every segment with a window in the VRAM BAR, in id order.
+    pub fn bar_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| s.bar_offset().is_some())
+    }
+
+    /// A segment id no segment has (one past the last).
+    pub fn unused_segment_id(&self) -> u32 {
+        u32::try_from(self.segments.len())
+            .unwrap_or(u32::MAX - 1)
+            .saturating_add(1)
     }
 }
 
@@ -281,6 +313,18 @@ fn parse_segment(
     if desc.flags & SEGMENT_FLAGS_RESERVED_MASK != 0 {
         return Err(bad(format!("flags {:#x} set reserved bits", desc.flags)));
     }
+    if header.wddm_version == WDDM_GPU_WDDM_1_3 && desc.flags & WDDM2_ONLY_FLAGS != 0 {
+        return Err(bad(format!(
+            "flags {:#x} set bits 11-21, reserved in the WDDM 1.3 DXGK_SEGMENTFLAGS",
+            desc.flags
+        )));
+    }
+    if header.wddm_version == WDDM_GPU_WDDM_2_0 && desc.bank_count != 0 {
+        return Err(bad(format!(
+            "{} banks on a WDDM 2.0 layout (DXGK_SEGMENTDESCRIPTOR4 has no banks)",
+            desc.bank_count
+        )));
+    }
     if desc.size == 0 || desc.size % WDDM_GPU_PAGE_SIZE != 0 {
         return Err(bad(format!(
             "size {:#x} is not a non-zero page multiple",
@@ -395,8 +439,8 @@ pub(crate) mod tests {
     use wddm_gpu_abi::caps::{WddmGpuVramBar, WDDM_GPU_CAPSET_VERSION};
     use zerocopy::IntoBytes;
 
-    const MIB: u64 = 1 << 20;
-    const BAR: u64 = 0xfe00_0000_0000;
+    pub(crate) const MIB: u64 = 1 << 20;
+    pub(crate) const BAR: u64 = 0xfe00_0000_0000;
 
     /// The backend's default layout: 256 MiB CPU-visible VRAM, 512 MiB aperture.
     pub(crate) fn default_blob() -> Vec<u8> {
@@ -416,7 +460,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn aperture_desc() -> WddmGpuSegmentDesc {
+    pub(crate) fn aperture_desc() -> WddmGpuSegmentDesc {
         WddmGpuSegmentDesc {
             id: 2,
             flags: (SegmentFlags::APERTURE | SegmentFlags::CACHE_COHERENT).bits(),
@@ -428,7 +472,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// A WDDM 1.3 blob.
     pub(crate) fn build(segs: &[WddmGpuSegmentDesc], banks: &[u64]) -> Vec<u8> {
+        build_version(WDDM_GPU_WDDM_1_3, segs, banks)
+    }
+
+    /// A blob of `wddm_version`.
+    pub(crate) fn build_version(
+        wddm_version: u32,
+        segs: &[WddmGpuSegmentDesc],
+        banks: &[u64],
+    ) -> Vec<u8> {
         let header_size = size_of::<WddmGpuCapsHeader>();
         let desc_size = size_of::<WddmGpuSegmentDesc>();
         let bank_offset = header_size + std::mem::size_of_val(segs);
@@ -437,7 +491,7 @@ pub(crate) mod tests {
             magic: WDDM_GPU_CAPS_MAGIC,
             version: WDDM_GPU_CAPSET_VERSION,
             total_size: total as u32,
-            wddm_version: WDDM_GPU_WDDM_1_3,
+            wddm_version,
             segment_count: segs.len() as u32,
             segment_desc_size: desc_size as u32,
             segments_offset: header_size as u32,
@@ -623,6 +677,60 @@ pub(crate) mod tests {
                 parse(&blob)
             );
         }
+    }
+
+    #[test]
+    fn flags_and_banks_follow_the_wddm_version() {
+        // Bits 11-21 exist only from WDDM 2.0 on.
+        let mut vram = vram_desc();
+        vram.flags |= SegmentFlags::USE_64KB_PAGES.bits();
+        let wddm2 = build_version(WDDM_GPU_WDDM_2_0, &[vram, aperture_desc()], &[]);
+        assert!(parse(&wddm2).is_ok());
+        let wddm13 = build(&[vram, aperture_desc()], &[]);
+        assert!(matches!(
+            parse(&wddm13),
+            Err(CapsError::BadSegment { index: 0, .. })
+        ));
+        // DXGK_SEGMENTDESCRIPTOR4 has no banks.
+        let mut banked = vram_desc();
+        banked.flags |= SegmentFlags::USE_BANKING.bits();
+        banked.bank_count = 2;
+        let banks = [128 * MIB, 256 * MIB];
+        assert!(parse(&build(&[banked, aperture_desc()], &banks)).is_ok());
+        let wddm2 = build_version(WDDM_GPU_WDDM_2_0, &[banked, aperture_desc()], &banks);
+        assert!(matches!(
+            parse(&wddm2),
+            Err(CapsError::BadSegment { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn device_only_segments_and_gpu_addresses() {
+        let local = WddmGpuSegmentDesc {
+            id: 2,
+            flags: 0,
+            base_address: 0x1_0000_0000,
+            size: 512 * MIB,
+            commit_limit: 512 * MIB,
+            bar_offset: WDDM_GPU_NO_BAR_OFFSET,
+            ..Default::default()
+        };
+        let mut aperture = aperture_desc();
+        aperture.id = 3;
+        let layout = parse(&build(&[vram_desc(), local, aperture], &[])).unwrap();
+        let memory: Vec<u32> = layout.memory_segments().map(|s| s.desc.id).collect();
+        assert_eq!(memory, vec![1, 2]);
+        let bar: Vec<u32> = layout.bar_segments().map(|s| s.desc.id).collect();
+        assert_eq!(bar, vec![1]);
+        let local = layout.segment(2).unwrap();
+        assert!(local.is_device_only() && !layout.segment(1).unwrap().is_device_only());
+        assert!(!layout.segment(3).unwrap().is_device_only());
+        assert_eq!(local.gpu_address(0x10), 0x1_0000_0010);
+        assert_eq!(layout.unused_segment_id(), 4);
+        // A device-only segment with a CPU address is refused.
+        let mut cpu = layout.segment(2).unwrap().desc;
+        cpu.cpu_translated_address = BAR;
+        assert!(parse(&build(&[vram_desc(), cpu, aperture], &[])).is_err());
     }
 
     #[test]

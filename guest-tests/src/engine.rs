@@ -78,6 +78,22 @@ impl Engine {
         })
     }
 
+    /// Runs `f` with another CPU-visible `segment`, mapped as `vram`, as the engine's VRAM
+    /// segment (so every VRAM helper works on it), then puts the engine's own back.
+    pub fn on_segment<T>(
+        &mut self,
+        segment: &Segment,
+        vram: Vram,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        let own_segment = std::mem::replace(&mut self.segment, segment.clone());
+        let own_vram = std::mem::replace(&mut self.vram, vram);
+        let result = f(self);
+        self.segment = own_segment;
+        self.vram = own_vram;
+        result
+    }
+
     /// GPU address of VRAM segment offset `offset`.
     pub fn vram_at(&self, offset: u64) -> Endpoint {
         Endpoint::Segment {

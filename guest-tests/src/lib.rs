@@ -6,7 +6,8 @@
 //! hardware modules need root inside the test guest.
 //!
 //! - [`caps`]: capset blob parsing and validation.
-//! - [`report`]: the layout as `DXGK_QUERYSEGMENTOUT3`, in text and JSON.
+//! - [`report`]: the layout as `DXGK_QUERYSEGMENTOUT3` or `...OUT4` (by WDDM version), in text
+//!   and JSON.
 //! - [`packets`]: DMA buffers of paging packets.
 //! - [`scatter`]: frame lists from shuffled 4 KiB pieces.
 //! - [`prng`], [`pattern`]: deterministic randomness and data patterns.

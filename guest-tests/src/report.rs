@@ -1,24 +1,48 @@
-//! Renders a validated layout the way a KMD would hand it to dxgkrnl (`DXGK_QUERYSEGMENTOUT3`),
-//! for people (text) and for harnesses (JSON values).
+//! Renders a validated layout the way a KMD would hand it to dxgkrnl, for people (text) and for
+//! harnesses (JSON values). The text follows the capset's `wddm_version`: WDDM 1.3 fills
+//! `DXGK_QUERYSEGMENTOUT3` with `DXGK_SEGMENTDESCRIPTOR3`s (banks included), WDDM 2.0 fills
+//! `DXGK_QUERYSEGMENTOUT4` with `DXGK_SEGMENTDESCRIPTOR4`s (no banks; `CpuTranslatedAddress`
+//! shares a union with `CpuHostAperture`).
 
 use serde_json::{json, Value};
 use wddm_gpu_abi::caps::{
     WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
-    WDDM_GPU_BAR_STATE_NOT_MAPPED,
+    WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_WDDM_2_0,
 };
+use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 use crate::caps::{Layout, Segment};
 
-/// The layout as `DXGK_QUERYSEGMENTOUT3` would hold it, one field per line.
+/// The DXGK structures a layout is reported in: `(query output, segment descriptor)`.
+pub fn dxgk_structs(wddm_version: u32) -> (&'static str, &'static str) {
+    if wddm_version == WDDM_GPU_WDDM_2_0 {
+        ("DXGK_QUERYSEGMENTOUT4", "DXGK_SEGMENTDESCRIPTOR4")
+    } else {
+        ("DXGK_QUERYSEGMENTOUT3", "DXGK_SEGMENTDESCRIPTOR3")
+    }
+}
+
+/// The layout as `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0) would
+/// hold it, one field per line.
 pub fn layout_text(layout: &Layout) -> String {
     let h = &layout.header;
-    let mut out = String::from("DXGK_QUERYSEGMENTOUT3\n");
+    let wddm2 = h.wddm_version == WDDM_GPU_WDDM_2_0;
+    let (out_struct, desc_struct) = dxgk_structs(h.wddm_version);
+    let mut out = format!("{out_struct}\n");
     out += &format!(
         "  NbSegment                     {}\n",
         layout.segments.len()
     );
+    out += &format!(
+        "  pSegmentDescriptor            {desc_struct}[{}]\n",
+        layout.segments.len()
+    );
     for segment in &layout.segments {
-        out += &segment_text(segment);
+        out += &if wddm2 {
+            descriptor4_text(segment)
+        } else {
+            descriptor3_text(segment)
+        };
     }
     out += &format!(
         "  PagingBufferSegmentId         {}\n",
@@ -32,6 +56,9 @@ pub fn layout_text(layout: &Layout) -> String {
         "  PagingBufferPrivateDataSize   {}\n",
         h.paging_buffer_private_data_size
     );
+    if wddm2 {
+        out += "  SegmentDescriptorStride       sizeof(DXGK_SEGMENTDESCRIPTOR4)\n";
+    }
     out += &format!(
         "WDDM version {:#06x}; device limits: {} frame-list entries, {} bytes per packet\n",
         h.wddm_version, h.max_frame_list_entries, h.max_packet_size
@@ -40,7 +67,23 @@ pub fn layout_text(layout: &Layout) -> String {
     out
 }
 
-fn segment_text(s: &Segment) -> String {
+/// The segment heading: id, kind and where the segment lives.
+fn heading(s: &Segment) -> String {
+    let place = match s.bar_offset() {
+        Some(offset) => format!(", CPU-visible VRAM at BAR offset {offset:#x}"),
+        None if s.is_aperture() => String::new(),
+        None => ", device-only VRAM, not in the BAR".to_string(),
+    };
+    format!("Segment {} ({}{place})", s.desc.id, s.kind())
+}
+
+fn bar_offset_text(s: &Segment) -> String {
+    s.bar_offset()
+        .map_or_else(|| "(not in the BAR)".to_string(), |o| format!("{o:#x}"))
+}
+
+/// A `DXGK_SEGMENTDESCRIPTOR3`, in its field order.
+fn descriptor3_text(s: &Segment) -> String {
     let d = &s.desc;
     let banks = if s.banks.is_empty() {
         "(none)".to_string()
@@ -51,11 +94,8 @@ fn segment_text(s: &Segment) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let bar_offset = s
-        .bar_offset()
-        .map_or_else(|| "(not in the BAR)".to_string(), |o| format!("{o:#x}"));
     format!(
-        "  Segment {id} ({kind})\n\
+        "  {heading}: DXGK_SEGMENTDESCRIPTOR3\n\
          \x20   Flags.Value                 {flags:#010x} {names}\n\
          \x20   BaseAddress                 {base:#x}\n\
          \x20   CpuTranslatedAddress        {cpu:#x}\n\
@@ -65,8 +105,7 @@ fn segment_text(s: &Segment) -> String {
          \x20   pBankRangeTable             {banks}\n\
          \x20   SystemMemoryEndAddress      {sysend:#x}\n\
          \x20   (device) bar_offset         {bar_offset}\n",
-        id = d.id,
-        kind = s.kind(),
+        heading = heading(s),
         flags = d.flags,
         names = s.flags().names(),
         base = d.base_address,
@@ -75,6 +114,47 @@ fn segment_text(s: &Segment) -> String {
         commit = size_text(d.commit_limit),
         nbanks = d.bank_count,
         sysend = d.system_memory_end_address,
+        bar_offset = bar_offset_text(s),
+    )
+}
+
+/// A `DXGK_SEGMENTDESCRIPTOR4`, in its field order: no banks; `CpuTranslatedAddress` is one arm
+/// of a union whose other arm, `CpuHostAperture`, is used when `SupportsCpuHostAperture` is set.
+fn descriptor4_text(s: &Segment) -> String {
+    let d = &s.desc;
+    let translated = if s.flags().contains(SegmentFlags::SUPPORTS_CPU_HOST_APERTURE) {
+        format!(
+            "CpuHostAperture             (union arm in use: SupportsCpuHostAperture is set; \
+             the capset describes no host aperture, cpu_translated_address {:#x})",
+            d.cpu_translated_address
+        )
+    } else {
+        format!(
+            "CpuTranslatedAddress        {:#x} (union with CpuHostAperture; \
+             SupportsCpuHostAperture is clear)",
+            d.cpu_translated_address
+        )
+    };
+    format!(
+        "  {heading}: DXGK_SEGMENTDESCRIPTOR4\n\
+         \x20   Flags.Value                 {flags:#010x} {names}\n\
+         \x20   BaseAddress                 {base:#x}\n\
+         \x20   Size                        {size}\n\
+         \x20   CommitLimit                 {commit}\n\
+         \x20   SystemMemoryEndAddress      {sysend:#x}\n\
+         \x20   {translated}\n\
+         \x20   NumInvalidMemoryRanges      0\n\
+         \x20   Vpr* (5 fields)             0 (the capset describes no video protected region)\n\
+         \x20   NumUEFIFrameBufferRanges    0\n\
+         \x20   (device) bar_offset         {bar_offset}\n",
+        heading = heading(s),
+        flags = d.flags,
+        names = s.flags().names(),
+        base = d.base_address,
+        size = size_text(d.size),
+        commit = size_text(d.commit_limit),
+        sysend = d.system_memory_end_address,
+        bar_offset = bar_offset_text(s),
     )
 }
 
@@ -161,29 +241,169 @@ pub fn vram_bar_json(bar: &WddmGpuVramBar) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caps::{self, tests::default_blob};
+    use crate::caps::tests::{aperture_desc, build_version, default_blob, vram_desc, BAR, MIB};
+    use crate::caps::{self};
+    use wddm_gpu_abi::caps::{WDDM_GPU_NO_BAR_OFFSET, WDDM_GPU_WDDM_1_3};
+
+    fn assert_has(text: &str, fields: &[&str]) {
+        for field in fields {
+            assert!(text.contains(field), "missing {field:?} in\n{text}");
+        }
+    }
+
+    fn assert_lacks(text: &str, fields: &[&str]) {
+        for field in fields {
+            assert!(!text.contains(field), "unexpected {field:?} in\n{text}");
+        }
+    }
 
     #[test]
     fn text_names_every_dxgk_field() {
         let layout = caps::parse(&default_blob()).unwrap();
         let text = layout_text(&layout);
-        for field in [
-            "NbSegment                     2",
-            "Segment 1 (memory)",
-            "Segment 2 (aperture)",
-            "0x00000004 CpuVisible",
-            "0x00000011 Aperture|CacheCoherent",
-            "Size                        0x10000000 (256 MiB)",
-            "CpuTranslatedAddress        0xfe0000000000",
-            "NbOfBanks",
-            "SystemMemoryEndAddress",
-            "PagingBufferSegmentId         0",
-            "PagingBufferSize              0x10000 (64 KiB)",
-            "PagingBufferPrivateDataSize",
-            "mode=ivshmem state=known generation=1 pci_function=1 bar_index=2",
-        ] {
-            assert!(text.contains(field), "missing {field:?} in\n{text}");
-        }
+        assert!(text.starts_with("DXGK_QUERYSEGMENTOUT3\n"), "{text}");
+        assert_has(
+            &text,
+            &[
+                "NbSegment                     2",
+                "pSegmentDescriptor            DXGK_SEGMENTDESCRIPTOR3[2]",
+                "Segment 1 (memory, CPU-visible VRAM at BAR offset 0x0): DXGK_SEGMENTDESCRIPTOR3",
+                "Segment 2 (aperture): DXGK_SEGMENTDESCRIPTOR3",
+                "0x00000004 CpuVisible",
+                "0x00000011 Aperture|CacheCoherent",
+                "Size                        0x10000000 (256 MiB)",
+                "CpuTranslatedAddress        0xfe0000000000\n",
+                "NbOfBanks                   0",
+                "pBankRangeTable             (none)",
+                "SystemMemoryEndAddress",
+                "PagingBufferSegmentId         0",
+                "PagingBufferSize              0x10000 (64 KiB)",
+                "PagingBufferPrivateDataSize",
+                "WDDM version 0x0103",
+                "mode=ivshmem state=known generation=1 pci_function=1 bar_index=2",
+            ],
+        );
+        assert_lacks(
+            &text,
+            &[
+                "DESCRIPTOR4",
+                "QUERYSEGMENTOUT4",
+                "CpuHostAperture",
+                "Stride",
+            ],
+        );
+    }
+
+    /// WDDM 1.3, banked VRAM, device-only VRAM at a non-zero BaseAddress.
+    #[test]
+    fn descriptor3_text_shows_banks_and_device_only_vram() {
+        let mut vram = vram_desc();
+        vram.flags |= SegmentFlags::USE_BANKING.bits();
+        vram.bank_count = 2;
+        let local = wddm_gpu_abi::caps::WddmGpuSegmentDesc {
+            id: 2,
+            flags: SegmentFlags::PRESERVED_DURING_STANDBY.bits(),
+            base_address: 0x1_0000_0000,
+            size: 512 * MIB,
+            commit_limit: 512 * MIB,
+            bar_offset: WDDM_GPU_NO_BAR_OFFSET,
+            ..Default::default()
+        };
+        let mut aperture = aperture_desc();
+        aperture.id = 3;
+        let blob = build_version(
+            WDDM_GPU_WDDM_1_3,
+            &[vram, local, aperture],
+            &[128 * MIB, 256 * MIB],
+        );
+        let text = layout_text(&caps::parse(&blob).unwrap());
+        assert!(text.starts_with("DXGK_QUERYSEGMENTOUT3\n"), "{text}");
+        assert_has(
+            &text,
+            &[
+                "NbSegment                     3",
+                "0x0000000c CpuVisible|UseBanking",
+                "NbOfBanks                   2",
+                "pBankRangeTable             0x8000000 0x10000000",
+                "Segment 2 (memory, device-only VRAM, not in the BAR): DXGK_SEGMENTDESCRIPTOR3",
+                "BaseAddress                 0x100000000",
+                "(device) bar_offset         (not in the BAR)",
+                "Segment 3 (aperture): DXGK_SEGMENTDESCRIPTOR3",
+            ],
+        );
+    }
+
+    #[test]
+    fn wddm2_text_uses_descriptor4_without_banks() {
+        let mut vram = vram_desc();
+        vram.flags |= (SegmentFlags::USE_64KB_PAGES | SegmentFlags::LOCAL_BUDGET_GROUP).bits();
+        let mut aperture = aperture_desc();
+        aperture.flags |= SegmentFlags::NON_LOCAL_BUDGET_GROUP.bits();
+        let blob = build_version(WDDM_GPU_WDDM_2_0, &[vram, aperture], &[]);
+        let layout = caps::parse(&blob).unwrap();
+        let text = layout_text(&layout);
+        assert!(text.starts_with("DXGK_QUERYSEGMENTOUT4\n"), "{text}");
+        assert_has(
+            &text,
+            &[
+                "NbSegment                     2",
+                "pSegmentDescriptor            DXGK_SEGMENTDESCRIPTOR4[2]",
+                "Segment 1 (memory, CPU-visible VRAM at BAR offset 0x0): DXGK_SEGMENTDESCRIPTOR4",
+                "Segment 2 (aperture): DXGK_SEGMENTDESCRIPTOR4",
+                "0x00080804 CpuVisible|Use64KBPages|LocalBudgetGroup",
+                "0x00100011 Aperture|CacheCoherent|NonLocalBudgetGroup",
+                &format!(
+                    "CpuTranslatedAddress        {BAR:#x} (union with CpuHostAperture; \
+                     SupportsCpuHostAperture is clear)"
+                ),
+                "CpuTranslatedAddress        0x0 (union with CpuHostAperture",
+                "NumInvalidMemoryRanges      0",
+                "NumUEFIFrameBufferRanges    0",
+                "SystemMemoryEndAddress      0x0",
+                "PagingBufferSegmentId         0",
+                "PagingBufferSize              0x10000 (64 KiB)",
+                "PagingBufferPrivateDataSize   0",
+                "SegmentDescriptorStride       sizeof(DXGK_SEGMENTDESCRIPTOR4)",
+                "WDDM version 0x0200",
+            ],
+        );
+        assert_lacks(
+            &text,
+            &[
+                "NbOfBanks",
+                "pBankRangeTable",
+                "DESCRIPTOR3",
+                "QUERYSEGMENTOUT3",
+            ],
+        );
+        // DESCRIPTOR4 field order: SystemMemoryEndAddress comes before the union.
+        let sysend = text.find("SystemMemoryEndAddress").unwrap();
+        let translated = text.find("CpuTranslatedAddress").unwrap();
+        assert!(sysend < translated, "{text}");
+    }
+
+    #[test]
+    fn wddm2_host_aperture_arm_is_named() {
+        let mut vram = vram_desc();
+        vram.flags |= SegmentFlags::SUPPORTS_CPU_HOST_APERTURE.bits();
+        let blob = build_version(WDDM_GPU_WDDM_2_0, &[vram, aperture_desc()], &[]);
+        let text = layout_text(&caps::parse(&blob).unwrap());
+        assert_has(
+            &text,
+            &["CpuHostAperture             (union arm in use: SupportsCpuHostAperture is set"],
+        );
+    }
+
+    #[test]
+    fn dxgk_structs_follow_the_version() {
+        assert_eq!(
+            dxgk_structs(WDDM_GPU_WDDM_1_3),
+            ("DXGK_QUERYSEGMENTOUT3", "DXGK_SEGMENTDESCRIPTOR3")
+        );
+        assert_eq!(
+            dxgk_structs(WDDM_GPU_WDDM_2_0),
+            ("DXGK_QUERYSEGMENTOUT4", "DXGK_SEGMENTDESCRIPTOR4")
+        );
     }
 
     #[test]

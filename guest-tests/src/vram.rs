@@ -45,7 +45,7 @@ pub struct Mismatch {
     pub want: u8,
 }
 
-/// The BAR-mapped window of one CPU-visible segment.
+/// The BAR-mapped window of one CPU-visible segment (or of any BAR range).
 #[derive(Clone, Copy, Debug)]
 pub struct Vram {
     window: MmioWindow,
@@ -81,16 +81,25 @@ impl Vram {
         let offset = segment
             .bar_offset()
             .ok_or(VramError::NotInBar(segment.desc.id))?;
+        Self::open_window(gpu, bar, offset, segment.desc.size)
+    }
+
+    /// Maps `[offset, offset + size)` of the BAR named by the locator, whatever segment (or
+    /// none) is there; offsets of the result are relative to `offset`.
+    pub fn open_window(
+        gpu: &PciFunction,
+        bar: &WddmGpuVramBar,
+        offset: u64,
+        size: u64,
+    ) -> Result<Self, VramError> {
         let function = bar_function(gpu, bar)?;
         function.update_command(COMMAND_MEMORY, 0)?;
         let bar_address = function.bar_address(bar.bar_index)?;
-        let window = function
-            .map_bar(bar.bar_index)?
-            .sub(offset, segment.desc.size)?;
+        let window = function.map_bar(bar.bar_index)?.sub(offset, size)?;
         Ok(Self {
             window,
             bar_address,
-            size: segment.desc.size,
+            size,
         })
     }
 

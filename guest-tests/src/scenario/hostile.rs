@@ -4,7 +4,7 @@
 
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
-use wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT;
+use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 use zerocopy::IntoBytes;
 
 use crate::engine::{expect_status, Engine};
@@ -326,9 +326,11 @@ fn packet_smaller_than_transfer(e: &mut Engine) -> Outcome<Attack> {
 
 fn bad_segment_id(e: &mut Engine) -> Outcome<Attack> {
     let src = source_frames(e)?;
+    // One past the last segment id the capset lists, at the address TARGET would have in the
+    // VRAM segment.
     let dst = Endpoint::Segment {
-        id: 9,
-        address: TARGET,
+        id: e.layout.unused_segment_id(),
+        address: e.segment.gpu_address(TARGET),
     };
     let guard = Some(Guard {
         offset: TARGET,
@@ -393,14 +395,21 @@ fn frame_not_in_ram(e: &mut Engine) -> Outcome<Attack> {
     )
 }
 
-/// PFN of VRAM segment offset `offset` as the CPU sees it.
+/// PFN of VRAM segment offset `offset` as the CPU sees it: the sysfs BAR address plus the
+/// segment's `bar_offset` from the capset.
 fn vram_pfn(e: &Engine, offset: u64) -> u64 {
     (e.vram.bar_address + e.segment.bar_offset().unwrap_or_default() + offset)
         >> WDDM_GPU_PAGE_SHIFT
 }
 
+/// A page-aligned segment offset `num / den` of the way into the VRAM segment, past TARGET's
+/// range for every segment large enough for TARGET.
+fn vram_page_offset(e: &Engine, num: u64, den: u64) -> u64 {
+    (e.vram.size / den * num) & !(WDDM_GPU_PAGE_SIZE - 1)
+}
+
 fn frame_in_vram(e: &mut Engine) -> Outcome<Attack> {
-    let src = list_with(e, vram_pfn(e, 0x40_0000))?;
+    let src = list_with(e, vram_pfn(e, vram_page_offset(e, 1, 2)))?;
     single(
         e,
         &packets::transfer(LEN, src, e.vram_at(TARGET)),
@@ -409,7 +418,7 @@ fn frame_in_vram(e: &mut Engine) -> Outcome<Attack> {
 }
 
 fn frame_in_vram_destination(e: &mut Engine) -> Outcome<Attack> {
-    let victim = 0x30_0000;
+    let victim = vram_page_offset(e, 3, 4);
     let dst = Endpoint::Frames {
         list_address: e.place_pfns(&[vram_pfn(e, victim), vram_pfn(e, victim + 4096)], 0)?,
         frame_count: 2,

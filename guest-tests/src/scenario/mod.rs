@@ -1,5 +1,5 @@
 //! The commands: `probe` (bring-up only), `slice` (the layout and one scattered round trip,
-//! printed as checks) and `suite` (named valid, VRAM BAR and hostile tests).
+//! printed as checks) and `suite` (named valid, layout, VRAM BAR and hostile tests).
 
 pub mod probe;
 pub mod setup;
@@ -8,4 +8,5 @@ pub mod suite;
 
 mod bar;
 mod hostile;
+mod segments;
 mod valid;

@@ -39,26 +39,61 @@ pub fn vram(device: &Device, layout: &Layout) -> Outcome<Vram> {
         .map_err(|e| Failure(format!("VRAM BAR: {e}")))
 }
 
-/// Checks `CpuTranslatedAddress` of the CPU-visible segment against the BAR address sysfs shows;
-/// returns a description of what matched.
+/// Checks `CpuTranslatedAddress` of every segment against the BAR address sysfs shows: BAR
+/// address + `bar_offset` for each segment in the BAR (CPU-visible memory segments), 0 for
+/// every other one. Returns a description of what matched.
 pub fn cpu_translated_matches_bar(layout: &Layout, vram: &Vram) -> Outcome<String> {
     let bar = &layout.header.vram_bar;
-    let segment = layout
+    layout
         .cpu_visible_vram()
         .ok_or_else(|| Failure("layout has no CPU-visible memory segment".into()))?;
-    let offset = segment.bar_offset().unwrap_or_default();
-    let want = vram.bar_address.wrapping_add(offset);
-    let detail = format!(
-        "segment {} CpuTranslatedAddress {:#x}, sysfs BAR{} {:#x} + bar_offset {offset:#x} = {want:#x}, locator state {} address {:#x}",
-        segment.desc.id,
-        segment.desc.cpu_translated_address,
-        bar.bar_index,
-        vram.bar_address,
-        bar.state,
-        bar.guest_physical_address
-    );
-    if bar.state != WDDM_GPU_BAR_STATE_KNOWN || segment.desc.cpu_translated_address != want {
-        return Err(Failure(detail));
+    let mut matched = Vec::new();
+    let mut wrong = Vec::new();
+    for segment in &layout.segments {
+        let id = segment.desc.id;
+        let got = segment.desc.cpu_translated_address;
+        let line = match segment.bar_offset() {
+            Some(offset) => {
+                let want = vram.bar_address.wrapping_add(offset);
+                let text = format!(
+                    "segment {id} CpuTranslatedAddress {got:#x} = sysfs BAR{} {:#x} + bar_offset \
+                     {offset:#x}",
+                    bar.bar_index, vram.bar_address
+                );
+                (got == want).then_some(text).ok_or_else(|| {
+                    format!(
+                        "segment {id} CpuTranslatedAddress {got:#x}, want sysfs BAR{} {:#x} + \
+                         bar_offset {offset:#x} = {want:#x}",
+                        bar.bar_index, vram.bar_address
+                    )
+                })
+            }
+            None => {
+                let what = if segment.is_aperture() {
+                    "aperture"
+                } else {
+                    "device-only"
+                };
+                (got == 0)
+                    .then(|| format!("segment {id} ({what}) CpuTranslatedAddress 0"))
+                    .ok_or_else(|| {
+                        format!("segment {id} ({what}) CpuTranslatedAddress {got:#x}, want 0")
+                    })
+            }
+        };
+        match line {
+            Ok(text) => matched.push(text),
+            Err(text) => wrong.push(text),
+        }
     }
-    Ok(detail)
+    let locator = format!(
+        "locator state {} address {:#x}",
+        bar.state, bar.guest_physical_address
+    );
+    if bar.state != WDDM_GPU_BAR_STATE_KNOWN || !wrong.is_empty() {
+        wrong.push(locator);
+        return Err(Failure(wrong.join("; ")));
+    }
+    matched.push(locator);
+    Ok(matched.join("; "))
 }

@@ -1,13 +1,18 @@
 //! `slice`: the layout a KMD would report, the VRAM BAR check, and one scattered round trip
 //! (VRAM → shuffled guest pages → other VRAM), printed as `CHECK <name> PASS|FAIL <detail>` lines
 //! and optionally one `WDDM-GUEST-JSON {...}` line.
+//!
+//! The round trip uses the first CPU-visible memory segment (segment 1 in every shipped layout),
+//! at offsets inside it: its GPU addresses are `BaseAddress + offset`, its BAR bytes at
+//! `bar_offset + offset`. A layout without one fails `cpu_translated_matches_bar` saying so, and
+//! one too small for the offsets fails `vram_pattern_via_bar` naming the sizes.
 
 use serde_json::{json, Map, Value};
 
 use crate::caps::Layout;
 use crate::cli::Options;
 use crate::engine::Engine;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{ensure, Failure, Outcome};
 use crate::report;
 use crate::scatter::FrameList;
 use crate::scenario::setup;
@@ -66,6 +71,8 @@ impl Checks {
 struct Facts {
     layout: Option<Layout>,
     vram_bar_address: Option<u64>,
+    /// Id of the segment the round trip used.
+    slice_segment_id: Option<u32>,
 }
 
 /// Runs the slice; true iff every check passed.
@@ -147,10 +154,32 @@ fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome {
     );
 
     let mut engine = Engine::new(arena, device, layout, vram, seed)?;
+    let segment = engine.segment.clone();
+    let id = segment.desc.id;
+    let bar_offset = segment.bar_offset().unwrap_or_default();
+    facts.slice_segment_id = Some(id);
+    println!(
+        "VRAM segment: {id} (first CPU-visible memory segment), BaseAddress {:#x}, Size {:#x}, \
+         bar_offset {bar_offset:#x}",
+        segment.desc.base_address, segment.desc.size
+    );
     let tag = seed ^ 0x0073_6c69_6365;
-    let pattern = engine
-        .vram_write_and_verify(OFFSET_A, LENGTH, tag)
-        .map(|()| format!("{LENGTH} bytes at VRAM {OFFSET_A:#x} read back through the BAR"));
+    let needed = OFFSET_A.max(OFFSET_B) + LENGTH + crate::engine::VRAM_GUARD;
+    let pattern = ensure(segment.desc.size >= needed, || {
+        format!(
+            "segment {id} has {:#x} bytes; the slice needs {needed:#x} (offsets {OFFSET_A:#x} and \
+             {OFFSET_B:#x}, {LENGTH:#x} bytes each)",
+            segment.desc.size
+        )
+    })
+    .and_then(|()| engine.vram_write_and_verify(OFFSET_A, LENGTH, tag))
+    .map(|()| {
+        format!(
+            "{LENGTH} bytes at segment {id} offset {OFFSET_A:#x} (BAR offset {:#x}) read back \
+             through the BAR",
+            bar_offset + OFFSET_A
+        )
+    });
     checks.record("vram_pattern_via_bar", &pattern);
 
     let list = FrameList::shuffled(engine.pool.pieces(), BYTE_OFFSET, LENGTH, &mut engine.rng)?;
@@ -159,12 +188,18 @@ fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome {
         list.frame_count(),
         list.consecutive_pairs()
     );
-    let to_pages = engine
-        .vram_to_pages(OFFSET_A, &list, tag)
-        .map(|done| format!("VRAM {OFFSET_A:#x} -> {scatter}: {done}"));
+    let to_pages = engine.vram_to_pages(OFFSET_A, &list, tag).map(|done| {
+        format!(
+            "segment {id} GPU address {:#x} -> {scatter}: {done}",
+            segment.gpu_address(OFFSET_A)
+        )
+    });
     checks.record("transfer_vram_to_pages", &to_pages);
     let to_vram = engine.pages_to_vram(&list, OFFSET_B, tag).map(|done| {
-        format!("pages -> VRAM {OFFSET_B:#x}, checked through the BAR with guards: {done}")
+        format!(
+            "pages -> segment {id} GPU address {:#x}, checked through the BAR with guards: {done}",
+            segment.gpu_address(OFFSET_B)
+        )
     });
     checks.record("transfer_pages_to_vram", &to_vram);
     let roundtrip = match (&to_pages, &to_vram) {
@@ -199,6 +234,7 @@ fn json_report(facts: &Facts, checks: &Checks) -> Value {
         "paging_buffer_size": layout.map(|l| l.header.paging_buffer_size),
         "paging_buffer_private_data_size": layout.map(|l| l.header.paging_buffer_private_data_size),
         "wddm_version": layout.map(|l| l.header.wddm_version),
+        "slice_segment_id": facts.slice_segment_id,
         "checks": checks.results,
     })
 }

@@ -6,7 +6,7 @@ use crate::cli::Options;
 use crate::engine::Engine;
 use crate::failure::{Failure, Outcome};
 use crate::report;
-use crate::scenario::{bar, hostile, setup, valid};
+use crate::scenario::{bar, hostile, segments, setup, valid};
 
 /// Tests that prepare the engine; they always run.
 const SETUP_TESTS: [&str; 3] = ["device_init", "capset_layout", "cpu_translated_matches_bar"];
@@ -17,6 +17,7 @@ const FINAL_TEST: &str = "dma_addresses_stable";
 pub fn all_names() -> Vec<&'static str> {
     let mut names: Vec<&str> = SETUP_TESTS.to_vec();
     names.extend(valid::TESTS.iter().map(|(name, _)| *name));
+    names.extend(segments::TESTS.iter().map(|(name, _)| *name));
     names.extend(bar::TESTS.iter().map(|(name, _)| *name));
     names.extend(hostile::names());
     names.push(FINAL_TEST);
@@ -123,6 +124,7 @@ fn run_tests(tally: &mut Tally, engine: &mut Engine, selected: &[&str]) {
             Ok(())
         } else if let Some((_, test)) = valid::TESTS
             .iter()
+            .chain(segments::TESTS.iter())
             .chain(bar::TESTS.iter())
             .find(|(n, _)| n == name)
         {
