@@ -2,8 +2,11 @@
 
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
-    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_SUBMIT,
+    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
+    WDDM_GPU_CMD_WAIT_EVENT,
 };
+use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
 use zerocopy::FromBytes;
 
@@ -31,6 +34,14 @@ pub enum ControlRequest {
     GetEdid,
     /// The device's submission command.
     Submit(WddmGpuCmdSubmit),
+    /// Register (non-zero) or unregister (0) the status page at this address.
+    RegisterStatusPage(u64),
+    /// A request to complete at the next event.
+    WaitEvent,
+    /// Preempt the running and pending submissions.
+    Preempt,
+    /// Reset the engine (`DxgkDdiResetFromTimeout`).
+    Reset,
     /// Any other type.
     Unknown(u32),
 }
@@ -80,6 +91,12 @@ pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
         }
         VIRTIO_GPU_CMD_GET_EDID => ControlRequest::GetEdid,
         WDDM_GPU_CMD_SUBMIT => ControlRequest::Submit(body(hdr.type_, bytes)?),
+        WDDM_GPU_CMD_REGISTER_STATUS_PAGE => ControlRequest::RegisterStatusPage(
+            body::<WddmGpuCmdRegisterStatusPage>(hdr.type_, bytes)?.address,
+        ),
+        WDDM_GPU_CMD_WAIT_EVENT => ControlRequest::WaitEvent,
+        WDDM_GPU_CMD_PREEMPT => ControlRequest::Preempt,
+        WDDM_GPU_CMD_RESET => ControlRequest::Reset,
         other => ControlRequest::Unknown(other),
     })
 }

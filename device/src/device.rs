@@ -21,7 +21,7 @@ use vmm_sys_util::event::{
 use zerocopy::IntoBytes;
 
 use crate::control::MAX_REQUEST_SIZE;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Reply};
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
 const CONTROL_QUEUE: u16 = 0;
@@ -109,51 +109,104 @@ impl WddmGpuBackend {
                 return Ok(());
             }
         };
-        if chains.is_empty() {
-            return Ok(());
-        }
         for chain in chains {
-            let head = chain.head_index();
-            let written = match queue {
-                CONTROL_QUEUE => self.answer(chain, mem),
+            let reply = Box::new(ChainReply::new(chain.clone(), mem.clone(), vring.clone()));
+            match queue {
+                CONTROL_QUEUE => self.answer(chain, reply, mem),
                 // Cursor commands have no response; there is no cursor to move.
-                _ => 0,
-            };
-            if let Err(error) = vring.add_used(head, written) {
-                warn!("queue {queue}: head index {head} refused: {error}");
+                _ => reply.send(&[]),
             }
-        }
-        if vring.needs_notification().map_err(io::Error::other)? {
-            vring.signal_used_queue()?;
         }
         Ok(())
     }
 
-    /// Reads one request from the chain, writes the response, returns the bytes written.
+    /// Reads one request from the chain and hands it to the GPU with its reply.
     fn answer(
         &mut self,
-        chain: virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
+        chain: Chain,
+        reply: Box<ChainReply>,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-    ) -> u32 {
-        let (mut reader, mut writer) = match (chain.clone().reader(mem), chain.writer(mem)) {
-            (Ok(reader), Ok(writer)) => (reader, writer),
-            (Err(error), _) | (_, Err(error)) => {
+    ) {
+        let mut reader = match chain.reader(mem) {
+            Ok(reader) => reader,
+            Err(error) => {
                 warn!("control descriptor chain refused: {error}");
-                return 0;
+                return reply.send(&[]);
             }
         };
         let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
         if let Err(error) = reader.read_exact(&mut request) {
             warn!("control request unreadable: {error}");
-            return 0;
+            return reply.send(&[]);
         }
-        let response = self.gpu.handle(&request, writer.available_bytes(), &**mem);
-        match writer.write_all(&response) {
-            Ok(()) => u32::try_from(writer.bytes_written()).unwrap_or(0),
-            Err(error) => {
-                warn!("control response unwritable: {error}");
-                0
+        self.gpu.handle(&request, reply, mem.clone());
+    }
+}
+
+type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+
+/// Completes one descriptor chain: writes the response into its device-writable buffers,
+/// puts it on the used ring and raises the queue's interrupt. Sent from whichever thread
+/// finishes the request (the engine thread for submissions).
+pub struct ChainReply {
+    chain: Chain,
+    mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
+    vring: VringRwLock,
+    room: usize,
+}
+
+impl ChainReply {
+    fn new(chain: Chain, mem: GuestMemoryLoadGuard<GuestMemoryMmap>, vring: VringRwLock) -> Self {
+        let room = chain
+            .clone()
+            .writer(&mem)
+            .map(|w| w.available_bytes())
+            .unwrap_or(0);
+        Self {
+            chain,
+            mem,
+            vring,
+            room,
+        }
+    }
+}
+
+impl Reply for ChainReply {
+    fn room(&self) -> usize {
+        self.room
+    }
+
+    fn send(self: Box<Self>, response: &[u8]) {
+        let head = self.chain.head_index();
+        let written = if response.is_empty() {
+            0
+        } else {
+            match self.chain.writer(&self.mem) {
+                Ok(mut writer) => match writer.write_all(response) {
+                    Ok(()) => u32::try_from(writer.bytes_written()).unwrap_or(0),
+                    Err(error) => {
+                        warn!("control response unwritable: {error}");
+                        0
+                    }
+                },
+                Err(error) => {
+                    warn!("control descriptor chain refused: {error}");
+                    0
+                }
             }
+        };
+        if let Err(error) = self.vring.add_used(head, written) {
+            warn!("head index {head} refused: {error}");
+            return;
+        }
+        match self.vring.needs_notification() {
+            Ok(true) => {
+                if let Err(error) = self.vring.signal_used_queue() {
+                    warn!("cannot signal the used queue: {error}");
+                }
+            }
+            Ok(false) => {}
+            Err(error) => warn!("used ring: {error}"),
         }
     }
 }
@@ -200,7 +253,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
     }
 
     fn update_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
-        self.gpu.memory_changed(&*mem.memory());
+        self.gpu.memory_changed(&mem.memory());
         self.mem = Some(mem);
         Ok(())
     }
@@ -221,7 +274,17 @@ impl VhostUserBackendMut for WddmGpuBackend {
 
     fn reset_device(&mut self) {
         debug!("device reset");
+        self.gpu.device_reset();
         self.display = None;
+    }
+
+    /// GET_VRING_BASE: the frontend stops the ring (guest reset, or shutdown). Work on it stops
+    /// within one engine chunk and nothing more is written to it.
+    fn stop_vring(&mut self, queue_index: u32) -> io::Result<()> {
+        if queue_index == u32::from(CONTROL_QUEUE) {
+            self.gpu.device_reset();
+        }
+        Ok(())
     }
 
     fn handle_event(

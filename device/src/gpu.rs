@@ -1,60 +1,148 @@
-//! The device model: answers control requests against the layout, the VRAM and the paging
-//! engine. Transport-independent: the vhost-user glue hands it request bytes and guest memory.
+//! The device model: answers control requests against the layout, the VRAM, the status page and
+//! the [`Scheduler`] that runs submissions. Transport-independent: the vhost-user glue hands it
+//! request bytes, guest memory and a [`Reply`] to answer through, now or later.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use log::{info, warn};
-use vm_memory::GuestMemoryBackend;
+use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
     WddmGpuConfig, WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, WddmGpuRespDisplayInfo,
     VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET,
-    VIRTIO_GPU_RESP_OK_CAPSET_INFO, VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_RESP_SUBMIT,
+    VIRTIO_GPU_RESP_OK_CAPSET_INFO, VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
+    WDDM_GPU_RESP_EVENT,
 };
-use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
+use wddm_gpu_abi::status::{
+    WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_CANCELLED,
+};
 use zerocopy::IntoBytes;
 
 use crate::caps::{build_capset, MAX_CAPSET_SIZE};
 use crate::control::{decode, ControlRequest};
-use crate::engine::{DeviceMemory, Engine};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
+use crate::scheduler::Scheduler;
+use crate::status_page::StatusPage;
 use crate::vram::{BarChange, Vram};
 
 /// `VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID`: the answer to GET_EDID on a device without
 /// displays.
 const VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
 
+/// A snapshot of guest memory, kept alive while a request that uses it is pending.
+pub type Mem = GuestMemoryLoadGuard<GuestMemoryMmap>;
+
+/// Where a response goes: the transport's descriptor chain, or a test's channel.
+pub trait Reply: Send {
+    /// Bytes the response buffer holds.
+    fn room(&self) -> usize;
+    /// Writes the response and completes the request (raising the queue's interrupt).
+    fn send(self: Box<Self>, response: &[u8]);
+}
+
+/// Sends `response`, or a header-only `ERR_UNSPEC` cut to the room when it does not fit.
+pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
+    let room = reply.room();
+    if response.len() <= room {
+        reply.send(response);
+        return;
+    }
+    warn!(
+        "response of {} bytes does not fit the {room}-byte buffer",
+        response.len()
+    );
+    let hdr = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
+    reply.send(&hdr.as_bytes()[..room.min(hdr.as_bytes().len())]);
+}
+
+fn header(type_: u32) -> Vec<u8> {
+    WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
+}
+
 /// Counters the device keeps from the start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuCounters {
     /// Control requests answered.
     pub requests: u64,
-    /// Requests that could not be decoded or were unknown.
+    /// Requests that could not be decoded or were refused.
     pub bad_requests: u64,
     /// Submissions executed.
     pub submissions: u64,
     /// Submissions that ended with a fault.
     pub faulted_submissions: u64,
+    /// Submissions preempted.
+    pub preempted_submissions: u64,
     /// Bytes moved by submissions.
     pub bytes_transferred: u64,
 }
 
+/// What the driver is told without asking: the status page and posted event requests.
+pub struct Notify {
+    /// The registered status page.
+    pub status: StatusPage,
+    /// WAIT_EVENT requests not yet completed, oldest first.
+    pub events: VecDeque<Box<dyn Reply>>,
+    /// Counters.
+    pub counters: GpuCounters,
+}
+
+impl Notify {
+    /// Completes the oldest posted WAIT_EVENT with `event`, or counts it as dropped.
+    pub fn deliver(&mut self, mut event: WddmGpuRespEvent) {
+        event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
+        match self.events.pop_front() {
+            Some(reply) => reply.send(event.as_bytes()),
+            None => self.status.event_dropped(),
+        }
+    }
+
+    /// Completes every posted WAIT_EVENT as cancelled (a driver-requested reset).
+    pub fn cancel_events(&mut self) {
+        while let Some(reply) = self.events.pop_front() {
+            let event = WddmGpuRespEvent {
+                hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT),
+                kind: WDDM_GPU_EVENT_CANCELLED,
+                ..Default::default()
+            };
+            reply.send(event.as_bytes());
+        }
+    }
+}
+
 /// The GPU.
 pub struct Gpu {
-    layout: SegmentLayout,
-    vram: Vram,
-    engine: Engine,
-    counters: GpuCounters,
+    layout: Arc<SegmentLayout>,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+    scheduler: Scheduler,
+}
+
+/// Locks, recovering the data: the process aborts on panic, so poisoning cannot be observed.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Gpu {
-    /// A GPU with this layout over this VRAM.
-    pub fn new(layout: SegmentLayout, vram: Vram) -> Self {
-        Self {
-            engine: Engine::new(&layout),
+    /// A GPU with this layout over this VRAM; starts its engine thread.
+    pub fn new(layout: SegmentLayout, vram: Vram) -> std::io::Result<Self> {
+        let layout = Arc::new(layout);
+        let vram = Arc::new(vram);
+        let notify = Arc::new(Mutex::new(Notify {
+            status: StatusPage::default(),
+            events: VecDeque::new(),
+            counters: GpuCounters::default(),
+        }));
+        let scheduler = Scheduler::start(layout.clone(), vram.clone(), notify.clone())?;
+        Ok(Self {
             layout,
             vram,
-            counters: GpuCounters::default(),
-        }
+            notify,
+            scheduler,
+        })
     }
 
     /// The virtio-gpu config space (QEMU keeps only `num_capsets` from it).
@@ -67,7 +155,7 @@ impl Gpu {
 
     /// Counters so far.
     pub fn counters(&self) -> GpuCounters {
-        self.counters
+        lock(&self.notify).counters
     }
 
     /// The VRAM.
@@ -75,40 +163,83 @@ impl Gpu {
         &self.vram
     }
 
-    /// Learns the VRAM BAR location from a new memory table.
-    pub fn memory_changed<M: GuestMemoryBackend>(&mut self, mem: &M) {
-        match self.vram.observe_memory_table(mem) {
-            BarChange::Unchanged => {}
-            BarChange::MappedAt(address) => info!(
-                "VRAM BAR mapped at guest-physical {address:#x} (generation {})",
-                self.vram.locator().generation
-            ),
-            BarChange::Unmapped => info!(
-                "VRAM BAR no longer mapped (generation {})",
-                self.vram.locator().generation
-            ),
+    /// Learns the VRAM BAR location from a new memory table; a change is published on the
+    /// status page and delivered as an event.
+    pub fn memory_changed(&self, mem: &GuestMemoryMmap) {
+        let change = self.vram.observe_memory_table(mem);
+        let bar = self.vram.wire_locator();
+        match change {
+            BarChange::Unchanged => return,
+            BarChange::MappedAt(address) => {
+                info!(
+                    "VRAM BAR mapped at guest-physical {address:#x} (generation {})",
+                    bar.generation
+                )
+            }
+            BarChange::Unmapped => {
+                info!("VRAM BAR no longer mapped (generation {})", bar.generation)
+            }
         }
+        let ram = GuestRam::new(mem, self.vram.guest_window());
+        let mut notify = lock(&self.notify);
+        notify.status.set_bar(&bar);
+        notify.status.publish(&ram);
+        notify.deliver(WddmGpuRespEvent {
+            kind: WDDM_GPU_EVENT_BAR_CHANGED,
+            bar_state: bar.state,
+            bar_generation: bar.generation,
+            bar_address: bar.guest_physical_address,
+            ..Default::default()
+        });
     }
 
-    /// Answers one control request; the response is at most `response_room` bytes.
-    pub fn handle<M: GuestMemoryBackend>(
-        &mut self,
-        request: &[u8],
-        response_room: usize,
-        mem: &M,
-    ) -> Vec<u8> {
-        self.counters.requests += 1;
-        let response = match decode(request) {
-            Ok(ControlRequest::GetDisplayInfo) => {
-                // Render-only: no scanout is enabled.
-                WddmGpuRespDisplayInfo {
-                    hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_DISPLAY_INFO),
-                    ..Default::default()
-                }
-                .as_bytes()
-                .to_vec()
+    /// Answers one control request through `reply`, now or (submissions, events) later.
+    pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
+        let request = match decode(request) {
+            Ok(request) => request,
+            Err(error) => {
+                warn!("malformed control request: {error}");
+                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
-            Ok(ControlRequest::GetCapsetInfo(0)) => WddmGpuRespCapsetInfo {
+        };
+        lock(&self.notify).counters.requests += 1;
+        let response = match request {
+            ControlRequest::Submit(cmd) => return self.scheduler.submit(cmd, reply, mem),
+            ControlRequest::WaitEvent => {
+                if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
+                    warn!(
+                        "WAIT_EVENT response buffer of {} bytes is too small",
+                        reply.room()
+                    );
+                    return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+                }
+                lock(&self.notify).events.push_back(reply);
+                return;
+            }
+            ControlRequest::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
+            ControlRequest::Reset => {
+                self.scheduler.reset(true);
+                header(VIRTIO_GPU_RESP_OK_NODATA)
+            }
+            ControlRequest::RegisterStatusPage(address) => {
+                let ram = GuestRam::new(&*mem, self.vram.guest_window());
+                let bar = self.vram.wire_locator();
+                match lock(&self.notify).status.register(address, &ram, &bar) {
+                    Ok(()) => header(VIRTIO_GPU_RESP_OK_NODATA),
+                    Err(error) => {
+                        warn!("{error}");
+                        return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                    }
+                }
+            }
+            // Render-only: no scanout is enabled.
+            ControlRequest::GetDisplayInfo => WddmGpuRespDisplayInfo {
+                hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_DISPLAY_INFO),
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            ControlRequest::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
                 hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
                 capset_id: WDDM_GPU_CAPSET_ID,
                 capset_max_version: WDDM_GPU_CAPSET_VERSION,
@@ -117,85 +248,47 @@ impl Gpu {
             }
             .as_bytes()
             .to_vec(),
-            Ok(ControlRequest::GetCapset { id, version })
+            ControlRequest::GetCapset { id, version }
                 if id == WDDM_GPU_CAPSET_ID && version == WDDM_GPU_CAPSET_VERSION =>
             {
-                let mut response = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET)
-                    .as_bytes()
-                    .to_vec();
+                let mut response = header(VIRTIO_GPU_RESP_OK_CAPSET);
                 response.extend(build_capset(&self.layout, &self.vram.wire_locator()));
                 response
             }
-            Ok(ControlRequest::GetCapsetInfo(index)) => {
+            ControlRequest::GetCapsetInfo(index) => {
                 warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
-                self.error(VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER)
+                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
-            Ok(ControlRequest::GetCapset { id, version }) => {
+            ControlRequest::GetCapset { id, version } => {
                 warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
-                self.error(VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER)
+                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
-            Ok(ControlRequest::GetEdid) => self.error(VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID),
-            Ok(ControlRequest::Submit(cmd)) => self.submit(&cmd, mem).as_bytes().to_vec(),
-            Ok(ControlRequest::Unknown(type_)) => {
+            ControlRequest::GetEdid => {
+                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID)
+            }
+            ControlRequest::Unknown(type_) => {
                 warn!("unsupported control command {type_:#x}");
-                self.error(VIRTIO_GPU_RESP_ERR_UNSPEC)
-            }
-            Err(error) => {
-                warn!("malformed control request: {error}");
-                self.error(VIRTIO_GPU_RESP_ERR_UNSPEC)
+                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
         };
-        if response.len() > response_room {
-            warn!(
-                "response of {} bytes does not fit the {response_room}-byte buffer",
-                response.len()
-            );
-            self.counters.bad_requests += 1;
-            let hdr = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
-            return hdr.as_bytes()[..response_room.min(hdr.as_bytes().len())].to_vec();
-        }
-        response
+        respond(reply, &response);
     }
 
-    fn error(&mut self, type_: u32) -> Vec<u8> {
-        self.counters.bad_requests += 1;
-        WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
+    fn refuse(&self, reply: Box<dyn Reply>, type_: u32) {
+        lock(&self.notify).counters.bad_requests += 1;
+        respond(reply, &header(type_));
     }
 
-    fn submit<M: GuestMemoryBackend>(
-        &mut self,
-        cmd: &WddmGpuCmdSubmit,
-        mem: &M,
-    ) -> WddmGpuRespSubmit {
-        let memory = DeviceMemory {
-            ram: GuestRam::new(mem, self.vram.guest_window()),
-            vram: &self.vram,
-            layout: &self.layout,
-        };
-        let completion = self.engine.execute(cmd, &memory, &mut ());
-        self.counters.submissions += 1;
-        self.counters.bytes_transferred += completion.bytes_transferred;
-        let (status, fault_packet_offset, fault_address) = match completion.fault {
-            None => (SubmitStatus::Ok, 0, 0),
-            Some((offset, fault)) => {
-                if fault.is_fault() {
-                    self.counters.faulted_submissions += 1;
-                    warn!(
-                        "submission fence {} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
-                        cmd.submission_fence_id, completion.fault_opcode
-                    );
-                }
-                (fault.status(), offset, fault.address())
-            }
-        };
-        WddmGpuRespSubmit {
-            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT),
-            submission_fence_id: completion.fence_id,
-            status: status as u32,
-            packets_completed: completion.packets_completed,
-            fault_packet_offset,
-            fault_address,
-            bytes_transferred: completion.bytes_transferred,
-        }
+    /// Virtio reset (the frontend stops the rings): running work stops within one chunk,
+    /// pending work and posted events are dropped unanswered, the GART and the status page
+    /// registration are cleared. VRAM keeps its contents.
+    pub fn device_reset(&self) {
+        self.scheduler.reset(false);
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        self.scheduler.shutdown();
     }
 }

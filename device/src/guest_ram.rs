@@ -68,6 +68,11 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         Ok(())
     }
 
+    /// The memory table underneath.
+    pub fn memory(&self) -> &'a M {
+        self.mem
+    }
+
     /// Bytes from `address` to the end of its memory-table region (0 if not RAM).
     pub fn contiguous_len(&self, address: u64) -> u64 {
         self.mem

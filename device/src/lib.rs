@@ -5,6 +5,7 @@
 //! - [`fd_relay`]: `--fd` with a connected socket, bridged to the daemon's listener.
 //! - [`control`]: control-queue wire decoding.
 //! - [`gpu`]: the device model answering control requests.
+//! - [`scheduler`]: the engine thread, its queue, preemption and reset.
 //! - [`engine`]: the paging engine executing DMA buffers of paging packets.
 //! - [`gart`]: aperture translation tables.
 //! - [`layout`]: segments and how GPU addresses resolve.
@@ -14,6 +15,7 @@
 //! - [`caps`]: the segment-layout capability-set blob.
 //! - [`vram`]: the shared VRAM file and the BAR locator.
 //! - [`guest_ram`]: guest system memory with the VRAM window excluded.
+//! - [`status_page`]: the status page the driver registers.
 //! - [`size`]: size parsing for command lines and layout files.
 
 pub mod caps;
@@ -29,5 +31,7 @@ pub mod layout;
 pub mod layout_file;
 pub mod layout_report;
 pub mod layout_rules;
+pub mod scheduler;
 pub mod size;
+pub mod status_page;
 pub mod vram;

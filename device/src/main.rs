@@ -235,7 +235,9 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
         info!("layout: {line}");
     }
-    let backend = Arc::new(RwLock::new(WddmGpuBackend::new(Gpu::new(layout, vram))));
+    let gpu =
+        Gpu::new(layout, vram).map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
+    let backend = Arc::new(RwLock::new(WddmGpuBackend::new(gpu)));
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
         backend,

@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::mmap::MmapRegion;
@@ -113,6 +114,13 @@ pub struct Vram {
     mapping: MmapRegion<()>,
     local: Option<MmapRegion<()>>,
     local_size: u64,
+    /// Where the guest sees the BAR: changes with memory tables, read by every request, so it
+    /// has its own short-held lock and the mappings stay shareable.
+    bar: Mutex<BarState>,
+}
+
+#[derive(Debug)]
+struct BarState {
     locator: BarLocator,
     /// Guest-physical range of the memory-table region backed by this file, if any.
     guest_window: Option<Range<u64>>,
@@ -172,12 +180,14 @@ impl Vram {
             mapping,
             local,
             local_size,
-            locator: BarLocator {
-                mode,
-                address: None,
-                generation: 0,
-            },
-            guest_window: None,
+            bar: Mutex::new(BarState {
+                locator: BarLocator {
+                    mode,
+                    address: None,
+                    generation: 0,
+                },
+                guest_window: None,
+            }),
         })
     }
 
@@ -196,26 +206,35 @@ impl Vram {
         self.size + self.local_size
     }
 
+    fn bar(&self) -> MutexGuard<'_, BarState> {
+        // A panic while holding this lock aborts the process (panic = "abort"), so a poisoned
+        // lock cannot be observed; recover the data anyway rather than panic again.
+        self.bar
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Current BAR locator.
     pub fn locator(&self) -> BarLocator {
-        self.locator
+        self.bar().locator
     }
 
     /// The locator in wire form.
     pub fn wire_locator(&self) -> WddmGpuVramBar {
-        let (mode, pci_function, bar_index) = self.locator.mode.wire();
+        let locator = self.locator();
+        let (mode, pci_function, bar_index) = locator.mode.wire();
         WddmGpuVramBar {
             mode,
-            state: if self.locator.address.is_some() {
+            state: if locator.address.is_some() {
                 WDDM_GPU_BAR_STATE_KNOWN
             } else {
                 WDDM_GPU_BAR_STATE_NOT_MAPPED
             },
-            generation: self.locator.generation,
+            generation: locator.generation,
             pci_function,
             bar_index,
             reserved: 0,
-            guest_physical_address: self.locator.address.unwrap_or(0),
+            guest_physical_address: locator.address.unwrap_or(0),
             size: self.size,
         }
     }
@@ -223,11 +242,11 @@ impl Vram {
     /// Guest-physical range where the frontend mapped this file; frame lists must not point
     /// there, because it is VRAM, not guest RAM.
     pub fn guest_window(&self) -> Option<Range<u64>> {
-        self.guest_window.clone()
+        self.bar().guest_window.clone()
     }
 
     /// Learns the BAR location from a new memory table.
-    pub fn observe_memory_table<M: GuestMemoryBackend>(&mut self, mem: &M) -> BarChange {
+    pub fn observe_memory_table<M: GuestMemoryBackend>(&self, mem: &M) -> BarChange {
         let mut found = None;
         for region in mem.iter() {
             let Some(file_offset) = region.file_offset() else {
@@ -247,12 +266,13 @@ impl Vram {
             Some((window, bar)) => (Some(window), bar),
             None => (None, None),
         };
-        self.guest_window = window;
-        if address == self.locator.address {
+        let mut bar = self.bar();
+        bar.guest_window = window;
+        if address == bar.locator.address {
             return BarChange::Unchanged;
         }
-        self.locator.address = address;
-        self.locator.generation = self.locator.generation.wrapping_add(1);
+        bar.locator.address = address;
+        bar.locator.generation = bar.locator.generation.wrapping_add(1);
         match address {
             Some(address) => BarChange::MappedAt(address),
             None => BarChange::Unmapped,
@@ -305,7 +325,7 @@ mod tests {
     #[test]
     fn learns_bar_address_from_a_region_backed_by_the_same_file() {
         let path = temp_path("learn");
-        let mut vram = Vram::create(&path, 1 << 20, 0, BarMode::Ivshmem).unwrap();
+        let vram = Vram::create(&path, 1 << 20, 0, BarMode::Ivshmem).unwrap();
         let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), 1 << 20, None).unwrap();
         let bar_file = OpenOptions::new()
             .read(true)

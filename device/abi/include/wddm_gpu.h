@@ -275,6 +275,16 @@
 #define WDDM_GPU_EVENT_FENCE 3
 
 /**
+ * `WddmGpuRespEvent::kind`: a device reset returned the posted request unused.
+ */
+#define WDDM_GPU_EVENT_CANCELLED 4
+
+/**
+ * Offset of the fault ring in the status page.
+ */
+#define WDDM_GPU_FAULT_RING_OFFSET 128
+
+/**
  * `flags` bit: this is a paging submission (`DXGK_SUBMITCOMMANDFLAGS.Paging`).
  */
 #define WDDM_GPU_SUBMIT_FLAG_PAGING (1 << 0)

@@ -28,6 +28,10 @@ pub const WDDM_GPU_EVENT_FAULT: u32 = 1;
 pub const WDDM_GPU_EVENT_BAR_CHANGED: u32 = 2;
 /// `WddmGpuRespEvent::kind`: a FENCE packet executed; `fence_id` holds it.
 pub const WDDM_GPU_EVENT_FENCE: u32 = 3;
+/// `WddmGpuRespEvent::kind`: a device reset returned the posted request unused.
+pub const WDDM_GPU_EVENT_CANCELLED: u32 = 4;
+/// Offset of the fault ring in the status page.
+pub const WDDM_GPU_FAULT_RING_OFFSET: u32 = 128;
 
 /// One fault, as the device records it.
 #[repr(C)]

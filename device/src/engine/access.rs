@@ -55,7 +55,10 @@ pub(super) struct Cursor {
 }
 
 impl Cursor {
-    pub(super) const EMPTY: Cursor = Cursor { location: Location::Vram(0), run_left: 0 };
+    pub(super) const EMPTY: Cursor = Cursor {
+        location: Location::Vram(0),
+        run_left: 0,
+    };
 
     pub(super) fn advance(&mut self, step: u64) {
         self.run_left -= step;
@@ -76,7 +79,10 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
 ) -> Result<Cursor, Fault> {
     let (address, run) = match side {
         Side::Vram { offset } => {
-            return Ok(Cursor { location: Location::Vram(offset + position), run_left: limit });
+            return Ok(Cursor {
+                location: Location::Vram(offset + position),
+                run_left: limit,
+            });
         }
         Side::Frames { list, byte_offset } => {
             let frames = &frame_lists[list];
@@ -103,7 +109,10 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
         // changed since the mapping was checked).
         return Err(Fault::FrameNotInRam { address });
     }
-    Ok(Cursor { location: Location::Guest(address), run_left: run })
+    Ok(Cursor {
+        location: Location::Guest(address),
+        run_left: run,
+    })
 }
 
 /// Copies `length` bytes; overlapping ranges behave as memmove.
@@ -125,9 +134,11 @@ pub(super) fn copy<M: GuestMemoryBackend>(
         return copy_overlapping(src, dst, len, mem, bounce);
     }
     let vram = |offset: u64| {
-        mem.vram
-            .slice(offset, len)
-            .ok_or(Fault::SegmentRange { segment: 0, address: offset, length })
+        mem.vram.slice(offset, len).ok_or(Fault::SegmentRange {
+            segment: 0,
+            address: offset,
+            length,
+        })
     };
     let ram = |address: u64| {
         mem.ram
@@ -172,11 +183,14 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
 ) -> Result<(), Fault> {
     match location {
         Location::Vram(offset) => {
-            let slice = mem.vram.slice(offset, buf.len()).ok_or(Fault::SegmentRange {
-                segment: 0,
-                address: offset,
-                length: buf.len() as u64,
-            })?;
+            let slice = mem
+                .vram
+                .slice(offset, buf.len())
+                .ok_or(Fault::SegmentRange {
+                    segment: 0,
+                    address: offset,
+                    length: buf.len() as u64,
+                })?;
             slice.copy_to(buf);
             Ok(())
         }
@@ -195,11 +209,14 @@ pub(super) fn write_location<M: GuestMemoryBackend>(
 ) -> Result<(), Fault> {
     match location {
         Location::Vram(offset) => {
-            let slice = mem.vram.slice(offset, buf.len()).ok_or(Fault::SegmentRange {
-                segment: 0,
-                address: offset,
-                length: buf.len() as u64,
-            })?;
+            let slice = mem
+                .vram
+                .slice(offset, buf.len())
+                .ok_or(Fault::SegmentRange {
+                    segment: 0,
+                    address: offset,
+                    length: buf.len() as u64,
+                })?;
             slice.copy_from(buf);
         }
         Location::Guest(address) => {

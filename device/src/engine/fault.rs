@@ -137,8 +137,14 @@ impl Fault {
 impl From<GartError> for Fault {
     fn from(error: GartError) -> Self {
         match error {
-            GartError::NotAnAperture(_) => Fault::WrongSegmentKind("the segment is not an aperture"),
-            GartError::OutOfRange { segment, first, count } => Fault::SegmentRange {
+            GartError::NotAnAperture(_) => {
+                Fault::WrongSegmentKind("the segment is not an aperture")
+            }
+            GartError::OutOfRange {
+                segment,
+                first,
+                count,
+            } => Fault::SegmentRange {
                 segment,
                 address: first << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
                 length: count << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
@@ -165,4 +171,3 @@ impl From<ResolveError> for Fault {
         }
     }
 }
-

@@ -22,11 +22,11 @@ use wddm_gpu_abi::submit::{
 };
 use zerocopy::FromBytes;
 
-pub use self::fault::Fault;
 use self::access::{read_side, Side};
+pub use self::fault::Fault;
 use crate::gart::Gart;
 use crate::guest_ram::GuestRam;
-use crate::layout::{Resolved, ResolveError, SegmentLayout};
+use crate::layout::{ResolveError, Resolved, SegmentLayout};
 use crate::vram::Vram;
 
 /// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
@@ -179,15 +179,24 @@ impl Engine {
             return Err(Fault::BadCommand("node_ordinal must be 0 (one engine)"));
         }
         if cmd.dma_buffer_size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
-            return Err(Fault::BadCommand("dma_buffer_size above the device maximum"));
+            return Err(Fault::BadCommand(
+                "dma_buffer_size above the device maximum",
+            ));
         }
         if cmd.start_offset > cmd.end_offset || cmd.end_offset > cmd.dma_buffer_size {
-            return Err(Fault::BadCommand("offsets must satisfy start <= end <= dma_buffer_size"));
+            return Err(Fault::BadCommand(
+                "offsets must satisfy start <= end <= dma_buffer_size",
+            ));
         }
-        let bad_buffer = Fault::BadDmaBuffer { address: cmd.dma_buffer_address, size: cmd.dma_buffer_size };
+        let bad_buffer = Fault::BadDmaBuffer {
+            address: cmd.dma_buffer_address,
+            size: cmd.dma_buffer_size,
+        };
         let size = u64::from(cmd.dma_buffer_size);
         if cmd.dma_buffer_segment_id == 0 {
-            mem.ram.check(cmd.dma_buffer_address, size).map_err(|_| bad_buffer)?;
+            mem.ram
+                .check(cmd.dma_buffer_address, size)
+                .map_err(|_| bad_buffer)?;
             return Ok(DmaBuffer::Guest(cmd.dma_buffer_address));
         }
         let segment = cmd.dma_buffer_segment_id;
@@ -215,20 +224,37 @@ impl Engine {
         let available = cmd.end_offset - offset;
         packet[..2].fill(0);
         if available < header_size {
-            return Err(Fault::BadPacketHeader { size: 0, reason: "header runs past end_offset" });
+            return Err(Fault::BadPacketHeader {
+                size: 0,
+                reason: "header runs past end_offset",
+            });
         }
         // check_command proved the whole buffer is reachable and offset < end <= size.
         let read = |buf: &mut [u8]| match buffer {
-            DmaBuffer::Guest(base) => mem.ram.read(base + u64::from(offset), buf).map_err(|_| {
-                Fault::BadDmaBuffer { address: cmd.dma_buffer_address, size: cmd.dma_buffer_size }
-            }),
-            DmaBuffer::Segment(side) => {
-                read_side(side, u64::from(offset), buf, &self.frame_lists, &self.gart, mem)
+            DmaBuffer::Guest(base) => {
+                mem.ram
+                    .read(base + u64::from(offset), buf)
+                    .map_err(|_| Fault::BadDmaBuffer {
+                        address: cmd.dma_buffer_address,
+                        size: cmd.dma_buffer_size,
+                    })
             }
+            DmaBuffer::Segment(side) => read_side(
+                side,
+                u64::from(offset),
+                buf,
+                &self.frame_lists,
+                &self.gart,
+                mem,
+            ),
         };
         read(&mut packet[..header_size as usize])?;
-        let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..])
-            .map_err(|_| Fault::BadPacketHeader { size: 0, reason: "truncated" })?;
+        let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..]).map_err(|_| {
+            Fault::BadPacketHeader {
+                size: 0,
+                reason: "truncated",
+            }
+        })?;
         let size = header.size;
         let reason = if size < header_size {
             Some("smaller than the header")

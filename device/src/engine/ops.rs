@@ -14,10 +14,17 @@ use crate::layout::{Resolved, SegmentKind};
 /// Bytes of pattern prepared for FILL (a multiple of 4, so every chunk starts in phase).
 const FILL_BUFFER: usize = 64 << 10;
 
-fn body<T: FromBytes>(packet: &[u8], header: &WddmGpuPacketHeader, what: &'static str) -> Result<T, Fault> {
+fn body<T: FromBytes>(
+    packet: &[u8],
+    header: &WddmGpuPacketHeader,
+    what: &'static str,
+) -> Result<T, Fault> {
     T::read_from_prefix(packet)
         .map(|(body, _)| body)
-        .map_err(|_| Fault::BadPacketHeader { size: header.size, reason: what })
+        .map_err(|_| Fault::BadPacketHeader {
+            size: header.size,
+            reason: what,
+        })
 }
 
 impl Engine {
@@ -28,34 +35,44 @@ impl Engine {
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
     ) -> Result<u64, Fault> {
-        let (header, _) = WddmGpuPacketHeader::read_from_prefix(packet)
-            .map_err(|_| Fault::BadPacketHeader { size: 0, reason: "truncated" })?;
+        let (header, _) =
+            WddmGpuPacketHeader::read_from_prefix(packet).map_err(|_| Fault::BadPacketHeader {
+                size: 0,
+                reason: "truncated",
+            })?;
         if header.flags != 0 {
             return Err(Fault::ReservedField("packet header flags"));
         }
         match header.opcode {
             WDDM_GPU_OP_TRANSFER => {
-                let p: WddmGpuPacketTransfer = body(packet, &header, "smaller than a TRANSFER packet")?;
+                let p: WddmGpuPacketTransfer =
+                    body(packet, &header, "smaller than a TRANSFER packet")?;
                 self.transfer(&p, mem, hooks)
             }
             WDDM_GPU_OP_FILL => {
                 let p: WddmGpuPacketFill = body(packet, &header, "smaller than a FILL packet")?;
                 self.fill(&p, mem, hooks)
             }
-            WDDM_GPU_OP_DISCARD_CONTENT | WDDM_GPU_OP_READ_PHYSICAL | WDDM_GPU_OP_WRITE_PHYSICAL => {
-                let p: WddmGpuPacketSegmentAccess = body(packet, &header, "smaller than a segment-access packet")?;
+            WDDM_GPU_OP_DISCARD_CONTENT
+            | WDDM_GPU_OP_READ_PHYSICAL
+            | WDDM_GPU_OP_WRITE_PHYSICAL => {
+                let p: WddmGpuPacketSegmentAccess =
+                    body(packet, &header, "smaller than a segment-access packet")?;
                 self.segment_access(&p, mem).map(|()| 0)
             }
             WDDM_GPU_OP_MAP_APERTURE => {
-                let p: WddmGpuPacketMapAperture = body(packet, &header, "smaller than a MAP_APERTURE packet")?;
+                let p: WddmGpuPacketMapAperture =
+                    body(packet, &header, "smaller than a MAP_APERTURE packet")?;
                 self.map_aperture(&p, mem).map(|()| 0)
             }
             WDDM_GPU_OP_MAP_APERTURE2 => {
-                let p: WddmGpuPacketMapAperture2 = body(packet, &header, "smaller than a MAP_APERTURE2 packet")?;
+                let p: WddmGpuPacketMapAperture2 =
+                    body(packet, &header, "smaller than a MAP_APERTURE2 packet")?;
                 self.map_aperture2(&p, mem).map(|()| 0)
             }
             WDDM_GPU_OP_UNMAP_APERTURE => {
-                let p: WddmGpuPacketUnmapAperture = body(packet, &header, "smaller than an UNMAP_APERTURE packet")?;
+                let p: WddmGpuPacketUnmapAperture =
+                    body(packet, &header, "smaller than an UNMAP_APERTURE packet")?;
                 self.unmap_aperture(&p, mem).map(|()| 0)
             }
             WDDM_GPU_OP_FENCE => {
@@ -94,7 +111,14 @@ impl Engine {
                 src = run_at(source, done, remaining, &self.frame_lists, &self.gart, mem)?;
             }
             if dst.run_left == 0 {
-                dst = run_at(destination, done, remaining, &self.frame_lists, &self.gart, mem)?;
+                dst = run_at(
+                    destination,
+                    done,
+                    remaining,
+                    &self.frame_lists,
+                    &self.gart,
+                    mem,
+                )?;
             }
             let step = src.run_left.min(dst.run_left).min(limit);
             copy(src.location, dst.location, step, mem, &mut self.bounce)?;
@@ -116,16 +140,21 @@ impl Engine {
         }
         let destination = &packet.destination;
         if destination.segment_id == 0 {
-            return Err(Fault::WrongSegmentKind("FILL writes a memory segment, not guest pages"));
+            return Err(Fault::WrongSegmentKind(
+                "FILL writes a memory segment, not guest pages",
+            ));
         }
         let length = packet.length;
         let Side::Vram { offset } = self.resolve_endpoint(0, destination, length, mem)? else {
-            return Err(Fault::WrongSegmentKind("FILL writes a memory segment, not an aperture"));
+            return Err(Fault::WrongSegmentKind(
+                "FILL writes a memory segment, not an aperture",
+            ));
         };
         let pattern = packet.pattern.to_le_bytes();
         if self.fill.len() != FILL_BUFFER || self.fill[..4] != pattern {
             self.fill.clear();
-            self.fill.extend(pattern.iter().copied().cycle().take(FILL_BUFFER));
+            self.fill
+                .extend(pattern.iter().copied().cycle().take(FILL_BUFFER));
         }
         let mut done = 0u64;
         while done < length {
@@ -135,11 +164,14 @@ impl Engine {
                 }
             }
             let step = (length - done).min(FILL_BUFFER as u64) as usize;
-            let slice = mem.vram.slice(offset + done, step).ok_or(Fault::SegmentRange {
-                segment: destination.segment_id,
-                address: destination.address,
-                length,
-            })?;
+            let slice = mem
+                .vram
+                .slice(offset + done, step)
+                .ok_or(Fault::SegmentRange {
+                    segment: destination.segment_id,
+                    address: destination.address,
+                    length,
+                })?;
             slice.copy_from(&self.fill[..step]);
             done += step as u64;
         }
@@ -160,15 +192,22 @@ impl Engine {
             1
         } else {
             if !(1..=8).contains(&packet.flags_or_size) {
-                return Err(Fault::ReservedField("physical access size must be 1 to 8 bytes"));
+                return Err(Fault::ReservedField(
+                    "physical access size must be 1 to 8 bytes",
+                ));
             }
             u64::from(packet.flags_or_size)
         };
-        match mem.layout.resolve(packet.segment_id, packet.address, length)? {
-            Resolved::Aperture { .. } if discard => {
-                Err(Fault::WrongSegmentKind("DISCARD_CONTENT names a memory-segment location"))
+        match mem
+            .layout
+            .resolve(packet.segment_id, packet.address, length)?
+        {
+            Resolved::Aperture { .. } if discard => Err(Fault::WrongSegmentKind(
+                "DISCARD_CONTENT names a memory-segment location",
+            )),
+            Resolved::Aperture { offset } => {
+                Ok(self.gart.check_mapped(packet.segment_id, offset, length)?)
             }
-            Resolved::Aperture { offset } => Ok(self.gart.check_mapped(packet.segment_id, offset, length)?),
             Resolved::Vram { .. } => Ok(()),
         }
     }
@@ -181,15 +220,24 @@ impl Engine {
         page_count: u64,
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
-        let target = mem.layout.segment(segment).ok_or(Fault::BadSegment(segment))?;
+        let target = mem
+            .layout
+            .segment(segment)
+            .ok_or(Fault::BadSegment(segment))?;
         if !matches!(target.kind, SegmentKind::Aperture) {
-            return Err(Fault::WrongSegmentKind("aperture mapping on a memory segment"));
+            return Err(Fault::WrongSegmentKind(
+                "aperture mapping on a memory segment",
+            ));
         }
         if flags & !WDDM_GPU_MAP_FLAG_CACHE_COHERENT != 0 {
             return Err(Fault::ReservedField("map flags"));
         }
-        if flags & WDDM_GPU_MAP_FLAG_CACHE_COHERENT != 0 && !target.flags.contains(SegmentFlags::CACHE_COHERENT) {
-            return Err(Fault::WrongSegmentKind("CacheCoherent mapping into a non-coherent aperture"));
+        if flags & WDDM_GPU_MAP_FLAG_CACHE_COHERENT != 0
+            && !target.flags.contains(SegmentFlags::CACHE_COHERENT)
+        {
+            return Err(Fault::WrongSegmentKind(
+                "CacheCoherent mapping into a non-coherent aperture",
+            ));
         }
         Ok(self.gart.check_range(segment, first_page, page_count)?)
     }
@@ -199,9 +247,22 @@ impl Engine {
         packet: &WddmGpuPacketMapAperture,
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
-        self.check_aperture(packet.segment_id, packet.flags, packet.first_page, packet.page_count, mem)?;
-        self.load_page_array(packet.frame_list_address, packet.frame_count, packet.frame_offset, packet.page_count, mem)?;
-        self.gart.map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
+        self.check_aperture(
+            packet.segment_id,
+            packet.flags,
+            packet.first_page,
+            packet.page_count,
+            mem,
+        )?;
+        self.load_page_array(
+            packet.frame_list_address,
+            packet.frame_count,
+            packet.frame_offset,
+            packet.page_count,
+            mem,
+        )?;
+        self.gart
+            .map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
         Ok(())
     }
 
@@ -213,22 +274,55 @@ impl Engine {
         if packet.reserved != 0 || packet.adl_flags & !WDDM_GPU_ADL_FLAG_CONTIGUOUS != 0 {
             return Err(Fault::ReservedField("ADL flags or reserved"));
         }
-        self.check_aperture(packet.segment_id, packet.flags, packet.first_page, packet.page_count, mem)?;
+        self.check_aperture(
+            packet.segment_id,
+            packet.flags,
+            packet.first_page,
+            packet.page_count,
+            mem,
+        )?;
         if packet.adl_flags & WDDM_GPU_ADL_FLAG_CONTIGUOUS == 0 {
-            self.load_page_array(packet.adl_base, packet.adl_page_count, packet.adl_offset, packet.page_count, mem)?;
-            self.gart.map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
+            self.load_page_array(
+                packet.adl_base,
+                packet.adl_page_count,
+                packet.adl_offset,
+                packet.page_count,
+                mem,
+            )?;
+            self.gart
+                .map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
             return Ok(());
         }
-        let short = Fault::BadFrameList { address: packet.adl_base, reason: "too few ADL pages for AdlOffset + NumberOfPages" };
-        let end = u64::from(packet.adl_offset).checked_add(packet.page_count).ok_or(short)?;
+        let short = Fault::BadFrameList {
+            address: packet.adl_base,
+            reason: "too few ADL pages for AdlOffset + NumberOfPages",
+        };
+        let end = u64::from(packet.adl_offset)
+            .checked_add(packet.page_count)
+            .ok_or(short)?;
         if end > u64::from(packet.adl_page_count) {
             return Err(short);
         }
-        let first_frame = packet.adl_base.checked_add(u64::from(packet.adl_offset)).ok_or(Fault::LengthOverflow(packet.adl_base))?;
-        let address = first_frame.checked_mul(WDDM_GPU_PAGE_SIZE).ok_or(Fault::FrameNotInRam { address: first_frame })?;
-        let bytes = packet.page_count.checked_mul(WDDM_GPU_PAGE_SIZE).ok_or(Fault::LengthOverflow(packet.page_count))?;
+        let first_frame = packet
+            .adl_base
+            .checked_add(u64::from(packet.adl_offset))
+            .ok_or(Fault::LengthOverflow(packet.adl_base))?;
+        let address = first_frame
+            .checked_mul(WDDM_GPU_PAGE_SIZE)
+            .ok_or(Fault::FrameNotInRam {
+                address: first_frame,
+            })?;
+        let bytes = packet
+            .page_count
+            .checked_mul(WDDM_GPU_PAGE_SIZE)
+            .ok_or(Fault::LengthOverflow(packet.page_count))?;
         check_ram(mem, address, bytes)?;
-        self.gart.map_contiguous(packet.segment_id, packet.first_page, packet.page_count, first_frame)?;
+        self.gart.map_contiguous(
+            packet.segment_id,
+            packet.first_page,
+            packet.page_count,
+            first_frame,
+        )?;
         Ok(())
     }
 
@@ -240,12 +334,26 @@ impl Engine {
         if packet.reserved != 0 {
             return Err(Fault::ReservedField("unmap.reserved"));
         }
-        self.check_aperture(packet.segment_id, 0, packet.first_page, packet.page_count, mem)?;
+        self.check_aperture(
+            packet.segment_id,
+            0,
+            packet.first_page,
+            packet.page_count,
+            mem,
+        )?;
         if packet.dummy_page % WDDM_GPU_PAGE_SIZE != 0 {
-            return Err(Fault::BadFrameList { address: packet.dummy_page, reason: "the dummy page is not 4 KiB aligned" });
+            return Err(Fault::BadFrameList {
+                address: packet.dummy_page,
+                reason: "the dummy page is not 4 KiB aligned",
+            });
         }
         check_ram(mem, packet.dummy_page, WDDM_GPU_PAGE_SIZE)?;
-        self.gart.unmap(packet.segment_id, packet.first_page, packet.page_count, packet.dummy_page >> WDDM_GPU_PAGE_SHIFT)?;
+        self.gart.unmap(
+            packet.segment_id,
+            packet.first_page,
+            packet.page_count,
+            packet.dummy_page >> WDDM_GPU_PAGE_SHIFT,
+        )?;
         Ok(())
     }
 
@@ -263,7 +371,10 @@ impl Engine {
         }
         if endpoint.segment_id == 0 {
             self.load_frame_list(slot, endpoint, length, mem)?;
-            return Ok(Side::Frames { list: slot, byte_offset: u64::from(endpoint.byte_offset) });
+            return Ok(Side::Frames {
+                list: slot,
+                byte_offset: u64::from(endpoint.byte_offset),
+            });
         }
         if endpoint.frame_count != 0 || endpoint.byte_offset != 0 {
             return Err(Fault::ReservedField("endpoint.frame_count/byte_offset"));
@@ -271,9 +382,15 @@ impl Engine {
         let segment = endpoint.segment_id;
         match mem.layout.resolve(segment, endpoint.address, length)? {
             Resolved::Vram { offset } => {
-                let end = offset.checked_add(length).ok_or(Fault::LengthOverflow(length))?;
+                let end = offset
+                    .checked_add(length)
+                    .ok_or(Fault::LengthOverflow(length))?;
                 if end > mem.vram.total_size() {
-                    return Err(Fault::SegmentRange { segment, address: endpoint.address, length });
+                    return Err(Fault::SegmentRange {
+                        segment,
+                        address: endpoint.address,
+                        length,
+                    });
                 }
                 Ok(Side::Vram { offset })
             }
@@ -295,12 +412,20 @@ impl Engine {
         let address = endpoint.address;
         let count = endpoint.frame_count;
         if count > WDDM_GPU_MAX_FRAME_LIST_ENTRIES {
-            return Err(Fault::BadFrameList { address, reason: "more entries than the device maximum" });
+            return Err(Fault::BadFrameList {
+                address,
+                reason: "more entries than the device maximum",
+            });
         }
         let start = u64::from(endpoint.byte_offset);
-        let end = start.checked_add(length).ok_or(Fault::LengthOverflow(length))?;
+        let end = start
+            .checked_add(length)
+            .ok_or(Fault::LengthOverflow(length))?;
         if end > u64::from(count) * WDDM_GPU_PAGE_SIZE {
-            return Err(Fault::BadFrameList { address, reason: "too few frames for offset + length" });
+            return Err(Fault::BadFrameList {
+                address,
+                reason: "too few frames for offset + length",
+            });
         }
         if length == 0 {
             self.frame_lists[slot].clear();
@@ -308,7 +433,13 @@ impl Engine {
         }
         let first = start >> WDDM_GPU_PAGE_SHIFT;
         let last = (end - 1) >> WDDM_GPU_PAGE_SHIFT;
-        read_frames(&mut self.frame_lists[slot], address, first, last - first + 1, mem)?;
+        read_frames(
+            &mut self.frame_lists[slot],
+            address,
+            first,
+            last - first + 1,
+            mem,
+        )?;
         check_frames(&self.frame_lists[slot], mem)
     }
 
@@ -323,13 +454,27 @@ impl Engine {
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
         if count > WDDM_GPU_MAX_FRAME_LIST_ENTRIES {
-            return Err(Fault::BadFrameList { address, reason: "more entries than the device maximum" });
+            return Err(Fault::BadFrameList {
+                address,
+                reason: "more entries than the device maximum",
+            });
         }
-        let end = u64::from(offset).checked_add(page_count).ok_or(Fault::LengthOverflow(page_count))?;
+        let end = u64::from(offset)
+            .checked_add(page_count)
+            .ok_or(Fault::LengthOverflow(page_count))?;
         if end > u64::from(count) {
-            return Err(Fault::BadFrameList { address, reason: "too few frames for MdlOffset + NumberOfPages" });
+            return Err(Fault::BadFrameList {
+                address,
+                reason: "too few frames for MdlOffset + NumberOfPages",
+            });
         }
-        read_frames(&mut self.frame_lists[0], address, u64::from(offset), page_count, mem)?;
+        read_frames(
+            &mut self.frame_lists[0],
+            address,
+            u64::from(offset),
+            page_count,
+            mem,
+        )?;
         check_frames(&self.frame_lists[0], mem)
     }
 }
@@ -345,10 +490,15 @@ fn read_frames<M: GuestMemoryBackend>(
     // Callers bound `first + count` by WDDM_GPU_MAX_FRAME_LIST_ENTRIES.
     list.clear();
     list.resize(count as usize, 0);
-    let at = address.checked_add(first * 8).ok_or(Fault::LengthOverflow(first))?;
+    let at = address
+        .checked_add(first * 8)
+        .ok_or(Fault::LengthOverflow(first))?;
     mem.ram
         .read(at, list.as_mut_slice().as_mut_bytes())
-        .map_err(|_| Fault::BadFrameList { address, reason: "not inside guest RAM" })?;
+        .map_err(|_| Fault::BadFrameList {
+            address,
+            reason: "not inside guest RAM",
+        })?;
     for frame in list.iter_mut() {
         *frame = u64::from_le(*frame);
     }
@@ -356,7 +506,10 @@ fn read_frames<M: GuestMemoryBackend>(
 }
 
 /// Checks that every frame is guest RAM and not VRAM, one run of consecutive frames at a time.
-fn check_frames<M: GuestMemoryBackend>(frames: &[u64], mem: &DeviceMemory<'_, M>) -> Result<(), Fault> {
+fn check_frames<M: GuestMemoryBackend>(
+    frames: &[u64],
+    mem: &DeviceMemory<'_, M>,
+) -> Result<(), Fault> {
     let mut index = 0;
     while index < frames.len() {
         let mut end = index + 1;
@@ -367,16 +520,24 @@ fn check_frames<M: GuestMemoryBackend>(frames: &[u64], mem: &DeviceMemory<'_, M>
         let address = frames[index]
             .checked_mul(WDDM_GPU_PAGE_SIZE)
             .filter(|a| a.checked_add(bytes).is_some())
-            .ok_or(Fault::FrameNotInRam { address: frames[index] })?;
+            .ok_or(Fault::FrameNotInRam {
+                address: frames[index],
+            })?;
         check_ram(mem, address, bytes)?;
         index = end;
     }
     Ok(())
 }
 
-fn check_ram<M: GuestMemoryBackend>(mem: &DeviceMemory<'_, M>, address: u64, length: u64) -> Result<(), Fault> {
+fn check_ram<M: GuestMemoryBackend>(
+    mem: &DeviceMemory<'_, M>,
+    address: u64,
+    length: u64,
+) -> Result<(), Fault> {
     mem.ram.check(address, length).map_err(|error| match error {
         RamError::InVram { address } => Fault::FrameInVram { address },
-        RamError::NotRam { address } | RamError::Overflow { address, .. } => Fault::FrameNotInRam { address },
+        RamError::NotRam { address } | RamError::Overflow { address, .. } => {
+            Fault::FrameNotInRam { address }
+        }
     })
 }

@@ -46,7 +46,7 @@ impl Drop for Rig {
 impl Rig {
     fn new(name: &str) -> Self {
         let path = std::env::temp_dir().join(format!("wddm-engine-{}-{name}", std::process::id()));
-        let mut vram = Vram::create(&path, VRAM_SIZE, 0, BarMode::Ivshmem).unwrap();
+        let vram = Vram::create(&path, VRAM_SIZE, 0, BarMode::Ivshmem).unwrap();
         let ram =
             GuestRegionMmap::<()>::from_range(GuestAddress(0), RAM_SIZE as usize, None).unwrap();
         let file = OpenOptions::new()

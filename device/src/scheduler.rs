@@ -1,0 +1,333 @@
+//! Runs submissions on the engine thread, in order, and stops them on request.
+//!
+//! The control queue only queues a submission; the engine thread executes it and completes the
+//! request itself. PREEMPT and RESET set a flag the engine reads between chunks of at most
+//! [`CHUNK`](crate::engine::CHUNK) bytes, take back everything still queued, and wait for the
+//! running submission to stop, so they take effect within milliseconds even in the middle of a
+//! 1 GiB transfer. Neither takes the engine's lock until the engine is idle.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use log::warn;
+use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
+use wddm_gpu_abi::status::{
+    WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
+    WDDM_GPU_EVENT_FENCE,
+};
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
+use zerocopy::IntoBytes;
+
+use crate::engine::{DeviceMemory, Engine, EngineHooks, Fault};
+use crate::gpu::{lock, respond, Mem, Notify, Reply};
+use crate::guest_ram::GuestRam;
+use crate::layout::SegmentLayout;
+use crate::vram::Vram;
+
+const RUN: u8 = 0;
+const PREEMPT: u8 = 1;
+const RESET: u8 = 2;
+
+struct Job {
+    cmd: WddmGpuCmdSubmit,
+    reply: Box<dyn Reply>,
+    mem: Mem,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Job>,
+    /// Fence of the submission the engine is executing.
+    running: Option<u32>,
+    /// Fence of a running submission that stopped because of PREEMPT.
+    preempted_running: Option<u32>,
+    shutdown: bool,
+}
+
+struct Shared {
+    layout: Arc<SegmentLayout>,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+    engine: Mutex<Engine>,
+    queue: Mutex<Queue>,
+    /// Signalled when work is queued or the scheduler shuts down.
+    wake: Condvar,
+    /// Signalled when the engine finishes a submission.
+    idle: Condvar,
+    interrupt: AtomicU8,
+    last_completed: AtomicU32,
+}
+
+/// The engine thread and its queue.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Hooks<'a> {
+    interrupt: &'a AtomicU8,
+    fences: Vec<u32>,
+}
+
+impl EngineHooks for Hooks<'_> {
+    fn interruption(&self) -> Option<Fault> {
+        match self.interrupt.load(Ordering::Acquire) {
+            PREEMPT => Some(Fault::Preempted),
+            RESET => Some(Fault::Reset),
+            _ => None,
+        }
+    }
+
+    fn fence(&mut self, fence_id: u32) {
+        self.fences.push(fence_id);
+    }
+}
+
+fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
+    WddmGpuRespSubmit {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT),
+        submission_fence_id: fence_id,
+        status: status as u32,
+        ..Default::default()
+    }
+}
+
+impl Scheduler {
+    /// Starts the engine thread.
+    pub fn start(
+        layout: Arc<SegmentLayout>,
+        vram: Arc<Vram>,
+        notify: Arc<Mutex<Notify>>,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(Engine::new(&layout)),
+            layout,
+            vram,
+            notify,
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+            interrupt: AtomicU8::new(RUN),
+            last_completed: AtomicU32::new(0),
+        });
+        let thread_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("wddm-gpu-engine".into())
+            .spawn(move || thread_shared.work())?;
+        Ok(Self {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Queues a submission; the engine thread answers it.
+    pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
+        lock(&self.shared.queue)
+            .pending
+            .push_back(Job { cmd, reply, mem });
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops the running submission at its next chunk and returns it and every queued one
+    /// with status PREEMPTED, in order. The answer carries what `DXGK_INTERRUPT_DMA_PREEMPTED`
+    /// needs.
+    pub fn preempt(&self, mem: &Mem) -> WddmGpuRespPreempt {
+        let shared = &self.shared;
+        let drained = shared.stop(PREEMPT);
+        let running = lock(&shared.queue).preempted_running.take();
+        shared.interrupt.store(RUN, Ordering::Release);
+        let last_completed = shared.last_completed.load(Ordering::Acquire);
+        let preempted_fence = running
+            .or_else(|| drained.first().map(|job| job.cmd.submission_fence_id))
+            .unwrap_or(0);
+        let preempted_count = u32::from(running.is_some()) + drained.len() as u32;
+        {
+            let mut notify = lock(&shared.notify);
+            notify.counters.preempted_submissions += u64::from(preempted_count);
+            if preempted_count > 0 {
+                notify.status.preempted(preempted_fence, last_completed);
+                notify
+                    .status
+                    .publish(&GuestRam::new(&**mem, shared.vram.guest_window()));
+            }
+        }
+        for job in drained {
+            respond(
+                job.reply,
+                submit_response(job.cmd.submission_fence_id, SubmitStatus::Preempted).as_bytes(),
+            );
+        }
+        WddmGpuRespPreempt {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
+            preempted_fence,
+            last_completed_fence: last_completed,
+            preempted_count,
+            reserved: 0,
+        }
+    }
+
+    /// Drops all work, clears the GART and the status-page registration; VRAM is kept.
+    /// `answer`: complete the dropped requests (a driver's reset) or drop them with the rings
+    /// (a virtio reset).
+    pub fn reset(&self, answer: bool) {
+        let shared = &self.shared;
+        let drained = shared.stop(RESET);
+        lock(&shared.engine).reset();
+        {
+            let mut notify = lock(&shared.notify);
+            notify.status.unregister();
+            if answer {
+                notify.cancel_events();
+            } else {
+                notify.events.clear();
+            }
+        }
+        lock(&shared.queue).preempted_running = None;
+        shared.interrupt.store(RUN, Ordering::Release);
+        if answer {
+            for job in drained {
+                respond(
+                    job.reply,
+                    submit_response(job.cmd.submission_fence_id, SubmitStatus::Reset).as_bytes(),
+                );
+            }
+        }
+    }
+
+    /// Stops the engine thread (the backend is exiting).
+    pub fn shutdown(&self) {
+        {
+            let mut queue = lock(&self.shared.queue);
+            queue.shutdown = true;
+            queue.pending.clear();
+        }
+        self.shared.interrupt.store(RESET, Ordering::Release);
+        self.shared.wake.notify_all();
+        if let Some(worker) = lock(&self.worker).take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Raises `interrupt`, takes back the queued work and waits for the engine to go idle.
+    fn stop(&self, interrupt: u8) -> Vec<Job> {
+        self.interrupt.store(interrupt, Ordering::Release);
+        let mut queue = lock(&self.queue);
+        let drained: Vec<Job> = queue.pending.drain(..).collect();
+        while queue.running.is_some() {
+            queue = self
+                .idle
+                .wait(queue)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        drained
+    }
+
+    /// The engine thread.
+    fn work(&self) {
+        loop {
+            let job = {
+                let mut queue = lock(&self.queue);
+                loop {
+                    if queue.shutdown {
+                        return;
+                    }
+                    if let Some(job) = queue.pending.pop_front() {
+                        queue.running = Some(job.cmd.submission_fence_id);
+                        break job;
+                    }
+                    queue = self
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            };
+            let fence = job.cmd.submission_fence_id;
+            let status = self.run(job);
+            let mut queue = lock(&self.queue);
+            queue.running = None;
+            if status == SubmitStatus::Preempted {
+                queue.preempted_running = Some(fence);
+            }
+            self.idle.notify_all();
+        }
+    }
+
+    /// Executes one submission, publishes its effects, answers it.
+    fn run(&self, job: Job) -> SubmitStatus {
+        let memory = DeviceMemory {
+            ram: GuestRam::new(&*job.mem, self.vram.guest_window()),
+            vram: &self.vram,
+            layout: &self.layout,
+        };
+        let mut hooks = Hooks {
+            interrupt: &self.interrupt,
+            fences: Vec::new(),
+        };
+        let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
+        let fence = completion.fence_id;
+
+        let mut notify = lock(&self.notify);
+        for fence_id in hooks.fences {
+            notify.status.complete(fence_id, false);
+            notify.deliver(WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_FENCE,
+                fence_id,
+                ..Default::default()
+            });
+        }
+        notify.counters.submissions += 1;
+        notify.counters.bytes_transferred += completion.bytes_transferred;
+        let (status, fault_packet_offset, fault_address) = match completion.fault {
+            None => (SubmitStatus::Ok, 0, 0),
+            Some((offset, fault)) => (fault.status(), offset, fault.address()),
+        };
+        match completion.fault {
+            Some((offset, fault)) if fault.is_fault() => {
+                notify.counters.faulted_submissions += 1;
+                warn!(
+                    "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
+                    completion.fault_opcode
+                );
+                let record = notify.status.record_fault(
+                    WddmGpuFaultRecord {
+                        sequence: 0,
+                        address: fault_address,
+                        fence_id: fence,
+                        packet_offset: offset,
+                        status: status as u32,
+                        opcode: u32::from(completion.fault_opcode),
+                    },
+                    &memory.ram,
+                );
+                notify.deliver(WddmGpuRespEvent {
+                    kind: WDDM_GPU_EVENT_FAULT,
+                    fault: record,
+                    ..Default::default()
+                });
+            }
+            _ => {}
+        }
+        // A faulted submission completes too (with its error): the driver decides whether to
+        // recover through a reset. Preempted and reset submissions do not complete.
+        if !matches!(status, SubmitStatus::Preempted | SubmitStatus::Reset) {
+            notify.status.complete(fence, true);
+            self.last_completed.store(fence, Ordering::Release);
+        }
+        notify.status.publish(&memory.ram);
+        drop(notify);
+
+        let response = WddmGpuRespSubmit {
+            packets_completed: completion.packets_completed,
+            fault_packet_offset,
+            fault_address,
+            bytes_transferred: completion.bytes_transferred,
+            ..submit_response(fence, status)
+        };
+        respond(job.reply, response.as_bytes());
+        status
+    }
+}

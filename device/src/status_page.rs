@@ -1,0 +1,166 @@
+//! The status page a driver registers: the device keeps its state here and writes it into guest
+//! RAM, fault records first, then a release fence, then the header whose counters a reader
+//! checks, so a driver that sees a new `fault_head` or `completed_fence` also sees what it covers.
+
+use std::sync::atomic::{fence, Ordering};
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+use wddm_gpu_abi::caps::WddmGpuVramBar;
+use wddm_gpu_abi::status::{
+    WddmGpuFaultRecord, WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
+    WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE, WDDM_GPU_STATUS_VERSION,
+};
+use zerocopy::IntoBytes;
+
+use crate::guest_ram::{GuestRam, RamError};
+
+/// Why a registration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StatusPageError {
+    /// Not 4 KiB aligned.
+    #[error("status page {0:#x} is not 4 KiB aligned")]
+    Unaligned(u64),
+    /// Not guest RAM (or in the VRAM BAR).
+    #[error("status page: {0}")]
+    NotRam(RamError),
+}
+
+/// The device's side of the status page.
+#[derive(Clone, Debug, Default)]
+pub struct StatusPage {
+    address: Option<u64>,
+    page: WddmGpuStatusPage,
+}
+
+impl StatusPage {
+    /// Registers the page at `address` (0 unregisters) and writes its initial state.
+    pub fn register<M: GuestMemoryBackend>(
+        &mut self,
+        address: u64,
+        ram: &GuestRam<'_, M>,
+        bar: &WddmGpuVramBar,
+    ) -> Result<(), StatusPageError> {
+        if address == 0 {
+            self.address = None;
+            return Ok(());
+        }
+        if address % u64::from(WDDM_GPU_STATUS_PAGE_SIZE) != 0 {
+            return Err(StatusPageError::Unaligned(address));
+        }
+        ram.check(address, u64::from(WDDM_GPU_STATUS_PAGE_SIZE))
+            .map_err(StatusPageError::NotRam)?;
+        self.address = Some(address);
+        self.page = WddmGpuStatusPage {
+            magic: WDDM_GPU_STATUS_MAGIC,
+            version: WDDM_GPU_STATUS_VERSION,
+            fault_ring_offset: WDDM_GPU_FAULT_RING_OFFSET,
+            fault_ring_entries: WDDM_GPU_FAULT_RING_ENTRIES,
+            ..Default::default()
+        };
+        self.set_bar(bar);
+        let zeroes = [0u8; WDDM_GPU_STATUS_PAGE_SIZE as usize];
+        // Checked above to be RAM.
+        let _ = ram.write(address, &zeroes);
+        self.publish(ram);
+        Ok(())
+    }
+
+    /// Forgets the registration (device reset).
+    pub fn unregister(&mut self) {
+        *self = Self::default();
+    }
+
+    /// The registered address.
+    pub fn address(&self) -> Option<u64> {
+        self.address
+    }
+
+    /// The state as last published.
+    pub fn state(&self) -> &WddmGpuStatusPage {
+        &self.page
+    }
+
+    /// Records the BAR locator.
+    pub fn set_bar(&mut self, bar: &WddmGpuVramBar) {
+        self.page.bar_state = bar.state;
+        self.page.bar_generation = bar.generation;
+        self.page.bar_address = bar.guest_physical_address;
+    }
+
+    /// Records a completed submission or FENCE packet.
+    pub fn complete(&mut self, fence_id: u32, submission: bool) {
+        self.page.completed_fence = fence_id;
+        if submission {
+            self.page.submissions_completed += 1;
+        }
+    }
+
+    /// Records a preemption.
+    pub fn preempted(&mut self, preempted_fence: u32, last_completed: u32) {
+        self.page.preempted_fence = preempted_fence;
+        self.page.last_completed_at_preempt = last_completed;
+    }
+
+    /// Counts an event nobody was waiting for.
+    pub fn event_dropped(&mut self) {
+        self.page.events_dropped = self.page.events_dropped.wrapping_add(1);
+    }
+
+    /// Appends a fault record to the ring, unless the driver has not consumed enough of it.
+    /// Returns the record with its sequence number.
+    pub fn record_fault<M: GuestMemoryBackend>(
+        &mut self,
+        mut record: WddmGpuFaultRecord,
+        ram: &GuestRam<'_, M>,
+    ) -> WddmGpuFaultRecord {
+        record.sequence = u64::from(self.page.fault_head);
+        let Some(address) = self.address else {
+            return record;
+        };
+        let tail_address = address + std::mem::offset_of!(WddmGpuStatusPage, fault_tail) as u64;
+        let mut tail = [0u8; 4];
+        let tail = ram
+            .read(tail_address, &mut tail)
+            .map(|()| u32::from_le_bytes(tail))
+            .unwrap_or(self.page.fault_head);
+        // The driver owns fault_tail; a value ahead of head is garbage and counts as full.
+        let pending = self.page.fault_head.wrapping_sub(tail);
+        if pending >= WDDM_GPU_FAULT_RING_ENTRIES {
+            self.page.faults_dropped = self.page.faults_dropped.wrapping_add(1);
+            return record;
+        }
+        let slot = u64::from(self.page.fault_head % WDDM_GPU_FAULT_RING_ENTRIES);
+        let slot_address = address
+            + u64::from(WDDM_GPU_FAULT_RING_OFFSET)
+            + slot * std::mem::size_of::<WddmGpuFaultRecord>() as u64;
+        let _ = ram.write(slot_address, record.as_bytes());
+        self.page.fault_head = self.page.fault_head.wrapping_add(1);
+        self.page.fault_tail = tail;
+        record
+    }
+
+    /// Writes the header into guest RAM after everything it covers.
+    pub fn publish<M: GuestMemoryBackend>(&mut self, ram: &GuestRam<'_, M>) {
+        let Some(address) = self.address else {
+            return;
+        };
+        // Records written before this point become visible no later than the header.
+        fence(Ordering::Release);
+        // fault_tail belongs to the driver: write the header around it.
+        let bytes = self.page.as_bytes();
+        let tail_at = std::mem::offset_of!(WddmGpuStatusPage, fault_tail);
+        let _ = ram.write(address, &bytes[..tail_at]);
+        let _ = ram.write(address + tail_at as u64 + 4, &bytes[tail_at + 4..]);
+        fence(Ordering::Release);
+    }
+}
+
+impl<M: GuestMemoryBackend> GuestRam<'_, M> {
+    /// Writes `buf` at a checked address.
+    pub fn write(&self, address: u64, buf: &[u8]) -> Result<(), RamError> {
+        self.check(address, buf.len() as u64)?;
+        self.memory()
+            .write_slice(buf, GuestAddress(address))
+            .map_err(|_| RamError::NotRam { address })
+    }
+}
