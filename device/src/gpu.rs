@@ -224,7 +224,9 @@ impl Gpu {
             ControlRequest::RegisterStatusPage(address) => {
                 let ram = GuestRam::new(&*mem, self.vram.guest_window());
                 let bar = self.vram.wire_locator();
-                match lock(&self.notify).status.register(address, &ram, &bar) {
+                // Bound first: the lock must be released before `refuse` takes it again.
+                let registered = lock(&self.notify).status.register(address, &ram, &bar);
+                match registered {
                     Ok(()) => header(VIRTIO_GPU_RESP_OK_NODATA),
                     Err(error) => {
                         warn!("{error}");
@@ -292,3 +294,7 @@ impl Drop for Gpu {
         self.scheduler.shutdown();
     }
 }
+
+#[cfg(test)]
+#[path = "gpu_tests.rs"]
+mod tests;

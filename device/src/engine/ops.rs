@@ -144,6 +144,16 @@ impl Engine {
                 "FILL writes a memory segment, not guest pages",
             ));
         }
+        // The kind is checked first: an aperture is the wrong target whether or not it is mapped.
+        let target = mem
+            .layout
+            .segment(destination.segment_id)
+            .ok_or(Fault::BadSegment(destination.segment_id))?;
+        if matches!(target.kind, SegmentKind::Aperture) {
+            return Err(Fault::WrongSegmentKind(
+                "FILL writes a memory segment, not an aperture",
+            ));
+        }
         let length = packet.length;
         let Side::Vram { offset } = self.resolve_endpoint(0, destination, length, mem)? else {
             return Err(Fault::WrongSegmentKind(

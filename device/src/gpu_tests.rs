@@ -1,0 +1,494 @@
+//! The device model through its request interface, with replies collected on a channel:
+//! submissions on the engine thread, the status page, events, preemption and reset.
+
+use std::cell::Cell;
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Duration;
+
+use vm_memory::{
+    Bytes, FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestRegionMmap,
+    MmapRegion,
+};
+use wddm_gpu_abi::ctrl::*;
+use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::status::*;
+use wddm_gpu_abi::submit::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::*;
+use crate::vram::BarMode;
+
+const RAM: u64 = 64 << 20;
+const VRAM: u64 = 128 << 20;
+const VRAM_GPA: u64 = 0xe000_0000;
+const DMA: u64 = 0x40_0000;
+const STATUS: u64 = 0x20_0000;
+const LISTS: u64 = 0x30_0000;
+const DATA: u64 = 0x100_0000;
+const WAIT: Duration = Duration::from_secs(20);
+
+struct TestReply {
+    room: usize,
+    tx: Sender<Vec<u8>>,
+}
+
+impl Reply for TestReply {
+    fn room(&self) -> usize {
+        self.room
+    }
+    fn send(self: Box<Self>, response: &[u8]) {
+        let _ = self.tx.send(response.to_vec());
+    }
+}
+
+struct Rig {
+    gpu: Gpu,
+    atomic: GuestMemoryAtomic<GuestMemoryMmap>,
+    path: PathBuf,
+    fence: u32,
+    bar: Cell<u64>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn packet<T: IntoBytes + zerocopy::Immutable>(value: &T) -> Vec<u8> {
+    value.as_bytes().to_vec()
+}
+
+fn header(opcode: u16, size: usize) -> WddmGpuPacketHeader {
+    WddmGpuPacketHeader {
+        opcode,
+        flags: 0,
+        size: size as u32,
+    }
+}
+
+fn fill(address: u64, length: u64, pattern: u32) -> Vec<u8> {
+    packet(&WddmGpuPacketFill {
+        header: header(WDDM_GPU_OP_FILL, 48),
+        pattern,
+        reserved: 0,
+        length,
+        destination: WddmGpuEndpoint {
+            segment_id: 1,
+            address,
+            ..Default::default()
+        },
+    })
+}
+
+fn vram_copy(from: u64, to: u64, length: u64) -> Vec<u8> {
+    packet(&WddmGpuPacketTransfer {
+        header: header(WDDM_GPU_OP_TRANSFER, 64),
+        length,
+        source: WddmGpuEndpoint {
+            segment_id: 1,
+            address: from,
+            ..Default::default()
+        },
+        destination: WddmGpuEndpoint {
+            segment_id: 1,
+            address: to,
+            ..Default::default()
+        },
+    })
+}
+
+fn fence_packet(fence_id: u32) -> Vec<u8> {
+    packet(&WddmGpuPacketFence {
+        header: header(WDDM_GPU_OP_FENCE, 16),
+        fence_id,
+        reserved: 0,
+    })
+}
+
+impl Rig {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("wddm-gpu-test-{}-{name}", std::process::id()));
+        let vram = Vram::create(&path, VRAM, 0, BarMode::Ivshmem).unwrap();
+        let gpu = Gpu::new(SegmentLayout::default_for_vram(VRAM), vram).unwrap();
+        let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+        let rig = Self {
+            gpu,
+            atomic: GuestMemoryAtomic::new(ram),
+            path,
+            fence: 0,
+            bar: Cell::new(0),
+        };
+        rig.map_bar(VRAM_GPA);
+        rig
+    }
+
+    /// Announces the VRAM BAR at `address` (as QEMU does after DRIVER_OK), or removes it (0).
+    fn map_bar(&self, address: u64) {
+        let mut next = (*self.atomic.memory()).clone();
+        if self.bar.get() != 0 {
+            next = next
+                .remove_region(GuestAddress(self.bar.get()), VRAM)
+                .unwrap()
+                .0;
+        }
+        if address != 0 {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path)
+                .unwrap();
+            let region = GuestRegionMmap::new(
+                MmapRegion::from_file(FileOffset::new(file, 0), VRAM as usize).unwrap(),
+                GuestAddress(address),
+            )
+            .unwrap();
+            next = next.insert_region(std::sync::Arc::new(region)).unwrap();
+        }
+        self.bar.set(address);
+        let _ = self.atomic.lock().map(|guard| guard.replace(next));
+        self.gpu.memory_changed(&self.atomic.memory());
+    }
+
+    fn request(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
+        let (tx, rx) = channel();
+        self.gpu.handle(
+            bytes,
+            Box::new(TestReply { room, tx }),
+            self.atomic.memory(),
+        );
+        rx
+    }
+
+    fn post_event(&self) -> Receiver<Vec<u8>> {
+        self.request(
+            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT).as_bytes(),
+            256,
+        )
+    }
+
+    fn register_status_page(&self) {
+        let cmd = WddmGpuCmdRegisterStatusPage {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_REGISTER_STATUS_PAGE),
+            address: STATUS,
+        };
+        let response = self.request(cmd.as_bytes(), 64).recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            WddmGpuCtrlHdr::read_from_prefix(&response).unwrap().0.type_,
+            VIRTIO_GPU_RESP_OK_NODATA
+        );
+    }
+
+    fn status_page(&self) -> WddmGpuStatusPage {
+        let mut page = WddmGpuStatusPage::default();
+        self.atomic
+            .memory()
+            .read_slice(page.as_mut_bytes(), GuestAddress(STATUS))
+            .unwrap();
+        page
+    }
+
+    /// Queues a submission of `packets` (written at `DMA + slot * 1 MiB`).
+    fn submit(&mut self, packets: &[u8], slot: u64) -> (u32, Receiver<Vec<u8>>) {
+        let address = DMA + slot * (1 << 20);
+        self.atomic
+            .memory()
+            .write_slice(packets, GuestAddress(address))
+            .unwrap();
+        self.fence += 1;
+        let cmd = WddmGpuCmdSubmit {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+            dma_buffer_address: address,
+            flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+            dma_buffer_size: packets.len() as u32,
+            end_offset: packets.len() as u32,
+            submission_fence_id: self.fence,
+            ..Default::default()
+        };
+        (self.fence, self.request(cmd.as_bytes(), 64))
+    }
+
+    fn vram(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        self.gpu
+            .vram()
+            .slice(offset, len)
+            .unwrap()
+            .copy_to(&mut out[..]);
+        out
+    }
+}
+
+fn submit_response(rx: &Receiver<Vec<u8>>) -> WddmGpuRespSubmit {
+    WddmGpuRespSubmit::read_from_prefix(&rx.recv_timeout(WAIT).unwrap())
+        .unwrap()
+        .0
+}
+
+fn event(rx: &Receiver<Vec<u8>>) -> WddmGpuRespEvent {
+    WddmGpuRespEvent::read_from_prefix(&rx.recv_timeout(WAIT).unwrap())
+        .unwrap()
+        .0
+}
+
+#[test]
+fn submissions_complete_on_the_engine_thread_after_the_status_page() {
+    let mut rig = Rig::new("complete");
+    rig.register_status_page();
+    let page = rig.status_page();
+    assert_eq!(page.magic, WDDM_GPU_STATUS_MAGIC);
+    assert_eq!((page.bar_state, page.bar_address), (1, VRAM_GPA));
+    let (fence, rx) = rig.submit(&fill(0x1000, 4096, 0xa5a5_5a5a), 0);
+    let response = submit_response(&rx);
+    assert_eq!(
+        (response.status, response.submission_fence_id),
+        (SubmitStatus::Ok as u32, fence)
+    );
+    assert_eq!(rig.vram(0x1000, 4), 0xa5a5_5a5au32.to_le_bytes());
+    let page = rig.status_page();
+    assert_eq!(
+        (page.completed_fence, page.submissions_completed),
+        (fence, 1)
+    );
+    assert_eq!(rig.gpu.counters().submissions, 1);
+}
+
+#[test]
+fn faults_go_to_the_status_page_ring_and_a_posted_event() {
+    let mut rig = Rig::new("fault");
+    rig.register_status_page();
+    let events = rig.post_event();
+    let mut bad = fill(0, 16, 1);
+    bad[0] = 0x77;
+    let packets = [fill(0, 16, 1), bad].concat();
+    let (fence, rx) = rig.submit(&packets, 0);
+    let response = submit_response(&rx);
+    assert_eq!(response.status, SubmitStatus::UnknownOpcode as u32);
+    let delivered = event(&events);
+    assert_eq!(delivered.kind, WDDM_GPU_EVENT_FAULT);
+    assert_eq!(
+        (
+            delivered.fault.fence_id,
+            delivered.fault.packet_offset,
+            delivered.fault.opcode
+        ),
+        (fence, 48, 0x77)
+    );
+    let page = rig.status_page();
+    assert_eq!((page.fault_head, page.completed_fence), (1, fence));
+    let mut record = WddmGpuFaultRecord::default();
+    rig.atomic
+        .memory()
+        .read_slice(
+            record.as_mut_bytes(),
+            GuestAddress(STATUS + u64::from(WDDM_GPU_FAULT_RING_OFFSET)),
+        )
+        .unwrap();
+    assert_eq!(record, delivered.fault);
+    // Nothing posted: the next fault is counted as a dropped event.
+    let (_, rx) = rig.submit(&packets, 1);
+    submit_response(&rx);
+    assert_eq!(rig.status_page().events_dropped, 1);
+    assert_eq!(rig.status_page().fault_head, 2);
+}
+
+#[test]
+fn the_fault_ring_never_overwrites_unconsumed_records() {
+    let mut rig = Rig::new("ring");
+    rig.register_status_page();
+    let mut bad = fill(0, 16, 1);
+    bad[0] = 0x77;
+    for slot in 0..=u64::from(WDDM_GPU_FAULT_RING_ENTRIES) {
+        let (_, rx) = rig.submit(&bad, slot % 4);
+        submit_response(&rx);
+    }
+    let page = rig.status_page();
+    assert_eq!(
+        (page.fault_head, page.faults_dropped),
+        (WDDM_GPU_FAULT_RING_ENTRIES, 1)
+    );
+}
+
+#[test]
+fn fence_packets_complete_posted_events_in_order() {
+    let mut rig = Rig::new("fence");
+    rig.register_status_page();
+    let events = [rig.post_event(), rig.post_event()];
+    let packets = [fence_packet(700), fill(0, 64, 3), fence_packet(701)].concat();
+    let (_, rx) = rig.submit(&packets, 0);
+    submit_response(&rx);
+    let fences: Vec<u32> = events
+        .iter()
+        .map(event)
+        .map(|e| {
+            assert_eq!(e.kind, WDDM_GPU_EVENT_FENCE);
+            e.fence_id
+        })
+        .collect();
+    assert_eq!(fences, [700, 701]);
+}
+
+#[test]
+fn preempt_stops_long_work_and_returns_queued_work_in_order() {
+    let mut rig = Rig::new("preempt");
+    rig.register_status_page();
+    let (done_fence, rx) = rig.submit(&fill(0, 4096, 9), 0);
+    submit_response(&rx);
+    // 64 copies of 48 MiB: seconds of work, far more than a preemption needs.
+    let long: Vec<u8> = (0..64)
+        .flat_map(|_| vram_copy(0, 64 << 20, 48 << 20))
+        .collect();
+    let (long_fence, long_rx) = rig.submit(&long, 1);
+    let (queued_fence, queued_rx) = rig.submit(&fill(0, 16, 1), 2);
+    std::thread::sleep(Duration::from_millis(50));
+    let preempt = rig.request(
+        WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT).as_bytes(),
+        64,
+    );
+    let answer = WddmGpuRespPreempt::read_from_prefix(&preempt.recv_timeout(WAIT).unwrap())
+        .unwrap()
+        .0;
+    assert_eq!(answer.hdr.type_, WDDM_GPU_RESP_PREEMPT);
+    assert_eq!(
+        (
+            answer.preempted_fence,
+            answer.last_completed_fence,
+            answer.preempted_count
+        ),
+        (long_fence, done_fence, 2)
+    );
+    let long_response = submit_response(&long_rx);
+    assert_eq!(long_response.status, SubmitStatus::Preempted as u32);
+    assert!(long_response.packets_completed < 64, "{long_response:?}");
+    let queued = submit_response(&queued_rx);
+    assert_eq!(
+        (queued.status, queued.submission_fence_id),
+        (SubmitStatus::Preempted as u32, queued_fence)
+    );
+    let page = rig.status_page();
+    assert_eq!(
+        (
+            page.preempted_fence,
+            page.last_completed_at_preempt,
+            page.completed_fence
+        ),
+        (long_fence, done_fence, done_fence)
+    );
+    // The engine runs again: resubmitted work completes.
+    let (_, rx) = rig.submit(&fill(0, 16, 2), 3);
+    assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
+}
+
+#[test]
+fn reset_drops_work_clears_the_gart_and_registration_and_keeps_vram() {
+    let mut rig = Rig::new("reset");
+    rig.register_status_page();
+    let events = rig.post_event();
+    let frames: Vec<u8> = (0..4u64)
+        .flat_map(|i| (DATA / 4096 + i).to_le_bytes())
+        .collect();
+    rig.atomic
+        .memory()
+        .write_slice(&frames, GuestAddress(LISTS))
+        .unwrap();
+    let map = packet(&WddmGpuPacketMapAperture {
+        header: header(WDDM_GPU_OP_MAP_APERTURE, 48),
+        segment_id: 2,
+        flags: 0,
+        first_page: 0,
+        page_count: 4,
+        frame_list_address: LISTS,
+        frame_count: 4,
+        frame_offset: 0,
+    });
+    let (_, rx) = rig.submit(&[map, fill(0x5000, 4096, 0x1234_5678)].concat(), 0);
+    assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
+    let long: Vec<u8> = (0..64)
+        .flat_map(|_| vram_copy(0x10_0000, 64 << 20, 48 << 20))
+        .collect();
+    let (_, long_rx) = rig.submit(&long, 1);
+    let (_, queued_rx) = rig.submit(&fill(0, 16, 1), 2);
+    std::thread::sleep(Duration::from_millis(50));
+    let reset = rig.request(WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET).as_bytes(), 64);
+    assert_eq!(
+        WddmGpuCtrlHdr::read_from_prefix(&reset.recv_timeout(WAIT).unwrap())
+            .unwrap()
+            .0
+            .type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    assert_eq!(submit_response(&long_rx).status, SubmitStatus::Reset as u32);
+    assert_eq!(
+        submit_response(&queued_rx).status,
+        SubmitStatus::Reset as u32
+    );
+    assert_eq!(event(&events).kind, WDDM_GPU_EVENT_CANCELLED);
+    // VRAM kept, GART cleared, status page no longer written.
+    assert_eq!(rig.vram(0x5000, 4), 0x1234_5678u32.to_le_bytes());
+    let before = rig.status_page();
+    let through_aperture = packet(&WddmGpuPacketTransfer {
+        header: header(WDDM_GPU_OP_TRANSFER, 64),
+        length: 16,
+        source: WddmGpuEndpoint {
+            segment_id: 2,
+            address: 0,
+            ..Default::default()
+        },
+        destination: WddmGpuEndpoint {
+            segment_id: 1,
+            address: 0,
+            ..Default::default()
+        },
+    });
+    let (_, rx) = rig.submit(&through_aperture, 3);
+    assert_eq!(
+        submit_response(&rx).status,
+        SubmitStatus::UnmappedAperture as u32
+    );
+    assert_eq!(rig.status_page(), before);
+}
+
+#[test]
+fn bar_changes_update_the_status_page_and_complete_an_event() {
+    let rig = Rig::new("bar");
+    rig.register_status_page();
+    let events = rig.post_event();
+    rig.map_bar(0);
+    let gone = event(&events);
+    assert_eq!(
+        (gone.kind, gone.bar_state, gone.bar_generation),
+        (WDDM_GPU_EVENT_BAR_CHANGED, 0, 2)
+    );
+    let events = rig.post_event();
+    rig.map_bar(0xd000_0000);
+    let moved = event(&events);
+    assert_eq!(
+        (moved.bar_state, moved.bar_generation, moved.bar_address),
+        (1, 3, 0xd000_0000)
+    );
+    let page = rig.status_page();
+    assert_eq!(
+        (page.bar_state, page.bar_generation, page.bar_address),
+        (1, 3, 0xd000_0000)
+    );
+}
+
+#[test]
+fn status_pages_outside_ram_or_unaligned_are_refused() {
+    let rig = Rig::new("badpage");
+    for address in [STATUS + 8, RAM, VRAM_GPA] {
+        let cmd = WddmGpuCmdRegisterStatusPage {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_REGISTER_STATUS_PAGE),
+            address,
+        };
+        let response = rig.request(cmd.as_bytes(), 64).recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            WddmGpuCtrlHdr::read_from_prefix(&response).unwrap().0.type_,
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+            "{address:#x}"
+        );
+    }
+}
