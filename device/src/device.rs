@@ -3,10 +3,13 @@
 //! `handle_event` fail (that would stop the vring worker), only a broken queue does.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use log::{debug, warn};
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost::vhost_user::GpuBackend;
+use log::{debug, info, warn};
+use vhost::vhost_user::message::{
+    VhostUserMMap, VhostUserMMapFlags, VhostUserProtocolFeatures, VhostUserShMemConfig,
+};
+use vhost::vhost_user::{Backend, GpuBackend, VhostUserFrontendReqHandler};
 use vhost_user_backend::{VhostUserBackendMut, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_config::{VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_F_VERSION_1};
 use virtio_bindings::bindings::virtio_ring::{
@@ -22,6 +25,7 @@ use zerocopy::IntoBytes;
 
 use crate::control::MAX_REQUEST_SIZE;
 use crate::gpu::{Gpu, Reply};
+use crate::vram::BarMode;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
 const CONTROL_QUEUE: u16 = 0;
@@ -49,9 +53,29 @@ pub const OFFERED_FEATURES: u64 = (1 << VIRTIO_F_VERSION_1)
     | (1 << VIRTIO_GPU_F_EDID)
     | (1 << VHOST_USER_F_PROTOCOL_FEATURES);
 
+/// Which VRAM BAR mode to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BarModeRequest {
+    /// Shared memory if the frontend asks for it (GET_SHMEM_CONFIG), else ivshmem.
+    Auto,
+    /// Always the ivshmem companion function; shared-memory requests are refused.
+    Ivshmem,
+    /// Map the VRAM with SHMEM_MAP as soon as the backend channel is up.
+    Shmem,
+}
+
+/// The shared-memory region id of the VRAM.
+const VRAM_SHMID: u8 = 0;
+
 /// The vhost-user backend.
 pub struct WddmGpuBackend {
     gpu: Gpu,
+    bar_mode: BarModeRequest,
+    /// The frontend asked for shared-memory regions.
+    shmem_requested: AtomicBool,
+    /// A SHMEM_MAP of the VRAM was sent (or is being sent) since the last reset.
+    shmem_mapping: AtomicBool,
+    backend_channel: Option<Backend>,
     mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
     event_idx: bool,
     /// The display socket QEMU hands over at DRIVER_OK. This device has no scanout, but closing
@@ -61,12 +85,66 @@ pub struct WddmGpuBackend {
 
 impl WddmGpuBackend {
     /// A backend serving this GPU.
-    pub fn new(gpu: Gpu) -> Self {
+    pub fn new(gpu: Gpu, bar_mode: BarModeRequest) -> Self {
         Self {
             gpu,
+            bar_mode,
+            shmem_requested: AtomicBool::new(false),
+            shmem_mapping: AtomicBool::new(false),
+            backend_channel: None,
             mem: None,
             event_idx: false,
             display: None,
+        }
+    }
+
+    /// Maps the VRAM into the frontend's shared-memory region once both the request (or
+    /// `--bar-mode shmem`) and the backend channel are there; a refusal falls back to ivshmem.
+    ///
+    /// The map is sent from its own thread: the frontend is waiting for the reply to the request
+    /// being handled now and would not read a backend request (with need-reply) meanwhile.
+    fn map_shmem(&self) {
+        let wanted = match self.bar_mode {
+            BarModeRequest::Ivshmem => false,
+            BarModeRequest::Auto => self.shmem_requested.load(Ordering::Acquire),
+            BarModeRequest::Shmem => true,
+        };
+        let Some(channel) = self.backend_channel.clone() else {
+            return;
+        };
+        if !wanted || self.shmem_mapping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let vram = self.gpu.shared_vram();
+        let spawned = std::thread::Builder::new().name("wddm-gpu-shmem-map".into()).spawn(move || {
+            let Some(file) = vram.file() else {
+                return;
+            };
+            let request = VhostUserMMap {
+                shmid: VRAM_SHMID,
+                fd_offset: 0,
+                shm_offset: 0,
+                len: vram.size(),
+                flags: VhostUserMMapFlags::WRITABLE.bits(),
+                ..Default::default()
+            };
+            match channel.shmem_map(&request, file) {
+                Ok(0) => {
+                    info!("VRAM mapped into shared-memory region {VRAM_SHMID} of the GPU function (SHMEM_MAP)");
+                    vram.set_mode(BarMode::Shmem);
+                }
+                Ok(code) => {
+                    warn!("SHMEM_MAP refused by the frontend ({code}): falling back to the ivshmem VRAM BAR");
+                    vram.set_mode(BarMode::Ivshmem);
+                }
+                Err(error) => {
+                    warn!("SHMEM_MAP failed ({error}): falling back to the ivshmem VRAM BAR");
+                    vram.set_mode(BarMode::Ivshmem);
+                }
+            }
+        });
+        if let Err(error) = spawned {
+            warn!("cannot start the SHMEM_MAP thread: {error}");
         }
     }
 
@@ -232,9 +310,15 @@ impl VhostUserBackendMut for WddmGpuBackend {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // BACKEND_REQ/BACKEND_SEND_FD/SHMEM carry SHMEM_MAP for the shared-memory VRAM BAR;
+        // frontends that do not know SHMEM (QEMU 10) simply do not ack it.
         VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::BACKEND_SEND_FD
+            | VhostUserProtocolFeatures::SHMEM
     }
 
     fn set_event_idx(&mut self, enabled: bool) {
@@ -258,6 +342,26 @@ impl VhostUserBackendMut for WddmGpuBackend {
         Ok(())
     }
 
+    fn set_backend_req_fd(&mut self, backend: Backend) {
+        self.backend_channel = Some(backend);
+        self.map_shmem();
+    }
+
+    /// The VRAM as shared-memory region 0 (`GET_SHMEM_CONFIG`, QEMU 11.1's
+    /// vhost-user-test-device-pci asks at realize).
+    fn get_shmem_config(&self) -> io::Result<VhostUserShMemConfig> {
+        if self.bar_mode == BarModeRequest::Ivshmem {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "--bar-mode ivshmem",
+            ));
+        }
+        info!("frontend asked for shared-memory regions: VRAM is region {VRAM_SHMID}");
+        self.shmem_requested.store(true, Ordering::Release);
+        self.map_shmem();
+        Ok(VhostUserShMemConfig::new(1, &[self.gpu.vram().size()]))
+    }
+
     fn set_gpu_socket(&mut self, gpu_backend: GpuBackend) -> io::Result<()> {
         debug!("display socket received (kept open; render-only device)");
         self.display = Some(gpu_backend);
@@ -276,6 +380,9 @@ impl VhostUserBackendMut for WddmGpuBackend {
         debug!("device reset");
         self.gpu.device_reset();
         self.display = None;
+        // A device reset drops every shared-memory mapping: map the VRAM again.
+        self.shmem_mapping.store(false, Ordering::Release);
+        self.map_shmem();
     }
 
     /// GET_VRING_BASE: the frontend stops the ring (guest reset, or shutdown). Work on it stops

@@ -163,6 +163,11 @@ impl Gpu {
         &self.vram
     }
 
+    /// The VRAM, for work that outlives a request (the shared-memory mapping).
+    pub fn shared_vram(&self) -> Arc<Vram> {
+        self.vram.clone()
+    }
+
     /// Learns the VRAM BAR location from a new memory table; a change is published on the
     /// status page and delivered as an event.
     pub fn memory_changed(&self, mem: &GuestMemoryMmap) {

@@ -10,7 +10,7 @@ use clap::{CommandFactory, Parser};
 use log::info;
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
-use vhost_user_wddm_gpu::device::WddmGpuBackend;
+use vhost_user_wddm_gpu::device::{BarModeRequest, WddmGpuBackend};
 use vhost_user_wddm_gpu::gpu::Gpu;
 use vhost_user_wddm_gpu::layout::SegmentLayout;
 use vhost_user_wddm_gpu::layout_file::read_layout;
@@ -53,6 +53,10 @@ struct RunArgs {
     /// Segment layout file (TOML); default: CPU-visible VRAM filling the BAR plus a 512 MiB aperture.
     #[arg(long)]
     layout: Option<PathBuf>,
+    /// VRAM BAR mode: `ivshmem` (companion function, QEMU 10), `shmem` (SHMEM_MAP into the GPU
+    /// function's shared-memory region, QEMU 11.1), or `auto` (shmem when the frontend asks).
+    #[arg(long, value_enum, default_value = "auto")]
+    bar_mode: BarModeRequest,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -237,7 +241,7 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     }
     let gpu =
         Gpu::new(layout, vram).map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
-    let backend = Arc::new(RwLock::new(WddmGpuBackend::new(gpu)));
+    let backend = Arc::new(RwLock::new(WddmGpuBackend::new(gpu, args.bar_mode)));
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
         backend,

@@ -65,8 +65,8 @@ pub enum VramError {
 pub enum BarMode {
     /// BAR2 of an `ivshmem-plain` device at function 1 of the GPU's slot (QEMU 10.x).
     Ivshmem,
-    /// A virtio shared-memory region of the GPU's own function (vhost-user SHMEM, QEMU 11.1+).
-    /// Reserved: not implemented yet.
+    /// A virtio shared-memory region (shmid 0) of the GPU's own function, mapped with vhost-user
+    /// `SHMEM_MAP` (QEMU 11.1+; `vhost-user-test-device-pci` exposes it as BAR 4).
     Shmem,
 }
 
@@ -212,6 +212,20 @@ impl Vram {
         self.bar
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The VRAM file (passed to the frontend in shared-memory mode).
+    pub fn file(&self) -> Option<&File> {
+        self.mapping.file_offset().map(FileOffset::file)
+    }
+
+    /// Switches how the BAR is provided (shared-memory mapping accepted or refused).
+    pub fn set_mode(&self, mode: BarMode) {
+        let mut bar = self.bar();
+        if bar.locator.mode != mode {
+            bar.locator.mode = mode;
+            bar.locator.generation = bar.locator.generation.wrapping_add(1);
+        }
     }
 
     /// Current BAR locator.

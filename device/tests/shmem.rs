@@ -1,0 +1,162 @@
+//! The shared-memory VRAM BAR mode (QEMU 11.1's vhost-user SHMEM, tested with this frontend
+//! because QEMU 11.1 cannot be installed here): GET_SHMEM_CONFIG reports the VRAM as region 0,
+//! the backend maps it with SHMEM_MAP (need-reply) over the backend channel, falls back to the
+//! ivshmem mode when refused, and maps again after a device reset.
+
+mod harness;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{Harness, VRAM_GPA, VRAM_SIZE};
+use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags, VhostUserProtocolFeatures};
+use vhost::vhost_user::{
+    FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
+};
+use wddm_gpu_abi::caps::{
+    WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
+};
+
+/// One SHMEM_MAP as the frontend received it.
+#[derive(Clone, Copy, Debug)]
+struct Mapped {
+    shmid: u8,
+    fd_offset: u64,
+    shm_offset: u64,
+    len: u64,
+    flags: u64,
+    file: (u64, u64),
+}
+
+/// Plays QEMU's side of the backend channel: records maps, accepts or refuses them.
+struct ShmemFrontend {
+    maps: Mutex<Vec<Mapped>>,
+    refuse: bool,
+}
+
+impl VhostUserFrontendReqHandler for ShmemFrontend {
+    fn shmem_map(&self, req: &VhostUserMMap, fd: &dyn AsRawFd) -> HandlerResult<u64> {
+        let mut stat: libc::stat = unsafe_zeroed_stat();
+        // SAFETY: fstat writes one `struct stat` into `stat`, which outlives the call.
+        let rc = unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) };
+        assert_eq!(rc, 0);
+        let request = *req;
+        self.maps.lock().unwrap().push(Mapped {
+            shmid: request.shmid,
+            fd_offset: request.fd_offset,
+            shm_offset: request.shm_offset,
+            len: request.len,
+            flags: request.flags,
+            file: (stat.st_dev, stat.st_ino),
+        });
+        Ok(u64::from(self.refuse))
+    }
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: `struct stat` is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Negotiates, asks for the shared-memory regions and opens the backend channel.
+fn connect(name: &str, refuse: bool) -> (Harness, Arc<ShmemFrontend>) {
+    let mut harness = Harness::spawn(name);
+    let negotiated = harness.negotiate();
+    for feature in [
+        VhostUserProtocolFeatures::SHMEM,
+        VhostUserProtocolFeatures::BACKEND_REQ,
+        VhostUserProtocolFeatures::BACKEND_SEND_FD,
+    ] {
+        assert!(
+            negotiated.protocol_features.contains(feature),
+            "{feature:?} offered"
+        );
+    }
+    let config = harness.frontend.get_shmem_config().unwrap();
+    let nregions = config.nregions;
+    let sizes = config.memory_sizes;
+    assert_eq!((nregions, sizes[0], sizes[1]), (1, VRAM_SIZE, 0));
+
+    let frontend = Arc::new(ShmemFrontend {
+        maps: Mutex::new(Vec::new()),
+        refuse,
+    });
+    let mut channel = FrontendReqHandler::new(frontend.clone()).unwrap();
+    channel.set_reply_ack_flag(true);
+    harness
+        .frontend
+        .set_backend_request_fd(&channel.get_tx_raw_fd())
+        .unwrap();
+    std::thread::spawn(move || while channel.handle_request().is_ok() {});
+    (harness, frontend)
+}
+
+fn wait_for_maps(frontend: &ShmemFrontend, count: usize) -> Vec<Mapped> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let maps = frontend.maps.lock().unwrap().clone();
+        if maps.len() >= count || Instant::now() > deadline {
+            return maps;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn vram_identity(harness: &Harness) -> (u64, u64) {
+    let meta = std::fs::metadata(&harness.backend.vram_path).unwrap();
+    (meta.dev(), meta.ino())
+}
+
+#[test]
+fn the_vram_is_mapped_as_shared_memory_region_0_and_reported_in_the_capset() {
+    let (mut harness, frontend) = connect("shmem-map", false);
+    let maps = wait_for_maps(&frontend, 1);
+    assert_eq!(maps.len(), 1, "one SHMEM_MAP: {maps:?}");
+    let map = maps[0];
+    assert_eq!(
+        (map.shmid, map.fd_offset, map.shm_offset, map.len),
+        (0, 0, 0, VRAM_SIZE)
+    );
+    assert_eq!(map.flags, VhostUserMMapFlags::WRITABLE.bits());
+    assert_eq!(map.file, vram_identity(&harness), "the fd is the VRAM file");
+
+    harness.set_mem_table(Some(VRAM_GPA));
+    harness.setup_control_queue();
+    let bar = harness.capset().header.vram_bar;
+    assert_eq!(
+        (bar.mode, bar.pci_function, bar.bar_index),
+        (WDDM_GPU_BAR_MODE_SHMEM, 0, 4)
+    );
+    assert_eq!(
+        (bar.state, bar.guest_physical_address),
+        (WDDM_GPU_BAR_STATE_KNOWN, VRAM_GPA)
+    );
+}
+
+#[test]
+fn a_refused_map_falls_back_to_the_ivshmem_mode_and_says_so() {
+    let (mut harness, frontend) = connect("shmem-refused", true);
+    assert_eq!(wait_for_maps(&frontend, 1).len(), 1);
+    harness.set_mem_table(Some(VRAM_GPA));
+    harness.setup_control_queue();
+    assert_eq!(
+        harness.capset().header.vram_bar.mode,
+        WDDM_GPU_BAR_MODE_IVSHMEM
+    );
+    assert!(harness
+        .backend
+        .log()
+        .contains("falling back to the ivshmem VRAM BAR"));
+}
+
+#[test]
+fn the_vram_is_mapped_again_after_a_device_reset() {
+    let (mut harness, frontend) = connect("shmem-reset", false);
+    assert_eq!(wait_for_maps(&frontend, 1).len(), 1);
+    harness.frontend.reset_device().unwrap();
+    let maps = wait_for_maps(&frontend, 2);
+    assert_eq!(maps.len(), 2, "mapped again after RESET_DEVICE: {maps:?}");
+    assert_eq!(maps[1].len, VRAM_SIZE);
+}
