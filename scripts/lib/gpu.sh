@@ -65,6 +65,8 @@ gpu_run_guest() {
 
 # guest_output: the guest program's own lines from the QEMU log (no kernel or init chatter).
 guest_output() {
-    grep -a -v -E '^(wddm-init:|\[ *[0-9]+\.[0-9]+\]|WDDM-GUEST-JSON )' "$QEMU_LOG" \
-        | grep -a -v -E '^(qemu-system|\+ |# )' | tr -d '\r'
+    # Firmware banners and terminal escapes come first on the serial console: drop them.
+    sed -E 's/\x1b\[[0-9;?]*[a-zA-Z]//g' "$QEMU_LOG" | tr -d '\r' \
+        | grep -a -v -E '^(wddm-init:|\[ *[0-9]+\.[0-9]+\]|WDDM-GUEST-JSON )|SeaBIOS|Booting from ROM' \
+        | grep -a -v -E '^(qemu-system|\+ |# )'
 }
