@@ -492,3 +492,28 @@ fn status_pages_outside_ram_or_unaligned_are_refused() {
         );
     }
 }
+
+#[test]
+fn a_fence_packet_is_reported_while_the_rest_of_the_buffer_runs() {
+    let mut rig = Rig::new("fence-early");
+    rig.register_status_page();
+    let events = rig.post_event();
+    // A fence, then seconds of copying.
+    let mut packets = fence_packet(900);
+    packets.extend((0..64).flat_map(|_| vram_copy(0, 64 << 20, 48 << 20)));
+    let (_, rx) = rig.submit(&packets, 0);
+    let fenced = event(&events);
+    assert_eq!((fenced.kind, fenced.fence_id), (WDDM_GPU_EVENT_FENCE, 900));
+    assert_eq!(rig.status_page().completed_fence, 900);
+    assert!(
+        rx.try_recv().is_err(),
+        "the submission is still running when its fence is reported"
+    );
+    // End the long tail quickly.
+    let preempt = rig.request(
+        WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT).as_bytes(),
+        64,
+    );
+    preempt.recv_timeout(WAIT).unwrap();
+    assert_eq!(submit_response(&rx).status, SubmitStatus::Preempted as u32);
+}

@@ -25,6 +25,7 @@ use crate::gpu::{lock, respond, Mem, Notify, Reply};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
 use crate::vram::Vram;
+use vm_memory::GuestMemoryMmap;
 
 const RUN: u8 = 0;
 const PREEMPT: u8 = 1;
@@ -66,12 +67,13 @@ pub struct Scheduler {
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-struct Hooks<'a> {
+struct Hooks<'a, 'm> {
     interrupt: &'a AtomicU8,
-    fences: Vec<u32>,
+    notify: &'a Mutex<Notify>,
+    ram: &'a GuestRam<'m, GuestMemoryMmap>,
 }
 
-impl EngineHooks for Hooks<'_> {
+impl EngineHooks for Hooks<'_, '_> {
     fn interruption(&self) -> Option<Fault> {
         match self.interrupt.load(Ordering::Acquire) {
             PREEMPT => Some(Fault::Preempted),
@@ -80,8 +82,17 @@ impl EngineHooks for Hooks<'_> {
         }
     }
 
+    /// Reported when the packet executes, while the rest of the buffer still runs. (The engine
+    /// lock is held here; nothing takes the two locks in the other order.)
     fn fence(&mut self, fence_id: u32) {
-        self.fences.push(fence_id);
+        let mut notify = lock(self.notify);
+        notify.status.complete(fence_id, false);
+        notify.status.publish(self.ram);
+        notify.deliver(WddmGpuRespEvent {
+            kind: WDDM_GPU_EVENT_FENCE,
+            fence_id,
+            ..Default::default()
+        });
     }
 }
 
@@ -265,20 +276,13 @@ impl Shared {
         };
         let mut hooks = Hooks {
             interrupt: &self.interrupt,
-            fences: Vec::new(),
+            notify: &self.notify,
+            ram: &memory.ram,
         };
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
         let fence = completion.fence_id;
 
         let mut notify = lock(&self.notify);
-        for fence_id in hooks.fences {
-            notify.status.complete(fence_id, false);
-            notify.deliver(WddmGpuRespEvent {
-                kind: WDDM_GPU_EVENT_FENCE,
-                fence_id,
-                ..Default::default()
-            });
-        }
         notify.counters.submissions += 1;
         notify.counters.bytes_transferred += completion.bytes_transferred;
         let (status, fault_packet_offset, fault_address) = match completion.fault {
