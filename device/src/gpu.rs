@@ -188,7 +188,7 @@ impl Gpu {
         let ram = GuestRam::new(mem, self.vram.guest_window());
         let mut notify = lock(&self.notify);
         notify.status.set_bar(&bar);
-        notify.status.publish(&ram);
+        // Delivered first: a dropped event is counted in what the page then shows.
         notify.deliver(WddmGpuRespEvent {
             kind: WDDM_GPU_EVENT_BAR_CHANGED,
             bar_state: bar.state,
@@ -196,6 +196,7 @@ impl Gpu {
             bar_address: bar.guest_physical_address,
             ..Default::default()
         });
+        notify.status.publish(&ram);
     }
 
     /// Answers one control request through `reply`, now or (submissions, events) later.

@@ -87,12 +87,13 @@ impl EngineHooks for Hooks<'_, '_> {
     fn fence(&mut self, fence_id: u32) {
         let mut notify = lock(self.notify);
         notify.status.complete(fence_id, false);
-        notify.status.publish(self.ram);
+        // Delivered first: a dropped event is counted in what the page then shows.
         notify.deliver(WddmGpuRespEvent {
             kind: WDDM_GPU_EVENT_FENCE,
             fence_id,
             ..Default::default()
         });
+        notify.status.publish(self.ram);
     }
 }
 
@@ -225,8 +226,10 @@ impl Scheduler {
 impl Shared {
     /// Raises `interrupt`, takes back the queued work and waits for the engine to go idle.
     fn stop(&self, interrupt: u8) -> Vec<Job> {
-        self.interrupt.store(interrupt, Ordering::Release);
+        // Raised under the queue lock, with the queue drained in the same critical section: the
+        // engine cannot start another queued submission between the two.
         let mut queue = lock(&self.queue);
+        self.interrupt.store(interrupt, Ordering::Release);
         let drained: Vec<Job> = queue.pending.drain(..).collect();
         while queue.running.is_some() {
             queue = self

@@ -5,14 +5,18 @@
 //!   rings and data into it and reads results back.
 //! - The VRAM file the backend creates (in `/dev/shm`, one per harness) is mapped here too and
 //!   announced as a second memory-table region, the way QEMU announces the ivshmem BAR.
-//! - Queue 0 (control) is a split virtqueue in guest RAM with kick and call eventfds; requests
-//!   are posted one at a time and every wait is bounded.
+//! - Queue 0 (control) is a split virtqueue in guest RAM with kick and call eventfds. Requests
+//!   are either posted one at a time ([`Harness::request`]) or several at once
+//!   ([`Harness::post`], each in its own slot, answered in any order, collected by head index
+//!   with [`Harness::wait_reply`]), as a driver does with submissions and WAIT_EVENTs that the
+//!   device completes later. Every wait is bounded.
 //!
 //! The backend child is killed, and its files removed, when the harness is dropped; if the test
 //! is failing, its log is printed first.
 
 #![allow(dead_code)]
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -35,9 +39,15 @@ use wddm_gpu_abi::caps::{
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_RESP_OK_CAPSET,
-    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_RESP_SUBMIT,
+    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
+    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
+    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
 use wddm_gpu_abi::packet::{WddmGpuEndpoint, WddmGpuPacketTransfer, WDDM_GPU_OP_TRANSFER};
+use wddm_gpu_abi::status::{
+    WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt,
+    WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
+};
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -69,6 +79,16 @@ pub const DMA_BUFFER: u64 = 0x10_0000;
 pub const FRAME_LISTS: u64 = 0x11_0000;
 /// Free guest RAM for data frames: from here to the end of RAM.
 pub const DATA: u64 = 0x20_0000;
+/// Request/response slots of asynchronous requests ([`Harness::post`]): slot `k` (1 to
+/// [`SLOTS`] - 1) uses descriptors `2k` and `2k + 1`, its request at
+/// `SLOT_AREA + k * SLOT_STRIDE` and its response [`SLOT_ROOM`] bytes further. Slot 0 (head 0,
+/// [`REQUEST`] and [`RESPONSE`]) belongs to [`Harness::request`].
+pub const SLOT_AREA: u64 = 0x3_0000;
+pub const SLOT_STRIDE: u64 = 0x800;
+pub const SLOT_ROOM: u32 = 0x400;
+pub const SLOTS: u16 = QUEUE_SIZE / 2;
+/// A spare 4 KiB-aligned page for a status page.
+pub const STATUS_PAGE: u64 = 0x5_0000;
 
 /// Byte written into response buffers before each request, to see what the device wrote.
 pub const RESPONSE_FILL: u8 = 0xcc;
@@ -89,12 +109,20 @@ pub struct BackendProcess {
     dir: PathBuf,
     pub socket: PathBuf,
     pub vram_path: PathBuf,
+    /// The `--vram-size` given.
+    pub vram_size: u64,
     log: PathBuf,
 }
 
 impl BackendProcess {
-    /// Starts the backend and waits until its socket exists.
+    /// Starts the backend with [`VRAM_SIZE`] of VRAM and waits until its socket exists.
     pub fn spawn(name: &str) -> Self {
+        Self::spawn_with_vram(name, VRAM_SIZE)
+    }
+
+    /// Starts the backend with `vram_size` bytes of VRAM (a power of two) and waits until its
+    /// socket exists.
+    pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let unique = format!("{}-{instance}-{name}", std::process::id());
         let dir = std::env::temp_dir().join(format!("wddm-frontend-{unique}"));
@@ -108,7 +136,7 @@ impl BackendProcess {
             .arg("--vram-path")
             .arg(&vram_path)
             .arg("--vram-size")
-            .arg("16MiB")
+            .arg(format!("{vram_size:#x}"))
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -120,6 +148,7 @@ impl BackendProcess {
             dir,
             socket,
             vram_path,
+            vram_size,
             log,
         };
         let deadline = Instant::now() + TIMEOUT;
@@ -244,6 +273,9 @@ pub struct Reply {
     pub used: Used,
     /// The first `used.len` bytes of the response buffer.
     pub bytes: Vec<u8>,
+    /// Position of the used entry among all entries collected on this ring (answers compare
+    /// by it to check their order).
+    pub order: u64,
 }
 
 impl Reply {
@@ -285,6 +317,17 @@ impl Capset {
     }
 }
 
+/// A request on the control queue whose answer has not been collected yet
+/// ([`Harness::post`]); hand it to [`Harness::wait_reply`] to get the answer.
+#[derive(Debug)]
+#[must_use = "a posted request holds its slot until its reply is collected"]
+pub struct Pending {
+    /// Head descriptor index: the used entry's id.
+    pub head: u16,
+    response: u64,
+    room: u32,
+}
+
 /// A frontend connected to a running backend, with guest RAM, the VRAM mapping and the control
 /// queue.
 pub struct Harness {
@@ -293,12 +336,23 @@ pub struct Harness {
     pub ram: GuestMemoryMmap<()>,
     /// The VRAM file mapped here; "guest addresses" of this mapping are VRAM offsets.
     pub vram: GuestMemoryMmap<()>,
+    /// Size of the VRAM file (and of the BAR region announced).
+    pub vram_size: u64,
     /// Where the VRAM region is announced now, if it is.
     pub vram_gpa: Option<u64>,
     kick: EventFd,
     call: EventFd,
     next_avail: u16,
     last_used: u16,
+    /// Heads posted and not answered yet.
+    outstanding: HashSet<u16>,
+    /// Used entries collected from the ring and not handed out yet, by head, with their
+    /// position.
+    completed: HashMap<u16, (Used, u64)>,
+    /// Used entries collected so far on this ring.
+    collected: u64,
+    /// Free asynchronous slots (1 to SLOTS - 1).
+    free_slots: Vec<u16>,
     pub negotiated: Option<Negotiated>,
     /// Declared last: dropped (killed) after the frontend socket closed.
     pub backend: BackendProcess,
@@ -307,7 +361,12 @@ pub struct Harness {
 impl Harness {
     /// Starts a backend and connects; nothing negotiated yet.
     pub fn spawn(name: &str) -> Self {
-        let backend = BackendProcess::spawn(name);
+        Self::spawn_with_vram(name, VRAM_SIZE)
+    }
+
+    /// Like [`Self::spawn`] with `vram_size` bytes of VRAM (a power of two).
+    pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
+        let backend = BackendProcess::spawn_with_vram(name, vram_size);
         let frontend = backend.connect();
         frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
 
@@ -329,10 +388,10 @@ impl Harness {
             .write(true)
             .open(&backend.vram_path)
             .unwrap();
-        assert_eq!(vram_file.metadata().unwrap().len(), VRAM_SIZE);
+        assert_eq!(vram_file.metadata().unwrap().len(), vram_size);
         let vram = GuestMemoryMmap::from_ranges_with_files(&[(
             GuestAddress(0),
-            VRAM_SIZE as usize,
+            vram_size as usize,
             Some(FileOffset::new(vram_file, 0)),
         )])
         .unwrap();
@@ -341,11 +400,16 @@ impl Harness {
             frontend,
             ram,
             vram,
+            vram_size,
             vram_gpa: None,
             kick: EventFd::new(EFD_NONBLOCK).unwrap(),
             call: EventFd::new(EFD_NONBLOCK).unwrap(),
             next_avail: 0,
             last_used: 0,
+            outstanding: HashSet::new(),
+            completed: HashMap::new(),
+            collected: 0,
+            free_slots: (1..SLOTS).rev().collect(),
             negotiated: None,
             backend,
         }
@@ -355,7 +419,12 @@ impl Harness {
     /// negotiated (all offered ones acked), guest RAM and the VRAM BAR (at [`VRAM_GPA`]) in the
     /// memory table, control queue enabled.
     pub fn ready(name: &str) -> Self {
-        let mut harness = Self::spawn(name);
+        Self::ready_with_vram(name, VRAM_SIZE)
+    }
+
+    /// Like [`Self::ready`] with `vram_size` bytes of VRAM (a power of two).
+    pub fn ready_with_vram(name: &str, vram_size: u64) -> Self {
+        let mut harness = Self::spawn_with_vram(name, vram_size);
         harness.negotiate();
         harness.set_mem_table(Some(VRAM_GPA));
         harness.setup_control_queue();
@@ -410,7 +479,7 @@ impl Harness {
             .as_raw_fd();
         VhostUserMemoryRegionInfo {
             guest_phys_addr: gpa,
-            memory_size: VRAM_SIZE,
+            memory_size: self.vram_size,
             userspace_addr: self.vram.get_host_address(GuestAddress(0)).unwrap() as u64,
             mmap_offset: 0,
             mmap_handle: fd,
@@ -470,13 +539,39 @@ impl Harness {
         self.frontend.set_vring_enable(0, true).unwrap();
         self.next_avail = 0;
         self.last_used = 0;
+        // Requests on the old ring are gone with it.
+        self.outstanding.clear();
+        self.completed.clear();
+        self.collected = 0;
+        self.free_slots = (1..SLOTS).rev().collect();
     }
 
     /// Stops queue 0 (GET_VRING_BASE, as QEMU does when the guest resets the device) and sets
     /// it up again from empty rings.
     pub fn restart_control_queue(&mut self) {
-        self.frontend.get_vring_base(0).unwrap();
+        self.stop_control_queue();
         self.setup_control_queue();
+    }
+
+    /// GET_VRING_BASE on queue 0: the ring stops. Returns the base (next available index) the
+    /// backend reports. The ring memory is left as the backend left it.
+    pub fn stop_control_queue(&mut self) -> u32 {
+        self.frontend.get_vring_base(0).unwrap()
+    }
+
+    /// The used ring's index as the device last wrote it.
+    pub fn device_used_idx(&self) -> u16 {
+        self.used_idx()
+    }
+
+    /// The used-ring entry at `index` (modulo the queue size), as the device wrote it.
+    pub fn used_entry(&self, index: u16) -> Used {
+        let slot = u64::from(index % QUEUE_SIZE);
+        let entry = USED_RING + 4 + 8 * slot;
+        Used {
+            id: u32::from_le(self.ram.read_obj(GuestAddress(entry)).unwrap()),
+            len: u32::from_le(self.ram.read_obj(GuestAddress(entry + 4)).unwrap()),
+        }
     }
 
     /// Closes the frontend connection (as QEMU does when it quits) and hands back the backend
@@ -558,8 +653,13 @@ impl Harness {
         self.wait_used_for(TIMEOUT)
     }
 
-    /// Waits at most `timeout` for the next used entry and its call notification.
+    /// Waits at most `timeout` for the next used entry and its call notification. Only for
+    /// heads published with [`Self::publish`] while no [`Self::post`]ed request is pending.
     pub fn wait_used_for(&mut self, timeout: Duration) -> Result<Used, String> {
+        assert!(
+            self.outstanding.is_empty() && self.completed.is_empty(),
+            "wait_used_for while posted requests are pending: use wait_reply"
+        );
         let deadline = Instant::now() + timeout;
         let mut notified = false;
         loop {
@@ -612,40 +712,236 @@ impl Harness {
     }
 
     /// Posts `request` in one readable descriptor and a `response_room`-byte writable one (none
-    /// when 0), and returns what the device wrote.
+    /// when 0), and returns what the device wrote. Uses head 0 with [`REQUEST`] and
+    /// [`RESPONSE`]; requests posted with [`Self::post`] may be pending meanwhile.
     pub fn request(&mut self, request: &[u8], response_room: u32) -> Reply {
         assert!(request.len() <= BUFFER_SIZE as usize && response_room <= BUFFER_SIZE);
-        self.write_ram(REQUEST, request);
         self.write_ram(RESPONSE, &vec![RESPONSE_FILL; BUFFER_SIZE as usize]);
+        let pending = self.post_chain(0, REQUEST, request, RESPONSE, response_room);
+        self.wait_reply(pending)
+    }
+
+    /// Posts `request` in a free slot with a `response_room`-byte response buffer (at most
+    /// [`SLOT_ROOM`]; none when 0) and returns at once; the answer is collected with
+    /// [`Self::wait_reply`], in any order.
+    pub fn post(&mut self, request: &[u8], response_room: u32) -> Pending {
+        assert!(request.len() as u64 <= SLOT_STRIDE - u64::from(SLOT_ROOM));
+        assert!(response_room <= SLOT_ROOM);
+        let slot = self
+            .free_slots
+            .pop()
+            .expect("every asynchronous slot is in use");
+        let base = SLOT_AREA + u64::from(slot) * SLOT_STRIDE;
+        let response = base + SLOT_STRIDE - u64::from(SLOT_ROOM);
+        self.write_ram(response, &vec![RESPONSE_FILL; SLOT_ROOM as usize]);
+        self.post_chain(2 * slot, base, request, response, response_room)
+    }
+
+    fn post_chain(
+        &mut self,
+        head: u16,
+        request_gpa: u64,
+        request: &[u8],
+        response_gpa: u64,
+        response_room: u32,
+    ) -> Pending {
+        assert!(
+            !self.outstanding.contains(&head) && !self.completed.contains_key(&head),
+            "head {head} is still in use"
+        );
+        self.write_ram(request_gpa, request);
         let mut descs = vec![Desc {
-            addr: REQUEST,
+            addr: request_gpa,
             len: request.len() as u32,
             flags: 0,
             next: 0,
         }];
         if response_room > 0 {
             descs[0].flags = VIRTQ_DESC_F_NEXT;
-            descs[0].next = 1;
+            descs[0].next = head + 1;
             descs.push(Desc {
-                addr: RESPONSE,
+                addr: response_gpa,
                 len: response_room,
                 flags: VIRTQ_DESC_F_WRITE,
                 next: 0,
             });
         }
-        self.write_descriptors(DESC_TABLE, &descs);
-        self.publish(0);
-        let used = self.expect_used();
-        assert_eq!(used.id, 0, "used entry for the wrong head");
+        self.write_descriptors(DESC_TABLE + 16 * u64::from(head), &descs);
+        if self.outstanding.is_empty() && self.completed.is_empty() {
+            // Nothing is pending, so any notification now is stale: forget it, so the one
+            // awaited is for this request.
+            let _ = self.call.read();
+        }
+        self.outstanding.insert(head);
+        self.make_available(head);
+        Pending {
+            head,
+            response: response_gpa,
+            room: response_room,
+        }
+    }
+
+    /// Makes `head` available, asks for a notification on the next used entry, and kicks
+    /// (without forgetting notifications: other requests may be pending).
+    fn make_available(&mut self, head: u16) {
+        let slot = u64::from(self.next_avail % QUEUE_SIZE);
+        self.ram
+            .write_obj(head.to_le(), GuestAddress(AVAIL_RING + 4 + 2 * slot))
+            .unwrap();
+        self.write_used_event();
+        fence(Ordering::SeqCst);
+        self.next_avail = self.next_avail.wrapping_add(1);
+        self.ram
+            .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
+            .unwrap();
+        fence(Ordering::SeqCst);
+        self.kick.write(1).unwrap();
+    }
+
+    /// used_event (after the available ring): interrupt once the entry after `last_used` is
+    /// used.
+    fn write_used_event(&self) {
+        self.ram
+            .write_obj(
+                self.last_used.to_le(),
+                GuestAddress(AVAIL_RING + 4 + 2 * u64::from(QUEUE_SIZE)),
+            )
+            .unwrap();
+    }
+
+    /// Moves every new used entry into `completed`. Each must be the head of a pending
+    /// request, and only once.
+    fn harvest(&mut self) {
+        loop {
+            let used_idx = self.used_idx();
+            while self.last_used != used_idx {
+                let used = self.used_entry(self.last_used);
+                let head = u16::try_from(used.id).unwrap_or(u16::MAX);
+                assert!(
+                    self.outstanding.remove(&head),
+                    "used entry {used:?} is not for a pending request (pending: {:?})\n{}",
+                    self.outstanding,
+                    self.backend.log()
+                );
+                self.completed.insert(head, (used, self.collected));
+                self.collected += 1;
+                self.last_used = self.last_used.wrapping_add(1);
+            }
+            // Ask for the next notification, then look again: an entry added before the
+            // device saw the new used_event is not notified.
+            self.write_used_event();
+            fence(Ordering::SeqCst);
+            if self.used_idx() == used_idx {
+                return;
+            }
+        }
+    }
+
+    /// Reads pending call notifications without waiting and collects what was answered.
+    fn poll_notifications(&mut self, wait: Duration) -> bool {
+        let mut pollfd = libc::pollfd {
+            fd: self.call.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = wait.as_millis().min(1000) as libc::c_int;
+        // SAFETY: one valid pollfd, which outlives the call.
+        let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
+        if ready > 0 && self.call.read().is_ok() {
+            self.harvest();
+            return true;
+        }
+        false
+    }
+
+    /// Whether the request was answered (does not wait; the reply stays for
+    /// [`Self::wait_reply`]).
+    pub fn is_answered(&mut self, pending: &Pending) -> bool {
+        self.poll_notifications(Duration::ZERO);
+        // An answer without a notification counts too; wait_reply does not check it again.
+        self.harvest();
+        self.completed.contains_key(&pending.head)
+    }
+
+    /// Waits at most `timeout` for the answer to `pending` and its call notification.
+    pub fn wait_reply_for(
+        &mut self,
+        pending: &Pending,
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((used, order)) = self.completed.remove(&pending.head) {
+                if pending.head != 0 {
+                    self.free_slots.push(pending.head / 2);
+                }
+                let mut reply = self.read_reply(pending, used);
+                reply.order = order;
+                return Ok(reply);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let idx = self.used_idx();
+                return Err(if idx != self.last_used {
+                    format!(
+                        "used entries appeared (used idx {idx}, collected up to {}) but the call eventfd was never signalled",
+                        self.last_used
+                    )
+                } else {
+                    format!(
+                        "no answer for head {} within {timeout:?} (used idx stays {idx}; pending: {:?})",
+                        pending.head, self.outstanding
+                    )
+                });
+            }
+            self.poll_notifications(left.max(Duration::from_millis(1)));
+        }
+    }
+
+    /// Waits (bounded by [`TIMEOUT`]) for the answer to `pending`, panicking with the backend
+    /// log on timeout.
+    pub fn wait_reply(&mut self, pending: Pending) -> Reply {
+        match self.wait_reply_for(&pending, TIMEOUT) {
+            Ok(reply) => reply,
+            Err(why) => panic!("{why}\n---- backend log ----\n{}", self.backend.log()),
+        }
+    }
+
+    /// What the device wrote for `pending` according to `used` (which may come from
+    /// [`Self::used_entry`] for a ring the harness no longer collects from).
+    pub fn read_reply(&self, pending: &Pending, used: Used) -> Reply {
+        assert_eq!(
+            used.id,
+            u32::from(pending.head),
+            "used entry for another head"
+        );
         assert!(
-            used.len <= response_room,
-            "used length {} exceeds the {response_room}-byte response buffer",
-            used.len
+            used.len <= pending.room,
+            "used length {} exceeds the {}-byte response buffer",
+            used.len,
+            pending.room
         );
         Reply {
             used,
-            bytes: self.read_ram(RESPONSE, used.len as usize),
+            bytes: self.read_ram(pending.response, used.len as usize),
+            order: u64::MAX,
         }
+    }
+
+    /// The available index: requests made available so far on this ring.
+    pub fn avail_idx(&self) -> u16 {
+        self.next_avail
+    }
+
+    /// The used index up to which the harness has collected entries.
+    pub fn collected_used(&self) -> u16 {
+        self.last_used
+    }
+
+    /// Forgets a pending request whose ring is gone (after a virtio reset) without waiting.
+    pub fn abandon(&mut self, pending: Pending) {
+        self.outstanding.remove(&pending.head);
+        self.completed.remove(&pending.head);
     }
 
     // ---- typed requests ----
@@ -711,10 +1007,108 @@ impl Harness {
         self.submit(&submit_command(DMA_BUFFER, bytes.len() as u32, fence_id))
     }
 
+    /// Posts a submission; the engine answers it when it ends.
+    pub fn post_submit(&mut self, cmd: &WddmGpuCmdSubmit) -> Pending {
+        self.post(cmd.as_bytes(), SLOT_ROOM)
+    }
+
+    /// Waits for the completion of a posted submission (which must be a SUBMIT response of
+    /// exactly its size).
+    pub fn wait_submit(&mut self, pending: Pending) -> WddmGpuRespSubmit {
+        let reply = self.wait_reply(pending);
+        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_SUBMIT, "{reply:?}");
+        reply.exact()
+    }
+
+    /// Posts a WAIT_EVENT with room for the event (and more, to see what is written).
+    pub fn post_wait_event(&mut self) -> Pending {
+        self.post(
+            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT).as_bytes(),
+            SLOT_ROOM,
+        )
+    }
+
+    /// Waits for a posted WAIT_EVENT to complete (an EVENT response of exactly its size).
+    pub fn wait_event(&mut self, pending: Pending) -> WddmGpuRespEvent {
+        let reply = self.wait_reply(pending);
+        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_EVENT, "{reply:?}");
+        reply.exact()
+    }
+
+    /// Posts a PREEMPT.
+    pub fn post_preempt(&mut self) -> Pending {
+        self.post(
+            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT).as_bytes(),
+            SLOT_ROOM,
+        )
+    }
+
+    /// Waits for the answer to a PREEMPT (a PREEMPT response of exactly its size).
+    pub fn wait_preempt(&mut self, pending: Pending) -> WddmGpuRespPreempt {
+        let reply = self.wait_reply(pending);
+        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_PREEMPT, "{reply:?}");
+        reply.exact()
+    }
+
+    /// Posts a RESET (the driver's, `DxgkDdiResetFromTimeout`).
+    pub fn post_reset(&mut self) -> Pending {
+        self.post(
+            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET).as_bytes(),
+            SLOT_ROOM,
+        )
+    }
+
+    /// Waits for the answer to a RESET, which must be a bare OK_NODATA header.
+    pub fn wait_reset(&mut self, pending: Pending) {
+        let reply = self.wait_reply(pending);
+        assert_eq!(
+            reply.bytes,
+            WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_NODATA).as_bytes(),
+            "{reply:?}"
+        );
+    }
+
+    /// REGISTER_STATUS_PAGE at `address` (0 unregisters); returns the answer.
+    pub fn register_status_page(&mut self, address: u64) -> Reply {
+        let request = WddmGpuCmdRegisterStatusPage {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_REGISTER_STATUS_PAGE),
+            address,
+        };
+        self.request(request.as_bytes(), BUFFER_SIZE)
+    }
+
+    /// The status page's header at `address`, as the device last wrote it.
+    pub fn status_page(&self, address: u64) -> WddmGpuStatusPage {
+        fence(Ordering::SeqCst);
+        let bytes = self.read_ram(address, std::mem::size_of::<WddmGpuStatusPage>());
+        WddmGpuStatusPage::read_from_bytes(&bytes).unwrap()
+    }
+
+    /// Fault-ring record `sequence` (taken modulo the ring size) of the status page at
+    /// `address`.
+    pub fn fault_record(&self, address: u64, sequence: u32) -> WddmGpuFaultRecord {
+        fence(Ordering::SeqCst);
+        let slot = u64::from(sequence % WDDM_GPU_FAULT_RING_ENTRIES);
+        let at = address
+            + u64::from(WDDM_GPU_FAULT_RING_OFFSET)
+            + slot * std::mem::size_of::<WddmGpuFaultRecord>() as u64;
+        let bytes = self.read_ram(at, std::mem::size_of::<WddmGpuFaultRecord>());
+        WddmGpuFaultRecord::read_from_bytes(&bytes).unwrap()
+    }
+
     /// Writes a frame list (little-endian page-frame numbers) at `gpa`.
     pub fn write_frame_list(&self, gpa: u64, frames: &[u64]) {
         let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_le_bytes()).collect();
         self.write_ram(gpa, &bytes);
+    }
+
+    /// Returns once the device has taken every request posted so far from the ring: it takes
+    /// them in order, so an answer to a later request proves the earlier ones were seen. Needed
+    /// before something that does not go through the queue (a memory-table change, a ring
+    /// stop) is expected to find posted WAIT_EVENTs.
+    pub fn flush_queue(&mut self) {
+        let info = self.capset_info();
+        assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
     }
 
     /// Proves the backend still serves: the process runs and GET_CAPSET_INFO is answered.
