@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use log::{info, warn};
-use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
     WddmGpuConfig, WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, WddmGpuRespDisplayInfo,
@@ -89,12 +89,22 @@ pub struct Notify {
 }
 
 impl Notify {
-    /// Completes the oldest posted WAIT_EVENT with `event`, or counts it as dropped.
-    pub fn deliver(&mut self, mut event: WddmGpuRespEvent) {
+    /// Publishes the status page, then completes the oldest posted WAIT_EVENT with `event` (or
+    /// counts it as dropped, in what the page shows): a driver woken by the event finds the
+    /// page already up to date.
+    pub fn deliver<M: GuestMemoryBackend>(
+        &mut self,
+        mut event: WddmGpuRespEvent,
+        ram: &GuestRam<'_, M>,
+    ) {
         event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
-        match self.events.pop_front() {
-            Some(reply) => reply.send(event.as_bytes()),
-            None => self.status.event_dropped(),
+        let reply = self.events.pop_front();
+        if reply.is_none() {
+            self.status.event_dropped();
+        }
+        self.status.publish(ram);
+        if let Some(reply) = reply {
+            reply.send(event.as_bytes());
         }
     }
 
@@ -188,15 +198,16 @@ impl Gpu {
         let ram = GuestRam::new(mem, self.vram.guest_window());
         let mut notify = lock(&self.notify);
         notify.status.set_bar(&bar);
-        // Delivered first: a dropped event is counted in what the page then shows.
-        notify.deliver(WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_BAR_CHANGED,
-            bar_state: bar.state,
-            bar_generation: bar.generation,
-            bar_address: bar.guest_physical_address,
-            ..Default::default()
-        });
-        notify.status.publish(&ram);
+        notify.deliver(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_BAR_CHANGED,
+                bar_state: bar.state,
+                bar_generation: bar.generation,
+                bar_address: bar.guest_physical_address,
+                ..Default::default()
+            },
+            &ram,
+        );
     }
 
     /// Answers one control request through `reply`, now or (submissions, events) later.

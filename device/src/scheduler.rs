@@ -87,13 +87,14 @@ impl EngineHooks for Hooks<'_, '_> {
     fn fence(&mut self, fence_id: u32) {
         let mut notify = lock(self.notify);
         notify.status.complete(fence_id, false);
-        // Delivered first: a dropped event is counted in what the page then shows.
-        notify.deliver(WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id,
-            ..Default::default()
-        });
-        notify.status.publish(self.ram);
+        notify.deliver(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_FENCE,
+                fence_id,
+                ..Default::default()
+            },
+            self.ram,
+        );
     }
 }
 
@@ -310,11 +311,14 @@ impl Shared {
                     },
                     &memory.ram,
                 );
-                notify.deliver(WddmGpuRespEvent {
-                    kind: WDDM_GPU_EVENT_FAULT,
-                    fault: record,
-                    ..Default::default()
-                });
+                notify.deliver(
+                    WddmGpuRespEvent {
+                        kind: WDDM_GPU_EVENT_FAULT,
+                        fault: record,
+                        ..Default::default()
+                    },
+                    &memory.ram,
+                );
             }
             _ => {}
         }
