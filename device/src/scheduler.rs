@@ -69,6 +69,7 @@ pub struct Scheduler {
 
 struct Hooks<'a, 'm> {
     interrupt: &'a AtomicU8,
+    last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
     ram: &'a GuestRam<'m, GuestMemoryMmap>,
 }
@@ -85,6 +86,9 @@ impl EngineHooks for Hooks<'_, '_> {
     /// Reported when the packet executes, while the rest of the buffer still runs. (The engine
     /// lock is held here; nothing takes the two locks in the other order.)
     fn fence(&mut self, fence_id: u32) {
+        // A FENCE packet completes its fence: PREEMPT's LastCompletedFenceId must not go back
+        // below a fence the driver was already told about.
+        self.last_completed.store(fence_id, Ordering::Release);
         let mut notify = lock(self.notify);
         notify.status.complete(fence_id, false);
         notify.deliver(
@@ -280,6 +284,7 @@ impl Shared {
         };
         let mut hooks = Hooks {
             interrupt: &self.interrupt,
+            last_completed: &self.last_completed,
             notify: &self.notify,
             ram: &memory.ram,
         };

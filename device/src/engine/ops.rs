@@ -6,7 +6,7 @@ use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::access::{copy, run_at, Cursor, Side};
+use super::access::{copy, run_at, Cursor, Location, Side};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, CHUNK};
 use crate::guest_ram::RamError;
 use crate::layout::{Resolved, SegmentKind};
@@ -96,6 +96,28 @@ impl Engine {
         let length = packet.length;
         let source = self.resolve_endpoint(0, &packet.source, length, mem)?;
         let destination = self.resolve_endpoint(1, &packet.destination, length, mem)?;
+        // An upward move inside VRAM must run back to front, chunk by chunk, or each chunk
+        // would overwrite source bytes a later chunk still has to read.
+        if let (Side::Vram { offset: from }, Side::Vram { offset: to }) = (source, destination) {
+            if from < to && to < from + length {
+                let mut left = length;
+                while left > 0 {
+                    if let Some(stop) = hooks.interruption() {
+                        return Err(stop);
+                    }
+                    let step = left.min(CHUNK);
+                    left -= step;
+                    copy(
+                        Location::Vram(from + left),
+                        Location::Vram(to + left),
+                        step,
+                        mem,
+                        &mut self.bounce,
+                    )?;
+                }
+                return Ok(length);
+            }
+        }
         let (mut src, mut dst) = (Cursor::EMPTY, Cursor::EMPTY);
         let mut done = 0u64;
         while done < length {

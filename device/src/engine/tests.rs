@@ -231,9 +231,16 @@ fn contiguous_frames_coalesce_and_frames_to_frames_work() {
 
 #[test]
 fn overlapping_vram_moves_have_memmove_semantics() {
-    for (from, to) in [(0x1000u64, 0x1800u64), (0x1800, 0x1000)] {
+    // Small shifts and moves longer than a chunk (1 MiB), both directions.
+    for (from, to, len) in [
+        (0x1000u64, 0x1800u64, 200_000usize),
+        (0x1800, 0x1000, 200_000),
+        (0x3, 0x1004, (1 << 20) + 0x8005),
+        (0x1004, 0x3, (1 << 20) + 0x8005),
+        (0x10, 0x8_0010, (3 << 20) + 5),
+    ] {
         let mut rig = Rig::new("overlap");
-        let data = pattern(200_000, 5);
+        let data = pattern(len, 5);
         rig.vram_write(from, &data);
         let completion = rig.submit(&transfer(
             data.len() as u64,
@@ -241,7 +248,10 @@ fn overlapping_vram_moves_have_memmove_semantics() {
             segment(1, to),
         ));
         assert_eq!(completion.fault, None);
-        assert_eq!(rig.vram_read(to, data.len()), data, "{from:#x} -> {to:#x}");
+        assert!(
+            rig.vram_read(to, data.len()) == data,
+            "{from:#x} -> {to:#x} ({len:#x} bytes)"
+        );
     }
 }
 
