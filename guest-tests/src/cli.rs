@@ -14,12 +14,14 @@ pub const USAGE: &str = "\
 usage: wddm-guest <command> [options]
 commands:
   slice   read the segment layout, check the VRAM BAR, round-trip a scattered transfer
-  suite   run the guest test suite (valid and hostile submissions)
+  suite   run the guest test suite (valid, layout, BAR, hostile and paging tests)
+  paging  run the paging tests alone (every packet, aperture, status page, events,
+          preemption, reset, evict/restore)
   probe   bring the device up and list what it answers (works on any virtio-gpu)
 options:
   --json          (slice) also print one WDDM-GUEST-JSON line
-  --only a,b      (suite) run only these tests (bare names after `suite` work too,
-                  since the guest's /init turns commas into spaces)
+  --only a,b      (suite, paging) run only these tests (bare names after the command
+                  work too, since the guest's /init turns commas into spaces)
   --seed N        scatter seed (decimal or 0x hex)
   --timeout SECS  per-request timeout (default 10)
   --verbose       log every control-queue exchange and completion";
@@ -35,6 +37,11 @@ pub enum Command {
     /// The guest test suite.
     Suite {
         /// Test names to run (all when empty).
+        only: Vec<String>,
+    },
+    /// The paging tests alone (same output as the suite).
+    Paging {
+        /// Test names to run (all paging tests when empty).
         only: Vec<String>,
     },
     /// Device bring-up and listing.
@@ -80,6 +87,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         None => return Err(CliError::NoCommand),
         Some("slice") => Command::Slice { json: false },
         Some("suite") => Command::Suite { only: Vec::new() },
+        Some("paging") => Command::Paging { only: Vec::new() },
         Some("probe") => Command::Probe,
         Some("help" | "-h" | "--help") => Command::Help,
         Some(other) => return Err(CliError::UnknownCommand(other.to_string())),
@@ -90,7 +98,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
     while let Some(arg) = args.next() {
         match (arg.as_str(), &mut command) {
             ("--json", Command::Slice { json }) => *json = true,
-            ("--only", Command::Suite { only }) => {
+            ("--only", Command::Suite { only } | Command::Paging { only }) => {
                 let list = args.next().ok_or(CliError::BadValue("--only"))?;
                 only.extend(list.split(',').filter(|s| !s.is_empty()).map(String::from));
             }
@@ -112,7 +120,11 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
             }
             ("-h" | "--help", _) => command = Command::Help,
             ("-v" | "--verbose", _) => verbose = true,
-            (name, Command::Suite { only }) if !name.starts_with('-') => only.push(arg),
+            (name, Command::Suite { only } | Command::Paging { only })
+                if !name.starts_with('-') =>
+            {
+                only.push(arg)
+            }
             _ => return Err(CliError::UnknownOption(arg)),
         }
     }
@@ -163,6 +175,18 @@ mod tests {
             }
         );
         assert_eq!(args("probe").unwrap().command, Command::Probe);
+        assert_eq!(
+            args("paging paging_reset --only paging_fill")
+                .unwrap()
+                .command,
+            Command::Paging {
+                only: vec!["paging_reset".into(), "paging_fill".into()]
+            }
+        );
+        assert_eq!(
+            args("paging").unwrap().command,
+            Command::Paging { only: Vec::new() }
+        );
         assert_eq!(args("suite --help").unwrap().command, Command::Help);
     }
 

@@ -8,6 +8,7 @@
 use std::cell::Cell;
 use std::io;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use thiserror::Error;
 
@@ -251,6 +252,26 @@ impl DmaBuf {
         unsafe {
             ptr::copy_nonoverlapping(self.virt.as_ptr().add(offset), out.as_mut_ptr(), out.len())
         };
+    }
+
+    /// Reads the aligned u32 at `offset` with acquire ordering: for fields the device updates
+    /// while the driver reads them (status-page counters).
+    pub fn load_u32(&self, offset: usize) -> u32 {
+        self.atomic_u32(offset).load(Ordering::Acquire)
+    }
+
+    /// Writes the aligned u32 at `offset` with release ordering: for fields the device reads
+    /// while the driver writes them (the status page's `fault_tail`).
+    pub fn store_u32(&self, offset: usize, value: u32) {
+        self.atomic_u32(offset).store(value, Ordering::Release);
+    }
+
+    fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        self.check(offset, 4);
+        assert!(offset % 4 == 0, "unaligned u32 at DMA offset {offset:#x}");
+        // SAFETY: in bounds and aligned (the buffer is page aligned); the arena is never freed,
+        // and the device's concurrent accesses are what atomics are for.
+        unsafe { &*self.virt.as_ptr().add(offset).cast::<AtomicU32>() }
     }
 
     /// Sets every byte to `byte`.

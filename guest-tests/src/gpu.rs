@@ -1,5 +1,12 @@
-//! The virtio-gpu control queue as this device speaks it: capset queries and WDDM submissions.
-//! Every reply is checked (length, type, fence echo, status value) before use.
+//! The virtio-gpu control queue as this device speaks it: capset queries, WDDM submissions, the
+//! status page, events, PREEMPT and RESET. Every reply is checked (length, type, fence echo,
+//! status value) before use.
+//!
+//! Most commands are synchronous ([`GpuControl::exchange`]): post, then poll until answered.
+//! Requests the device answers later (WAIT_EVENT at the next event, a SUBMIT a PREEMPT or RESET
+//! overtakes) are posted with [`GpuControl::post`] into slots of their own and collected with
+//! [`GpuControl::try_take`]/[`GpuControl::wait`]; whatever completes while a synchronous command
+//! waits is kept for its owner.
 
 use std::mem::size_of;
 use std::time::Duration;
@@ -9,20 +16,29 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     WddmGpuRespDisplayInfo, VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO,
     VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
-    VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_RESP_SUBMIT,
+    VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
+    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
+    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
+use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmGpuRespPreempt};
 use wddm_gpu_abi::submit::{
     SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
 };
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::dma::{DmaArena, DmaBuf, DmaError};
-use crate::virtio::split_queue::{QueueError, Segment, SplitQueue};
+use crate::virtio::split_queue::{QueueError, Segment, SplitQueue, Used};
 
 /// Bytes reserved for one request.
 const REQUEST_BUF: usize = 4096;
 /// Bytes reserved for one response (bounds the capset size this driver accepts).
 const RESPONSE_BUF: usize = 64 << 10;
+/// Requests that may be posted at once (WAIT_EVENTs, overtaken submissions).
+pub const ASYNC_SLOTS: usize = 32;
+/// Bytes of one posted request's slot: the request, then its response.
+const SLOT_SIZE: usize = 512;
+/// Bytes of a posted request (the rest of the slot is its response buffer).
+const SLOT_REQUEST: usize = 128;
 
 /// A control-queue exchange failed or the device answered badly.
 #[derive(Debug, Error)]
@@ -60,6 +76,12 @@ pub enum GpuError {
     /// The completion status is not a known `SubmitStatus`.
     #[error("submit: unknown status {0}")]
     UnknownStatus(u32),
+    /// Every slot for posted requests is in use.
+    #[error("{cmd}: all {ASYNC_SLOTS} slots for posted requests are in use")]
+    NoSlot { cmd: &'static str },
+    /// The ticket is not a request this driver posted (or it was collected already).
+    #[error("no posted request with head descriptor {0}")]
+    UnknownTicket(u16),
 }
 
 /// A decoded submission completion.
@@ -116,11 +138,38 @@ pub fn submit_command(
     }
 }
 
+/// Names a posted request until it is collected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    /// The chain's head descriptor.
+    pub head: u16,
+    /// What was posted (for messages).
+    pub cmd: &'static str,
+}
+
+/// A posted request's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The bytes the device wrote.
+    pub bytes: Vec<u8>,
+    /// Position of the completion in the used ring (compare two to know which came first).
+    pub order: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Posted {
+    slot: usize,
+    response_len: usize,
+}
+
 /// The control queue with its request and response buffers.
 pub struct GpuControl {
     queue: SplitQueue,
     request: DmaBuf,
     response: DmaBuf,
+    slots: DmaBuf,
+    free_slots: Vec<usize>,
+    posted: Vec<(u16, Posted)>,
     timeout: Duration,
     verbose: bool,
 }
@@ -136,9 +185,170 @@ impl GpuControl {
             queue,
             request: arena.alloc(REQUEST_BUF)?,
             response: arena.alloc(RESPONSE_BUF)?,
+            slots: arena.alloc(ASYNC_SLOTS * SLOT_SIZE)?,
+            free_slots: (0..ASYNC_SLOTS).rev().collect(),
+            posted: Vec::new(),
             timeout,
             verbose: false,
         })
+    }
+
+    /// The per-request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Posts `request` with a `response_len`-byte response buffer in a slot of its own and
+    /// returns at once; collect the answer with [`Self::try_take`] or [`Self::wait`].
+    pub fn post(
+        &mut self,
+        cmd: &'static str,
+        request: &[u8],
+        response_len: usize,
+    ) -> Result<Ticket, GpuError> {
+        let room = SLOT_SIZE - SLOT_REQUEST;
+        for (bytes, limit) in [(request.len(), SLOT_REQUEST), (response_len, room)] {
+            if bytes > limit {
+                return Err(GpuError::TooLarge { cmd, bytes, limit });
+            }
+        }
+        let slot = self.free_slots.pop().ok_or(GpuError::NoSlot { cmd })?;
+        let base = slot * SLOT_SIZE;
+        self.slots.write(base, &[0u8; SLOT_SIZE]);
+        self.slots.write(base, request);
+        let posted = self.queue.post(&[
+            Segment {
+                addr: self.slots.phys() + base as u64,
+                len: request.len() as u32,
+                device_writes: false,
+            },
+            Segment {
+                addr: self.slots.phys() + (base + SLOT_REQUEST) as u64,
+                len: response_len as u32,
+                device_writes: true,
+            },
+        ]);
+        let head = match posted {
+            Ok(head) => head,
+            Err(err) => {
+                self.free_slots.push(slot);
+                return Err(err.into());
+            }
+        };
+        self.posted.push((head, Posted { slot, response_len }));
+        if self.verbose {
+            println!(
+                "CTRL {cmd}: {} request bytes posted (head {head})",
+                request.len()
+            );
+        }
+        Ok(Ticket { head, cmd })
+    }
+
+    /// Requests posted and not yet collected.
+    pub fn posted(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// The answer to a posted request if the device gave it (the request is then collected), or
+    /// `None` while it is pending.
+    pub fn try_take(&mut self, ticket: Ticket) -> Result<Option<Answer>, GpuError> {
+        self.poll()?;
+        self.take_answered(ticket)
+    }
+
+    /// Reads every new completion off the used ring (answers stay until collected).
+    pub fn poll(&mut self) -> Result<(), GpuError> {
+        self.queue.poll()?;
+        Ok(())
+    }
+
+    /// Like [`Self::try_take`], but only looks at completions already read by [`Self::poll`]:
+    /// several requests checked after one poll see one consistent snapshot of the used ring.
+    pub fn take_answered(&mut self, ticket: Ticket) -> Result<Option<Answer>, GpuError> {
+        let index = self
+            .posted
+            .iter()
+            .position(|(head, _)| *head == ticket.head)
+            .ok_or(GpuError::UnknownTicket(ticket.head))?;
+        let Some(Used { len, order }) = self.queue.take(ticket.head) else {
+            return Ok(None);
+        };
+        let (_, posted) = self.posted.remove(index);
+        let mut bytes = vec![0u8; (len as usize).min(posted.response_len)];
+        self.slots
+            .read(posted.slot * SLOT_SIZE + SLOT_REQUEST, &mut bytes);
+        self.free_slots.push(posted.slot);
+        if self.verbose {
+            println!(
+                "CTRL {}: answered (head {}), {len} response bytes, type {:#06x}, completion #{order}",
+                ticket.cmd,
+                ticket.head,
+                header_type(&bytes)
+            );
+        }
+        Ok(Some(Answer { bytes, order }))
+    }
+
+    /// Polls until a posted request is answered (at most `timeout`).
+    pub fn wait(&mut self, ticket: Ticket, timeout: Duration) -> Result<Answer, GpuError> {
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(answer) = self.try_take(ticket)? {
+                return Ok(answer);
+            }
+            if start.elapsed() > timeout {
+                return Err(QueueError::Timeout { queue: 0, timeout }.into());
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Posts a submission; the device answers when it has executed, faulted, been preempted or
+    /// been dropped by a reset. Decode the answer with [`decode_submit`].
+    pub fn post_submit(&mut self, cmd: &WddmGpuCmdSubmit) -> Result<Ticket, GpuError> {
+        self.post("SUBMIT", cmd.as_bytes(), size_of::<WddmGpuRespSubmit>())
+    }
+
+    /// Posts a WAIT_EVENT request; the device answers it at the next event.
+    pub fn post_wait_event(&mut self) -> Result<Ticket, GpuError> {
+        let req = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT);
+        self.post("WAIT_EVENT", req.as_bytes(), size_of::<WddmGpuRespEvent>())
+    }
+
+    /// REGISTER_STATUS_PAGE; returns the response type (`VIRTIO_GPU_RESP_OK_NODATA`, or an
+    /// error such as `ERR_INVALID_PARAMETER`).
+    pub fn register_status_page(&mut self, address: u64) -> Result<u32, GpuError> {
+        let req = WddmGpuCmdRegisterStatusPage {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_REGISTER_STATUS_PAGE),
+            address,
+        };
+        let bytes = self.exchange(
+            "REGISTER_STATUS_PAGE",
+            req.as_bytes(),
+            size_of::<WddmGpuCtrlHdr>(),
+        )?;
+        header_of("REGISTER_STATUS_PAGE", &bytes).map(|hdr| hdr.type_)
+    }
+
+    /// PREEMPT: answered once the running submission stopped and every pending one was
+    /// returned.
+    pub fn preempt(&mut self) -> Result<WddmGpuRespPreempt, GpuError> {
+        let req = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT);
+        self.call("PREEMPT", &req, WDDM_GPU_RESP_PREEMPT)
+    }
+
+    /// RESET (`DxgkDdiResetFromTimeout`); returns the response type (`OK_NODATA` when done).
+    pub fn reset(&mut self) -> Result<u32, GpuError> {
+        let req = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET);
+        let bytes = self.exchange("RESET", req.as_bytes(), size_of::<WddmGpuCtrlHdr>())?;
+        header_of("RESET", &bytes).map(|hdr| hdr.type_)
     }
 
     /// Logs every exchange and completion to stdout when on.
@@ -179,12 +389,10 @@ impl GpuControl {
         let mut out = vec![0u8; (written as usize).min(response_len)];
         self.response.read(0, &mut out);
         if self.verbose {
-            let type_ = out
-                .get(..4)
-                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
             println!(
-                "CTRL {cmd}: {} request bytes -> {written} response bytes, type {type_:#06x}",
-                request.len()
+                "CTRL {cmd}: {} request bytes -> {written} response bytes, type {:#06x}",
+                request.len(),
+                header_type(&out)
             );
         }
         Ok(out)
@@ -198,14 +406,7 @@ impl GpuControl {
         want: u32,
     ) -> Result<Resp, GpuError> {
         let bytes = self.exchange(cmd, request.as_bytes(), size_of::<Resp>())?;
-        check_header(cmd, &bytes, want)?;
-        Resp::read_from_prefix(&bytes)
-            .map(|(resp, _)| resp)
-            .map_err(|_| GpuError::ShortResponse {
-                cmd,
-                got: bytes.len(),
-                need: size_of::<Resp>(),
-            })
+        decode(cmd, &bytes, want)
     }
 
     /// GET_DISPLAY_INFO (a harmless command any virtio-gpu answers).
@@ -241,31 +442,75 @@ impl GpuControl {
 
     /// Submits `cmd` and decodes the completion; the fence must be echoed and the status known.
     pub fn submit(&mut self, cmd: &WddmGpuCmdSubmit) -> Result<Completion, GpuError> {
-        let resp: WddmGpuRespSubmit = self.call("SUBMIT", cmd, WDDM_GPU_RESP_SUBMIT)?;
-        if resp.submission_fence_id != cmd.submission_fence_id {
-            return Err(GpuError::FenceMismatch {
-                sent: cmd.submission_fence_id,
-                got: resp.submission_fence_id,
-            });
-        }
-        let status =
-            SubmitStatus::from_raw(resp.status).ok_or(GpuError::UnknownStatus(resp.status))?;
-        let done = Completion {
-            fence: resp.submission_fence_id,
-            status,
-            packets_completed: resp.packets_completed,
-            fault_packet_offset: resp.fault_packet_offset,
-            fault_address: resp.fault_address,
-            bytes_transferred: resp.bytes_transferred,
-        };
+        let bytes = self.exchange("SUBMIT", cmd.as_bytes(), size_of::<WddmGpuRespSubmit>())?;
+        let done = decode_submit(cmd, &bytes)?;
         if self.verbose {
             println!(
-                "SUBMIT dma {:#x} size {:#x} [{:#x}, {:#x}) -> {done}",
-                cmd.dma_buffer_address, cmd.dma_buffer_size, cmd.start_offset, cmd.end_offset
+                "SUBMIT dma {:#x} (segment {}) size {:#x} [{:#x}, {:#x}) -> {done}",
+                cmd.dma_buffer_address,
+                cmd.dma_buffer_segment_id,
+                cmd.dma_buffer_size,
+                cmd.start_offset,
+                cmd.end_offset
             );
         }
         Ok(done)
     }
+}
+
+/// Decodes the answer to `cmd`: type, size, fence echo and status are checked.
+pub fn decode_submit(cmd: &WddmGpuCmdSubmit, bytes: &[u8]) -> Result<Completion, GpuError> {
+    let resp: WddmGpuRespSubmit = decode("SUBMIT", bytes, WDDM_GPU_RESP_SUBMIT)?;
+    if resp.submission_fence_id != cmd.submission_fence_id {
+        return Err(GpuError::FenceMismatch {
+            sent: cmd.submission_fence_id,
+            got: resp.submission_fence_id,
+        });
+    }
+    let status = SubmitStatus::from_raw(resp.status).ok_or(GpuError::UnknownStatus(resp.status))?;
+    Ok(Completion {
+        fence: resp.submission_fence_id,
+        status,
+        packets_completed: resp.packets_completed,
+        fault_packet_offset: resp.fault_packet_offset,
+        fault_address: resp.fault_address,
+        bytes_transferred: resp.bytes_transferred,
+    })
+}
+
+/// Decodes the answer to a WAIT_EVENT.
+pub fn decode_event(bytes: &[u8]) -> Result<WddmGpuRespEvent, GpuError> {
+    decode("WAIT_EVENT", bytes, WDDM_GPU_RESP_EVENT)
+}
+
+/// Checks the header type and decodes a fixed-size response.
+fn decode<Resp: FromBytes>(cmd: &'static str, bytes: &[u8], want: u32) -> Result<Resp, GpuError> {
+    check_header(cmd, bytes, want)?;
+    Resp::read_from_prefix(bytes)
+        .map(|(resp, _)| resp)
+        .map_err(|_| GpuError::ShortResponse {
+            cmd,
+            got: bytes.len(),
+            need: size_of::<Resp>(),
+        })
+}
+
+/// The type field of a response (0 when it is shorter than that).
+fn header_type(bytes: &[u8]) -> u32 {
+    bytes
+        .get(..4)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// A response's header, whatever its type.
+fn header_of(cmd: &'static str, bytes: &[u8]) -> Result<WddmGpuCtrlHdr, GpuError> {
+    WddmGpuCtrlHdr::read_from_prefix(bytes)
+        .map(|(hdr, _)| hdr)
+        .map_err(|_| GpuError::ShortResponse {
+            cmd,
+            got: bytes.len(),
+            need: size_of::<WddmGpuCtrlHdr>(),
+        })
 }
 
 /// Checks a response is at least a header of type `want`.

@@ -1,6 +1,6 @@
 //! Guest-side reference driver for vhost-user-wddm-gpu: drives the GPU from Linux user space the
 //! way a WDDM KMD would (PCI discovery, virtio-pci modern transport, capset, paging submissions)
-//! and runs the slice test and the guest test suite against it.
+//! and runs the slice test, the guest test suite and the paging tests against it.
 //!
 //! Pure logic (parsing, packet and frame-list building, reporting) is host-testable; the
 //! hardware modules need root inside the test guest.
@@ -14,11 +14,13 @@
 //! - [`pagemap`], [`dma`]: pinned hugepage DMA memory with physical addresses.
 //! - [`iomem`]: address ranges that are certainly not RAM.
 //! - [`pci`], [`mmio`]: PCI sysfs access and BAR mappings.
-//! - [`virtio`]: the virtio-pci transport and polled split virtqueues.
+//! - [`virtio`]: the virtio-pci transport and polled split virtqueues (several chains in
+//!   flight, completed in any order).
 //! - [`gpu`]: control-queue commands of the device.
 //! - [`driver`], [`vram`]: device start-up and the VRAM BAR.
+//! - [`kmd`]: the status page and the WAIT_EVENT requests kept posted.
 //! - [`engine`], [`failure`]: what tests submit and check.
-//! - [`scenario`]: the `slice` and `suite` commands.
+//! - [`scenario`]: the `probe`, `slice`, `suite` and `paging` commands.
 //! - [`cli`]: command-line parsing.
 
 pub mod caps;
@@ -29,6 +31,7 @@ pub mod engine;
 pub mod failure;
 pub mod gpu;
 pub mod iomem;
+pub mod kmd;
 pub mod mmio;
 pub mod packets;
 pub mod pagemap;

@@ -21,13 +21,19 @@ fn main() -> ExitCode {
         }
         Command::Probe => probe::run(&options),
         Command::Slice { json } => slice::run(*json, &options),
-        Command::Suite { only } => match suite::run(only, &options) {
-            Ok(passed) => passed,
-            Err(err) => {
-                eprintln!("wddm-guest: {err}");
-                return ExitCode::from(2);
+        Command::Suite { only } | Command::Paging { only } => {
+            let group = match options.command {
+                Command::Paging { .. } => suite::Group::Paging,
+                _ => suite::Group::All,
+            };
+            match suite::run(group, only, &options) {
+                Ok(passed) => passed,
+                Err(err) => {
+                    eprintln!("wddm-guest: {err}");
+                    return ExitCode::from(2);
+                }
             }
-        },
+        }
     };
     if passed {
         ExitCode::SUCCESS

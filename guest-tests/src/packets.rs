@@ -4,10 +4,13 @@
 use std::mem::size_of;
 
 use wddm_gpu_abi::packet::{
-    WddmGpuEndpoint, WddmGpuPacketHeader, WddmGpuPacketTransfer, WDDM_GPU_OP_TRANSFER,
-    WDDM_GPU_PACKET_ALIGN,
+    WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader,
+    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess,
+    WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+    WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_MAP_APERTURE2,
+    WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_PACKET_ALIGN,
 };
-use zerocopy::IntoBytes;
+use zerocopy::{Immutable, IntoBytes};
 
 /// One side of a TRANSFER.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +63,133 @@ pub fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> WddmGpu
     }
 }
 
+fn header<T>(opcode: u16) -> WddmGpuPacketHeader {
+    WddmGpuPacketHeader {
+        opcode,
+        flags: 0,
+        size: size_of::<T>() as u32,
+    }
+}
+
+/// FILL (`DXGK_OPERATION_FILL`): `length` bytes of memory-segment `destination` get `pattern`.
+pub fn fill(pattern: u32, length: u64, destination: Endpoint) -> WddmGpuPacketFill {
+    WddmGpuPacketFill {
+        header: header::<WddmGpuPacketFill>(WDDM_GPU_OP_FILL),
+        pattern,
+        reserved: 0,
+        length,
+        destination: destination.to_wire(),
+    }
+}
+
+/// DISCARD_CONTENT, READ_PHYSICAL or WRITE_PHYSICAL (`opcode`) at a segment address;
+/// `flags_or_size` is the discard flags or the access size.
+pub fn segment_access(
+    opcode: u16,
+    segment_id: u32,
+    address: u64,
+    flags_or_size: u32,
+) -> WddmGpuPacketSegmentAccess {
+    WddmGpuPacketSegmentAccess {
+        header: header::<WddmGpuPacketSegmentAccess>(opcode),
+        segment_id,
+        flags_or_size,
+        address,
+    }
+}
+
+/// MAP_APERTURE_SEGMENT: aperture pages `first_page..first_page + page_count` map the entries
+/// `frame_offset..` of the `frame_count`-entry PFN array at `frame_list_address`.
+pub fn map_aperture(
+    segment_id: u32,
+    flags: u32,
+    first_page: u64,
+    page_count: u64,
+    frame_list_address: u64,
+    frame_count: u32,
+    frame_offset: u32,
+) -> WddmGpuPacketMapAperture {
+    WddmGpuPacketMapAperture {
+        header: header::<WddmGpuPacketMapAperture>(WDDM_GPU_OP_MAP_APERTURE),
+        segment_id,
+        flags,
+        first_page,
+        page_count,
+        frame_list_address,
+        frame_count,
+        frame_offset,
+    }
+}
+
+/// The `DXGK_ADL` a MAP_APERTURE_SEGMENT2 maps from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adl {
+    /// `Contiguous`: `page_count` pages from frame `base_page` on.
+    Contiguous { base_page: u64, page_count: u32 },
+    /// A page array of `page_count` PFNs at guest-physical `address`.
+    Pages { address: u64, page_count: u32 },
+}
+
+/// MAP_APERTURE_SEGMENT2: aperture pages `first_page..first_page + page_count` map the ADL's
+/// pages from `adl_offset` on.
+pub fn map_aperture2(
+    segment_id: u32,
+    flags: u32,
+    first_page: u64,
+    page_count: u64,
+    adl: Adl,
+    adl_offset: u32,
+) -> WddmGpuPacketMapAperture2 {
+    let (adl_flags, adl_base, adl_page_count) = match adl {
+        Adl::Contiguous {
+            base_page,
+            page_count,
+        } => (WDDM_GPU_ADL_FLAG_CONTIGUOUS, base_page, page_count),
+        Adl::Pages {
+            address,
+            page_count,
+        } => (0, address, page_count),
+    };
+    WddmGpuPacketMapAperture2 {
+        header: header::<WddmGpuPacketMapAperture2>(WDDM_GPU_OP_MAP_APERTURE2),
+        segment_id,
+        flags,
+        first_page,
+        page_count,
+        adl_flags,
+        adl_offset,
+        adl_base,
+        adl_page_count,
+        reserved: 0,
+    }
+}
+
+/// UNMAP_APERTURE_SEGMENT: the pages then map `dummy_page`.
+pub fn unmap_aperture(
+    segment_id: u32,
+    first_page: u64,
+    page_count: u64,
+    dummy_page: u64,
+) -> WddmGpuPacketUnmapAperture {
+    WddmGpuPacketUnmapAperture {
+        header: header::<WddmGpuPacketUnmapAperture>(WDDM_GPU_OP_UNMAP_APERTURE),
+        segment_id,
+        reserved: 0,
+        first_page,
+        page_count,
+        dummy_page,
+    }
+}
+
+/// FENCE: `fence_id` is reported completed when the packet executes.
+pub fn fence(fence_id: u32) -> WddmGpuPacketFence {
+    WddmGpuPacketFence {
+        header: header::<WddmGpuPacketFence>(WDDM_GPU_OP_FENCE),
+        fence_id,
+        reserved: 0,
+    }
+}
+
 /// Accumulates packets into the bytes of one DMA buffer.
 #[derive(Clone, Debug, Default)]
 pub struct DmaBufferBuilder {
@@ -74,6 +204,11 @@ impl DmaBufferBuilder {
 
     /// Appends a TRANSFER packet as is; returns its offset.
     pub fn push_transfer(&mut self, packet: &WddmGpuPacketTransfer) -> u32 {
+        self.push_raw(packet.as_bytes())
+    }
+
+    /// Appends any packet struct as is; returns its offset.
+    pub fn push<T: IntoBytes + Immutable>(&mut self, packet: &T) -> u32 {
         self.push_raw(packet.as_bytes())
     }
 
@@ -137,6 +272,76 @@ mod tests {
         assert_eq!(&bytes[48..56], &0x20_0000u64.to_le_bytes());
         assert_eq!(&bytes[56..60], &0x321u32.to_le_bytes());
         assert_eq!(&bytes[60..64], &0u32.to_le_bytes());
+    }
+
+    #[test]
+    fn paging_packet_wire_layouts() {
+        let f = fill(0xa1b2_c3d4, 0x1003, Endpoint::Segment { id: 2, address: 8 });
+        let bytes = f.as_bytes();
+        assert_eq!(bytes.len(), 48);
+        assert_eq!(&bytes[0..2], &WDDM_GPU_OP_FILL.to_le_bytes());
+        assert_eq!(&bytes[4..8], &48u32.to_le_bytes());
+        assert_eq!(&bytes[8..12], &0xa1b2_c3d4u32.to_le_bytes());
+        assert_eq!(&bytes[16..24], &0x1003u64.to_le_bytes());
+        assert_eq!(&bytes[24..28], &2u32.to_le_bytes());
+
+        let a = segment_access(4, 1, 0x1234, 8);
+        assert_eq!(a.as_bytes().len(), 24);
+        assert_eq!(a.header.size, 24);
+        assert_eq!(&a.as_bytes()[8..12], &1u32.to_le_bytes());
+        assert_eq!(&a.as_bytes()[12..16], &8u32.to_le_bytes());
+        assert_eq!(&a.as_bytes()[16..24], &0x1234u64.to_le_bytes());
+
+        let m = map_aperture(2, 1, 0x10, 3, 0x20_0000, 5, 2);
+        let bytes = m.as_bytes();
+        assert_eq!((bytes.len(), m.header.size), (48, 48));
+        assert_eq!(&bytes[0..2], &WDDM_GPU_OP_MAP_APERTURE.to_le_bytes());
+        assert_eq!(&bytes[16..24], &0x10u64.to_le_bytes());
+        assert_eq!(&bytes[24..32], &3u64.to_le_bytes());
+        assert_eq!(&bytes[32..40], &0x20_0000u64.to_le_bytes());
+        assert_eq!(&bytes[40..44], &5u32.to_le_bytes());
+        assert_eq!(&bytes[44..48], &2u32.to_le_bytes());
+
+        let c = map_aperture2(
+            2,
+            0,
+            7,
+            4,
+            Adl::Contiguous {
+                base_page: 0x4_0000,
+                page_count: 9,
+            },
+            1,
+        );
+        assert_eq!((c.as_bytes().len(), c.header.size), (56, 56));
+        assert_eq!(c.adl_flags, WDDM_GPU_ADL_FLAG_CONTIGUOUS);
+        assert_eq!(
+            (c.adl_base, c.adl_page_count, c.adl_offset),
+            (0x4_0000, 9, 1)
+        );
+        let p = map_aperture2(
+            2,
+            0,
+            7,
+            4,
+            Adl::Pages {
+                address: 0x30_0000,
+                page_count: 6,
+            },
+            2,
+        );
+        assert_eq!(
+            (p.adl_flags, p.adl_base, p.adl_page_count),
+            (0, 0x30_0000, 6)
+        );
+
+        let u = unmap_aperture(2, 5, 6, 0x7000);
+        assert_eq!((u.as_bytes().len(), u.header.size), (40, 40));
+        assert_eq!(&u.as_bytes()[32..40], &0x7000u64.to_le_bytes());
+
+        let fe = fence(0xfeed);
+        assert_eq!((fe.as_bytes().len(), fe.header.size), (16, 16));
+        assert_eq!(&fe.as_bytes()[8..12], &0xfeedu32.to_le_bytes());
     }
 
     #[test]

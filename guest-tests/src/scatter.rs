@@ -86,6 +86,20 @@ impl FrameList {
         })
     }
 
+    /// Exactly these pieces, in this order (they must cover `byte_offset + length`).
+    pub fn from_pieces(
+        pieces: Vec<Piece>,
+        byte_offset: u32,
+        length: u64,
+    ) -> Result<Self, ScatterError> {
+        Self::check_pool(&pieces, byte_offset, length)?;
+        Ok(Self {
+            pieces,
+            byte_offset,
+            length,
+        })
+    }
+
     fn check_pool(pool: &[Piece], byte_offset: u32, length: u64) -> Result<usize, ScatterError> {
         let need = frames_needed(byte_offset, length);
         match usize::try_from(need) {

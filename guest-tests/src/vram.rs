@@ -123,6 +123,20 @@ impl Vram {
         offset.checked_add(len).is_some_and(|end| end <= self.size)
     }
 
+    /// Copies `data` into the segment at `offset` through the BAR.
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        for (i, chunk) in data.chunks(CHUNK).enumerate() {
+            self.window.write_bytes(offset as usize + i * CHUNK, chunk);
+        }
+    }
+
+    /// Reads `out.len()` bytes of the segment from `offset` through the BAR.
+    pub fn read(&self, offset: u64, out: &mut [u8]) {
+        for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
+            self.window.read_bytes(offset as usize + i * CHUNK, chunk);
+        }
+    }
+
     /// Writes pattern `tag` over `[offset, offset + len)` (pattern position 0 at `offset`).
     pub fn fill_pattern(&self, offset: u64, len: u64, tag: u64) {
         let mut chunk = vec![0u8; CHUNK];

@@ -1,6 +1,8 @@
 //! The commands: `probe` (bring-up only), `slice` (the layout and one scattered round trip,
-//! printed as checks) and `suite` (named valid, layout, VRAM BAR and hostile tests).
+//! printed as checks), `suite` (named valid, layout, VRAM BAR, hostile and paging tests) and
+//! `paging` (the paging tests alone).
 
+pub mod paging;
 pub mod probe;
 pub mod setup;
 pub mod slice;

@@ -1,12 +1,23 @@
-//! `suite`: named tests, each printing `GUEST-TEST <name> PASS` or `GUEST-TEST <name> FAIL
-//! <reason>`, then `GUEST-SUMMARY <passed> passed, <failed> failed`. After every test the DMA
-//! pages are rechecked: a moved page fails the test that was running.
+//! `suite` and `paging`: named tests, each printing `GUEST-TEST <name> PASS` or `GUEST-TEST
+//! <name> FAIL <reason>`, then `GUEST-SUMMARY <passed> passed, <failed> failed`. After every
+//! test the DMA pages are rechecked: a moved page fails the test that was running. `paging` runs
+//! the setup tests, the paging tests and the final check; `suite` runs everything, the paging
+//! tests after the hostile ones.
 
 use crate::cli::Options;
 use crate::engine::Engine;
 use crate::failure::{Failure, Outcome};
 use crate::report;
-use crate::scenario::{bar, hostile, segments, setup, valid};
+use crate::scenario::{bar, hostile, paging, segments, setup, valid};
+
+/// Which tests a command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// `suite`: every test.
+    All,
+    /// `paging`: the paging tests (with the setup tests and the final check).
+    Paging,
+}
 
 /// Tests that prepare the engine; they always run.
 const SETUP_TESTS: [&str; 3] = ["device_init", "capset_layout", "cpu_translated_matches_bar"];
@@ -20,8 +31,22 @@ pub fn all_names() -> Vec<&'static str> {
     names.extend(segments::TESTS.iter().map(|(name, _)| *name));
     names.extend(bar::TESTS.iter().map(|(name, _)| *name));
     names.extend(hostile::names());
+    names.extend(paging::names());
     names.push(FINAL_TEST);
     names
+}
+
+/// The test names of `group`, in run order.
+pub fn group_names(group: Group) -> Vec<&'static str> {
+    match group {
+        Group::All => all_names(),
+        Group::Paging => {
+            let mut names: Vec<&str> = SETUP_TESTS.to_vec();
+            names.extend(paging::names());
+            names.push(FINAL_TEST);
+            names
+        }
+    }
 }
 
 #[derive(Default)]
@@ -45,11 +70,11 @@ impl Tally {
     }
 }
 
-/// Runs the suite (or the `only` tests plus setup); true iff nothing failed. Unknown names are
+/// Runs the group (or its `only` tests plus setup); true iff nothing failed. Unknown names are
 /// refused before anything runs.
-pub fn run(only: &[String], options: &Options) -> Result<bool, String> {
+pub fn run(group: Group, only: &[String], options: &Options) -> Result<bool, String> {
     let seed = options.seed;
-    let names = all_names();
+    let names = group_names(group);
     if let Some(unknown) = only.iter().find(|n| !names.contains(&n.as_str())) {
         return Err(format!(
             "unknown test {unknown:?}; tests: {}",
@@ -119,6 +144,7 @@ fn prepare(tally: &mut Tally, options: &Options) -> Outcome<Engine> {
 }
 
 fn run_tests(tally: &mut Tally, engine: &mut Engine, selected: &[&str]) {
+    let mut paging_ctx = None;
     for name in selected.iter().filter(|n| !SETUP_TESTS.contains(n)) {
         let outcome = if *name == FINAL_TEST {
             Ok(())
@@ -129,6 +155,8 @@ fn run_tests(tally: &mut Tally, engine: &mut Engine, selected: &[&str]) {
             .find(|(n, _)| n == name)
         {
             test(engine)
+        } else if let Some(outcome) = paging::run(name, engine, &mut paging_ctx) {
+            outcome
         } else {
             hostile::run(name, engine).unwrap_or_else(|| Err(Failure(format!("no test {name}"))))
         };

@@ -1,6 +1,14 @@
-//! A split virtqueue (virtio 1.x, 2.7) in pinned DMA memory, used synchronously: one descriptor
-//! chain in flight at a time, completion found by polling the used ring. Interrupts are
-//! suppressed (`VRING_AVAIL_F_NO_INTERRUPT`) since nothing in the guest would handle them.
+//! A split virtqueue (virtio 1.x, 2.7) in pinned DMA memory, polled: completions are found by
+//! reading the used ring, never through interrupts (`VRING_AVAIL_F_NO_INTERRUPT` suppresses them,
+//! since nothing in the guest would handle them).
+//!
+//! Several chains may be in flight at once, and the device may complete them in any order: a
+//! KMD keeps WAIT_EVENT requests posted while submissions run, and a long submission completes
+//! after the PREEMPT or RESET sent behind it. [`SplitQueue::post`] hands out free descriptors
+//! and returns the chain's head; [`SplitQueue::poll`] moves every new used entry into a table of
+//! completions; [`SplitQueue::take`] collects one (and frees its descriptors).
+//! [`SplitQueue::run`] is the synchronous form: post, then poll until that chain completes,
+//! keeping whatever else completes meanwhile for its owner.
 
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -28,12 +36,19 @@ pub enum QueueError {
     /// An earlier request timed out; the device may still own its descriptors.
     #[error("queue {0} unusable after an earlier timeout")]
     Broken(u16),
-    /// The device completed something other than the chain in flight.
+    /// The device completed something that is not a chain in flight.
     #[error("queue {queue}: device returned {what}")]
     BadUsed { queue: u16, what: String },
     /// The chain does not fit the queue.
     #[error("chain of {0} descriptors does not fit the queue")]
     ChainTooLong(usize),
+    /// Too many chains in flight: no free descriptors left.
+    #[error("queue {queue}: {want} descriptors wanted, {free} free")]
+    Full {
+        queue: u16,
+        want: usize,
+        free: usize,
+    },
 }
 
 /// Offsets of the three parts of a split virtqueue of `size` entries.
@@ -78,6 +93,25 @@ pub struct Segment {
     pub device_writes: bool,
 }
 
+/// A completed chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Used {
+    /// Bytes the device says it wrote.
+    pub len: u32,
+    /// Position of the completion in the used ring since the queue was set up (0 first): tells
+    /// the order in which the device completed chains.
+    pub order: u64,
+}
+
+/// A chain the device owns (or has completed but nobody collected yet).
+#[derive(Clone, Debug)]
+struct InFlight {
+    /// Its descriptors, head first.
+    descriptors: Vec<u16>,
+    /// Set once the device put it on the used ring.
+    used: Option<Used>,
+}
+
 /// A polled split virtqueue.
 pub struct SplitQueue {
     index: u16,
@@ -86,6 +120,11 @@ pub struct SplitQueue {
     mem: DmaBuf,
     notify: MmioWindow,
     next_avail: u16,
+    last_used: u16,
+    used_count: u64,
+    free: Vec<u16>,
+    /// Indexed by head descriptor.
+    in_flight: Vec<Option<InFlight>>,
     broken: bool,
 }
 
@@ -107,6 +146,11 @@ impl SplitQueue {
             mem,
             notify,
             next_avail: 0,
+            last_used: 0,
+            used_count: 0,
+            // Popped from the end: descriptor 0 goes first.
+            free: (0..size).rev().collect(),
+            in_flight: vec![None; usize::from(size)],
             broken: false,
         };
         queue
@@ -120,6 +164,11 @@ impl SplitQueue {
         self.size
     }
 
+    /// Chains posted and not yet collected.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.iter().flatten().count()
+    }
+
     /// Guest-physical addresses of descriptor table, avail ring and used ring.
     pub fn addresses(&self) -> (u64, u64, u64) {
         let base = self.mem.phys();
@@ -130,65 +179,137 @@ impl SplitQueue {
         )
     }
 
-    /// Posts `chain`, notifies the device and polls until it is used; returns the number of
-    /// bytes the device says it wrote.
-    pub fn run(&mut self, chain: &[Segment], timeout: Duration) -> Result<u32, QueueError> {
+    /// Posts `chain` and notifies the device; returns the chain's head descriptor, which names
+    /// its completion.
+    pub fn post(&mut self, chain: &[Segment]) -> Result<u16, QueueError> {
         if self.broken {
             return Err(QueueError::Broken(self.index));
         }
         if chain.is_empty() || chain.len() > usize::from(self.size) {
             return Err(QueueError::ChainTooLong(chain.len()));
         }
-        // Only one chain is ever in flight, so it always starts at descriptor 0.
+        if chain.len() > self.free.len() {
+            return Err(QueueError::Full {
+                queue: self.index,
+                want: chain.len(),
+                free: self.free.len(),
+            });
+        }
+        let descriptors: Vec<u16> = (0..chain.len())
+            .map(|_| self.free.pop().unwrap_or_default())
+            .collect();
         for (i, seg) in chain.iter().enumerate() {
             let mut flags = if seg.device_writes {
                 VIRTQ_DESC_F_WRITE
             } else {
                 0
             };
-            let next = if i + 1 < chain.len() {
-                flags |= VIRTQ_DESC_F_NEXT;
-                (i + 1) as u16
-            } else {
-                0
+            let next = match descriptors.get(i + 1) {
+                Some(&next) => {
+                    flags |= VIRTQ_DESC_F_NEXT;
+                    next
+                }
+                None => 0,
             };
             let mut desc = [0u8; DESC_SIZE];
             desc[0..8].copy_from_slice(&seg.addr.to_le_bytes());
             desc[8..12].copy_from_slice(&seg.len.to_le_bytes());
             desc[12..14].copy_from_slice(&flags.to_le_bytes());
             desc[14..16].copy_from_slice(&next.to_le_bytes());
-            self.mem.write(self.layout.desc + i * DESC_SIZE, &desc);
+            self.mem.write(
+                self.layout.desc + usize::from(descriptors[i]) * DESC_SIZE,
+                &desc,
+            );
         }
+        let head = descriptors[0];
+        self.in_flight[usize::from(head)] = Some(InFlight {
+            descriptors,
+            used: None,
+        });
         let slot = usize::from(self.next_avail % self.size);
         self.ring_u16(self.layout.avail + 4 + 2 * slot)
-            .store(0, Ordering::Relaxed);
+            .store(head, Ordering::Relaxed);
         // Descriptors and ring entry must be visible before the index that publishes them.
         fence(Ordering::SeqCst);
-        let expected = self.next_avail.wrapping_add(1);
+        let published = self.next_avail.wrapping_add(1);
         self.ring_u16(self.layout.avail + 2)
-            .store(expected, Ordering::Release);
-        self.next_avail = expected;
+            .store(published, Ordering::Release);
+        self.next_avail = published;
         // The index must be visible before the device is told to look.
         fence(Ordering::SeqCst);
         self.notify.write16(0, self.index);
-        self.wait_used(expected, timeout)
+        Ok(head)
     }
 
-    fn wait_used(&mut self, expected: u16, timeout: Duration) -> Result<u32, QueueError> {
-        let used_idx = self.ring_u16(self.layout.used + 2);
+    /// Reads every new used-ring entry into the completion table; returns how many there were.
+    pub fn poll(&mut self) -> Result<usize, QueueError> {
+        if self.broken {
+            return Err(QueueError::Broken(self.index));
+        }
+        let idx = self.ring_u16(self.layout.used + 2).load(Ordering::Acquire);
+        let new = idx.wrapping_sub(self.last_used);
+        let waiting = self
+            .in_flight
+            .iter()
+            .flatten()
+            .filter(|f| f.used.is_none())
+            .count();
+        if usize::from(new) > waiting {
+            self.broken = true;
+            return Err(self.bad_used(format!(
+                "used index {idx} ({new} new entries after {}), but only {waiting} chains are in flight",
+                self.last_used
+            )));
+        }
+        fence(Ordering::Acquire);
+        for _ in 0..new {
+            let slot = usize::from(self.last_used % self.size);
+            let mut elem = [0u8; 8];
+            self.mem.read(self.layout.used + 4 + 8 * slot, &mut elem);
+            let id = u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]);
+            let len = u32::from_le_bytes([elem[4], elem[5], elem[6], elem[7]]);
+            let entry = usize::try_from(id)
+                .ok()
+                .and_then(|i| self.in_flight.get_mut(i))
+                .and_then(Option::as_mut)
+                .filter(|f| f.used.is_none());
+            let Some(entry) = entry else {
+                self.broken = true;
+                return Err(self.bad_used(format!(
+                    "used id {id}, which is not the head of a chain in flight"
+                )));
+            };
+            entry.used = Some(Used {
+                len,
+                order: self.used_count,
+            });
+            self.used_count += 1;
+            self.last_used = self.last_used.wrapping_add(1);
+        }
+        Ok(usize::from(new))
+    }
+
+    /// The completion of the chain at `head`, if the device completed it (after a [`Self::poll`]);
+    /// its descriptors are free again afterwards.
+    pub fn take(&mut self, head: u16) -> Option<Used> {
+        let slot = self.in_flight.get_mut(usize::from(head))?;
+        let used = slot.as_ref()?.used?;
+        let done = slot.take()?;
+        self.free.extend(done.descriptors.iter().rev());
+        Some(used)
+    }
+
+    /// Polls until the chain at `head` completes; the queue stays usable after a timeout (the
+    /// chain's descriptors simply stay with the device).
+    pub fn wait(&mut self, head: u16, timeout: Duration) -> Result<Used, QueueError> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let idx = used_idx.load(Ordering::Acquire);
-            if idx == expected {
-                break;
-            }
-            if idx != expected.wrapping_sub(1) {
-                self.broken = true;
-                return Err(self.bad_used(format!("used index {idx}, expected {expected}")));
+            self.poll()?;
+            if let Some(used) = self.take(head) {
+                return Ok(used);
             }
             if start.elapsed() > timeout {
-                self.broken = true;
                 return Err(QueueError::Timeout {
                     queue: self.index,
                     timeout,
@@ -202,17 +323,20 @@ impl SplitQueue {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        fence(Ordering::Acquire);
-        let slot = usize::from(expected.wrapping_sub(1) % self.size);
-        let mut elem = [0u8; 8];
-        self.mem.read(self.layout.used + 4 + 8 * slot, &mut elem);
-        let id = u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]);
-        let len = u32::from_le_bytes([elem[4], elem[5], elem[6], elem[7]]);
-        if id != 0 {
-            self.broken = true;
-            return Err(self.bad_used(format!("used id {id}, expected head 0")));
+    }
+
+    /// Posts `chain`, notifies the device and polls until it is used; returns the number of
+    /// bytes the device says it wrote. After a timeout the queue is unusable: the caller's
+    /// buffers may still be written by the device.
+    pub fn run(&mut self, chain: &[Segment], timeout: Duration) -> Result<u32, QueueError> {
+        let head = self.post(chain)?;
+        match self.wait(head, timeout) {
+            Ok(used) => Ok(used.len),
+            Err(err) => {
+                self.broken = true;
+                Err(err)
+            }
         }
-        Ok(len)
     }
 
     fn bad_used(&self, what: String) -> QueueError {
