@@ -2,7 +2,8 @@
 //! aperture through the GART) is walked in maximal runs of contiguous bytes, and runs are copied
 //! with vm-memory volatile slices.
 
-use vm_memory::GuestMemoryBackend;
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::{GuestMemoryBackend, VolatileSlice};
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
 use super::{DeviceMemory, Fault};
@@ -115,6 +116,30 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
     })
 }
 
+/// A VRAM slice, or the range fault when it is outside VRAM.
+fn vram_slice<'a, M: GuestMemoryBackend>(
+    mem: &DeviceMemory<'a, M>,
+    offset: u64,
+    len: usize,
+) -> Result<VolatileSlice<'a, ()>, Fault> {
+    mem.vram.slice(offset, len).ok_or(Fault::SegmentRange {
+        segment: 0,
+        address: offset,
+        length: len as u64,
+    })
+}
+
+/// A guest RAM slice (one memory-table region), or the frame fault when it is not RAM.
+fn ram_slice<'a, M: GuestMemoryBackend>(
+    mem: &DeviceMemory<'a, M>,
+    address: u64,
+    len: usize,
+) -> Result<VolatileSlice<'a, impl BitmapSlice + 'a>, Fault> {
+    mem.ram
+        .slice(address, len)
+        .map_err(|_| Fault::FrameNotInRam { address })
+}
+
 /// Copies `length` bytes; overlapping ranges behave as memmove.
 pub(super) fn copy<M: GuestMemoryBackend>(
     src: Location,
@@ -133,23 +158,19 @@ pub(super) fn copy<M: GuestMemoryBackend>(
     if overlap {
         return copy_overlapping(src, dst, len, mem, bounce);
     }
-    let vram = |offset: u64| {
-        mem.vram.slice(offset, len).ok_or(Fault::SegmentRange {
-            segment: 0,
-            address: offset,
-            length,
-        })
-    };
-    let ram = |address: u64| {
-        mem.ram
-            .slice(address, len)
-            .map_err(|_| Fault::FrameNotInRam { address })
-    };
     match (src, dst) {
-        (Location::Vram(s), Location::Vram(d)) => copy_slices(vram(s)?, vram(d)?),
-        (Location::Vram(s), Location::Guest(d)) => copy_slices(vram(s)?, ram(d)?),
-        (Location::Guest(s), Location::Vram(d)) => copy_slices(ram(s)?, vram(d)?),
-        (Location::Guest(s), Location::Guest(d)) => copy_slices(ram(s)?, ram(d)?),
+        (Location::Vram(s), Location::Vram(d)) => {
+            copy_slices(vram_slice(mem, s, len)?, vram_slice(mem, d, len)?)
+        }
+        (Location::Vram(s), Location::Guest(d)) => {
+            copy_slices(vram_slice(mem, s, len)?, ram_slice(mem, d, len)?)
+        }
+        (Location::Guest(s), Location::Vram(d)) => {
+            copy_slices(ram_slice(mem, s, len)?, vram_slice(mem, d, len)?)
+        }
+        (Location::Guest(s), Location::Guest(d)) => {
+            copy_slices(ram_slice(mem, s, len)?, ram_slice(mem, d, len)?)
+        }
     }
     Ok(())
 }
@@ -182,50 +203,21 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     match location {
-        Location::Vram(offset) => {
-            let slice = mem
-                .vram
-                .slice(offset, buf.len())
-                .ok_or(Fault::SegmentRange {
-                    segment: 0,
-                    address: offset,
-                    length: buf.len() as u64,
-                })?;
-            slice.copy_to(buf);
-            Ok(())
-        }
-        Location::Guest(address) => mem
-            .ram
-            .read(address, buf)
-            .map_err(|_| Fault::FrameNotInRam { address }),
-    }
+        Location::Vram(offset) => vram_slice(mem, offset, buf.len())?.copy_to(buf),
+        Location::Guest(address) => ram_slice(mem, address, buf.len())?.copy_to(buf),
+    };
+    Ok(())
 }
 
 /// Writes `buf` at a location that holds it contiguously.
-pub(super) fn write_location<M: GuestMemoryBackend>(
+fn write_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &[u8],
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     match location {
-        Location::Vram(offset) => {
-            let slice = mem
-                .vram
-                .slice(offset, buf.len())
-                .ok_or(Fault::SegmentRange {
-                    segment: 0,
-                    address: offset,
-                    length: buf.len() as u64,
-                })?;
-            slice.copy_from(buf);
-        }
-        Location::Guest(address) => {
-            let slice = mem
-                .ram
-                .slice(address, buf.len())
-                .map_err(|_| Fault::FrameNotInRam { address })?;
-            slice.copy_from(buf);
-        }
+        Location::Vram(offset) => vram_slice(mem, offset, buf.len())?.copy_from(buf),
+        Location::Guest(address) => ram_slice(mem, address, buf.len())?.copy_from(buf),
     }
     Ok(())
 }
