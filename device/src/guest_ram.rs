@@ -68,11 +68,6 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         Ok(())
     }
 
-    /// The memory table underneath.
-    pub fn memory(&self) -> &'a M {
-        self.mem
-    }
-
     /// Bytes from `address` to the end of its memory-table region (0 if not RAM).
     pub fn contiguous_len(&self, address: u64) -> u64 {
         self.mem
@@ -86,6 +81,14 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         self.check(address, buf.len() as u64)?;
         self.mem
             .read_slice(buf, GuestAddress(address))
+            .map_err(|_| RamError::NotRam { address })
+    }
+
+    /// Writes `buf` at a checked address.
+    pub fn write(&self, address: u64, buf: &[u8]) -> Result<(), RamError> {
+        self.check(address, buf.len() as u64)?;
+        self.mem
+            .write_slice(buf, GuestAddress(address))
             .map_err(|_| RamError::NotRam { address })
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::caps::WddmGpuVramBar;
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
@@ -152,15 +152,5 @@ impl StatusPage {
         let _ = ram.write(address, &bytes[..tail_at]);
         let _ = ram.write(address + tail_at as u64 + 4, &bytes[tail_at + 4..]);
         fence(Ordering::Release);
-    }
-}
-
-impl<M: GuestMemoryBackend> GuestRam<'_, M> {
-    /// Writes `buf` at a checked address.
-    pub fn write(&self, address: u64, buf: &[u8]) -> Result<(), RamError> {
-        self.check(address, buf.len() as u64)?;
-        self.memory()
-            .write_slice(buf, GuestAddress(address))
-            .map_err(|_| RamError::NotRam { address })
     }
 }
