@@ -17,6 +17,8 @@
 //! - [`guest_ram`]: guest system memory with the VRAM window excluded.
 //! - [`status_page`]: the status page the driver registers.
 //! - [`size`]: size parsing for command lines and layout files.
+//! - [`stats`]: counters and latency histograms of the paging path.
+//! - [`trace`]: the `--trace` timeline.
 
 pub mod caps;
 pub mod codec;
@@ -33,5 +35,7 @@ pub mod layout_report;
 pub mod layout_rules;
 pub mod scheduler;
 pub mod size;
+pub mod stats;
 pub mod status_page;
+pub mod trace;
 pub mod vram;
