@@ -19,11 +19,14 @@
 //! - [`size`]: size parsing for command lines and layout files.
 //! - [`stats`]: counters and latency histograms of the paging path.
 //! - [`trace`]: the `--trace` timeline.
+//! - [`stats_server`]: the stats endpoint.
+//! - [`echo`]: the eventfd echo the benchmark compares latency with.
 
 pub mod caps;
 pub mod codec;
 pub mod control;
 pub mod device;
+pub mod echo;
 pub mod engine;
 pub mod fd_relay;
 pub mod gart;
@@ -36,6 +39,7 @@ pub mod layout_rules;
 pub mod scheduler;
 pub mod size;
 pub mod stats;
+pub mod stats_server;
 pub mod status_page;
 pub mod trace;
 pub mod vram;
