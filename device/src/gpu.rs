@@ -24,7 +24,9 @@ use crate::control::{decode, ControlRequest};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
 use crate::scheduler::Scheduler;
+use crate::stats::Stats;
 use crate::status_page::StatusPage;
+use crate::trace::Trace;
 use crate::vram::{BarChange, Vram};
 
 /// `VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID`: the answer to GET_EDID on a device without
@@ -126,6 +128,7 @@ pub struct Gpu {
     layout: Arc<SegmentLayout>,
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
+    stats: Arc<Stats>,
     scheduler: Scheduler,
 }
 
@@ -137,8 +140,21 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Gpu {
-    /// A GPU with this layout over this VRAM; starts its engine thread.
+    /// A GPU with this layout over this VRAM, measured but not traced; starts its engine
+    /// thread.
     pub fn new(layout: SegmentLayout, vram: Vram) -> std::io::Result<Self> {
+        let stats = Arc::new(Stats::new(&layout));
+        Self::with_telemetry(layout, vram, stats, None)
+    }
+
+    /// A GPU recording into `stats` and, when given, writing every submission and packet to
+    /// `trace`; starts its engine thread.
+    pub fn with_telemetry(
+        layout: SegmentLayout,
+        vram: Vram,
+        stats: Arc<Stats>,
+        trace: Option<Trace>,
+    ) -> std::io::Result<Self> {
         let layout = Arc::new(layout);
         let vram = Arc::new(vram);
         let notify = Arc::new(Mutex::new(Notify {
@@ -146,11 +162,18 @@ impl Gpu {
             events: VecDeque::new(),
             counters: GpuCounters::default(),
         }));
-        let scheduler = Scheduler::start(layout.clone(), vram.clone(), notify.clone())?;
+        let scheduler = Scheduler::start(
+            layout.clone(),
+            vram.clone(),
+            notify.clone(),
+            stats.clone(),
+            trace.map(Arc::new),
+        )?;
         Ok(Self {
             layout,
             vram,
             notify,
+            stats,
             scheduler,
         })
     }
@@ -166,6 +189,11 @@ impl Gpu {
     /// Counters so far.
     pub fn counters(&self) -> GpuCounters {
         lock(&self.notify).counters
+    }
+
+    /// The paging-path measurements.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 
     /// The VRAM.

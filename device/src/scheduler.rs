@@ -1,7 +1,11 @@
-//! Runs submissions on the engine thread, in order, and stops them on request.
+//! Runs submissions in order, and stops them on request.
 //!
-//! The control queue only queues a submission; the engine thread executes it and completes the
-//! request itself. PREEMPT and RESET set a flag the engine reads between chunks of at most
+//! A submission that finds the engine idle starts on the control-queue thread: packets run
+//! there while the work they declare stays within [`INLINE_WORK`], which saves the thread
+//! handoff that would otherwise dominate a short submission's round trip. The first packet
+//! beyond that budget hands the rest of the submission to the engine thread, which executes
+//! it and completes the request itself; so does any submission that arrives while the engine
+//! is busy. PREEMPT and RESET set a flag the engine reads between chunks of at most
 //! [`CHUNK`](crate::engine::CHUNK) bytes, take back everything still queued, and wait for the
 //! running submission to stop, so they take effect within milliseconds even in the middle of a
 //! 1 GiB transfer. Neither takes the engine's lock until the engine is idle.
@@ -10,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use log::warn;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
@@ -20,10 +25,12 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
-use crate::engine::{DeviceMemory, Engine, EngineHooks, Fault};
+use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
 use crate::gpu::{lock, respond, Mem, Notify, Reply};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
+use crate::stats::{PacketRecord, Stats, SubmissionRecord};
+use crate::trace::Trace;
 use crate::vram::Vram;
 use vm_memory::GuestMemoryMmap;
 
@@ -31,10 +38,35 @@ const RUN: u8 = 0;
 const PREEMPT: u8 = 1;
 const RESET: u8 = 2;
 
+/// Most bytes the packets of one submission may declare (transferred, filled, or read from
+/// page arrays) and still run on the control-queue thread: tens of microseconds, which is
+/// also the most that thread can delay a PREEMPT behind it.
+pub const INLINE_WORK: u64 = 256 << 10;
+
 struct Job {
     cmd: WddmGpuCmdSubmit,
     reply: Box<dyn Reply>,
     mem: Mem,
+    /// When the control queue handed it over.
+    queued: Instant,
+    /// What ran before it was deferred to the engine thread.
+    before: Option<Partial>,
+}
+
+/// The part of a submission that ran on the control-queue thread.
+#[derive(Clone, Copy)]
+struct Partial {
+    start: Instant,
+    packets_completed: u32,
+    bytes_transferred: u64,
+}
+
+/// How one run of a submission ended.
+enum Ran {
+    /// Answered, with this status.
+    Answered(SubmitStatus),
+    /// Stopped at a packet over the inline budget; the job continues from there.
+    Deferred(Job),
 }
 
 #[derive(Default)]
@@ -45,6 +77,13 @@ struct Queue {
     /// Fence of a running submission that stopped because of PREEMPT.
     preempted_running: Option<u32>,
     shutdown: bool,
+}
+
+impl Queue {
+    /// Submissions waiting or running.
+    fn depth(&self) -> usize {
+        self.pending.len() + usize::from(self.running.is_some())
+    }
 }
 
 struct Shared {
@@ -59,6 +98,8 @@ struct Shared {
     idle: Condvar,
     interrupt: AtomicU8,
     last_completed: AtomicU32,
+    stats: Arc<Stats>,
+    trace: Option<Arc<Trace>>,
 }
 
 /// The engine thread and its queue.
@@ -72,6 +113,10 @@ struct Hooks<'a, 'm> {
     last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
     ram: &'a GuestRam<'m, GuestMemoryMmap>,
+    stats: &'a Stats,
+    trace: Option<&'a Trace>,
+    /// Declared work still allowed on this thread; `None` on the engine thread (no limit).
+    inline_budget: Option<u64>,
 }
 
 impl EngineHooks for Hooks<'_, '_> {
@@ -100,6 +145,24 @@ impl EngineHooks for Hooks<'_, '_> {
             self.ram,
         );
     }
+
+    fn defer(&mut self, work: u64) -> bool {
+        match &mut self.inline_budget {
+            Some(left) if work > *left => true,
+            Some(left) => {
+                *left -= work;
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn packet(&mut self, record: &PacketRecord) {
+        self.stats.record_packet(record);
+        if let Some(trace) = self.trace {
+            trace.packet(record);
+        }
+    }
 }
 
 fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
@@ -117,6 +180,8 @@ impl Scheduler {
         layout: Arc<SegmentLayout>,
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
+        stats: Arc<Stats>,
+        trace: Option<Arc<Trace>>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine::new(&layout)),
@@ -128,6 +193,8 @@ impl Scheduler {
             idle: Condvar::new(),
             interrupt: AtomicU8::new(RUN),
             last_completed: AtomicU32::new(0),
+            stats,
+            trace,
         });
         let thread_shared = shared.clone();
         let worker = std::thread::Builder::new()
@@ -139,12 +206,53 @@ impl Scheduler {
         })
     }
 
-    /// Queues a submission; the engine thread answers it.
+    /// Runs a submission: here, up to the inline budget, when the engine is idle; on the
+    /// engine thread otherwise (or for the rest, past the budget).
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
-        lock(&self.shared.queue)
-            .pending
-            .push_back(Job { cmd, reply, mem });
-        self.shared.wake.notify_one();
+        let shared = &self.shared;
+        let job = Job {
+            cmd,
+            reply,
+            mem,
+            queued: Instant::now(),
+            before: None,
+        };
+        let fence = cmd.submission_fence_id;
+        {
+            let mut queue = lock(&shared.queue);
+            let idle = queue.pending.is_empty() && queue.running.is_none() && !queue.shutdown;
+            if !idle {
+                queue.pending.push_back(job);
+                shared.stats.queue_depth(queue.depth());
+                shared.wake.notify_one();
+                return;
+            }
+            queue.running = Some(fence);
+            shared.stats.queue_depth(queue.depth());
+        }
+        let ran = match shared.run(job, Some(INLINE_WORK)) {
+            Ran::Answered(status) => status,
+            Ran::Deferred(job) => {
+                let mut queue = lock(&shared.queue);
+                // A PREEMPT or RESET raised meanwhile already took back what was queued and
+                // waits for this run: the rest must not slip into the queue behind it.
+                match shared.interrupt.load(Ordering::Acquire) {
+                    RUN => {
+                        queue.pending.push_front(job);
+                        queue.running = None;
+                        shared.stats.queue_depth(queue.depth());
+                        shared.wake.notify_one();
+                        shared.idle.notify_all();
+                        return;
+                    }
+                    interrupt => {
+                        drop(queue);
+                        shared.stop_deferred(job, interrupt)
+                    }
+                }
+            }
+        };
+        shared.finished(fence, ran);
     }
 
     /// Stops the running submission at its next chunk and returns it and every queued one
@@ -163,6 +271,7 @@ impl Scheduler {
         {
             let mut notify = lock(&shared.notify);
             notify.counters.preempted_submissions += u64::from(preempted_count);
+            shared.stats.preempted(u64::from(preempted_count));
             if preempted_count > 0 {
                 notify.status.preempted(preempted_fence, last_completed);
                 notify
@@ -265,18 +374,50 @@ impl Shared {
                 }
             };
             let fence = job.cmd.submission_fence_id;
-            let status = self.run(job);
-            let mut queue = lock(&self.queue);
-            queue.running = None;
-            if status == SubmitStatus::Preempted {
-                queue.preempted_running = Some(fence);
-            }
-            self.idle.notify_all();
+            let status = match self.run(job, None) {
+                Ran::Answered(status) => status,
+                // Only inline runs have a budget.
+                Ran::Deferred(job) => self.stop_deferred(job, RESET),
+            };
+            self.finished(fence, status);
         }
     }
 
-    /// Executes one submission, publishes its effects, answers it.
-    fn run(&self, job: Job) -> SubmitStatus {
+    /// The running submission ended with `status`: the engine is free again.
+    fn finished(&self, fence: u32, status: SubmitStatus) {
+        let mut queue = lock(&self.queue);
+        queue.running = None;
+        if status == SubmitStatus::Preempted {
+            queue.preempted_running = Some(fence);
+        }
+        self.stats.queue_depth(queue.depth());
+        self.idle.notify_all();
+    }
+
+    /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
+    fn stop_deferred(&self, mut job: Job, interrupt: u8) -> SubmitStatus {
+        let fault = if interrupt == PREEMPT {
+            Fault::Preempted
+        } else {
+            Fault::Reset
+        };
+        let before = job.before.take();
+        let completion = Completion {
+            fence_id: job.cmd.submission_fence_id,
+            packets_completed: 0,
+            bytes_transferred: 0,
+            fault: Some((job.cmd.start_offset, fault)),
+            fault_opcode: 0,
+            deferred: None,
+        };
+        let start = before.map_or_else(Instant::now, |b| b.start);
+        job.before = before;
+        self.answer(job, completion, start, false)
+    }
+
+    /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
+    /// answers it unless it was deferred.
+    fn run(&self, mut job: Job, inline_budget: Option<u64>) -> Ran {
         let memory = DeviceMemory {
             ram: GuestRam::new(&*job.mem, self.vram.guest_window()),
             vram: &self.vram,
@@ -287,8 +428,45 @@ impl Shared {
             last_completed: &self.last_completed,
             notify: &self.notify,
             ram: &memory.ram,
+            stats: &self.stats,
+            trace: self.trace.as_deref(),
+            inline_budget,
         };
+        let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
+        if let Some(offset) = completion.deferred {
+            let before = job.before.get_or_insert(Partial {
+                start,
+                packets_completed: 0,
+                bytes_transferred: 0,
+            });
+            before.packets_completed += completion.packets_completed;
+            before.bytes_transferred += completion.bytes_transferred;
+            job.cmd.start_offset = offset;
+            return Ran::Deferred(job);
+        }
+        Ran::Answered(self.answer(job, completion, start, inline_budget.is_some()))
+    }
+
+    /// Publishes a submission's effects and answers it. `inline`: this last run was on the
+    /// control-queue thread.
+    fn answer(
+        &self,
+        job: Job,
+        mut completion: Completion,
+        start: Instant,
+        inline: bool,
+    ) -> SubmitStatus {
+        let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
+        let inline = inline && job.before.is_none();
+        let start = match job.before {
+            Some(before) => {
+                completion.packets_completed += before.packets_completed;
+                completion.bytes_transferred += before.bytes_transferred;
+                before.start
+            }
+            None => start,
+        };
         let fence = completion.fence_id;
 
         let mut notify = lock(&self.notify);
@@ -314,7 +492,7 @@ impl Shared {
                         status: status as u32,
                         opcode: u32::from(completion.fault_opcode),
                     },
-                    &memory.ram,
+                    &ram,
                 );
                 notify.deliver(
                     WddmGpuRespEvent {
@@ -322,7 +500,7 @@ impl Shared {
                         fault: record,
                         ..Default::default()
                     },
-                    &memory.ram,
+                    &ram,
                 );
             }
             _ => {}
@@ -333,7 +511,7 @@ impl Shared {
             notify.status.complete(fence, true);
             self.last_completed.store(fence, Ordering::Release);
         }
-        notify.status.publish(&memory.ram);
+        notify.status.publish(&ram);
         drop(notify);
 
         let response = WddmGpuRespSubmit {
@@ -344,6 +522,20 @@ impl Shared {
             ..submit_response(fence, status)
         };
         respond(job.reply, response.as_bytes());
+        let record = SubmissionRecord {
+            fence,
+            queued: job.queued,
+            start,
+            duration: start.elapsed(),
+            packets: completion.packets_completed,
+            bytes: completion.bytes_transferred,
+            status,
+            inline,
+        };
+        self.stats.record_submission(&record);
+        if let Some(trace) = &self.trace {
+            trace.submission(&record);
+        }
         status
     }
 }

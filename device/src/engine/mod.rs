@@ -12,8 +12,11 @@
 //! function per packet).
 
 mod access;
+pub mod describe;
 pub mod fault;
 mod ops;
+
+use std::time::Instant;
 
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
@@ -23,10 +26,12 @@ use wddm_gpu_abi::submit::{
 use zerocopy::FromBytes;
 
 use self::access::{read_side, Side};
+use self::describe::declared;
 pub use self::fault::Fault;
 use crate::gart::Gart;
 use crate::guest_ram::GuestRam;
 use crate::layout::{ResolveError, Resolved, SegmentLayout};
+use crate::stats::PacketRecord;
 use crate::vram::Vram;
 
 /// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
@@ -46,6 +51,9 @@ pub struct Completion {
     pub fault: Option<(u32, Fault)>,
     /// Opcode of the packet that faulted.
     pub fault_opcode: u16,
+    /// The DMA-buffer offset where execution stopped because [`EngineHooks::defer`] asked to
+    /// run the rest elsewhere (nothing from there on ran).
+    pub deferred: Option<u32>,
 }
 
 /// What the engine reads and writes besides the GART.
@@ -68,6 +76,16 @@ pub trait EngineHooks {
 
     /// A FENCE packet executed.
     fn fence(&mut self, _fence_id: u32) {}
+
+    /// Asked before each packet with the bytes it declares it will read or write: `true`
+    /// stops the submission there, to be continued from that offset (see
+    /// [`Completion::deferred`]).
+    fn defer(&mut self, _work: u64) -> bool {
+        false
+    }
+
+    /// A packet ran (completely, or up to its fault).
+    fn packet(&mut self, _record: &PacketRecord) {}
 }
 
 /// No preemption, fences ignored: for tests and simple callers.
@@ -125,6 +143,7 @@ impl Engine {
             bytes_transferred: 0,
             fault: None,
             fault_opcode: 0,
+            deferred: None,
         };
         let buffer = match self.check_command(cmd, mem) {
             Ok(buffer) => buffer,
@@ -140,14 +159,40 @@ impl Engine {
                 completion.fault = Some((offset, stop));
                 break;
             }
-            let result = self
-                .read_packet(cmd, buffer, offset, mem, &mut packet)
-                .and_then(|size| {
-                    let bytes = self.execute_packet(&packet[..size as usize], mem, hooks)?;
-                    Ok((size, bytes))
-                });
+            let size = match self.read_packet(cmd, buffer, offset, mem, &mut packet) {
+                Ok(size) => size,
+                Err(fault) => {
+                    completion.fault = Some((offset, fault));
+                    completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
+                    break;
+                }
+            };
+            let packet = &packet[..size as usize];
+            let declared = declared(packet);
+            if hooks.defer(declared.work) {
+                completion.deferred = Some(offset);
+                break;
+            }
+            let start = Instant::now();
+            let result = self.execute_packet(packet, mem, hooks);
+            hooks.packet(&PacketRecord {
+                opcode: declared.opcode,
+                dma_offset: offset,
+                fence: cmd.submission_fence_id,
+                start,
+                duration: start.elapsed(),
+                bytes: *result.as_ref().unwrap_or(&0),
+                pages: if result.is_ok() { declared.pages } else { 0 },
+                // Interrupted or faulted packets moved an unknown part: no traffic is claimed.
+                traffic: if result.is_ok() {
+                    declared.traffic
+                } else {
+                    [None, None]
+                },
+                faulted: result.is_err(),
+            });
             match result {
-                Ok((size, bytes)) => {
+                Ok(bytes) => {
                     completion.packets_completed += 1;
                     completion.bytes_transferred += bytes;
                     // read_packet checked offset + size <= end_offset.
@@ -155,7 +200,7 @@ impl Engine {
                 }
                 Err(fault) => {
                     completion.fault = Some((offset, fault));
-                    completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
+                    completion.fault_opcode = declared.opcode;
                     break;
                 }
             }

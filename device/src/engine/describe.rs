@@ -1,0 +1,150 @@
+//! What a packet declares it will do, read from its header and body before it runs: the work
+//! the scheduler weighs (whether it may run on the control-queue thread) and the traffic the
+//! statistics attribute to segments and banks.
+
+use wddm_gpu_abi::packet::*;
+use zerocopy::FromBytes;
+
+use crate::stats::{Direction, Traffic};
+
+/// A packet's declared work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Declared {
+    /// `WDDM_GPU_OP_*` (0 when the header is unreadable).
+    pub opcode: u16,
+    /// Bytes the packet reads or writes, frame and page arrays included: what it costs to run.
+    pub work: u64,
+    /// Aperture pages mapped or unmapped.
+    pub pages: u64,
+    /// Source then destination bytes moved.
+    pub traffic: [Option<Traffic>; 2],
+}
+
+fn endpoint(endpoint: &WddmGpuEndpoint, length: u64, direction: Direction) -> Traffic {
+    Traffic {
+        segment: endpoint.segment_id,
+        address: if endpoint.segment_id == 0 {
+            u64::from(endpoint.byte_offset)
+        } else {
+            endpoint.address
+        },
+        length,
+        direction,
+    }
+}
+
+/// Reads what `packet` (a whole packet, header first) declares. Values are the guest's, not
+/// yet checked: callers use them for weighing and accounting only.
+pub fn declared(packet: &[u8]) -> Declared {
+    let Ok((header, _)) = WddmGpuPacketHeader::read_from_prefix(packet) else {
+        return Declared::default();
+    };
+    let mut declared = Declared {
+        opcode: header.opcode,
+        ..Declared::default()
+    };
+    match header.opcode {
+        WDDM_GPU_OP_TRANSFER => {
+            if let Ok((p, _)) = WddmGpuPacketTransfer::read_from_prefix(packet) {
+                declared.work = p.length;
+                declared.traffic = [
+                    Some(endpoint(&p.source, p.length, Direction::Read)),
+                    Some(endpoint(&p.destination, p.length, Direction::Write)),
+                ];
+            }
+        }
+        WDDM_GPU_OP_FILL => {
+            if let Ok((p, _)) = WddmGpuPacketFill::read_from_prefix(packet) {
+                declared.work = p.length;
+                declared.traffic = [
+                    None,
+                    Some(endpoint(&p.destination, p.length, Direction::Write)),
+                ];
+            }
+        }
+        WDDM_GPU_OP_MAP_APERTURE => {
+            if let Ok((p, _)) = WddmGpuPacketMapAperture::read_from_prefix(packet) {
+                declared.pages = p.page_count;
+                declared.work = p.page_count.saturating_mul(8);
+            }
+        }
+        WDDM_GPU_OP_MAP_APERTURE2 => {
+            if let Ok((p, _)) = WddmGpuPacketMapAperture2::read_from_prefix(packet) {
+                declared.pages = p.page_count;
+                declared.work = p.page_count.saturating_mul(8);
+            }
+        }
+        WDDM_GPU_OP_UNMAP_APERTURE => {
+            if let Ok((p, _)) = WddmGpuPacketUnmapAperture::read_from_prefix(packet) {
+                declared.pages = p.page_count;
+                declared.work = p.page_count.saturating_mul(8);
+            }
+        }
+        _ => {}
+    }
+    declared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    #[test]
+    fn transfer_declares_both_endpoints() {
+        let packet = WddmGpuPacketTransfer {
+            header: WddmGpuPacketHeader {
+                opcode: WDDM_GPU_OP_TRANSFER,
+                size: std::mem::size_of::<WddmGpuPacketTransfer>() as u32,
+                ..Default::default()
+            },
+            length: 0x3000,
+            source: WddmGpuEndpoint {
+                segment_id: 0,
+                byte_offset: 0x10,
+                address: 0x5000,
+                ..Default::default()
+            },
+            destination: WddmGpuEndpoint {
+                segment_id: 1,
+                address: 0x40_0000,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let declared = declared(packet.as_bytes());
+        assert_eq!(declared.work, 0x3000);
+        assert_eq!(
+            declared.traffic[0],
+            Some(Traffic {
+                segment: 0,
+                address: 0x10,
+                length: 0x3000,
+                direction: Direction::Read
+            })
+        );
+        assert_eq!(declared.traffic[1].unwrap().address, 0x40_0000);
+        assert_eq!(declared.traffic[1].unwrap().direction, Direction::Write);
+    }
+
+    #[test]
+    fn hostile_page_counts_saturate() {
+        let packet = WddmGpuPacketUnmapAperture {
+            header: WddmGpuPacketHeader {
+                opcode: WDDM_GPU_OP_UNMAP_APERTURE,
+                size: std::mem::size_of::<WddmGpuPacketUnmapAperture>() as u32,
+                ..Default::default()
+            },
+            page_count: u64::MAX,
+            ..Default::default()
+        };
+        let declared = declared(packet.as_bytes());
+        assert_eq!(declared.pages, u64::MAX);
+        assert_eq!(declared.work, u64::MAX);
+    }
+
+    #[test]
+    fn truncated_packets_declare_nothing() {
+        assert_eq!(declared(&[1, 0]), Declared::default());
+    }
+}
