@@ -517,3 +517,110 @@ fn a_fence_packet_is_reported_while_the_rest_of_the_buffer_runs() {
     preempt.recv_timeout(WAIT).unwrap();
     assert_eq!(submit_response(&rx).status, SubmitStatus::Preempted as u32);
 }
+
+#[test]
+fn short_submissions_are_answered_on_the_calling_thread() {
+    let mut rig = Rig::new("inline");
+    rig.register_status_page();
+    let (fence, rx) = rig.submit(&fence_packet(77), 0);
+    // No engine-thread hop: the answer is there when the control queue's call returns.
+    let response = WddmGpuRespSubmit::read_from_prefix(&rx.try_recv().unwrap())
+        .unwrap()
+        .0;
+    assert_eq!(
+        (response.status, response.submission_fence_id),
+        (SubmitStatus::Ok as u32, fence)
+    );
+    assert_eq!(rig.status_page().completed_fence, fence);
+}
+
+#[test]
+fn work_past_the_inline_budget_continues_on_the_engine_thread() {
+    let mut rig = Rig::new("deferred");
+    let big = crate::scheduler::INLINE_WORK * 4;
+    let mut packets = fill(0, 4096, 0x1111_1111);
+    packets.extend(fill(0x1000, 4096, 0x2222_2222));
+    packets.extend(fill(0x10_0000, big, 0x3333_3333));
+    packets.extend(fill(0x2000, 4096, 0x4444_4444));
+    let (fence, rx) = rig.submit(&packets, 0);
+    let response = submit_response(&rx);
+    assert_eq!(
+        (
+            response.status,
+            response.submission_fence_id,
+            response.packets_completed,
+            response.bytes_transferred
+        ),
+        (SubmitStatus::Ok as u32, fence, 4, 3 * 4096 + big)
+    );
+    assert_eq!(rig.vram(0, 4), 0x1111_1111u32.to_le_bytes());
+    assert_eq!(rig.vram(0x1000, 4), 0x2222_2222u32.to_le_bytes());
+    assert_eq!(
+        rig.vram(0x10_0000 + big - 4, 4),
+        0x3333_3333u32.to_le_bytes()
+    );
+    assert_eq!(rig.vram(0x2000, 4), 0x4444_4444u32.to_le_bytes());
+    // Later short work runs inline again, after the deferred part.
+    let (_, rx) = rig.submit(&fill(0x3000, 16, 5), 1);
+    assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
+}
+
+#[test]
+fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
+    let rig = Rig::new("defer-race");
+    let mut packets = fence_packet(1);
+    packets.extend(fill(0, crate::scheduler::INLINE_WORK * 8, 7));
+    rig.atomic
+        .memory()
+        .write_slice(&packets, GuestAddress(DMA))
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rig.gpu.device_reset();
+                std::thread::yield_now();
+            }
+        });
+        for fence in 1..=200u32 {
+            let cmd = WddmGpuCmdSubmit {
+                hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+                dma_buffer_address: DMA,
+                flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+                dma_buffer_size: packets.len() as u32,
+                end_offset: packets.len() as u32,
+                submission_fence_id: fence,
+                ..Default::default()
+            };
+            let rx = rig.request(cmd.as_bytes(), 64);
+            // Either answered (done, or stopped by the reset) or dropped with the rings; a
+            // lost wake-up would leave the engine stuck and the next submission unanswered.
+            if let Ok(bytes) = rx.recv_timeout(WAIT) {
+                let response = WddmGpuRespSubmit::read_from_prefix(&bytes).unwrap().0;
+                assert_eq!(response.submission_fence_id, fence);
+                assert!(
+                    [SubmitStatus::Ok as u32, SubmitStatus::Reset as u32]
+                        .contains(&response.status),
+                    "{response:?}"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    // Still alive: a last submission completes.
+    rig.atomic
+        .memory()
+        .write_slice(&fence_packet(5), GuestAddress(DMA))
+        .unwrap();
+    let cmd = WddmGpuCmdSubmit {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+        dma_buffer_address: DMA,
+        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+        dma_buffer_size: 16,
+        end_offset: 16,
+        submission_fence_id: 1000,
+        ..Default::default()
+    };
+    let response = submit_response(&rig.request(cmd.as_bytes(), 64));
+    assert_eq!(response.status, SubmitStatus::Ok as u32);
+}

@@ -68,6 +68,27 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         Ok(())
     }
 
+    /// The memory-table region holding `address`, less any part in the VRAM window: a range
+    /// every address of which is RAM, so frame checks can skip lookups inside it.
+    pub fn ram_extent(&self, address: u64) -> Option<Range<u64>> {
+        let region = self.mem.find_region(GuestAddress(address))?;
+        let start = region.start_addr().0;
+        let mut extent = start..start.checked_add(region.len())?;
+        if let Some(window) = &self.vram_window {
+            if window.contains(&address) {
+                return None;
+            }
+            if window.start < extent.end && extent.start < window.end {
+                if window.start > address {
+                    extent.end = window.start;
+                } else {
+                    extent.start = window.end;
+                }
+            }
+        }
+        Some(extent)
+    }
+
     /// Bytes from `address` to the end of its memory-table region (0 if not RAM).
     pub fn contiguous_len(&self, address: u64) -> u64 {
         self.mem
@@ -130,6 +151,16 @@ mod tests {
         let ram = GuestRam::new(&mem, None);
         assert_eq!(ram.check(0xf_f000, 0x2000), Ok(()));
         assert_eq!(ram.contiguous_len(0xf_f000), 0x1000);
+    }
+
+    #[test]
+    fn ram_extents_stop_at_region_ends_and_the_vram_window() {
+        let mem = mem();
+        let ram = GuestRam::new(&mem, Some(0x3000..0x4000));
+        assert_eq!(ram.ram_extent(0x1000), Some(0..0x3000));
+        assert_eq!(ram.ram_extent(0x3800), None);
+        assert_eq!(ram.ram_extent(0x5000), Some(0x4000..0x10_0000));
+        assert_eq!(ram.ram_extent(0x9000_0000), None);
     }
 
     #[test]
