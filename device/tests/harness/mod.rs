@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -103,6 +104,30 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 static INSTANCE: AtomicU32 = AtomicU32::new(0);
 
+/// How to start a backend and size the guest: [`Default`] is what [`Harness::ready`] uses.
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    /// `--vram-size` (a power of two).
+    pub vram_size: u64,
+    /// Guest RAM at GPA 0 (memfd-backed; pages are only allocated when touched).
+    pub ram_size: u64,
+    /// More backend arguments, e.g. `--layout FILE`.
+    pub args: Vec<OsString>,
+    /// `RUST_LOG` of the backend.
+    pub log_filter: String,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> Self {
+        Self {
+            vram_size: VRAM_SIZE,
+            ram_size: RAM_SIZE,
+            args: Vec::new(),
+            log_filter: "debug".to_string(),
+        }
+    }
+}
+
 /// The backend binary running as a child, with its socket, VRAM file and log.
 pub struct BackendProcess {
     child: Option<Child>,
@@ -123,6 +148,19 @@ impl BackendProcess {
     /// Starts the backend with `vram_size` bytes of VRAM (a power of two) and waits until its
     /// socket exists.
     pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
+        Self::spawn_with_options(
+            name,
+            &SpawnOptions {
+                vram_size,
+                ..SpawnOptions::default()
+            },
+        )
+    }
+
+    /// Starts the backend with `options` (its VRAM size, extra arguments and log filter) and
+    /// waits until its socket exists.
+    pub fn spawn_with_options(name: &str, options: &SpawnOptions) -> Self {
+        let vram_size = options.vram_size;
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let unique = format!("{}-{instance}-{name}", std::process::id());
         let dir = std::env::temp_dir().join(format!("wddm-frontend-{unique}"));
@@ -137,7 +175,8 @@ impl BackendProcess {
             .arg(&vram_path)
             .arg("--vram-size")
             .arg(format!("{vram_size:#x}"))
-            .env("RUST_LOG", "debug")
+            .args(&options.args)
+            .env("RUST_LOG", &options.log_filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).unwrap())
@@ -191,6 +230,28 @@ impl BackendProcess {
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(TIMEOUT)).unwrap();
         Frontend::from_stream(stream, 2)
+    }
+
+    /// The backend's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The stats socket the backend serves by default: the vhost-user socket path + `.stats`.
+    pub fn stats_socket(&self) -> PathBuf {
+        let mut path = self.socket.clone().into_os_string();
+        path.push(".stats");
+        PathBuf::from(path)
+    }
+
+    /// A `VmRSS`-style field of `/proc/PID/status` (e.g. `RssAnon`), in bytes.
+    pub fn status_kib_field(&self, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status.lines().find_map(|line| {
+            let value = line.strip_prefix(field)?.strip_prefix(':')?;
+            let kib: u64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
+            Some(kib * 1024)
+        })
     }
 
     /// The exit status if the backend has exited.
@@ -338,6 +399,8 @@ pub struct Harness {
     pub vram: GuestMemoryMmap<()>,
     /// Size of the VRAM file (and of the BAR region announced).
     pub vram_size: u64,
+    /// Size of guest RAM ([`RAM_SIZE`] unless [`SpawnOptions`] said otherwise).
+    pub ram_size: u64,
     /// Where the VRAM region is announced now, if it is.
     pub vram_gpa: Option<u64>,
     kick: EventFd,
@@ -353,6 +416,10 @@ pub struct Harness {
     collected: u64,
     /// Free asynchronous slots (1 to SLOTS - 1).
     free_slots: Vec<u16>,
+    /// When the latest kick was written, and when the call eventfd was last read after a
+    /// wait ([`Self::last_round_trip`]).
+    kicked_at: Option<Instant>,
+    notified_at: Option<Instant>,
     pub negotiated: Option<Negotiated>,
     /// Declared last: dropped (killed) after the frontend socket closed.
     pub backend: BackendProcess,
@@ -366,7 +433,20 @@ impl Harness {
 
     /// Like [`Self::spawn`] with `vram_size` bytes of VRAM (a power of two).
     pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
-        let backend = BackendProcess::spawn_with_vram(name, vram_size);
+        Self::spawn_with_options(
+            name,
+            &SpawnOptions {
+                vram_size,
+                ..SpawnOptions::default()
+            },
+        )
+    }
+
+    /// Like [`Self::spawn`] with `options` (VRAM and RAM sizes, extra backend arguments).
+    pub fn spawn_with_options(name: &str, options: &SpawnOptions) -> Self {
+        let vram_size = options.vram_size;
+        let ram_size = options.ram_size;
+        let backend = BackendProcess::spawn_with_options(name, options);
         let frontend = backend.connect();
         frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
 
@@ -375,10 +455,10 @@ impl Harness {
         assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
         // SAFETY: fd is a freshly created descriptor nobody else owns.
         let ram_file = unsafe { File::from_raw_fd(fd) };
-        ram_file.set_len(RAM_SIZE).unwrap();
+        ram_file.set_len(ram_size).unwrap();
         let ram = GuestMemoryMmap::from_ranges_with_files(&[(
             GuestAddress(0),
-            RAM_SIZE as usize,
+            ram_size as usize,
             Some(FileOffset::new(ram_file, 0)),
         )])
         .unwrap();
@@ -401,6 +481,7 @@ impl Harness {
             ram,
             vram,
             vram_size,
+            ram_size,
             vram_gpa: None,
             kick: EventFd::new(EFD_NONBLOCK).unwrap(),
             call: EventFd::new(EFD_NONBLOCK).unwrap(),
@@ -410,6 +491,8 @@ impl Harness {
             completed: HashMap::new(),
             collected: 0,
             free_slots: (1..SLOTS).rev().collect(),
+            kicked_at: None,
+            notified_at: None,
             negotiated: None,
             backend,
         }
@@ -424,7 +507,18 @@ impl Harness {
 
     /// Like [`Self::ready`] with `vram_size` bytes of VRAM (a power of two).
     pub fn ready_with_vram(name: &str, vram_size: u64) -> Self {
-        let mut harness = Self::spawn_with_vram(name, vram_size);
+        Self::ready_with_options(
+            name,
+            &SpawnOptions {
+                vram_size,
+                ..SpawnOptions::default()
+            },
+        )
+    }
+
+    /// Like [`Self::ready`] with `options` (VRAM and RAM sizes, extra backend arguments).
+    pub fn ready_with_options(name: &str, options: &SpawnOptions) -> Self {
+        let mut harness = Self::spawn_with_options(name, options);
         harness.negotiate();
         harness.set_mem_table(Some(VRAM_GPA));
         harness.setup_control_queue();
@@ -463,7 +557,7 @@ impl Harness {
             .as_raw_fd();
         VhostUserMemoryRegionInfo {
             guest_phys_addr: 0,
-            memory_size: RAM_SIZE,
+            memory_size: self.ram_size,
             userspace_addr: self.ram.get_host_address(GuestAddress(0)).unwrap() as u64,
             mmap_offset: 0,
             mmap_handle: fd,
@@ -605,6 +699,45 @@ impl Harness {
         bytes
     }
 
+    /// Host address of `len` bytes of guest RAM at `gpa` in this process's mapping of the
+    /// memfd the backend maps too (for copies that bypass the device, e.g. a benchmark's
+    /// limit). Panics unless the whole range is guest RAM.
+    pub fn ram_ptr(&self, gpa: u64, len: usize) -> *mut u8 {
+        assert!(
+            gpa.checked_add(len as u64)
+                .is_some_and(|end| end <= self.ram_size),
+            "{len:#x} bytes at {gpa:#x} are not all guest RAM"
+        );
+        self.ram.get_host_address(GuestAddress(gpa)).unwrap()
+    }
+
+    /// Host address of `len` bytes of VRAM at `offset` in this process's mapping of the VRAM
+    /// file. Panics unless the whole range is in the file.
+    pub fn vram_ptr(&self, offset: u64, len: usize) -> *mut u8 {
+        assert!(
+            offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.vram_size),
+            "{len:#x} bytes at VRAM offset {offset:#x} are outside the VRAM file"
+        );
+        self.vram.get_host_address(GuestAddress(offset)).unwrap()
+    }
+
+    /// The guest-RAM memfd (shared with the backend).
+    pub fn ram_file(&self) -> &File {
+        let region = self.ram.find_region(GuestAddress(0)).unwrap();
+        vm_memory::GuestMemoryRegion::file_offset(region)
+            .unwrap()
+            .file()
+    }
+
+    /// The time from the latest kick to the latest read of the call eventfd after waiting on
+    /// it: for a request waited for alone, its kick-to-completion round trip.
+    pub fn last_round_trip(&self) -> Option<Duration> {
+        let (kicked, notified) = (self.kicked_at?, self.notified_at?);
+        notified.checked_duration_since(kicked)
+    }
+
     // ---- the split ring ----
 
     /// Writes descriptors at consecutive indices of the table at `table` (GPA).
@@ -640,6 +773,7 @@ impl Harness {
         fence(Ordering::SeqCst);
         // Forget stale notifications, so the one awaited is for this request.
         let _ = self.call.read();
+        self.kicked_at = Some(Instant::now());
         self.kick.write(1).unwrap();
     }
 
@@ -686,6 +820,7 @@ impl Harness {
             // SAFETY: one valid pollfd, which outlives the call.
             let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
             if ready > 0 && self.call.read().is_ok() {
+                self.notified_at = Some(Instant::now());
                 notified = true;
             }
         }
@@ -795,6 +930,7 @@ impl Harness {
             .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
             .unwrap();
         fence(Ordering::SeqCst);
+        self.kicked_at = Some(Instant::now());
         self.kick.write(1).unwrap();
     }
 
@@ -848,6 +984,7 @@ impl Harness {
         // SAFETY: one valid pollfd, which outlives the call.
         let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
         if ready > 0 && self.call.read().is_ok() {
+            self.notified_at = Some(Instant::now());
             self.harvest();
             return true;
         }

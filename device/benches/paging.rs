@@ -1,0 +1,845 @@
+//! The paging benchmark: the device's paging operations driven through the vhost-user frontend
+//! harness (the real backend binary, a real socket, real vrings) next to the limits they compare
+//! with, measured in one process on one machine in one run. See `docs/performance.md`.
+//!
+//! Each round runs a limit, then the device doing the same work, kind after kind (contiguous
+//! copy, scattered copy, aperture copy, map, unmap, submission round trip); the figures are
+//! medians over the rounds, with their spread. The first round only warms up (every page is
+//! touched by both processes) and checks that the device really did the work, byte for byte.
+//!
+//! ```text
+//! cargo bench -p vhost-user-wddm-gpu --bench paging -- [--json] [--rounds N]
+//! ```
+//!
+//! Figures are reported, never asserted: the run exits 0 whether a target is met or not, and
+//! non-zero only when the run is broken (a device error, wrong bytes, no echo to compare with).
+
+#[path = "../tests/harness/mod.rs"]
+mod harness;
+
+use std::fmt::Write as _;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use harness::{pattern, segment, submit_command, Harness, SpawnOptions, DMA_BUFFER, PAGE};
+use serde_json::{json, Map, Value};
+use vhost_user_wddm_gpu::echo::{self, EchoPeer};
+use vmm_sys_util::eventfd::EventFd;
+use wddm_gpu_abi::packet::{
+    WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketHeader, WddmGpuPacketMapAperture,
+    WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
+    WDDM_GPU_OP_FENCE, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE,
+};
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
+use zerocopy::IntoBytes;
+
+const MIB: u64 = 1 << 20;
+
+/// The layout: 256 MiB of CPU-visible VRAM (segment 1) and a 1 GiB aperture (segment 2), no
+/// device-only VRAM.
+const LAYOUT: &str = r#"# The paging benchmark's layout (written by benches/paging.rs).
+wddm = "1.3"
+
+[[segments]]
+flags = ["CpuVisible"]
+size = "256MiB"
+
+[[segments]]
+flags = ["Aperture", "CacheCoherent"]
+size = "1GiB"
+"#;
+const VRAM_SEGMENT: u32 = 1;
+const APERTURE_SEGMENT: u32 = 2;
+const VRAM_BYTES: u64 = 256 * MIB;
+const APERTURE_BYTES: u64 = 1024 * MIB;
+
+/// Bytes of each copy, each way.
+const COPY_BYTES: u64 = 64 * MIB;
+const COPY_PAGES: u64 = COPY_BYTES / PAGE;
+/// Pages of one map and one unmap: the whole aperture, one full frame list.
+const MAP_PAGES: u64 = WDDM_GPU_MAX_FRAME_LIST_ENTRIES as u64;
+
+// Guest RAM, beyond the harness's own areas (below 2 MiB).
+/// The scattered frames, as one page array: [`MAP_PAGES`] entries (2 MiB). Its first
+/// [`COPY_PAGES`] entries are the frame list of the scattered transfers.
+const SCATTERED_LIST: u64 = 0x40_0000;
+/// The contiguous frame list: [`COPY_PAGES`] consecutive frames (128 KiB).
+const CONTIGUOUS_LIST: u64 = 0x60_0000;
+/// The unmap's dummy page.
+const DUMMY_PAGE: u64 = 0x70_0000;
+/// The contiguous data: [`COPY_BYTES`].
+const CONTIGUOUS_DATA: u64 = 0x100_0000;
+/// The scattered frames are every other frame of the pool (so no two are adjacent), shuffled.
+const POOL: u64 = 0x800_0000;
+const POOL_BYTES: u64 = 2 * MAP_PAGES * PAGE;
+/// Guest RAM: 2 GiB + 128 MiB, touched lazily (the benchmark touches about 130 MiB of it).
+const RAM_BYTES: u64 = POOL + POOL_BYTES;
+
+// VRAM offsets (segment addresses: `BaseAddress` is 0).
+/// Destination of the copies into VRAM.
+const VRAM_IN: u64 = 0;
+/// Source of the copies out of VRAM.
+const VRAM_OUT: u64 = 64 * MIB;
+/// Destination of the aperture copy.
+const VRAM_APERTURE: u64 = 128 * MIB;
+/// One page the checks of the map and the unmap copy into.
+const VRAM_PROBE: u64 = 192 * MIB;
+
+/// Rounds unless `--rounds` says otherwise (at least 5).
+const DEFAULT_ROUNDS: usize = 7;
+/// Round trips per round, for submissions and for the echo alike.
+const ROUND_TRIPS: usize = 2_000;
+/// Seed of the scattered-frame shuffle.
+const SEED: u64 = 0x5eed_0ff4_a3e5;
+
+/// One reported figure.
+struct Key {
+    name: &'static str,
+    /// Per-round values.
+    rounds: Vec<f64>,
+    /// What the figure should be, if it has a target.
+    target: Option<Target>,
+    /// How figures print.
+    decimals: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    AtLeast(f64),
+    AtMost(f64),
+    Below(f64),
+}
+
+impl Target {
+    fn met(self, value: f64) -> bool {
+        match self {
+            Target::AtLeast(limit) => value >= limit,
+            Target::AtMost(limit) => value <= limit,
+            Target::Below(limit) => value < limit,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Target::AtLeast(limit) => format!(">= {}", short(limit)),
+            Target::AtMost(limit) => format!("<= {}", short(limit)),
+            Target::Below(limit) => format!("< {}", short(limit)),
+        }
+    }
+}
+
+fn short(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{}M", value / 1e6)
+    } else {
+        format!("{value}")
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
+/// Percentile `p` (0-100) of samples, in microseconds.
+fn percentile_us(samples: &mut [Duration], p: usize) -> f64 {
+    samples.sort_unstable();
+    let index = (samples.len() * p / 100).min(samples.len() - 1);
+    samples[index].as_secs_f64() * 1e6
+}
+
+fn gbps(bytes: u64, time: Duration) -> f64 {
+    bytes as f64 / time.as_secs_f64() / 1e9
+}
+
+// ---- packets ----
+
+fn header(opcode: u16, size: usize) -> WddmGpuPacketHeader {
+    WddmGpuPacketHeader {
+        opcode,
+        flags: 0,
+        size: size as u32,
+    }
+}
+
+fn transfer(length: u64, source: WddmGpuEndpoint, destination: WddmGpuEndpoint) -> Vec<u8> {
+    WddmGpuPacketTransfer {
+        header: header(
+            WDDM_GPU_OP_TRANSFER,
+            std::mem::size_of::<WddmGpuPacketTransfer>(),
+        ),
+        length,
+        source,
+        destination,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn frame_list(list: u64, frame_count: u64) -> WddmGpuEndpoint {
+    harness::frames(list, frame_count as u32, 0)
+}
+
+fn map_packet(page_count: u64, list: u64) -> Vec<u8> {
+    WddmGpuPacketMapAperture {
+        header: header(
+            WDDM_GPU_OP_MAP_APERTURE,
+            std::mem::size_of::<WddmGpuPacketMapAperture>(),
+        ),
+        segment_id: APERTURE_SEGMENT,
+        flags: 0,
+        first_page: 0,
+        page_count,
+        frame_list_address: list,
+        frame_count: page_count as u32,
+        frame_offset: 0,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn unmap_packet(page_count: u64) -> Vec<u8> {
+    WddmGpuPacketUnmapAperture {
+        header: header(
+            WDDM_GPU_OP_UNMAP_APERTURE,
+            std::mem::size_of::<WddmGpuPacketUnmapAperture>(),
+        ),
+        segment_id: APERTURE_SEGMENT,
+        reserved: 0,
+        first_page: 0,
+        page_count,
+        dummy_page: DUMMY_PAGE,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn fence_packet(fence_id: u32) -> Vec<u8> {
+    WddmGpuPacketFence {
+        header: header(WDDM_GPU_OP_FENCE, std::mem::size_of::<WddmGpuPacketFence>()),
+        fence_id,
+        reserved: 0,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+/// Every other frame of the pool, shuffled with a fixed seed (Fisher-Yates over xorshift): no
+/// two listed frames are adjacent in memory, so no run of them coalesces.
+fn scattered_frames() -> Vec<u64> {
+    let mut frames: Vec<u64> = (0..MAP_PAGES).map(|i| POOL / PAGE + 2 * i).collect();
+    let mut state = SEED;
+    for i in (1..frames.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let j = (state % (i as u64 + 1)) as usize;
+        frames.swap(i, j);
+    }
+    frames
+}
+
+/// Compares byte for byte; a difference breaks the run.
+fn check_bytes(actual: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    if let Some(at) = actual.iter().zip(expected).position(|(a, e)| a != e) {
+        panic!("{what}: wrong bytes from offset {at:#x}: the device did not do the work");
+    }
+}
+
+/// The benchmark's harness, frames and bookkeeping.
+struct Bench {
+    h: Harness,
+    scattered: Vec<u64>,
+    next_fence: u32,
+    layout_file: PathBuf,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.layout_file);
+    }
+}
+
+impl Bench {
+    fn start() -> Self {
+        let layout_file =
+            std::env::temp_dir().join(format!("wddm-bench-layout-{}.toml", std::process::id()));
+        std::fs::write(&layout_file, LAYOUT).unwrap();
+        let options = SpawnOptions {
+            vram_size: VRAM_BYTES,
+            ram_size: RAM_BYTES,
+            args: vec!["--layout".into(), layout_file.clone().into_os_string()],
+            log_filter: "info".to_string(),
+        };
+        let mut h = Harness::ready_with_options("bench", &options);
+        let capset = h.capset();
+        let vram = capset.segment(VRAM_SEGMENT);
+        let aperture = capset.segment(APERTURE_SEGMENT);
+        assert_eq!((vram.base_address, vram.size), (0, VRAM_BYTES), "{vram:?}");
+        assert_eq!(
+            (aperture.base_address, aperture.size),
+            (0, APERTURE_BYTES),
+            "{aperture:?}"
+        );
+
+        let scattered = scattered_frames();
+        h.write_frame_list(SCATTERED_LIST, &scattered);
+        let contiguous: Vec<u64> = (0..COPY_PAGES)
+            .map(|i| CONTIGUOUS_DATA / PAGE + i)
+            .collect();
+        h.write_frame_list(CONTIGUOUS_LIST, &contiguous);
+        Self {
+            h,
+            scattered,
+            next_fence: 1,
+            layout_file,
+        }
+    }
+
+    /// Submits one packet and waits for it; returns the completion and the time from the kick
+    /// to the call notification. Anything but full success breaks the run.
+    fn run(&mut self, packet: &[u8], what: &str) -> (WddmGpuRespSubmit, Duration) {
+        let fence = self.next_fence;
+        self.next_fence += 1;
+        self.h.write_ram(DMA_BUFFER, packet);
+        let pending = self
+            .h
+            .post_submit(&submit_command(DMA_BUFFER, packet.len() as u32, fence));
+        let response = self.h.wait_submit(pending);
+        let took = self
+            .h
+            .last_round_trip()
+            .expect("a submission without a kick and a notification");
+        assert!(
+            SubmitStatus::from_raw(response.status) == Some(SubmitStatus::Ok)
+                && response.packets_completed == 1
+                && response.submission_fence_id == fence,
+            "{what}: the device failed: {response:?}\n---- backend log ----\n{}",
+            self.h.backend.log()
+        );
+        (response, took)
+    }
+
+    /// A TRANSFER that must move all `length` bytes.
+    fn transfer(&mut self, packet: &[u8], length: u64, what: &str) -> Duration {
+        let (response, took) = self.run(packet, what);
+        assert_eq!(response.bytes_transferred, length, "{what}: {response:?}");
+        took
+    }
+
+    // ---- the device ----
+
+    /// Frame list -> VRAM, then VRAM -> frame list, over the list at `list`.
+    fn device_copy(&mut self, list: u64) -> Duration {
+        let into = transfer(
+            COPY_BYTES,
+            frame_list(list, COPY_PAGES),
+            segment(VRAM_SEGMENT, VRAM_IN),
+        );
+        let out = transfer(
+            COPY_BYTES,
+            segment(VRAM_SEGMENT, VRAM_OUT),
+            frame_list(list, COPY_PAGES),
+        );
+        self.transfer(&into, COPY_BYTES, "frames -> VRAM")
+            + self.transfer(&out, COPY_BYTES, "VRAM -> frames")
+    }
+
+    fn device_map(&mut self) -> Duration {
+        self.run(&map_packet(MAP_PAGES, SCATTERED_LIST), "map").1
+    }
+
+    fn device_unmap(&mut self) -> Duration {
+        self.run(&unmap_packet(MAP_PAGES), "unmap").1
+    }
+
+    /// Aperture (mapped) -> VRAM.
+    fn device_aperture_copy(&mut self) -> Duration {
+        let packet = transfer(
+            COPY_BYTES,
+            segment(APERTURE_SEGMENT, 0),
+            segment(VRAM_SEGMENT, VRAM_APERTURE),
+        );
+        self.transfer(&packet, COPY_BYTES, "aperture -> VRAM")
+    }
+
+    /// `count` submissions of one FENCE each, one at a time: kick-to-completion times.
+    fn submit_round_trips(&mut self, count: usize) -> Vec<Duration> {
+        (0..count)
+            .map(|_| {
+                let packet = fence_packet(self.next_fence);
+                self.run(&packet, "fence").1
+            })
+            .collect()
+    }
+
+    // ---- the limits: the same copies, in this process, between the same mappings ----
+
+    /// 64 MiB RAM -> VRAM and back, contiguous.
+    fn memcpy_contiguous(&self) -> Duration {
+        let len = COPY_BYTES as usize;
+        let ram = self.h.ram_ptr(CONTIGUOUS_DATA, len);
+        let vram_in = self.h.vram_ptr(VRAM_IN, len);
+        let vram_out = self.h.vram_ptr(VRAM_OUT, len);
+        let start = Instant::now();
+        // SAFETY: the three ranges are checked mappings of `len` bytes that stay mapped while
+        // the harness lives, and do not overlap (RAM and VRAM are different files; VRAM_IN and
+        // VRAM_OUT are 64 MiB apart).
+        unsafe {
+            std::ptr::copy_nonoverlapping(ram, vram_in, len);
+            std::ptr::copy_nonoverlapping(vram_out, ram, len);
+        }
+        std::hint::black_box((ram, vram_in));
+        start.elapsed()
+    }
+
+    /// The same, page by page at the scattered frames.
+    fn memcpy_scattered(&self) -> Duration {
+        let page = PAGE as usize;
+        let ram = self.h.ram_ptr(0, RAM_BYTES as usize);
+        let vram_in = self.h.vram_ptr(VRAM_IN, COPY_BYTES as usize);
+        let vram_out = self.h.vram_ptr(VRAM_OUT, COPY_BYTES as usize);
+        let frames = &self.scattered[..COPY_PAGES as usize];
+        let start = Instant::now();
+        // SAFETY: every frame is inside guest RAM (the pool lies below RAM_BYTES) and every
+        // VRAM page inside the 64 MiB ranges checked above; RAM and VRAM do not overlap.
+        unsafe {
+            for (i, &frame) in frames.iter().enumerate() {
+                let at = ram.add(frame as usize * page);
+                std::ptr::copy_nonoverlapping(at, vram_in.add(i * page), page);
+            }
+            for (i, &frame) in frames.iter().enumerate() {
+                let at = ram.add(frame as usize * page);
+                std::ptr::copy_nonoverlapping(vram_out.add(i * page), at, page);
+            }
+        }
+        std::hint::black_box((ram, vram_in));
+        start.elapsed()
+    }
+
+    // ---- data and checks (the first round) ----
+
+    /// The bytes of the scattered frames, in list order.
+    fn gather(&self, frames: &[u64]) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(frames.len() * PAGE as usize);
+        for &frame in frames {
+            bytes.extend_from_slice(&self.h.read_ram(frame * PAGE, PAGE as usize));
+        }
+        bytes
+    }
+
+    fn scatter(&self, frames: &[u64], bytes: &[u8]) {
+        for (&frame, page) in frames.iter().zip(bytes.chunks(PAGE as usize)) {
+            self.h.write_ram(frame * PAGE, page);
+        }
+    }
+
+    /// Fills the sources, runs every device operation once and checks what it wrote.
+    fn warm_up_and_check(&mut self) {
+        let len = COPY_BYTES as usize;
+        let frames = self.scattered[..COPY_PAGES as usize].to_vec();
+        let to_vram = pattern(1, len);
+        let from_vram = pattern(2, len);
+        let scattered_data = pattern(3, len);
+
+        // Contiguous: RAM -> VRAM_IN, VRAM_OUT -> RAM.
+        self.h.write_ram(CONTIGUOUS_DATA, &to_vram);
+        self.h.write_vram(VRAM_OUT, &from_vram);
+        self.h.write_vram(VRAM_IN, &vec![0; len]);
+        self.device_copy(CONTIGUOUS_LIST);
+        check_bytes(&self.h.read_vram(VRAM_IN, len), &to_vram, "frames -> VRAM");
+        check_bytes(
+            &self.h.read_ram(CONTIGUOUS_DATA, len),
+            &from_vram,
+            "VRAM -> frames",
+        );
+
+        // Scattered: the same over the scattered frames.
+        self.scatter(&frames, &scattered_data);
+        self.h.write_vram(VRAM_IN, &vec![0; len]);
+        self.device_copy(SCATTERED_LIST);
+        check_bytes(
+            &self.h.read_vram(VRAM_IN, len),
+            &scattered_data,
+            "scattered frames -> VRAM",
+        );
+        check_bytes(
+            &self.gather(&frames),
+            &from_vram,
+            "VRAM -> scattered frames",
+        );
+
+        // Map the whole aperture, copy through it, check its last page, unmap, check that the
+        // last page reads the dummy page.
+        let last = *self.scattered.last().unwrap();
+        let last_page = pattern(4, PAGE as usize);
+        let dummy = pattern(5, PAGE as usize);
+        self.h.write_ram(last * PAGE, &last_page);
+        self.h.write_ram(DUMMY_PAGE, &dummy);
+        self.h.write_vram(VRAM_APERTURE, &vec![0; len]);
+        self.device_map();
+        self.device_aperture_copy();
+        check_bytes(
+            &self.h.read_vram(VRAM_APERTURE, len),
+            &from_vram,
+            "aperture -> VRAM",
+        );
+        let probe = transfer(
+            PAGE,
+            segment(APERTURE_SEGMENT, (MAP_PAGES - 1) * PAGE),
+            segment(VRAM_SEGMENT, VRAM_PROBE),
+        );
+        self.transfer(&probe, PAGE, "last aperture page -> VRAM");
+        check_bytes(
+            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+            &last_page,
+            "map: last aperture page",
+        );
+        self.device_unmap();
+        self.transfer(&probe, PAGE, "unmapped aperture page -> VRAM");
+        check_bytes(
+            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+            &dummy,
+            "unmap: last aperture page",
+        );
+
+        // The limits touch the same pages in this process.
+        self.memcpy_contiguous();
+        self.memcpy_scattered();
+        self.submit_round_trips(100);
+    }
+}
+
+/// Kick the echo, wait for its call the way the harness waits (poll, then read).
+fn echo_round_trip(peer: &EchoPeer) -> Duration {
+    let start = Instant::now();
+    peer.kick.write(1).unwrap();
+    wait_call(&peer.call);
+    start.elapsed()
+}
+
+fn wait_call(call: &EventFd) {
+    let deadline = Instant::now() + harness::TIMEOUT;
+    loop {
+        let mut pollfd = libc::pollfd {
+            fd: call.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, which outlives the call.
+        let ready = unsafe { libc::poll(&mut pollfd, 1, 1000) };
+        if ready > 0 && call.read().is_ok() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the echo never answered");
+    }
+}
+
+/// Connects to the backend's echo, waiting a little for its stats socket.
+fn connect_echo(bench: &Bench) -> Result<EchoPeer, String> {
+    let socket = bench.h.backend.stats_socket();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match echo::connect(&socket) {
+            Ok(peer) => return Ok(peer),
+            Err(error) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "no eventfd echo at the backend's stats socket ({error})"
+                ))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+struct Options {
+    json: bool,
+    rounds: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        json: false,
+        rounds: DEFAULT_ROUNDS,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--json" => options.json = true,
+            "--rounds" => {
+                let value = args.next().ok_or("--rounds needs a number")?;
+                options.rounds = value
+                    .parse()
+                    .map_err(|_| format!("--rounds {value}: not a number"))?;
+                if options.rounds < 5 {
+                    return Err("--rounds: at least 5".to_string());
+                }
+            }
+            // cargo bench passes --bench to harness-less benchmarks.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(options)
+}
+
+fn main() -> ExitCode {
+    let options = match options() {
+        Ok(options) => options,
+        Err(why) => {
+            eprintln!("paging bench: {why}\nusage: paging [--json] [--rounds N]");
+            return ExitCode::from(2);
+        }
+    };
+    let rounds = options.rounds;
+    let mut bench = Bench::start();
+    eprintln!("paging bench: warming up and checking the device's bytes");
+    bench.warm_up_and_check();
+    let echo = connect_echo(&bench);
+    if let Err(why) = &echo {
+        eprintln!("paging bench: {why}; the round-trip limit is missing");
+    }
+
+    let copy_bytes = 2 * COPY_BYTES;
+    let mut memcpy = Vec::new();
+    let mut transfer = Vec::new();
+    let mut scattered_memcpy = Vec::new();
+    let mut scattered_transfer = Vec::new();
+    let mut aperture = Vec::new();
+    let mut map = Vec::new();
+    let mut unmap = Vec::new();
+    let mut pingpong_p50 = Vec::new();
+    let mut rtt_p50 = Vec::new();
+    let mut rtt_p99 = Vec::new();
+    let (mut transfer_ratio, mut scattered_ratio, mut aperture_ratio, mut rtt_ratio) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+
+    for round in 0..rounds {
+        eprintln!("paging bench: round {}/{rounds}", round + 1);
+        let limit = gbps(copy_bytes, bench.memcpy_contiguous());
+        let device = gbps(copy_bytes, bench.device_copy(CONTIGUOUS_LIST));
+        memcpy.push(limit);
+        transfer.push(device);
+        transfer_ratio.push(device / limit);
+
+        let limit = gbps(copy_bytes, bench.memcpy_scattered());
+        let device = gbps(copy_bytes, bench.device_copy(SCATTERED_LIST));
+        scattered_memcpy.push(limit);
+        scattered_transfer.push(device);
+        scattered_ratio.push(device / limit);
+
+        map.push(MAP_PAGES as f64 / bench.device_map().as_secs_f64());
+        let through = gbps(COPY_BYTES, bench.device_aperture_copy());
+        aperture.push(through);
+        // Against this round's scattered limit (the same 64 MiB each way).
+        aperture_ratio.push(through / limit);
+        unmap.push(MAP_PAGES as f64 / bench.device_unmap().as_secs_f64());
+
+        if let Ok(peer) = &echo {
+            let mut pings: Vec<Duration> =
+                (0..ROUND_TRIPS).map(|_| echo_round_trip(peer)).collect();
+            pingpong_p50.push(percentile_us(&mut pings, 50));
+        }
+        let mut rtts = bench.submit_round_trips(ROUND_TRIPS);
+        rtt_p50.push(percentile_us(&mut rtts, 50));
+        rtt_p99.push(percentile_us(&mut rtts, 99));
+        if let Some(&ping) = pingpong_p50.last() {
+            rtt_ratio.push(rtt_p50[rtt_p50.len() - 1] / ping);
+        }
+    }
+
+    let rss_mib = bench
+        .h
+        .backend
+        .status_kib_field("RssAnon")
+        .expect("RssAnon of the backend") as f64
+        / MIB as f64;
+    if !bench.h.backend.is_running() {
+        eprintln!("paging bench: the backend died:\n{}", bench.h.backend.log());
+        return ExitCode::FAILURE;
+    }
+
+    // Ratios are of the medians; the per-round ratios give their spread.
+    let ratio = |num: &[f64], den: &[f64], per_round: Vec<f64>| -> (f64, Vec<f64>) {
+        (median(num) / median(den), per_round)
+    };
+    let mut keys = Vec::new();
+    let mut push = |name, rounds: Vec<f64>, target, decimals| {
+        keys.push((
+            Key {
+                name,
+                rounds,
+                target,
+                decimals,
+            },
+            None::<f64>,
+        ))
+    };
+    push("memcpy_gbps", memcpy.clone(), None, 2);
+    push("scattered_memcpy_gbps", scattered_memcpy.clone(), None, 2);
+    push("transfer_gbps", transfer.clone(), None, 2);
+    push(
+        "scattered_transfer_gbps",
+        scattered_transfer.clone(),
+        None,
+        2,
+    );
+    push("aperture_transfer_gbps", aperture.clone(), None, 2);
+    push("map_pages_per_s", map, Some(Target::AtLeast(50e6)), 0);
+    push("unmap_pages_per_s", unmap, Some(Target::AtLeast(50e6)), 0);
+    push("submit_rtt_us_p50", rtt_p50.clone(), None, 1);
+    push("submit_rtt_us_p99", rtt_p99, None, 1);
+    if !pingpong_p50.is_empty() {
+        push("pingpong_us_p50", pingpong_p50.clone(), None, 1);
+    }
+    push(
+        "backend_rss_mib",
+        vec![rss_mib],
+        Some(Target::Below(16.0)),
+        1,
+    );
+    let mut ratios = vec![
+        (
+            "transfer_vs_memcpy",
+            ratio(&transfer, &memcpy, transfer_ratio),
+            Target::AtLeast(0.9),
+        ),
+        (
+            "scattered_vs_memcpy",
+            ratio(&scattered_transfer, &scattered_memcpy, scattered_ratio),
+            Target::AtLeast(0.9),
+        ),
+        (
+            "aperture_vs_memcpy",
+            ratio(&aperture, &scattered_memcpy, aperture_ratio),
+            Target::AtLeast(0.85),
+        ),
+    ];
+    if !pingpong_p50.is_empty() {
+        ratios.push((
+            "submit_rtt_vs_pingpong",
+            ratio(&rtt_p50, &pingpong_p50, rtt_ratio),
+            Target::AtMost(1.5),
+        ));
+    }
+    for (name, (value, per_round), target) in ratios {
+        keys.push((
+            Key {
+                name,
+                rounds: per_round,
+                target: Some(target),
+                decimals: 3,
+            },
+            Some(value),
+        ));
+    }
+    // Report order: each figure, then its ratio.
+    let order = [
+        "memcpy_gbps",
+        "transfer_gbps",
+        "transfer_vs_memcpy",
+        "scattered_memcpy_gbps",
+        "scattered_transfer_gbps",
+        "scattered_vs_memcpy",
+        "aperture_transfer_gbps",
+        "aperture_vs_memcpy",
+        "map_pages_per_s",
+        "unmap_pages_per_s",
+        "pingpong_us_p50",
+        "submit_rtt_us_p50",
+        "submit_rtt_us_p99",
+        "submit_rtt_vs_pingpong",
+        "backend_rss_mib",
+    ];
+    keys.sort_by_key(|(key, _)| order.iter().position(|&name| name == key.name));
+
+    let value_of = |(key, fixed): &(Key, Option<f64>)| fixed.unwrap_or_else(|| median(&key.rounds));
+    if options.json {
+        let mut object = Map::new();
+        let mut spread = Map::new();
+        let mut checks = Map::new();
+        for entry in &keys {
+            let (key, _) = entry;
+            let value = value_of(entry);
+            object.insert(key.name.to_string(), json!(round_to(value, key.decimals)));
+            let (lo, hi) = min_max(&key.rounds);
+            spread.insert(
+                key.name.to_string(),
+                json!({ "min": round_to(lo, key.decimals), "max": round_to(hi, key.decimals) }),
+            );
+            if let Some(target) = key.target {
+                checks.insert(
+                    key.name.to_string(),
+                    json!({ "target": target.text(), "pass": target.met(value) }),
+                );
+            }
+        }
+        object.insert("rounds".to_string(), json!(rounds));
+        object.insert("round_trips_per_round".to_string(), json!(ROUND_TRIPS));
+        object.insert("spread".to_string(), Value::Object(spread));
+        object.insert("targets".to_string(), Value::Object(checks));
+        if let Err(why) = &echo {
+            object.insert("error".to_string(), json!(why));
+        }
+        println!("{}", Value::Object(object));
+    } else {
+        let mut table = String::new();
+        let _ = writeln!(
+            table,
+            "{:<26} {:>14} {:>8} {:>6}   min .. max over {rounds} rounds",
+            "key", "median", "target", ""
+        );
+        for entry in &keys {
+            let (key, _) = entry;
+            let value = value_of(entry);
+            let (lo, hi) = min_max(&key.rounds);
+            let (target, verdict) = match key.target {
+                Some(target) if target.met(value) => (target.text(), "PASS"),
+                Some(target) => (target.text(), "MISS"),
+                None => (String::new(), ""),
+            };
+            let d = key.decimals;
+            let spread = if key.rounds.len() > 1 {
+                format!("{lo:.d$} .. {hi:.d$}")
+            } else {
+                "(after the run)".to_string()
+            };
+            let _ = writeln!(
+                table,
+                "{:<26} {value:>14.d$} {target:>8} {verdict:>6}   {spread}",
+                key.name
+            );
+        }
+        let _ = writeln!(
+            table,
+            "copies: 64 MiB each way; GB/s = 1e9 bytes/s; round trips: {ROUND_TRIPS} per round"
+        );
+        print!("{table}");
+    }
+    if echo.is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn round_to(value: f64, decimals: usize) -> f64 {
+    let scale = 10f64.powi(decimals as i32);
+    (value * scale).round() / scale
+}
