@@ -5,12 +5,26 @@
 //! [`SubmissionRecord`] per answered submission; nothing is recorded per page. [`Stats`] is
 //! shared by the engine, the scheduler and the stats endpoint, which reads a [`StatsSnapshot`]
 //! while the GPU runs.
+//!
+//! Every value in a record may come from the guest (opcodes, addresses, lengths): recording
+//! uses saturating arithmetic, buckets unknown opcodes and segments, and never allocates, so a
+//! hostile record cannot panic or slow the engine.
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use wddm_gpu_abi::packet::{
+    WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE,
+    WDDM_GPU_OP_MAP_APERTURE2, WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_TRANSFER,
+    WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_OP_WRITE_PHYSICAL,
+};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::layout::SegmentLayout;
+
+mod render;
 
 /// Which way bytes moved at one endpoint of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,29 +94,607 @@ pub struct SubmissionRecord {
     pub inline: bool,
 }
 
+/// Packet kinds in report order, with their opcodes; the last one takes every other opcode.
+const KINDS: [(&str, Option<u16>); 10] = [
+    ("transfer", Some(WDDM_GPU_OP_TRANSFER)),
+    ("fill", Some(WDDM_GPU_OP_FILL)),
+    ("discard_content", Some(WDDM_GPU_OP_DISCARD_CONTENT)),
+    ("read_physical", Some(WDDM_GPU_OP_READ_PHYSICAL)),
+    ("write_physical", Some(WDDM_GPU_OP_WRITE_PHYSICAL)),
+    ("map_aperture", Some(WDDM_GPU_OP_MAP_APERTURE)),
+    ("map_aperture2", Some(WDDM_GPU_OP_MAP_APERTURE2)),
+    ("unmap_aperture", Some(WDDM_GPU_OP_UNMAP_APERTURE)),
+    ("fence", Some(WDDM_GPU_OP_FENCE)),
+    ("unknown", None),
+];
+
+/// Index in [`KINDS`] of an opcode (unknown opcodes share the last bucket).
+fn kind_index(opcode: u16) -> usize {
+    KINDS
+        .iter()
+        .position(|(_, op)| *op == Some(opcode))
+        .unwrap_or(KINDS.len() - 1)
+}
+
+/// The report name of a packet opcode: `transfer`, `fill`, ..., or `unknown`.
+pub fn kind_name(opcode: u16) -> &'static str {
+    KINDS[kind_index(opcode)].0
+}
+
+/// Whether a submission status is a fault (the driver's or the guest's error), rather than a
+/// success or an ending the driver asked for (PREEMPT, RESET).
+pub fn is_fault(status: SubmitStatus) -> bool {
+    !matches!(
+        status,
+        SubmitStatus::Ok | SubmitStatus::Preempted | SubmitStatus::Reset
+    )
+}
+
+/// Latencies above this (one hour) are counted at this value in the histogram; the exact
+/// maximum and sum are kept beside it.
+const LATENCY_MAX_NS: u64 = 3_600_000_000_000;
+/// Histogram precision: three significant digits (0.1 %).
+const SIGNIFICANT_DIGITS: u8 = 3;
+/// Queue depths above this are counted at this value in the depth histogram.
+const DEPTH_MAX: u64 = 1 << 20;
+
+fn histogram(max: u64) -> Histogram<u64> {
+    // Constant, valid bounds: construction cannot fail.
+    Histogram::new_with_bounds(1, max, SIGNIFICANT_DIGITS)
+        .expect("constant histogram bounds are valid")
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A latency distribution in nanoseconds.
+struct Latency {
+    histogram: Histogram<u64>,
+    sum_ns: u64,
+    max_ns: u64,
+}
+
+impl Latency {
+    fn new() -> Self {
+        Self {
+            histogram: histogram(LATENCY_MAX_NS),
+            sum_ns: 0,
+            max_ns: 0,
+        }
+    }
+
+    fn record(&mut self, duration: Duration) {
+        let ns = nanos(duration);
+        // Clamped to the histogram's range; the preallocated counts never grow.
+        self.histogram.saturating_record(ns);
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    fn snapshot(&self) -> LatencySnapshot {
+        let count = self.histogram.len();
+        // A bucket's reported value is its highest equivalent value, which may exceed the
+        // exact maximum; never report a quantile above it.
+        let quantile =
+            |q: f64| (count > 0).then(|| self.histogram.value_at_quantile(q).min(self.max_ns));
+        LatencySnapshot {
+            count,
+            sum_ns: self.sum_ns,
+            p50_ns: quantile(0.5),
+            p99_ns: quantile(0.99),
+            max_ns: (count > 0).then_some(self.max_ns),
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Bytes {
+    read: u64,
+    written: u64,
+}
+
+impl Bytes {
+    fn add(&mut self, direction: Direction, length: u64) {
+        let counter = match direction {
+            Direction::Read => &mut self.read,
+            Direction::Write => &mut self.written,
+        };
+        *counter = counter.saturating_add(length);
+    }
+}
+
+struct KindStats {
+    count: u64,
+    faults: u64,
+    bytes: u64,
+    pages: u64,
+    latency: Latency,
+}
+
+struct Bank {
+    /// End offset relative to the segment start (`Segment::banks`).
+    end: u64,
+    bytes: Bytes,
+}
+
+struct SegmentTraffic {
+    id: u32,
+    base_address: u64,
+    bytes: Bytes,
+    banks: Vec<Bank>,
+}
+
+impl SegmentTraffic {
+    /// Adds a range to the segment and to every bank it overlaps (split at bank ends).
+    fn add(&mut self, traffic: &Traffic) {
+        self.bytes.add(traffic.direction, traffic.length);
+        if self.banks.is_empty() {
+            return;
+        }
+        // A range below the segment base is counted for the segment, in no bank.
+        let Some(start) = traffic.address.checked_sub(self.base_address) else {
+            return;
+        };
+        let end = start.saturating_add(traffic.length);
+        let first = self.banks.partition_point(|bank| bank.end <= start);
+        let mut bank_start = match first.checked_sub(1) {
+            Some(previous) => self.banks.get(previous).map_or(0, |bank| bank.end),
+            None => 0,
+        };
+        for bank in self.banks.iter_mut().skip(first) {
+            if bank_start >= end {
+                break;
+            }
+            let overlap = end.min(bank.end).saturating_sub(start.max(bank_start));
+            if overlap > 0 {
+                bank.bytes.add(traffic.direction, overlap);
+            }
+            bank_start = bank.end;
+        }
+    }
+}
+
+struct Submissions {
+    count: u64,
+    inline: u64,
+    by_status: [u64; SubmitStatus::ALL.len()],
+    bytes: u64,
+    packets: u64,
+    execution: Latency,
+    queue_wait: Latency,
+    preemptions: u64,
+}
+
+struct QueueDepth {
+    current: u64,
+    max: u64,
+    changes: u64,
+    /// Depth at each change (event-weighted).
+    histogram: Histogram<u64>,
+    /// Integral of depth over time, in depth·nanoseconds, up to `since`.
+    area: u128,
+    since: Instant,
+}
+
+impl QueueDepth {
+    /// Depth·nanoseconds up to `now`, the current depth included.
+    fn area_until(&self, now: Instant) -> u128 {
+        let elapsed = u128::from(nanos(now.saturating_duration_since(self.since)));
+        self.area
+            .saturating_add(u128::from(self.current).saturating_mul(elapsed))
+    }
+}
+
+struct Inner {
+    kinds: [KindStats; KINDS.len()],
+    submissions: Submissions,
+    queue: QueueDepth,
+    /// Index = segment id; 0 is system memory.
+    segments: Vec<SegmentTraffic>,
+    /// Traffic naming a segment the layout does not have.
+    unknown_segment: Bytes,
+    requests: u64,
+    refused: u64,
+}
+
 /// Shared measurement state. All methods take `&self`: the engine thread, the control-queue
 /// thread and the stats endpoint use it concurrently.
+///
+/// One mutex guards everything: it is taken once per packet, submission or queue change, for a
+/// few counter updates and histogram increments (no allocation), and by [`Stats::snapshot`]
+/// for a few quantile lookups. Rendering happens on the snapshot, outside the lock.
 pub struct Stats {
-    _started: Instant,
+    started: Instant,
+    inner: Mutex<Inner>,
 }
 
 impl Stats {
     /// Empty counters for this layout (its segments and banks).
-    pub fn new(_layout: &SegmentLayout) -> Self {
+    pub fn new(layout: &SegmentLayout) -> Self {
+        let started = Instant::now();
+        let mut segments = vec![SegmentTraffic {
+            id: 0,
+            base_address: 0,
+            bytes: Bytes::default(),
+            banks: Vec::new(),
+        }];
+        // `SegmentLayout::segment` resolves id N to `segments[N - 1]`; index N here.
+        segments.extend(layout.segments.iter().map(|segment| {
+            SegmentTraffic {
+                id: segment.id,
+                base_address: segment.base_address,
+                bytes: Bytes::default(),
+                banks: segment
+                    .banks
+                    .iter()
+                    .map(|&end| Bank {
+                        end,
+                        bytes: Bytes::default(),
+                    })
+                    .collect(),
+            }
+        }));
+        let kinds = std::array::from_fn(|_| KindStats {
+            count: 0,
+            faults: 0,
+            bytes: 0,
+            pages: 0,
+            latency: Latency::new(),
+        });
         Self {
-            _started: Instant::now(),
+            started,
+            inner: Mutex::new(Inner {
+                kinds,
+                submissions: Submissions {
+                    count: 0,
+                    inline: 0,
+                    by_status: [0; SubmitStatus::ALL.len()],
+                    bytes: 0,
+                    packets: 0,
+                    execution: Latency::new(),
+                    queue_wait: Latency::new(),
+                    preemptions: 0,
+                },
+                queue: QueueDepth {
+                    current: 0,
+                    max: 0,
+                    changes: 0,
+                    histogram: histogram(DEPTH_MAX),
+                    area: 0,
+                    since: started,
+                },
+                segments,
+                unknown_segment: Bytes::default(),
+                requests: 0,
+                refused: 0,
+            }),
         }
     }
 
+    /// The counters survive a panic elsewhere while the lock was held: they stay readable.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// A packet executed.
-    pub fn record_packet(&self, _packet: &PacketRecord) {}
+    pub fn record_packet(&self, packet: &PacketRecord) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let kind = &mut inner.kinds[kind_index(packet.opcode)];
+        kind.count = kind.count.saturating_add(1);
+        if packet.faulted {
+            kind.faults = kind.faults.saturating_add(1);
+        }
+        kind.bytes = kind.bytes.saturating_add(packet.bytes);
+        kind.pages = kind.pages.saturating_add(packet.pages);
+        kind.latency.record(packet.duration);
+        for traffic in packet.traffic.iter().flatten() {
+            if traffic.length == 0 {
+                continue;
+            }
+            let segment = usize::try_from(traffic.segment)
+                .ok()
+                .and_then(|index| inner.segments.get_mut(index));
+            match segment {
+                Some(segment) => segment.add(traffic),
+                None => inner.unknown_segment.add(traffic.direction, traffic.length),
+            }
+        }
+    }
 
     /// A submission was answered.
-    pub fn record_submission(&self, _submission: &SubmissionRecord) {}
+    pub fn record_submission(&self, submission: &SubmissionRecord) {
+        let mut inner = self.lock();
+        let s = &mut inner.submissions;
+        s.count = s.count.saturating_add(1);
+        if submission.inline {
+            s.inline = s.inline.saturating_add(1);
+        }
+        if let Some(count) = s.by_status.get_mut(submission.status as usize) {
+            *count = count.saturating_add(1);
+        }
+        s.bytes = s.bytes.saturating_add(submission.bytes);
+        s.packets = s.packets.saturating_add(u64::from(submission.packets));
+        s.execution.record(submission.duration);
+        s.queue_wait.record(
+            submission
+                .start
+                .saturating_duration_since(submission.queued),
+        );
+    }
 
     /// Submissions waiting or running changed to `depth`.
-    pub fn queue_depth(&self, _depth: usize) {}
+    pub fn queue_depth(&self, depth: usize) {
+        let now = Instant::now();
+        let depth = u64::try_from(depth).unwrap_or(u64::MAX);
+        let mut inner = self.lock();
+        let queue = &mut inner.queue;
+        queue.area = queue.area_until(now);
+        queue.since = now;
+        queue.current = depth;
+        queue.max = queue.max.max(depth);
+        queue.changes = queue.changes.saturating_add(1);
+        queue.histogram.saturating_record(depth);
+    }
 
     /// `count` submissions were preempted.
-    pub fn preempted(&self, _count: u64) {}
+    pub fn preempted(&self, count: u64) {
+        let mut inner = self.lock();
+        inner.submissions.preemptions = inner.submissions.preemptions.saturating_add(count);
+    }
+
+    /// A control request was answered (`refused`: with an error response).
+    pub fn request(&self, refused: bool) {
+        let mut inner = self.lock();
+        inner.requests = inner.requests.saturating_add(1);
+        if refused {
+            inner.refused = inner.refused.saturating_add(1);
+        }
+    }
+
+    /// Everything so far, as plain values.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let now = Instant::now();
+        let inner = self.lock();
+        let uptime_ns = nanos(now.saturating_duration_since(self.started));
+        let packets = KINDS
+            .iter()
+            .zip(&inner.kinds)
+            .map(|(&(name, opcode), kind)| PacketKindSnapshot {
+                kind: name.to_string(),
+                opcode,
+                count: kind.count,
+                faults: kind.faults,
+                bytes: kind.bytes,
+                pages: kind.pages,
+                latency: kind.latency.snapshot(),
+            })
+            .collect();
+        let s = &inner.submissions;
+        let by_status: Vec<StatusCount> = SubmitStatus::ALL
+            .iter()
+            .zip(&s.by_status)
+            .map(|(&status, &count)| StatusCount {
+                status: status.name().to_string(),
+                fault: is_fault(status),
+                count,
+            })
+            .collect();
+        let faults = by_status
+            .iter()
+            .filter(|status| status.fault)
+            .fold(0u64, |sum, status| sum.saturating_add(status.count));
+        let submissions = SubmissionsSnapshot {
+            count: s.count,
+            inline: s.inline,
+            engine: s.count.saturating_sub(s.inline),
+            faults,
+            preemptions: s.preemptions,
+            bytes: s.bytes,
+            packets: s.packets,
+            by_status,
+            execution: s.execution.snapshot(),
+            queue_wait: s.queue_wait.snapshot(),
+        };
+        let queue = &inner.queue;
+        let area = queue.area_until(now);
+        let depth_quantile =
+            |q: f64| (queue.changes > 0).then(|| queue.histogram.value_at_quantile(q));
+        let queue_depth = QueueDepthSnapshot {
+            current: queue.current,
+            max: queue.max,
+            mean: if uptime_ns == 0 {
+                0.0
+            } else {
+                area as f64 / uptime_ns as f64
+            },
+            changes: queue.changes,
+            p50: depth_quantile(0.5),
+            p99: depth_quantile(0.99),
+        };
+        let segments = inner
+            .segments
+            .iter()
+            .map(|segment| SegmentSnapshot {
+                segment: segment.id,
+                read_bytes: segment.bytes.read,
+                written_bytes: segment.bytes.written,
+                banks: segment
+                    .banks
+                    .iter()
+                    .enumerate()
+                    .map(|(index, bank)| BankSnapshot {
+                        bank: index,
+                        end_offset: bank.end,
+                        read_bytes: bank.bytes.read,
+                        written_bytes: bank.bytes.written,
+                    })
+                    .collect(),
+            })
+            .collect();
+        StatsSnapshot {
+            uptime_ns,
+            requests: inner.requests,
+            refused_requests: inner.refused,
+            packets,
+            submissions,
+            queue_depth,
+            segments,
+            unknown_segment: TrafficBytes {
+                read_bytes: inner.unknown_segment.read,
+                written_bytes: inner.unknown_segment.written,
+            },
+        }
+    }
 }
+
+/// A latency distribution; quantiles and maximum are `None` before the first sample.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LatencySnapshot {
+    /// Samples.
+    pub count: u64,
+    /// Sum of all samples.
+    pub sum_ns: u64,
+    /// Median (within 0.1 %).
+    pub p50_ns: Option<u64>,
+    /// 99th percentile (within 0.1 %).
+    pub p99_ns: Option<u64>,
+    /// Largest sample (exact).
+    pub max_ns: Option<u64>,
+}
+
+/// One packet kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PacketKindSnapshot {
+    /// `transfer`, `fill`, ..., `unknown`.
+    pub kind: String,
+    /// `WDDM_GPU_OP_*`; `None` for the unknown-opcode bucket.
+    pub opcode: Option<u16>,
+    /// Packets executed (completely or up to a fault).
+    pub count: u64,
+    /// Of those, packets that faulted or were interrupted.
+    pub faults: u64,
+    /// Bytes moved or written.
+    pub bytes: u64,
+    /// Aperture pages mapped or unmapped.
+    pub pages: u64,
+    /// Execution time per packet.
+    pub latency: LatencySnapshot,
+}
+
+/// Submissions that ended with one status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    /// `SubmitStatus::name`.
+    pub status: String,
+    /// Whether this status counts as a fault.
+    pub fault: bool,
+    /// Submissions.
+    pub count: u64,
+}
+
+/// Submissions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SubmissionsSnapshot {
+    /// Submissions answered.
+    pub count: u64,
+    /// Of those, run entirely on the control-queue thread.
+    pub inline: u64,
+    /// Of those, finished on the engine thread.
+    pub engine: u64,
+    /// Of those, ended with a fault status (not ok, preempted or reset).
+    pub faults: u64,
+    /// Submissions PREEMPT took back (running or queued).
+    pub preemptions: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Packets completed.
+    pub packets: u64,
+    /// Count per status, every status listed.
+    pub by_status: Vec<StatusCount>,
+    /// Execution time (start to answer).
+    pub execution: LatencySnapshot,
+    /// Queue wait (handed over to start).
+    pub queue_wait: LatencySnapshot,
+}
+
+/// Submissions waiting or running.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueDepthSnapshot {
+    /// Now.
+    pub current: u64,
+    /// Highest so far.
+    pub max: u64,
+    /// Time-weighted mean since start.
+    pub mean: f64,
+    /// Changes recorded.
+    pub changes: u64,
+    /// Median of the depth at each change (event-weighted).
+    pub p50: Option<u64>,
+    /// 99th percentile of the depth at each change (event-weighted).
+    pub p99: Option<u64>,
+}
+
+/// Bytes read and written somewhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TrafficBytes {
+    /// Bytes packets read.
+    pub read_bytes: u64,
+    /// Bytes packets wrote.
+    pub written_bytes: u64,
+}
+
+/// Traffic in one bank of a segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BankSnapshot {
+    /// Bank index.
+    pub bank: usize,
+    /// End offset relative to the segment start.
+    pub end_offset: u64,
+    /// Bytes packets read in this bank.
+    pub read_bytes: u64,
+    /// Bytes packets wrote in this bank.
+    pub written_bytes: u64,
+}
+
+/// Traffic in one segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SegmentSnapshot {
+    /// Segment id; 0 = guest system memory (frame lists).
+    pub segment: u32,
+    /// Bytes packets read in this segment.
+    pub read_bytes: u64,
+    /// Bytes packets wrote in this segment.
+    pub written_bytes: u64,
+    /// Per bank (`UseBanking` segments only).
+    pub banks: Vec<BankSnapshot>,
+}
+
+/// Everything [`Stats`] holds at one moment; rendered by [`StatsSnapshot::to_table`],
+/// [`StatsSnapshot::to_prometheus`] and serde (JSON).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatsSnapshot {
+    /// Since [`Stats::new`].
+    pub uptime_ns: u64,
+    /// Control requests answered.
+    pub requests: u64,
+    /// Of those, refused (error responses).
+    pub refused_requests: u64,
+    /// Per packet kind, in report order.
+    pub packets: Vec<PacketKindSnapshot>,
+    /// Submissions.
+    pub submissions: SubmissionsSnapshot,
+    /// Queue depth.
+    pub queue_depth: QueueDepthSnapshot,
+    /// Per segment, system memory (0) first.
+    pub segments: Vec<SegmentSnapshot>,
+    /// Traffic naming a segment the layout does not have.
+    pub unknown_segment: TrafficBytes,
+}
+
+#[cfg(test)]
+#[path = "stats_tests.rs"]
+mod tests;
