@@ -8,6 +8,8 @@ use thiserror::Error;
 pub const DEFAULT_SEED: u64 = 0x5744_444d_2d47_5055;
 /// Default per-request timeout: generous because TCG guests are slow.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default iterations per benchmark operation (see `scenario::bench`).
+pub const DEFAULT_ITERATIONS: u32 = 100;
 
 /// Usage text.
 pub const USAGE: &str = "\
@@ -18,8 +20,14 @@ commands:
   paging  run the paging tests alone (every packet, aperture, status page, events,
           preemption, reset, evict/restore)
   probe   bring the device up and list what it answers (works on any virtio-gpu)
+  bench   a short paging benchmark: guest-side latency (kick to completion) of each
+          packet kind, every result checked
 options:
-  --json          (slice) also print one WDDM-GUEST-JSON line
+  --json          (slice, bench) also print one WDDM-GUEST-JSON line
+  --bench         (slice) run the benchmark after the slice, in the same report
+  --iterations N  (slice --bench, bench) submissions per operation (default 100)
+  --hold SECS     (slice --bench, bench) after the benchmark, print GUEST-BENCH-DONE and keep
+                  the device up SECS seconds (so the host can read the backend's statistics)
   --only a,b      (suite, paging) run only these tests (bare names after the command
                   work too, since the guest's /init turns commas into spaces)
   --seed N        scatter seed (decimal or 0x hex)
@@ -31,6 +39,13 @@ options:
 pub enum Command {
     /// The slice test.
     Slice {
+        /// Also print the JSON line.
+        json: bool,
+        /// Run the benchmark after it.
+        bench: bool,
+    },
+    /// The paging benchmark.
+    Bench {
         /// Also print the JSON line.
         json: bool,
     },
@@ -61,6 +76,10 @@ pub struct Options {
     pub timeout: Duration,
     /// Log every control-queue exchange.
     pub verbose: bool,
+    /// Benchmark iterations per operation.
+    pub iterations: u32,
+    /// How long to keep the device up after the benchmark.
+    pub hold: Duration,
 }
 
 /// The command line is wrong.
@@ -85,7 +104,11 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
     let mut args = args.into_iter();
     let mut command = match args.next().as_deref() {
         None => return Err(CliError::NoCommand),
-        Some("slice") => Command::Slice { json: false },
+        Some("slice") => Command::Slice {
+            json: false,
+            bench: false,
+        },
+        Some("bench") => Command::Bench { json: false },
         Some("suite") => Command::Suite { only: Vec::new() },
         Some("paging") => Command::Paging { only: Vec::new() },
         Some("probe") => Command::Probe,
@@ -95,9 +118,30 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
     let mut seed = DEFAULT_SEED;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut verbose = false;
+    let mut iterations = DEFAULT_ITERATIONS;
+    let mut hold = Duration::ZERO;
     while let Some(arg) = args.next() {
         match (arg.as_str(), &mut command) {
-            ("--json", Command::Slice { json }) => *json = true,
+            ("--json", Command::Slice { json, .. } | Command::Bench { json }) => *json = true,
+            ("--bench", Command::Slice { bench, .. }) => *bench = true,
+            ("--iterations", Command::Slice { .. } | Command::Bench { .. }) => {
+                iterations = args
+                    .next()
+                    .as_deref()
+                    .and_then(parse_number)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| (1..=1_000_000).contains(n))
+                    .ok_or(CliError::BadValue("--iterations"))?;
+            }
+            ("--hold", Command::Slice { .. } | Command::Bench { .. }) => {
+                let secs = args
+                    .next()
+                    .as_deref()
+                    .and_then(parse_number)
+                    .filter(|s| *s <= 600)
+                    .ok_or(CliError::BadValue("--hold"))?;
+                hold = Duration::from_secs(secs);
+            }
             ("--only", Command::Suite { only } | Command::Paging { only }) => {
                 let list = args.next().ok_or(CliError::BadValue("--only"))?;
                 only.extend(list.split(',').filter(|s| !s.is_empty()).map(String::from));
@@ -133,6 +177,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         seed,
         timeout,
         verbose,
+        iterations,
+        hold,
     })
 }
 
@@ -154,7 +200,14 @@ mod tests {
     #[test]
     fn parses_commands_and_options() {
         let o = args("slice --json --seed 0x10 --timeout 30").unwrap();
-        assert_eq!(o.command, Command::Slice { json: true });
+        assert_eq!(
+            o.command,
+            Command::Slice {
+                json: true,
+                bench: false
+            }
+        );
+        assert_eq!(o.iterations, DEFAULT_ITERATIONS);
         assert_eq!(o.seed, 16);
         assert_eq!(o.timeout, Duration::from_secs(30));
         assert!(!o.verbose);
@@ -188,6 +241,24 @@ mod tests {
             Command::Paging { only: Vec::new() }
         );
         assert_eq!(args("suite --help").unwrap().command, Command::Help);
+        let o = args("slice --json --bench --iterations 20").unwrap();
+        assert_eq!(
+            o.command,
+            Command::Slice {
+                json: true,
+                bench: true
+            }
+        );
+        assert_eq!(o.iterations, 20);
+        assert_eq!(o.hold, Duration::ZERO);
+        let o = args("bench --json --iterations 0x10 --hold 3").unwrap();
+        assert_eq!(o.command, Command::Bench { json: true });
+        assert_eq!(o.iterations, 16);
+        assert_eq!(o.hold, Duration::from_secs(3));
+        assert_eq!(
+            args("bench").unwrap().command,
+            Command::Bench { json: false }
+        );
     }
 
     #[test]
@@ -203,6 +274,21 @@ mod tests {
         assert_eq!(
             args("slice --timeout 0"),
             Err(CliError::BadValue("--timeout"))
+        );
+        for bad in [
+            "bench --iterations 0",
+            "bench --iterations",
+            "bench --iterations x",
+        ] {
+            assert_eq!(args(bad), Err(CliError::BadValue("--iterations")), "{bad}");
+        }
+        assert_eq!(
+            args("suite --iterations 5"),
+            Err(CliError::UnknownOption("--iterations".into()))
+        );
+        assert_eq!(
+            args("bench --bench"),
+            Err(CliError::UnknownOption("--bench".into()))
         );
     }
 }

@@ -198,6 +198,12 @@ impl GpuControl {
         self.timeout
     }
 
+    /// Kick to completion of the last synchronous exchange (such as [`Self::submit`]): from the
+    /// queue notify to the moment the polling driver saw the answer on the used ring.
+    pub fn last_round_trip(&self) -> Option<Duration> {
+        self.queue.last_round_trip()
+    }
+
     /// Posts `request` with a `response_len`-byte response buffer in a slot of its own and
     /// returns at once; collect the answer with [`Self::try_take`] or [`Self::wait`].
     pub fn post(

@@ -20,7 +20,8 @@
 //! - [`driver`], [`vram`]: device start-up and the VRAM BAR.
 //! - [`kmd`]: the status page and the WAIT_EVENT requests kept posted.
 //! - [`engine`], [`failure`]: what tests submit and check.
-//! - [`scenario`]: the `probe`, `slice`, `suite` and `paging` commands.
+//! - [`latency`]: latency samples, percentiles and rates for the benchmark.
+//! - [`scenario`]: the `probe`, `slice`, `suite`, `paging` and `bench` commands.
 //! - [`cli`]: command-line parsing.
 
 pub mod caps;
@@ -32,6 +33,7 @@ pub mod failure;
 pub mod gpu;
 pub mod iomem;
 pub mod kmd;
+pub mod latency;
 pub mod mmio;
 pub mod packets;
 pub mod pagemap;

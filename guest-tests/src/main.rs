@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use wddm_guest::cli::{self, Command, USAGE};
-use wddm_guest::scenario::{probe, slice, suite};
+use wddm_guest::scenario::{bench, probe, slice, suite};
 
 fn main() -> ExitCode {
     let options = match cli::parse(std::env::args().skip(1)) {
@@ -20,7 +20,8 @@ fn main() -> ExitCode {
             true
         }
         Command::Probe => probe::run(&options),
-        Command::Slice { json } => slice::run(*json, &options),
+        Command::Slice { json, bench } => slice::run(*json, *bench, &options),
+        Command::Bench { json } => bench::run(*json, &options),
         Command::Suite { only } | Command::Paging { only } => {
             let group = match options.command {
                 Command::Paging { .. } => suite::Group::Paging,

@@ -1,7 +1,9 @@
 //! The commands: `probe` (bring-up only), `slice` (the layout and one scattered round trip,
 //! printed as checks), `suite` (named valid, layout, VRAM BAR, hostile and paging tests) and
-//! `paging` (the paging tests alone).
+//! `paging` (the paging tests alone); `bench` (a short paging benchmark, also run after the
+//! slice with `slice --bench`).
 
+pub mod bench;
 pub mod paging;
 pub mod probe;
 pub mod setup;

@@ -1,6 +1,8 @@
 //! `slice`: the layout a KMD would report, the VRAM BAR check, and one scattered round trip
 //! (VRAM → shuffled guest pages → other VRAM), printed as `CHECK <name> PASS|FAIL <detail>` lines
-//! and optionally one `WDDM-GUEST-JSON {...}` line.
+//! and optionally one `WDDM-GUEST-JSON {...}` line. With `--bench` the paging benchmark
+//! ([`crate::scenario::bench`]) runs afterwards on the same device: its tables follow the checks,
+//! the JSON line gains a `guest_bench` object and the checks a `guest_bench_ok`.
 //!
 //! The round trip uses the first CPU-visible memory segment (segment 1 in every shipped layout),
 //! at offsets inside it: its GPU addresses are `BaseAddress + offset`, its BAR bytes at
@@ -15,7 +17,7 @@ use crate::engine::Engine;
 use crate::failure::{ensure, Failure, Outcome};
 use crate::report;
 use crate::scatter::FrameList;
-use crate::scenario::setup;
+use crate::scenario::{bench, setup};
 
 /// VRAM offset the pattern is written to (not page aligned on purpose).
 const OFFSET_A: u64 = 0x10_0040;
@@ -75,24 +77,57 @@ struct Facts {
     slice_segment_id: Option<u32>,
 }
 
-/// Runs the slice; true iff every check passed.
-pub fn run(json_line: bool, options: &Options) -> bool {
+/// Runs the slice (then the benchmark when `with_bench`); true iff every check passed.
+pub fn run(json_line: bool, with_bench: bool, options: &Options) -> bool {
     let seed = options.seed;
     println!("SEED {seed:#x}");
     let mut checks = Checks {
         results: Map::new(),
     };
     let mut facts = Facts::default();
-    if let Err(why) = steps(&mut checks, &mut facts, options) {
-        checks.skip_rest(&why);
+    let engine = steps(&mut checks, &mut facts, options);
+    if let Err(why) = &engine {
+        checks.skip_rest(why);
     }
+    let bench_report = with_bench.then(|| {
+        let report = match engine {
+            Ok(mut engine) => bench::run_on(&mut engine, options.iterations),
+            Err(why) => Err(Failure(format!("not run: {why}"))),
+        };
+        bench::print_report(&report, options.hold);
+        let verdict = match &report {
+            Ok(r) if r.ok() => Ok(format!(
+                "{} operations x {}, all {} kinds ran and were checked",
+                r.ops.len(),
+                r.iterations,
+                bench::KINDS.len()
+            )),
+            Ok(r) => Err(Failure(format!(
+                "failed kinds: {}",
+                r.kinds()
+                    .iter()
+                    .filter(|k| !k.verified)
+                    .map(|k| k.kind)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+            Err(why) => Err(why.clone()),
+        };
+        checks.record("guest_bench_ok", &verdict);
+        bench::report_json(&report)
+    });
     if json_line {
-        println!("WDDM-GUEST-JSON {}", json_report(&facts, &checks));
+        let mut report = json_report(&facts, &checks);
+        if let Some(bench) = bench_report {
+            report["guest_bench"] = bench;
+        }
+        println!("WDDM-GUEST-JSON {report}");
     }
     checks.all_passed()
 }
 
-fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome {
+/// The slice's steps; returns the engine for what runs after.
+fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome<Engine> {
     let seed = options.seed;
     let arena = setup::arena();
     let device = arena
@@ -221,7 +256,7 @@ fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome {
         })
         .map_err(Failure::from);
     checks.record("dma_addresses_stable", &stable);
-    Ok(())
+    Ok(engine)
 }
 
 fn json_report(facts: &Facts, checks: &Checks) -> Value {

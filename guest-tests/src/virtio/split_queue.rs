@@ -126,6 +126,10 @@ pub struct SplitQueue {
     /// Indexed by head descriptor.
     in_flight: Vec<Option<InFlight>>,
     broken: bool,
+    /// When the last chain was published, just before the notify (the kick).
+    last_kick: Option<Instant>,
+    /// When [`Self::wait`] last found its chain completed.
+    last_done: Option<Instant>,
 }
 
 impl SplitQueue {
@@ -152,6 +156,8 @@ impl SplitQueue {
             free: (0..size).rev().collect(),
             in_flight: vec![None; usize::from(size)],
             broken: false,
+            last_kick: None,
+            last_done: None,
         };
         queue
             .ring_u16(layout.avail)
@@ -167,6 +173,15 @@ impl SplitQueue {
     /// Chains posted and not yet collected.
     pub fn in_flight(&self) -> usize {
         self.in_flight.iter().flatten().count()
+    }
+
+    /// Time from the last kick (the notify after publishing a chain) to the moment
+    /// [`Self::wait`] next saw its chain on the used ring; `None` when no wait finished since
+    /// that kick. Right after a synchronous [`Self::run`] this is its round trip as the driver
+    /// sees it.
+    pub fn last_round_trip(&self) -> Option<Duration> {
+        let (kick, done) = (self.last_kick?, self.last_done?);
+        done.checked_duration_since(kick)
     }
 
     /// Guest-physical addresses of descriptor table, avail ring and used ring.
@@ -237,6 +252,7 @@ impl SplitQueue {
         self.next_avail = published;
         // The index must be visible before the device is told to look.
         fence(Ordering::SeqCst);
+        self.last_kick = Some(Instant::now());
         self.notify.write16(0, self.index);
         Ok(head)
     }
@@ -307,6 +323,7 @@ impl SplitQueue {
         loop {
             self.poll()?;
             if let Some(used) = self.take(head) {
+                self.last_done = Some(Instant::now());
                 return Ok(used);
             }
             if start.elapsed() > timeout {

@@ -21,6 +21,8 @@ mod faults;
 mod ops;
 mod stop;
 
+pub use ops::fill_bytes;
+
 use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::packet::WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
@@ -147,7 +149,8 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    fn new(e: &mut Engine) -> Outcome<Self> {
+    /// Makes the context: the first aperture, a hugepage of its own, pieces of the pool.
+    pub(crate) fn new(e: &mut Engine) -> Outcome<Self> {
         let aperture = e
             .layout
             .segments
@@ -202,7 +205,7 @@ impl Ctx {
     }
 
     /// Starts a test: fresh random order of pieces, PFN arrays from the start again.
-    fn begin(&mut self, e: &mut Engine) {
+    pub(crate) fn begin(&mut self, e: &mut Engine) {
         e.rng.shuffle(&mut self.free);
         self.next_free = 0;
         self.list_next = 0;
