@@ -1,2 +1,374 @@
 //! The stats endpoint: a Unix socket answering `table`, `prometheus` and `json` requests while
 //! the GPU runs (and `echo`, see [`crate::echo`]).
+//!
+//! Protocol: the client connects and sends one request line; the server writes the rendering
+//! (or one `error: ...` line) and closes. `echo` is sent as one message carrying two eventfds
+//! (kick, call) with SCM_RIGHTS, so the first read of every connection receives descriptors.
+//!
+//! Each connection is served on its own short-lived thread with I/O timeouts, and the stats
+//! lock is held only while a snapshot is taken, never while writing: a slow or stuck client
+//! cannot stall the GPU or other clients.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use log::{debug, info, warn};
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+use crate::stats::Stats;
+
+/// Longest request line accepted.
+const MAX_REQUEST: usize = 256;
+/// Most descriptors taken from one request message (echo needs two).
+const MAX_FDS: usize = 4;
+/// Connections served at once; more are refused with an error line.
+const MAX_CLIENTS: usize = 16;
+/// How long a client may take to send its request or to read the answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answered client may take to close its side.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long [`query`] waits for the answer.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests, for the error message.
+const REQUESTS: &str = "table, prometheus, json or echo";
+
+/// The stats socket that belongs to a vhost-user socket path: the same path with `.stats`
+/// appended.
+pub fn default_path(vhost_user_socket: &Path) -> PathBuf {
+    let mut path = OsString::from(vhost_user_socket.as_os_str());
+    path.push(".stats");
+    PathBuf::from(path)
+}
+
+/// Why a request is refused; sent to the client as `error: <message>`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// The client closed without sending anything.
+    #[error("empty request (send one line: {REQUESTS})")]
+    Empty,
+    /// The request is not UTF-8.
+    #[error("the request is not text (send one line: {REQUESTS})")]
+    NotText,
+    /// No newline within [`MAX_REQUEST`] bytes.
+    #[error("request line longer than {MAX_REQUEST} bytes")]
+    TooLong,
+    /// Not a request this server knows.
+    #[error("unknown request {0:?} (send one line: {REQUESTS})")]
+    Unknown(String),
+    /// `echo` without exactly two descriptors.
+    #[error("echo needs two eventfds (kick, call) in the request message; got {0} descriptors")]
+    EchoDescriptors(usize),
+    /// An `echo` descriptor is not an eventfd.
+    #[error("echo descriptors must be eventfds")]
+    NotEventFd,
+    /// Descriptors came with a request that takes none.
+    #[error("only echo takes descriptors")]
+    UnexpectedDescriptors,
+    /// Too many clients at once.
+    #[error("busy: {MAX_CLIENTS} clients are being served")]
+    Busy,
+}
+
+/// A parsed request.
+#[derive(Debug)]
+enum Request {
+    Table,
+    Prometheus,
+    Json,
+    Echo { kick: EventFd, call: EventFd },
+}
+
+/// The running endpoint; dropping it (or [`StatsServer::shutdown`]) stops the thread and
+/// removes the socket file.
+pub struct StatsServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    /// A handle on the listening socket, to wake the accept loop at shutdown.
+    listener: UnixListener,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Binds the stats socket at `path` (replacing a stale socket file) and starts serving.
+pub fn start(path: &Path, stats: Arc<Stats>) -> io::Result<StatsServer> {
+    remove_stale(path)?;
+    let listener = UnixListener::bind(path)?;
+    let accepting = listener.try_clone()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("wddm-gpu-stats".to_string())
+            .spawn(move || accept_loop(&accepting, &stats, &stop))?
+    };
+    info!("stats endpoint: {}", path.display());
+    Ok(StatsServer {
+        path: path.to_owned(),
+        stop,
+        listener,
+        thread: Some(thread),
+    })
+}
+
+/// Refuses a path another process serves or that is not a socket; removes a stale socket.
+fn remove_stale(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+        Ok(meta) if !meta.file_type().is_socket() => Err(io::Error::new(
+            ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Ok(_) if UnixStream::connect(path).is_ok() => Err(io::Error::new(
+            ErrorKind::AddrInUse,
+            format!("{} is in use by a running process", path.display()),
+        )),
+        Ok(_) => fs::remove_file(path),
+    }
+}
+
+impl StatsServer {
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops serving and removes the socket file.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::Release);
+        // SAFETY: shutdown(2) on a listening socket this server owns (it stays open until the
+        // server is dropped); on Linux it makes the blocked accept(2) return.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if thread.join().is_err() {
+            warn!("stats endpoint: the server thread panicked");
+        }
+        if let Err(error) = fs::remove_file(&self.path) {
+            debug!("stats endpoint: removing {}: {error}", self.path.display());
+        }
+    }
+}
+
+impl Drop for StatsServer {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// Decrements the client count when a connection thread ends.
+struct ClientSlot(Arc<AtomicUsize>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn accept_loop(listener: &UnixListener, stats: &Arc<Stats>, stop: &AtomicBool) {
+    let clients = Arc::new(AtomicUsize::new(0));
+    for connection in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let stream = match connection {
+            Ok(stream) => stream,
+            Err(error) => {
+                warn!("stats endpoint: accept: {error}");
+                // Out of descriptors and the like: do not spin.
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+            drop(ClientSlot(clients.clone()));
+            let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+            let _ = write_error(&stream, &RequestError::Busy);
+            continue;
+        }
+        let slot = ClientSlot(clients.clone());
+        let stats = stats.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wddm-gpu-stats-client".to_string())
+            .spawn(move || {
+                let _slot = slot;
+                serve_client(stream, &stats);
+            });
+        if let Err(error) = spawned {
+            warn!("stats endpoint: cannot start a client thread: {error}");
+        }
+    }
+}
+
+fn write_error(mut stream: &UnixStream, error: &RequestError) -> io::Result<()> {
+    stream.write_all(format!("error: {error}\n").as_bytes())
+}
+
+/// Serves one connection: reads the request, answers, closes (or hands it to the echo).
+fn serve_client(stream: UnixStream, stats: &Stats) {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let request = match read_request(&stream) {
+        Ok((line, fds)) => parse_request(&line, fds),
+        Err(error) => {
+            debug!("stats endpoint: reading a request: {error}");
+            return;
+        }
+    };
+    let answer = match request {
+        Ok(Request::Echo { kick, call }) => {
+            let _ = stream.set_read_timeout(None);
+            let _ = stream.set_write_timeout(None);
+            crate::echo::serve(stream, kick, call);
+            return;
+        }
+        // The snapshot is taken (and the stats lock released) before anything is written.
+        Ok(Request::Table) => stats.snapshot().to_table(),
+        Ok(Request::Prometheus) => stats.snapshot().to_prometheus(),
+        Ok(Request::Json) => match serde_json::to_string_pretty(&stats.snapshot()) {
+            Ok(text) => text + "\n",
+            Err(error) => format!("error: {error}\n"),
+        },
+        Err(error) => format!("error: {error}\n"),
+    };
+    if let Err(error) = (&stream).write_all(answer.as_bytes()) {
+        debug!("stats endpoint: writing an answer: {error}");
+        return;
+    }
+    linger(&stream);
+}
+
+/// Ends the answer, then discards what the client sent beyond its request line (a bounded
+/// amount, until it closes): closing a socket with unread input resets the connection, and the
+/// client would lose the answer.
+fn linger(stream: &UnixStream) {
+    const MAX_DISCARD: usize = 64 << 10;
+    if stream.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let _ = stream.set_read_timeout(Some(LINGER_TIMEOUT));
+    let mut scratch = [0u8; 4096];
+    let mut discarded = 0;
+    while discarded < MAX_DISCARD {
+        match (&*stream).read(&mut scratch) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => discarded += read,
+        }
+    }
+}
+
+/// Reads the request line. The first read takes any descriptors sent with it (they are owned,
+/// and closed unless used); later reads only complete a line sent in pieces.
+fn read_request(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = [0u8; MAX_REQUEST + 1];
+    let mut fds: [RawFd; MAX_FDS] = [-1; MAX_FDS];
+    let mut iovecs = [libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    }];
+    // SAFETY: the iovec covers `buf`, which outlives the call and may hold any bytes.
+    let (mut len, fd_count) = unsafe { stream.recv_with_fds(&mut iovecs, &mut fds) }
+        .map_err(|error| io::Error::from_raw_os_error(error.errno()))?;
+    let owned = fds[..fd_count.min(MAX_FDS)]
+        .iter()
+        // SAFETY: these descriptors were just received and nothing else owns them.
+        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    while len > 0 && len < buf.len() && !buf[..len].contains(&b'\n') {
+        match (&*stream).read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(read) => len += read,
+            Err(error) if error.kind() == ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok((buf[..len].to_vec(), owned))
+}
+
+/// Whether a descriptor is an eventfd (the echo writes and reads 8-byte counters on them).
+fn is_eventfd(fd: &OwnedFd) -> bool {
+    fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|target| target.as_os_str() == "anon_inode:[eventfd]")
+        .unwrap_or(false)
+}
+
+fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestError> {
+    if bytes.is_empty() {
+        return Err(RequestError::Empty);
+    }
+    let line = match bytes.iter().position(|&byte| byte == b'\n') {
+        Some(end) => &bytes[..end],
+        None if bytes.len() > MAX_REQUEST => return Err(RequestError::TooLong),
+        // A client may close its side instead of ending the line.
+        None => bytes,
+    };
+    let line = std::str::from_utf8(line)
+        .map_err(|_| RequestError::NotText)?
+        .trim();
+    let request = match line {
+        "table" => Request::Table,
+        "prometheus" => Request::Prometheus,
+        "json" => Request::Json,
+        "echo" => {
+            let [kick, call]: [OwnedFd; 2] = fds
+                .try_into()
+                .map_err(|fds: Vec<OwnedFd>| RequestError::EchoDescriptors(fds.len()))?;
+            if !is_eventfd(&kick) || !is_eventfd(&call) {
+                return Err(RequestError::NotEventFd);
+            }
+            // SAFETY: each descriptor is an eventfd this process owns; ownership moves.
+            let (kick, call) = unsafe {
+                (
+                    EventFd::from_raw_fd(kick.into_raw_fd()),
+                    EventFd::from_raw_fd(call.into_raw_fd()),
+                )
+            };
+            return Ok(Request::Echo { kick, call });
+        }
+        "" => return Err(RequestError::Empty),
+        other => {
+            let shown: String = other.chars().take(40).collect();
+            return Err(RequestError::Unknown(shown));
+        }
+    };
+    if !fds.is_empty() {
+        return Err(RequestError::UnexpectedDescriptors);
+    }
+    Ok(request)
+}
+
+/// Asks the stats endpoint at `path` for one rendering (`table`, `prometheus` or `json`). An
+/// `error: ...` answer comes back as an error of kind `InvalidInput` with that message.
+pub fn query(path: &Path, request: &str) -> io::Result<String> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(QUERY_TIMEOUT))?;
+    stream.set_write_timeout(Some(QUERY_TIMEOUT))?;
+    stream.write_all(format!("{request}\n").as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    match answer.strip_prefix("error: ") {
+        Some(message) => Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            message.trim_end().to_string(),
+        )),
+        None => Ok(answer),
+    }
+}
+
+#[cfg(test)]
+#[path = "stats_server_tests.rs"]
+mod tests;

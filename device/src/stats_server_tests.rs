@@ -1,0 +1,221 @@
+//! Tests of the stats endpoint over real sockets.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+use super::*;
+use crate::layout::SegmentLayout;
+use crate::stats::Stats;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wddm-stats-srv-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn stats() -> Arc<Stats> {
+    Arc::new(Stats::new(&SegmentLayout::default_for_vram(16 << 20)))
+}
+
+/// Sends raw bytes, closes the write side, returns everything the server wrote.
+fn raw(path: &Path, bytes: &[u8]) -> String {
+    let mut stream = UnixStream::connect(path).unwrap();
+    stream.write_all(bytes).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn answers_every_rendering_and_removes_its_socket() {
+    let dir = scratch("render");
+    let path = dir.join("gpu.sock.stats");
+    let stats = stats();
+    stats.request(true);
+    let server = start(&path, stats.clone()).unwrap();
+    assert_eq!(server.path(), path);
+
+    let table = query(&path, "table").unwrap();
+    assert!(table.starts_with("uptime "), "{table}");
+    assert!(table.contains("control requests 1 answered, 1 refused"));
+    let prometheus = query(&path, "prometheus").unwrap();
+    assert!(prometheus.contains("wddm_gpu_control_requests_refused_total 1\n"));
+    let json: serde_json::Value = serde_json::from_str(&query(&path, "json").unwrap()).unwrap();
+    assert_eq!(json["refused_requests"], 1);
+    // Values are live.
+    stats.request(false);
+    let json: serde_json::Value = serde_json::from_str(&query(&path, "json").unwrap()).unwrap();
+    assert_eq!(json["requests"], 2);
+
+    server.shutdown();
+    assert!(!path.exists());
+    assert!(query(&path, "table").is_err());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn malformed_requests_get_one_error_line() {
+    let dir = scratch("malformed");
+    let path = dir.join("stats");
+    let _server = start(&path, stats()).unwrap();
+    let cases: [(&[u8], &str); 6] = [
+        (b"tables\n", "unknown request \"tables\""),
+        (b"", "empty request"),
+        (b"\n", "empty request"),
+        (b"\xff\xfe\n", "not text"),
+        (&[b'x'; 1000], "longer than"),
+        (b"echo\n", "two eventfds"),
+    ];
+    for (request, expected) in cases {
+        let answer = raw(&path, request);
+        assert!(answer.starts_with("error: "), "{request:?}: {answer}");
+        assert!(answer.contains(expected), "{request:?}: {answer}");
+        assert_eq!(answer.lines().count(), 1, "{answer}");
+    }
+    let error = query(&path, "bogus").unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains("unknown request"), "{error}");
+    // Surrounding blanks and a missing newline are accepted.
+    assert!(raw(&path, b"  json \r\n").starts_with('{'));
+    assert!(raw(&path, b"table").starts_with("uptime"));
+    // The server still answers after all that.
+    assert!(query(&path, "table").is_ok());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_request_line_sent_in_pieces_is_read_whole() {
+    let dir = scratch("pieces");
+    let path = dir.join("stats");
+    let _server = start(&path, stats()).unwrap();
+    let mut stream = UnixStream::connect(&path).unwrap();
+    stream.write_all(b"prom").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    stream.write_all(b"etheus\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("# HELP"), "{answer}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn descriptors_are_refused_except_with_echo() {
+    let dir = scratch("fds");
+    let path = dir.join("stats");
+    let _server = start(&path, stats()).unwrap();
+    let event = EventFd::new(EFD_NONBLOCK).unwrap();
+
+    let stream = UnixStream::connect(&path).unwrap();
+    stream
+        .send_with_fds(&[&b"table\n"[..]], &[event.as_raw_fd()])
+        .unwrap();
+    let mut answer = String::new();
+    (&stream).read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("only echo takes descriptors"), "{answer}");
+
+    // Echo with something other than eventfds.
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let stream = UnixStream::connect(&path).unwrap();
+    stream
+        .send_with_fds(&[&b"echo\n"[..]], &[file.as_raw_fd(), file.as_raw_fd()])
+        .unwrap();
+    let mut answer = String::new();
+    (&stream).read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("must be eventfds"), "{answer}");
+
+    // One eventfd only.
+    let stream = UnixStream::connect(&path).unwrap();
+    stream
+        .send_with_fds(&[&b"echo\n"[..]], &[event.as_raw_fd()])
+        .unwrap();
+    let mut answer = String::new();
+    (&stream).read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("got 1 descriptors"), "{answer}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn echo_gets_both_eventfds_and_answers_kicks() {
+    let dir = scratch("echo");
+    let path = dir.join("stats");
+    let _server = start(&path, stats()).unwrap();
+    let peer = crate::echo::connect(&path).unwrap();
+    for _ in 0..3 {
+        peer.kick.write(1).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match peer.call.read() {
+                Ok(count) => {
+                    assert!(count >= 1);
+                    break;
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "no call within 5 s");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
+    }
+    drop(peer);
+    // Other requests are still served.
+    assert!(query(&path, "table").is_ok());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_silent_client_blocks_neither_others_nor_the_recorder() {
+    let dir = scratch("slow");
+    let path = dir.join("stats");
+    let stats = stats();
+    let _server = start(&path, stats.clone()).unwrap();
+    // Connected, never sends, never reads.
+    let _silent: Vec<UnixStream> = (0..3)
+        .map(|_| UnixStream::connect(&path).unwrap())
+        .collect();
+    let started = Instant::now();
+    stats.request(false);
+    assert!(query(&path, "json").unwrap().contains("\"requests\": 1"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
+    let dir = scratch("stale");
+    let stale = dir.join("stale");
+    drop(UnixListener::bind(&stale).unwrap());
+    let server = start(&stale, stats()).unwrap();
+    assert!(query(&stale, "table").is_ok());
+
+    // Served by the running server: refused, and left alone.
+    let error = start(&stale, stats()).err().unwrap();
+    assert_eq!(error.kind(), io::ErrorKind::AddrInUse);
+    assert!(query(&stale, "table").is_ok());
+    drop(server);
+    assert!(!stale.exists());
+
+    let file = dir.join("file");
+    std::fs::write(&file, b"keep").unwrap();
+    let error = start(&file, stats()).err().unwrap();
+    assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_default_path_appends_dot_stats() {
+    assert_eq!(
+        default_path(Path::new("/run/gpu/vhost.sock")),
+        PathBuf::from("/run/gpu/vhost.sock.stats")
+    );
+}
