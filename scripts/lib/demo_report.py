@@ -1,8 +1,12 @@
 """Merge the guest's WDDM-GUEST-JSON report with what the backend logged, for scripts/demo.
 
-Arguments: QEMU log, backend log, guest exit code, and a file holding `check-layout --json`
+Arguments: QEMU log, backend log, guest exit code, a file holding `check-layout --json`
 output (empty when the default layout is used): the layout the guest read from the device is
-compared with it field by field.
+compared with it field by field; then optionally 1 when the guest ran its benchmark (the
+`guest_bench` object must then be there, every backend kind measured and checked:
+`guest_bench_ok`), and the files holding the backend's `stats` table and why it is missing.
+
+`--summary REPORT` prints the checks; `--bench REPORT` prints the guest benchmark per kind.
 """
 
 import json
@@ -20,11 +24,66 @@ def summary(report_text: str) -> int:
     return 0 if all(report["checks"].values()) else 1
 
 
+# The backend's packet kind names: the guest benchmark reports one row per kind.
+BENCH_KINDS = ("transfer", "fill", "discard_content", "read_physical", "write_physical",
+               "map_aperture", "map_aperture2", "unmap_aperture", "fence")
+
+
+def bench_ok(bench) -> bool:
+    """Every backend kind was measured and its results checked."""
+    if not isinstance(bench, dict) or bench.get("ok") is not True:
+        return False
+    kinds = bench.get("kinds", {})
+    return all(kind in kinds and kinds[kind].get("verified") is True
+               and (kinds[kind].get("count") or 0) > 0 for kind in BENCH_KINDS)
+
+
+def bench_table(report_text: str) -> int:
+    """Prints the guest benchmark, one line per kind."""
+    bench = json.loads(report_text).get("guest_bench")
+    if not isinstance(bench, dict) or "kinds" not in bench:
+        error = bench.get("error") if isinstance(bench, dict) else None
+        print(f"  no benchmark results{': ' + error if error else ''}")
+        return 1
+
+    def num(value, width, decimals=1):
+        return f"{'-':>{width}}" if value is None else f"{value:{width}.{decimals}f}"
+
+    print(f"  {'kind':16} {'count':>6} {'bytes':>11} {'pages':>7} {'p50_us':>9} {'p99_us':>9} "
+          f"{'max_us':>9} {'MB/s':>9} {'pages/s':>10}  check")
+    for kind in BENCH_KINDS:
+        k = bench["kinds"].get(kind)
+        if k is None:
+            print(f"  {kind:16} (not measured)")
+            continue
+        print(f"  {kind:16} {k['count']:>6} {k['bytes']:>11} {k['pages']:>7} "
+              f"{num(k['p50_us'], 9)} {num(k['p99_us'], 9)} {num(k['max_us'], 9)} "
+              f"{num(k['mb_per_s'], 9)} {num(k['pages_per_s'], 10, 0)}  "
+              f"{'ok' if k.get('verified') else 'FAIL'}")
+    print(f"  ({bench.get('iterations')} iterations per operation, {bench.get('seconds')} s in all; "
+          f"latency: {bench.get('latency')})")
+    return 0 if bench_ok(bench) else 1
+
+
+def read_text(path):
+    """The file's text, stripped; None when there is no such file or it is empty."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def main() -> int:
     if sys.argv[1] == "--summary":
         return summary(sys.argv[2])
+    if sys.argv[1] == "--bench":
+        return bench_table(sys.argv[2])
     qemu_log, backend_log, guest_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
     expected_file = sys.argv[4] if len(sys.argv) > 4 else None
+    with_bench = len(sys.argv) > 5 and sys.argv[5] == "1"
+    stats_file = sys.argv[6] if len(sys.argv) > 6 else None
+    stats_why_file = sys.argv[7] if len(sys.argv) > 7 else None
     report = None
     with open(qemu_log, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -38,6 +97,13 @@ def main() -> int:
     report["backend_bar_address"] = backend_bar
     report["checks"]["backend_saw_guest_bar_address"] = backend_bar == report.get("vram_bar_address")
     report["checks"]["guest_exit_ok"] = guest_rc == 0
+    if with_bench:
+        report.setdefault("guest_bench", None)
+        report["checks"]["guest_bench_ok"] = bench_ok(report["guest_bench"])
+        stats = read_text(stats_file) if stats_file else None
+        report["backend_stats"] = stats
+        report["backend_stats_missing"] = None if stats else (
+            (read_text(stats_why_file) if stats_why_file else None) or "no output")
     with open(expected_file, encoding="utf-8") as f:
         text = f.read().strip()
     if text:
