@@ -4,7 +4,8 @@ Arguments: QEMU log, backend log, guest exit code, a file holding `check-layout 
 output (empty when the default layout is used): the layout the guest read from the device is
 compared with it field by field; then optionally 1 when the guest ran its benchmark (the
 `guest_bench` object must then be there, every backend kind measured and checked:
-`guest_bench_ok`), and the files holding the backend's `stats` table and why it is missing.
+`guest_bench_ok`), and the files holding the backend's `stats --json` output (as
+`backend_stats`) and why it is missing (as `backend_stats_missing`).
 
 `--summary REPORT` prints the checks; `--bench REPORT` prints the guest benchmark per kind.
 """
@@ -101,9 +102,13 @@ def main() -> int:
         report.setdefault("guest_bench", None)
         report["checks"]["guest_bench_ok"] = bench_ok(report["guest_bench"])
         stats = read_text(stats_file) if stats_file else None
-        report["backend_stats"] = stats
-        report["backend_stats_missing"] = None if stats else (
-            (read_text(stats_why_file) if stats_why_file else None) or "no output")
+        try:
+            report["backend_stats"] = json.loads(stats) if stats else None
+        except json.JSONDecodeError:
+            report["backend_stats"] = None
+        report["backend_stats_missing"] = None if report["backend_stats"] is not None else (
+            (read_text(stats_why_file) if stats_why_file else None)
+            or "`stats --json` gave no JSON")
     with open(expected_file, encoding="utf-8") as f:
         text = f.read().strip()
     if text:
