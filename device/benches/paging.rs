@@ -778,7 +778,7 @@ fn main() -> ExitCode {
         for entry in &keys {
             let (key, _) = entry;
             let value = value_of(entry);
-            object.insert(key.name.to_string(), json!(round_to(value, key.decimals)));
+            object.insert(key.name.to_string(), round_to(value, key.decimals));
             let (lo, hi) = min_max(&key.rounds);
             spread.insert(
                 key.name.to_string(),
@@ -839,7 +839,11 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn round_to(value: f64, decimals: usize) -> f64 {
+/// A figure for JSON: an integer without decimals, else rounded to `decimals`.
+fn round_to(value: f64, decimals: usize) -> Value {
+    if decimals == 0 {
+        return json!(value.round() as u64);
+    }
     let scale = 10f64.powi(decimals as i32);
-    (value * scale).round() / scale
+    json!((value * scale).round() / scale)
 }
