@@ -1,10 +1,12 @@
 //! `vhost-user-wddm-gpu`: the backend process QEMU's `vhost-user-gpu-pci` connects to.
 
+use std::io::{ErrorKind, IsTerminal, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use log::info;
@@ -17,8 +19,10 @@ use vhost_user_wddm_gpu::layout_file::read_layout;
 use vhost_user_wddm_gpu::layout_report::LayoutReport;
 use vhost_user_wddm_gpu::layout_rules::validate;
 use vhost_user_wddm_gpu::size::parse_size;
+use vhost_user_wddm_gpu::stats::Stats;
+use vhost_user_wddm_gpu::trace::Trace;
 use vhost_user_wddm_gpu::vram::{BarMode, Vram};
-use vhost_user_wddm_gpu::{codec, fd_relay};
+use vhost_user_wddm_gpu::{codec, fd_relay, stats_server};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
@@ -57,6 +61,14 @@ struct RunArgs {
     /// function's shared-memory region, QEMU 11.1), or `auto` (shmem when the frontend asks).
     #[arg(long, value_enum, default_value = "auto")]
     bar_mode: BarModeRequest,
+    /// Serve counters and latency histograms on this Unix socket (`vhost-user-wddm-gpu stats`
+    /// reads it); default: the --socket-path with `.stats` appended (none with --fd).
+    #[arg(long)]
+    stats_socket: Option<PathBuf>,
+    /// Write every submission and packet to this file as a Chrome trace-event timeline
+    /// (open it in Perfetto or chrome://tracing).
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -88,6 +100,21 @@ enum Command {
         #[arg(required = true)]
         fields: Vec<String>,
     },
+    /// Print a running backend's paging-path counters and latencies (a table by default).
+    Stats {
+        /// The stats socket, or the backend's --socket-path (its `.stats` socket is used when
+        /// that exists).
+        socket: PathBuf,
+        /// Print the Prometheus text exposition format.
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Print again every SECS seconds until interrupted.
+        #[arg(long, value_name = "SECS", value_parser = parse_interval)]
+        watch: Option<Duration>,
+    },
 }
 
 /// Errors that end the program before or while serving.
@@ -103,6 +130,10 @@ enum StartError {
     BadFd(i32),
     #[error("vhost-user daemon: {0}")]
     Daemon(String),
+    #[error("--trace {0}: {1}")]
+    Trace(PathBuf, std::io::Error),
+    #[error("stats socket {0}: {1}")]
+    StatsSocket(PathBuf, std::io::Error),
 }
 
 /// Exit code for invalid input (bad layout, bad value): the same as clap's usage errors.
@@ -124,6 +155,21 @@ fn main() -> ExitCode {
         }
         Some(Command::Encode { kind, fields }) => {
             codec_command(&kind, |kind| codec::encode(kind, &fields))
+        }
+        Some(Command::Stats {
+            socket,
+            prometheus,
+            json,
+            watch,
+        }) => {
+            let request = if prometheus {
+                "prometheus"
+            } else if json {
+                "json"
+            } else {
+                "table"
+            };
+            stats_command(&socket, request, watch)
         }
         None => serve(&cli.run),
     }
@@ -239,8 +285,17 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
         info!("layout: {line}");
     }
-    let gpu =
-        Gpu::new(layout, vram).map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
+    let stats = Arc::new(Stats::new(&layout));
+    let trace = match &args.trace {
+        Some(path) => {
+            let trace = Trace::create(path).map_err(|e| StartError::Trace(path.clone(), e))?;
+            info!("trace: writing {}", path.display());
+            Some(trace)
+        }
+        None => None,
+    };
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace)
+        .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
     let backend = Arc::new(RwLock::new(WddmGpuBackend::new(gpu, args.bar_mode)));
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
@@ -257,6 +312,18 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         }
         (None, Some(fd)) => listening_fd(fd)?,
         (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
+    };
+    // Started before the daemon blocks waiting for the frontend; stopped (and its socket
+    // removed) when this function returns.
+    let stats_path = args
+        .stats_socket
+        .clone()
+        .or_else(|| args.socket_path.as_deref().map(stats_server::default_path));
+    let _stats_server = match stats_path {
+        Some(path) => {
+            Some(stats_server::start(&path, stats).map_err(|e| StartError::StatsSocket(path, e))?)
+        }
+        None => None,
     };
     info!("waiting for the frontend");
     daemon
@@ -312,4 +379,68 @@ fn listening_fd(fd: i32) -> Result<Listener, StartError> {
     let stream = unsafe { UnixStream::from_raw_fd(fd) };
     info!("--fd {fd} is a connected socket: serving it through a relay");
     fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))
+}
+
+/// `--watch SECS`: a positive number of seconds (fractions allowed).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!(
+            "{text} must be more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The stats socket `stats SOCKET` means: `SOCKET.stats` when that exists (SOCKET is then
+/// the vhost-user socket), else SOCKET itself.
+fn stats_socket_for(socket: &Path) -> PathBuf {
+    let companion = stats_server::default_path(socket);
+    if std::fs::symlink_metadata(&companion).is_ok() {
+        companion
+    } else {
+        socket.to_owned()
+    }
+}
+
+fn stats_command(socket: &Path, request: &str, watch: Option<Duration>) -> ExitCode {
+    let path = stats_socket_for(socket);
+    let clear = watch.is_some() && request == "table" && std::io::stdout().is_terminal();
+    let mut separator = "";
+    loop {
+        let answer = match stats_server::query(&path, request) {
+            Ok(answer) => answer,
+            Err(error) => {
+                let at = path.display();
+                match error.kind() {
+                    ErrorKind::NotFound | ErrorKind::ConnectionRefused => eprintln!(
+                        "vhost-user-wddm-gpu: error: no stats endpoint at {at}: {error} \
+                         (is the backend running? it serves --stats-socket, by default its \
+                         --socket-path with .stats appended)"
+                    ),
+                    _ => eprintln!("vhost-user-wddm-gpu: error: stats endpoint {at}: {error}"),
+                }
+                return ExitCode::from(EXIT_INVALID);
+            }
+        };
+        let mut stdout = std::io::stdout().lock();
+        let written = if clear {
+            // Home and clear the screen so the table stays in place.
+            write!(stdout, "\x1b[H\x1b[2J{answer}")
+        } else {
+            write!(stdout, "{separator}{answer}")
+        };
+        if written.and_then(|()| stdout.flush()).is_err() {
+            // A closed pipe (e.g. `| head`): nothing more to show.
+            return ExitCode::SUCCESS;
+        }
+        drop(stdout);
+        let Some(interval) = watch else {
+            return ExitCode::SUCCESS;
+        };
+        std::thread::sleep(interval);
+        separator = "\n";
+    }
 }
