@@ -102,8 +102,9 @@ struct SubmissionArgs {
     queue_wait_us: f64,
 }
 
+/// Microseconds with nanosecond fractions, printed without binary noise (`12.345`).
 fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
+    duration.as_nanos() as f64 / 1e3
 }
 
 impl Trace {
