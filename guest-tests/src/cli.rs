@@ -9,7 +9,7 @@ pub const DEFAULT_SEED: u64 = 0x5744_444d_2d47_5055;
 /// Default per-request timeout: generous because TCG guests are slow.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default iterations per benchmark operation (see `scenario::bench`).
-pub const DEFAULT_ITERATIONS: u32 = 100;
+pub const DEFAULT_ITERATIONS: u32 = 200;
 
 /// Usage text.
 pub const USAGE: &str = "\
@@ -25,7 +25,7 @@ commands:
 options:
   --json          (slice, bench) also print one WDDM-GUEST-JSON line
   --bench         (slice) run the benchmark after the slice, in the same report
-  --iterations N  (slice --bench, bench) submissions per operation (default 100)
+  --iterations N  (slice --bench, bench) submissions per operation (default 200)
   --hold SECS     (slice --bench, bench) after the benchmark, print GUEST-BENCH-DONE and keep
                   the device up SECS seconds (so the host can read the backend's statistics)
   --only a,b      (suite, paging) run only these tests (bare names after the command
