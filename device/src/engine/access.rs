@@ -104,7 +104,17 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
             (run.address, run.length)
         }
     };
-    let run = run.min(limit).min(mem.ram.contiguous_len(address));
+    let run = run.min(limit);
+    // A run inside one page cannot cross a memory-table region (regions are whole pages; a
+    // frontend's odd region makes the copy's slice lookup fault instead): only longer runs
+    // pay for a region lookup here. That lookup is most of the per-page cost of scattered
+    // frames.
+    let in_page_room = WDDM_GPU_PAGE_SIZE - (address & (WDDM_GPU_PAGE_SIZE - 1));
+    let run = if run <= in_page_room {
+        run
+    } else {
+        run.min(mem.ram.contiguous_len(address))
+    };
     if run == 0 {
         // Checked ranges always have a run: the frame is no longer RAM (the memory table
         // changed since the mapping was checked).

@@ -110,7 +110,6 @@ mod tests {
                 address: 0x40_0000,
                 ..Default::default()
             },
-            ..Default::default()
         };
         let declared = declared(packet.as_bytes());
         assert_eq!(declared.work, 0x3000);
