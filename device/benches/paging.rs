@@ -652,12 +652,19 @@ fn main() -> ExitCode {
         aperture_ratio.push(through / limit);
         unmap.push(MAP_PAGES as f64 / bench.device_unmap().as_secs_f64());
 
-        if let Ok(peer) = &echo {
-            let mut pings: Vec<Duration> =
-                (0..ROUND_TRIPS).map(|_| echo_round_trip(peer)).collect();
+        // Echo and submission round trips alternate one by one, so both meet the same
+        // placement of the two threads on the CPUs (which moves between rounds).
+        let mut pings = Vec::with_capacity(ROUND_TRIPS);
+        let mut rtts = Vec::with_capacity(ROUND_TRIPS);
+        for _ in 0..ROUND_TRIPS {
+            if let Ok(peer) = &echo {
+                pings.push(echo_round_trip(peer));
+            }
+            rtts.extend(bench.submit_round_trips(1));
+        }
+        if !pings.is_empty() {
             pingpong_p50.push(percentile_us(&mut pings, 50));
         }
-        let mut rtts = bench.submit_round_trips(ROUND_TRIPS);
         rtt_p50.push(percentile_us(&mut rtts, 50));
         rtt_p99.push(percentile_us(&mut rtts, 99));
         if let Some(&ping) = pingpong_p50.last() {

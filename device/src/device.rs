@@ -4,6 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
@@ -24,6 +25,7 @@ use vmm_sys_util::event::{
 use zerocopy::IntoBytes;
 
 use crate::control::MAX_REQUEST_SIZE;
+use crate::echo::{EchoPort, ECHO_EVENT};
 use crate::gpu::{Gpu, Reply};
 use crate::vram::BarMode;
 
@@ -70,6 +72,7 @@ const VRAM_SHMID: u8 = 0;
 /// The vhost-user backend.
 pub struct WddmGpuBackend {
     gpu: Gpu,
+    echo: Arc<EchoPort>,
     bar_mode: BarModeRequest,
     /// The frontend asked for shared-memory regions.
     shmem_requested: AtomicBool,
@@ -88,6 +91,7 @@ impl WddmGpuBackend {
     pub fn new(gpu: Gpu, bar_mode: BarModeRequest) -> Self {
         Self {
             gpu,
+            echo: Arc::default(),
             bar_mode,
             shmem_requested: AtomicBool::new(false),
             shmem_mapping: AtomicBool::new(false),
@@ -146,6 +150,11 @@ impl WddmGpuBackend {
         if let Err(error) = spawned {
             warn!("cannot start the SHMEM_MAP thread: {error}");
         }
+    }
+
+    /// The echo the vring worker answers (see [`crate::echo`]).
+    pub fn echo_port(&self) -> Arc<EchoPort> {
+        self.echo.clone()
     }
 
     /// Whether the frontend handed over its display socket.
@@ -411,6 +420,10 @@ impl VhostUserBackendMut for WddmGpuBackend {
                     return Ok(());
                 };
                 self.process_queue(vring, device_event)
+            }
+            ECHO_EVENT => {
+                self.echo.answer();
+                Ok(())
             }
             other => {
                 warn!("event for unknown queue {other}");

@@ -1,109 +1,127 @@
 //! The eventfd echo the benchmark measures its latency limit against: a bare eventfd round
-//! trip into this process, waited for the way the vring workers wait (epoll).
+//! trip into this process, answered by the vring worker itself.
 //!
 //! A client ([`connect`]) creates two eventfds, connects to the backend's stats socket and sends
-//! `echo\n` in one message carrying `[kick, call]` (SCM_RIGHTS). The stats server hands the
-//! stream and both eventfds to [`serve`], whose thread waits on `kick` with `epoll_wait`, reads
-//! it and writes 1 to `call`, until the client hangs up. Nothing else happens on the way, so a
-//! kick-to-call round trip through the echo is the least a control-queue request can cost
-//! between the same two processes.
+//! `echo\n` in one message carrying `[kick, call]` (SCM_RIGHTS). The stats server hands them to
+//! [`EchoPort::serve`], which adds `kick` to the vring worker's epoll set under
+//! [`ECHO_EVENT`]; the worker answers each kick by writing 1 to `call` ([`EchoPort::answer`])
+//! until the client hangs up. The kick wakes the same thread, through the same `epoll_wait`,
+//! the same event dispatch and the same backend lock as a control-queue kick, and lands on the
+//! same CPU: only the device's own work is missing. A kick-to-call round trip through the echo
+//! is therefore the least a control-queue request can cost between the same two processes.
 
 use std::io::{self, ErrorKind, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::thread::JoinHandle;
+use std::sync::{Mutex, OnceLock};
 
 use log::{debug, warn};
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+use crate::gpu::lock;
 
 /// The request line that asks the stats socket for an echo.
 pub const ECHO_REQUEST: &[u8] = b"echo\n";
 
-/// Name of the echo thread.
-pub const THREAD_NAME: &str = "wddm-gpu-echo";
+/// The vring worker's event id for echo kicks: above the queues (0, 1) and the worker's exit
+/// event (2), which the vhost-user-backend crate reserves.
+pub const ECHO_EVENT: u16 = 3;
 
-/// Epoll tokens.
-const KICK: u64 = 0;
-const STREAM: u64 = 1;
+/// Adds (`true`) or removes (`false`) a descriptor in the vring worker's epoll set under
+/// [`ECHO_EVENT`].
+pub type Registrar = Box<dyn Fn(RawFd, bool) -> io::Result<()> + Send + Sync>;
 
-/// Starts the echo thread: every kick is answered by writing 1 to `call`; the thread ends when
-/// `stream` hangs up (or reaches end of file). A thread that cannot start is logged, and the
-/// client sees the hang-up.
-pub fn serve(stream: UnixStream, kick: EventFd, call: EventFd) {
-    if let Err(error) = spawn(stream, kick, call) {
-        warn!("echo: cannot start: {error}");
+/// Why an echo could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum EchoError {
+    /// The daemon has no vring worker to answer on (the backend is not serving yet).
+    #[error("no vring worker to answer echo kicks on")]
+    NoWorker,
+    /// One echo at a time: the worker answers one pair of eventfds.
+    #[error("another echo client is connected")]
+    Busy,
+    /// The worker's epoll set refused the kick eventfd.
+    #[error("cannot add the kick eventfd to the vring worker: {0}")]
+    Register(#[source] io::Error),
+}
+
+struct Session {
+    kick: EventFd,
+    call: EventFd,
+}
+
+/// The echo's state, shared by the vring worker (which answers) and the stats server (which
+/// connects clients).
+#[derive(Default)]
+pub struct EchoPort {
+    session: Mutex<Option<Session>>,
+    registrar: OnceLock<Registrar>,
+}
+
+impl EchoPort {
+    /// Gives the port its way into the vring worker's epoll set (once; later calls are ignored).
+    pub fn set_registrar(&self, registrar: Registrar) {
+        let _ = self.registrar.set(registrar);
     }
-}
 
-/// Like [`serve`], returning the thread.
-pub fn spawn(stream: UnixStream, kick: EventFd, call: EventFd) -> io::Result<JoinHandle<()>> {
-    stream.set_nonblocking(true)?;
-    let epoll = Epoll::new()?;
-    epoll.ctl(
-        ControlOperation::Add,
-        kick.as_raw_fd(),
-        EpollEvent::new(EventSet::IN, KICK),
-    )?;
-    epoll.ctl(
-        ControlOperation::Add,
-        stream.as_raw_fd(),
-        EpollEvent::new(EventSet::IN | EventSet::READ_HANG_UP, STREAM),
-    )?;
-    std::thread::Builder::new()
-        .name(THREAD_NAME.to_string())
-        .spawn(move || {
-            match run(&epoll, stream, &kick, &call) {
-                Ok(()) => debug!("echo: client hung up"),
-                Err(error) => warn!("echo: stopped: {error}"),
-            };
-        })
-}
-
-/// The echo loop; returns when the client hangs up.
-fn run(epoll: &Epoll, mut stream: UnixStream, kick: &EventFd, call: &EventFd) -> io::Result<()> {
-    let mut events = [EpollEvent::default(); 2];
-    loop {
-        let count = match epoll.wait(-1, &mut events) {
-            Ok(count) => count,
-            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-            Err(error) => return Err(error),
+    /// The vring worker saw [`ECHO_EVENT`]: consume the kick, write the call.
+    pub fn answer(&self) {
+        let session = lock(&self.session);
+        let Some(session) = session.as_ref() else {
+            return;
         };
-        for event in &events[..count] {
-            match event.data() {
-                KICK => match kick.read() {
-                    Ok(_) => call.write(1)?,
-                    // Another reader (none expected) took it, or a spurious wake-up.
-                    Err(error) if error.kind() == ErrorKind::WouldBlock => {}
-                    Err(error) => return Err(error),
-                },
-                _ => {
-                    let set = event.event_set();
-                    if set.intersects(EventSet::HANG_UP | EventSet::READ_HANG_UP | EventSet::ERROR)
-                    {
-                        return Ok(());
-                    }
-                    if hung_up(&mut stream)? {
-                        return Ok(());
-                    }
+        match session.kick.read() {
+            Ok(_) => {
+                if let Err(error) = session.call.write(1) {
+                    warn!("echo: cannot write the call eventfd: {error}");
                 }
             }
+            // A wake-up whose kick was already consumed.
+            Err(error) if error.kind() == ErrorKind::WouldBlock => {}
+            Err(error) => warn!("echo: cannot read the kick eventfd: {error}"),
         }
+    }
+
+    /// Serves one client: its kicks are answered by the vring worker until `stream` hangs up.
+    /// Blocks the calling thread (a stats-server client thread) meanwhile.
+    pub fn serve(&self, stream: UnixStream, kick: EventFd, call: EventFd) -> Result<(), EchoError> {
+        let registrar = self.registrar.get().ok_or(EchoError::NoWorker)?;
+        let kick_fd = kick.as_raw_fd();
+        {
+            let mut session = lock(&self.session);
+            if session.is_some() {
+                return Err(EchoError::Busy);
+            }
+            *session = Some(Session { kick, call });
+        }
+        // Kicks sent before this are not lost: an eventfd with a count is reported readable as
+        // soon as it joins the set.
+        if let Err(error) = registrar(kick_fd, true) {
+            lock(&self.session).take();
+            return Err(EchoError::Register(error));
+        }
+        wait_for_hang_up(stream);
+        if let Err(error) = registrar(kick_fd, false) {
+            warn!("echo: cannot remove the kick eventfd: {error}");
+        }
+        lock(&self.session).take();
+        debug!("echo: client hung up");
+        Ok(())
     }
 }
 
-/// Drains what the client sent after its request (ignored); true at end of file.
-fn hung_up(stream: &mut UnixStream) -> io::Result<bool> {
+/// Reads (and ignores) what the client sends until it hangs up.
+fn wait_for_hang_up(mut stream: UnixStream) {
+    let _ = stream.set_read_timeout(None);
     let mut scratch = [0u8; 256];
     loop {
         match stream.read(&mut scratch) {
-            Ok(0) => return Ok(true),
+            Ok(0) => return,
             Ok(_) => {}
-            Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(false),
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
+            Err(_) => return,
         }
     }
 }
@@ -146,10 +164,42 @@ pub fn connect(stats_socket: &Path) -> io::Result<EchoPeer> {
     EchoPeer::over(UnixStream::connect(stats_socket)?)
 }
 
+/// A stand-in vring worker for tests: its own epoll loop answering the port's kicks.
+#[cfg(test)]
+pub(crate) fn spawn_test_worker(port: &std::sync::Arc<EchoPort>) {
+    use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+    let epoll = std::sync::Arc::new(Epoll::new().unwrap());
+    let registering = epoll.clone();
+    port.set_registrar(Box::new(move |fd, add| {
+        let operation = if add {
+            ControlOperation::Add
+        } else {
+            ControlOperation::Delete
+        };
+        registering.ctl(
+            operation,
+            fd,
+            EpollEvent::new(EventSet::IN, u64::from(ECHO_EVENT)),
+        )
+    }));
+    let answering = port.clone();
+    std::thread::spawn(move || {
+        let mut events = [EpollEvent::default(); 4];
+        loop {
+            if let Ok(count) = epoll.wait(-1, &mut events) {
+                for _ in &events[..count] {
+                    answering.answer();
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::sync::Arc;
+    use std::time::Duration;
 
     /// What the stats server does: the first message with its two descriptors.
     fn accept_request(server: &UnixStream) -> (EventFd, EventFd) {
@@ -181,65 +231,72 @@ mod tests {
         unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as libc::c_int) > 0 }
     }
 
-    fn join_within(thread: JoinHandle<()>, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !thread.is_finished() {
-            assert!(Instant::now() < deadline, "echo thread still running");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        thread.join().unwrap();
-    }
-
-    #[test]
-    fn every_kick_is_answered_and_hang_up_ends_the_thread() {
+    /// A port with a test worker, serving one client on its own thread.
+    fn served() -> (Arc<EchoPort>, EchoPeer, std::thread::JoinHandle<Result<(), EchoError>>) {
+        let port = Arc::new(EchoPort::default());
+        spawn_test_worker(&port);
         let (client, server) = UnixStream::pair().unwrap();
         let peer = EchoPeer::over(client).unwrap();
         let (kick, call) = accept_request(&server);
-        let thread = spawn(server, kick, call).unwrap();
-        assert_eq!(thread.thread().name(), Some(THREAD_NAME));
+        let serving = port.clone();
+        let thread = std::thread::spawn(move || serving.serve(server, kick, call));
+        (port, peer, thread)
+    }
+
+    #[test]
+    fn every_kick_is_answered_and_hang_up_ends_the_session() {
+        let (port, peer, thread) = served();
         for _ in 0..100 {
             peer.kick.write(1).unwrap();
             assert!(wait_readable(&peer.call, Duration::from_secs(10)));
             assert_eq!(peer.call.read().unwrap(), 1);
         }
         drop(peer);
-        join_within(thread, Duration::from_secs(10));
+        thread.join().unwrap().unwrap();
+        assert!(lock(&port.session).is_none());
     }
 
     #[test]
-    fn shutdown_of_the_write_side_ends_the_thread() {
+    fn kicks_before_the_session_starts_are_answered() {
+        let port = Arc::new(EchoPort::default());
+        spawn_test_worker(&port);
         let (client, server) = UnixStream::pair().unwrap();
         let peer = EchoPeer::over(client).unwrap();
-        let (kick, call) = accept_request(&server);
-        let thread = spawn(server, kick, call).unwrap();
         peer.kick.write(1).unwrap();
-        assert!(wait_readable(&peer.call, Duration::from_secs(10)));
-        peer.stream().shutdown(std::net::Shutdown::Write).unwrap();
-        join_within(thread, Duration::from_secs(10));
-    }
-
-    #[test]
-    fn bytes_after_the_request_are_ignored() {
-        let (client, server) = UnixStream::pair().unwrap();
-        let peer = EchoPeer::over(client).unwrap();
         let (kick, call) = accept_request(&server);
-        let thread = spawn(server, kick, call).unwrap();
-        std::io::Write::write_all(&mut peer.stream(), b"noise\n").unwrap();
-        peer.kick.write(1).unwrap();
+        let serving = port.clone();
+        std::thread::spawn(move || serving.serve(server, kick, call));
         assert!(wait_readable(&peer.call, Duration::from_secs(10)));
         assert_eq!(peer.call.read().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_second_client_is_refused_while_one_is_served() {
+        let (port, peer, thread) = served();
+        peer.kick.write(1).unwrap();
+        assert!(wait_readable(&peer.call, Duration::from_secs(10)));
+        let (client, server) = UnixStream::pair().unwrap();
+        let _other = EchoPeer::over(client).unwrap();
+        let (kick, call) = accept_request(&server);
+        assert!(matches!(
+            port.serve(server, kick, call),
+            Err(EchoError::Busy)
+        ));
         drop(peer);
-        join_within(thread, Duration::from_secs(10));
+        thread.join().unwrap().unwrap();
     }
 
     #[test]
-    fn kicks_before_the_echo_starts_are_answered() {
+    fn without_a_worker_the_echo_is_refused() {
+        let port = EchoPort::default();
         let (client, server) = UnixStream::pair().unwrap();
-        let peer = EchoPeer::over(client).unwrap();
-        peer.kick.write(1).unwrap();
+        let _peer = EchoPeer::over(client).unwrap();
         let (kick, call) = accept_request(&server);
-        serve(server, kick, call);
-        assert!(wait_readable(&peer.call, Duration::from_secs(10)));
-        assert_eq!(peer.call.read().unwrap(), 1);
+        assert!(matches!(
+            port.serve(server, kick, call),
+            Err(EchoError::NoWorker)
+        ));
+        // Answering without a session does nothing.
+        port.answer();
     }
 }

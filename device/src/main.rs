@@ -13,6 +13,8 @@ use log::info;
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 use vhost_user_wddm_gpu::device::{BarModeRequest, WddmGpuBackend};
+use vhost_user_wddm_gpu::echo::ECHO_EVENT;
+use vmm_sys_util::epoll::EventSet;
 use vhost_user_wddm_gpu::gpu::Gpu;
 use vhost_user_wddm_gpu::layout::SegmentLayout;
 use vhost_user_wddm_gpu::layout_file::read_layout;
@@ -296,13 +298,26 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     };
     let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace)
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
-    let backend = Arc::new(RwLock::new(WddmGpuBackend::new(gpu, args.bar_mode)));
+    let backend = WddmGpuBackend::new(gpu, args.bar_mode);
+    let echo = backend.echo_port();
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
-        backend,
+        Arc::new(RwLock::new(backend)),
         GuestMemoryAtomic::new(GuestMemoryMmap::new()),
     )
     .map_err(|e| StartError::Daemon(e.to_string()))?;
+    // Echo kicks join the worker that serves the control queue (one worker serves all queues).
+    if let Some(worker) = daemon.get_epoll_handlers().into_iter().next() {
+        echo.set_registrar(Box::new(move |fd, add| {
+            let event = u64::from(ECHO_EVENT);
+            let result = if add {
+                worker.register_listener(fd, EventSet::IN, event)
+            } else {
+                worker.unregister_listener(fd, EventSet::IN, event)
+            };
+            result.map_err(std::io::Error::other)
+        }));
+    }
 
     let mut listener = match (&args.socket_path, args.fd) {
         (Some(path), _) => {
@@ -321,7 +336,10 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         .or_else(|| args.socket_path.as_deref().map(stats_server::default_path));
     let _stats_server = match stats_path {
         Some(path) => {
-            Some(stats_server::start(&path, stats).map_err(|e| StartError::StatsSocket(path, e))?)
+            Some(
+                stats_server::start(&path, stats, echo)
+                    .map_err(|e| StartError::StatsSocket(path, e))?,
+            )
         }
         None => None,
     };

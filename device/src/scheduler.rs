@@ -61,10 +61,18 @@ struct Partial {
     bytes_transferred: u64,
 }
 
+/// A finished submission's response, not yet sent.
+struct Answer {
+    status: SubmitStatus,
+    reply: Box<dyn Reply>,
+    response: WddmGpuRespSubmit,
+    record: SubmissionRecord,
+}
+
 /// How one run of a submission ended.
 enum Ran {
-    /// Answered, with this status.
-    Answered(SubmitStatus),
+    /// Finished, its effects published; the response is ready.
+    Answered(Answer),
     /// Stopped at a packet over the inline budget; the job continues from there.
     Deferred(Job),
 }
@@ -230,8 +238,8 @@ impl Scheduler {
             queue.running = Some(fence);
             shared.stats.queue_depth(queue.depth());
         }
-        let ran = match shared.run(job, Some(INLINE_WORK)) {
-            Ran::Answered(status) => status,
+        let answer = match shared.run(job, Some(INLINE_WORK)) {
+            Ran::Answered(answer) => answer,
             Ran::Deferred(job) => {
                 let mut queue = lock(&shared.queue);
                 // A PREEMPT or RESET raised meanwhile already took back what was queued and
@@ -252,7 +260,11 @@ impl Scheduler {
                 }
             }
         };
-        shared.finished(fence, ran);
+        // Bookkeeping first, the response last: the guest's wake-up is not delayed behind
+        // this thread. Nothing can start in between: only this thread starts inline work and
+        // the queue was empty.
+        shared.finished(fence, answer.status);
+        shared.send(answer);
     }
 
     /// Stops the running submission at its next chunk and returns it and every queued one
@@ -374,11 +386,13 @@ impl Shared {
                 }
             };
             let fence = job.cmd.submission_fence_id;
-            let status = match self.run(job, None) {
-                Ran::Answered(status) => status,
+            let answer = match self.run(job, None) {
+                Ran::Answered(answer) => answer,
                 // Only inline runs have a budget.
                 Ran::Deferred(job) => self.stop_deferred(job, RESET),
             };
+            let status = answer.status;
+            self.send(answer);
             self.finished(fence, status);
         }
     }
@@ -391,11 +405,15 @@ impl Shared {
             queue.preempted_running = Some(fence);
         }
         self.stats.queue_depth(queue.depth());
-        self.idle.notify_all();
+        // Only a stop waits for idle, and it raises `interrupt` under this lock before waiting:
+        // checking it here spares every other submission a futex wake (a system call).
+        if self.interrupt.load(Ordering::Acquire) != RUN {
+            self.idle.notify_all();
+        }
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
-    fn stop_deferred(&self, mut job: Job, interrupt: u8) -> SubmitStatus {
+    fn stop_deferred(&self, mut job: Job, interrupt: u8) -> Answer {
         let fault = if interrupt == PREEMPT {
             Fault::Preempted
         } else {
@@ -448,15 +466,15 @@ impl Shared {
         Ran::Answered(self.answer(job, completion, start, inline_budget.is_some()))
     }
 
-    /// Publishes a submission's effects and answers it. `inline`: this last run was on the
-    /// control-queue thread.
+    /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
+    /// `inline`: this last run was on the control-queue thread.
     fn answer(
         &self,
         job: Job,
         mut completion: Completion,
         start: Instant,
         inline: bool,
-    ) -> SubmitStatus {
+    ) -> Answer {
         let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
         let inline = inline && job.before.is_none();
         let start = match job.before {
@@ -521,7 +539,6 @@ impl Shared {
             bytes_transferred: completion.bytes_transferred,
             ..submit_response(fence, status)
         };
-        respond(job.reply, response.as_bytes());
         let record = SubmissionRecord {
             fence,
             queued: job.queued,
@@ -533,9 +550,19 @@ impl Shared {
             inline,
         };
         self.stats.record_submission(&record);
-        if let Some(trace) = &self.trace {
-            trace.submission(&record);
+        Answer {
+            status,
+            reply: job.reply,
+            response,
+            record,
         }
-        status
+    }
+
+    /// Sends a submission's response, then writes it to the trace.
+    fn send(&self, answer: Answer) {
+        respond(answer.reply, answer.response.as_bytes());
+        if let Some(trace) = &self.trace {
+            trace.submission(&answer.record);
+        }
     }
 }

@@ -25,6 +25,7 @@ use log::{debug, info, warn};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
+use crate::echo::EchoPort;
 use crate::stats::Stats;
 
 /// Longest request line accepted.
@@ -99,7 +100,7 @@ pub struct StatsServer {
 }
 
 /// Binds the stats socket at `path` (replacing a stale socket file) and starts serving.
-pub fn start(path: &Path, stats: Arc<Stats>) -> io::Result<StatsServer> {
+pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<StatsServer> {
     remove_stale(path)?;
     let listener = UnixListener::bind(path)?;
     let accepting = listener.try_clone()?;
@@ -108,7 +109,7 @@ pub fn start(path: &Path, stats: Arc<Stats>) -> io::Result<StatsServer> {
         let stop = stop.clone();
         std::thread::Builder::new()
             .name("wddm-gpu-stats".to_string())
-            .spawn(move || accept_loop(&accepting, &stats, &stop))?
+            .spawn(move || accept_loop(&accepting, &stats, &echo, &stop))?
     };
     info!("stats endpoint: {}", path.display());
     Ok(StatsServer {
@@ -179,7 +180,12 @@ impl Drop for ClientSlot {
     }
 }
 
-fn accept_loop(listener: &UnixListener, stats: &Arc<Stats>, stop: &AtomicBool) {
+fn accept_loop(
+    listener: &UnixListener,
+    stats: &Arc<Stats>,
+    echo: &Arc<EchoPort>,
+    stop: &AtomicBool,
+) {
     let clients = Arc::new(AtomicUsize::new(0));
     for connection in listener.incoming() {
         if stop.load(Ordering::Acquire) {
@@ -202,11 +208,12 @@ fn accept_loop(listener: &UnixListener, stats: &Arc<Stats>, stop: &AtomicBool) {
         }
         let slot = ClientSlot(clients.clone());
         let stats = stats.clone();
+        let echo = echo.clone();
         let spawned = std::thread::Builder::new()
             .name("wddm-gpu-stats-client".to_string())
             .spawn(move || {
                 let _slot = slot;
-                serve_client(stream, &stats);
+                serve_client(stream, &stats, &echo);
             });
         if let Err(error) = spawned {
             warn!("stats endpoint: cannot start a client thread: {error}");
@@ -219,7 +226,7 @@ fn write_error(mut stream: &UnixStream, error: &RequestError) -> io::Result<()> 
 }
 
 /// Serves one connection: reads the request, answers, closes (or hands it to the echo).
-fn serve_client(stream: UnixStream, stats: &Stats) {
+fn serve_client(stream: UnixStream, stats: &Stats, echo: &EchoPort) {
     let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
     let request = match read_request(&stream) {
@@ -233,7 +240,14 @@ fn serve_client(stream: UnixStream, stats: &Stats) {
         Ok(Request::Echo { kick, call }) => {
             let _ = stream.set_read_timeout(None);
             let _ = stream.set_write_timeout(None);
-            crate::echo::serve(stream, kick, call);
+            let reply = stream.try_clone();
+            if let Err(error) = echo.serve(stream, kick, call) {
+                warn!("stats endpoint: echo: {error}");
+                if let Ok(reply) = reply {
+                    let _ = reply.set_write_timeout(Some(IO_TIMEOUT));
+                    let _ = (&reply).write_all(format!("error: echo: {error}\n").as_bytes());
+                }
+            }
             return;
         }
         // The snapshot is taken (and the stats lock released) before anything is written.

@@ -25,6 +25,11 @@ fn stats() -> Arc<Stats> {
     Arc::new(Stats::new(&SegmentLayout::default_for_vram(16 << 20)))
 }
 
+/// An echo port without a vring worker: echo requests are refused.
+fn no_echo() -> Arc<EchoPort> {
+    Arc::default()
+}
+
 /// Sends raw bytes, closes the write side, returns everything the server wrote.
 fn raw(path: &Path, bytes: &[u8]) -> String {
     let mut stream = UnixStream::connect(path).unwrap();
@@ -41,7 +46,7 @@ fn answers_every_rendering_and_removes_its_socket() {
     let path = dir.join("gpu.sock.stats");
     let stats = stats();
     stats.request(true);
-    let server = start(&path, stats.clone()).unwrap();
+    let server = start(&path, stats.clone(), no_echo()).unwrap();
     assert_eq!(server.path(), path);
 
     let table = query(&path, "table").unwrap();
@@ -66,7 +71,7 @@ fn answers_every_rendering_and_removes_its_socket() {
 fn malformed_requests_get_one_error_line() {
     let dir = scratch("malformed");
     let path = dir.join("stats");
-    let _server = start(&path, stats()).unwrap();
+    let _server = start(&path, stats(), no_echo()).unwrap();
     let cases: [(&[u8], &str); 6] = [
         (b"tables\n", "unknown request \"tables\""),
         (b"", "empty request"),
@@ -96,7 +101,7 @@ fn malformed_requests_get_one_error_line() {
 fn a_request_line_sent_in_pieces_is_read_whole() {
     let dir = scratch("pieces");
     let path = dir.join("stats");
-    let _server = start(&path, stats()).unwrap();
+    let _server = start(&path, stats(), no_echo()).unwrap();
     let mut stream = UnixStream::connect(&path).unwrap();
     stream.write_all(b"prom").unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -111,7 +116,7 @@ fn a_request_line_sent_in_pieces_is_read_whole() {
 fn descriptors_are_refused_except_with_echo() {
     let dir = scratch("fds");
     let path = dir.join("stats");
-    let _server = start(&path, stats()).unwrap();
+    let _server = start(&path, stats(), no_echo()).unwrap();
     let event = EventFd::new(EFD_NONBLOCK).unwrap();
 
     let stream = UnixStream::connect(&path).unwrap();
@@ -147,7 +152,9 @@ fn descriptors_are_refused_except_with_echo() {
 fn echo_gets_both_eventfds_and_answers_kicks() {
     let dir = scratch("echo");
     let path = dir.join("stats");
-    let _server = start(&path, stats()).unwrap();
+    let echo = no_echo();
+    crate::echo::spawn_test_worker(&echo);
+    let _server = start(&path, stats(), echo).unwrap();
     let peer = crate::echo::connect(&path).unwrap();
     for _ in 0..3 {
         peer.kick.write(1).unwrap();
@@ -173,11 +180,26 @@ fn echo_gets_both_eventfds_and_answers_kicks() {
 }
 
 #[test]
+fn echo_without_a_vring_worker_is_refused_with_a_reason() {
+    let dir = scratch("echo-none");
+    let path = dir.join("stats");
+    let _server = start(&path, stats(), no_echo()).unwrap();
+    let peer = crate::echo::connect(&path).unwrap();
+    let mut answer = String::new();
+    peer.stream().read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("error: echo: no vring worker"),
+        "{answer}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn a_silent_client_blocks_neither_others_nor_the_recorder() {
     let dir = scratch("slow");
     let path = dir.join("stats");
     let stats = stats();
-    let _server = start(&path, stats.clone()).unwrap();
+    let _server = start(&path, stats.clone(), no_echo()).unwrap();
     // Connected, never sends, never reads.
     let _silent: Vec<UnixStream> = (0..3)
         .map(|_| UnixStream::connect(&path).unwrap())
@@ -194,11 +216,11 @@ fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
     let dir = scratch("stale");
     let stale = dir.join("stale");
     drop(UnixListener::bind(&stale).unwrap());
-    let server = start(&stale, stats()).unwrap();
+    let server = start(&stale, stats(), no_echo()).unwrap();
     assert!(query(&stale, "table").is_ok());
 
     // Served by the running server: refused, and left alone.
-    let error = start(&stale, stats()).err().unwrap();
+    let error = start(&stale, stats(), no_echo()).err().unwrap();
     assert_eq!(error.kind(), io::ErrorKind::AddrInUse);
     assert!(query(&stale, "table").is_ok());
     drop(server);
@@ -206,7 +228,7 @@ fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
 
     let file = dir.join("file");
     std::fs::write(&file, b"keep").unwrap();
-    let error = start(&file, stats()).err().unwrap();
+    let error = start(&file, stats(), no_echo()).err().unwrap();
     assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
     std::fs::remove_dir_all(dir).unwrap();
