@@ -47,6 +47,21 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
 
     /// Checks that `[address, address + length)` is entirely guest RAM.
     pub fn check(&self, address: u64, length: u64) -> Result<(), RamError> {
+        let end = self.outside_vram(address, length)?;
+        let mut cursor = address;
+        while cursor < end {
+            let region = self
+                .mem
+                .find_region(GuestAddress(cursor))
+                .ok_or(RamError::NotRam { address: cursor })?;
+            cursor = region.start_addr().0.saturating_add(region.len());
+        }
+        Ok(())
+    }
+
+    /// Checks that `[address, address + length)` does not overflow or touch the VRAM window;
+    /// returns its end.
+    fn outside_vram(&self, address: u64, length: u64) -> Result<u64, RamError> {
         let end = address
             .checked_add(length)
             .ok_or(RamError::Overflow { address, length })?;
@@ -57,15 +72,7 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
                 });
             }
         }
-        let mut cursor = address;
-        while cursor < end {
-            let region = self
-                .mem
-                .find_region(GuestAddress(cursor))
-                .ok_or(RamError::NotRam { address: cursor })?;
-            cursor = region.start_addr().0.saturating_add(region.len());
-        }
-        Ok(())
+        Ok(end)
     }
 
     /// The memory-table region holding `address`, less any part in the VRAM window: a range
@@ -120,7 +127,9 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         address: u64,
         length: usize,
     ) -> Result<VolatileSlice<'a, impl BitmapSlice + 'a>, RamError> {
-        self.check(address, length as u64)?;
+        // One region lookup: the slice itself proves the range lies in that region (this is
+        // once per page of a scattered copy).
+        self.outside_vram(address, length as u64)?;
         let (region, offset): (&'a M::R, MemoryRegionAddress) = self
             .mem
             .to_region_addr(GuestAddress(address))
