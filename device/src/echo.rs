@@ -232,7 +232,11 @@ mod tests {
     }
 
     /// A port with a test worker, serving one client on its own thread.
-    fn served() -> (Arc<EchoPort>, EchoPeer, std::thread::JoinHandle<Result<(), EchoError>>) {
+    fn served() -> (
+        Arc<EchoPort>,
+        EchoPeer,
+        std::thread::JoinHandle<Result<(), EchoError>>,
+    ) {
         let port = Arc::new(EchoPort::default());
         spawn_test_worker(&port);
         let (client, server) = UnixStream::pair().unwrap();

@@ -63,31 +63,12 @@ fn header(type_: u32) -> Vec<u8> {
     WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
 }
 
-/// Counters the device keeps from the start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GpuCounters {
-    /// Control requests answered.
-    pub requests: u64,
-    /// Requests that could not be decoded or were refused.
-    pub bad_requests: u64,
-    /// Submissions executed.
-    pub submissions: u64,
-    /// Submissions that ended with a fault.
-    pub faulted_submissions: u64,
-    /// Submissions preempted.
-    pub preempted_submissions: u64,
-    /// Bytes moved by submissions.
-    pub bytes_transferred: u64,
-}
-
 /// What the driver is told without asking: the status page and posted event requests.
 pub struct Notify {
     /// The registered status page.
     pub status: StatusPage,
     /// WAIT_EVENT requests not yet completed, oldest first.
     pub events: VecDeque<Box<dyn Reply>>,
-    /// Counters.
-    pub counters: GpuCounters,
 }
 
 impl Notify {
@@ -160,7 +141,6 @@ impl Gpu {
         let notify = Arc::new(Mutex::new(Notify {
             status: StatusPage::default(),
             events: VecDeque::new(),
-            counters: GpuCounters::default(),
         }));
         let scheduler = Scheduler::start(
             layout.clone(),
@@ -184,11 +164,6 @@ impl Gpu {
             num_capsets: 1,
             ..Default::default()
         }
-    }
-
-    /// Counters so far.
-    pub fn counters(&self) -> GpuCounters {
-        lock(&self.notify).counters
     }
 
     /// The paging-path measurements.
@@ -240,6 +215,12 @@ impl Gpu {
 
     /// Answers one control request through `reply`, now or (submissions, events) later.
     pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
+        let refused = self.dispatch(request, reply, mem);
+        self.stats.request(refused);
+    }
+
+    /// [`Self::handle`]; returns whether the request was refused.
+    fn dispatch(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) -> bool {
         let request = match decode(request) {
             Ok(request) => request,
             Err(error) => {
@@ -247,9 +228,11 @@ impl Gpu {
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
         };
-        lock(&self.notify).counters.requests += 1;
         let response = match request {
-            ControlRequest::Submit(cmd) => return self.scheduler.submit(cmd, reply, mem),
+            ControlRequest::Submit(cmd) => {
+                self.scheduler.submit(cmd, reply, mem);
+                return false;
+            }
             ControlRequest::WaitEvent => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
                     warn!(
@@ -259,7 +242,7 @@ impl Gpu {
                     return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
                 }
                 lock(&self.notify).events.push_back(reply);
-                return;
+                return false;
             }
             ControlRequest::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
             ControlRequest::Reset => {
@@ -319,11 +302,13 @@ impl Gpu {
             }
         };
         respond(reply, &response);
+        false
     }
 
-    fn refuse(&self, reply: Box<dyn Reply>, type_: u32) {
-        lock(&self.notify).counters.bad_requests += 1;
+    /// Answers with an error; returns `true` (refused).
+    fn refuse(&self, reply: Box<dyn Reply>, type_: u32) -> bool {
         respond(reply, &header(type_));
+        true
     }
 
     /// Virtio reset (the frontend stops the rings): running work stops within one chunk,

@@ -253,7 +253,10 @@ fn submissions_complete_on_the_engine_thread_after_the_status_page() {
         (page.completed_fence, page.submissions_completed),
         (fence, 1)
     );
-    assert_eq!(rig.gpu.counters().submissions, 1);
+    let stats = rig.gpu.stats().snapshot();
+    assert_eq!(stats.submissions.count, 1);
+    assert_eq!(stats.requests, 2, "the registration and the submission");
+    assert_eq!(stats.refused_requests, 0);
 }
 
 #[test]

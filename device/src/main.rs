@@ -14,7 +14,6 @@ use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 use vhost_user_wddm_gpu::device::{BarModeRequest, WddmGpuBackend};
 use vhost_user_wddm_gpu::echo::ECHO_EVENT;
-use vmm_sys_util::epoll::EventSet;
 use vhost_user_wddm_gpu::gpu::Gpu;
 use vhost_user_wddm_gpu::layout::SegmentLayout;
 use vhost_user_wddm_gpu::layout_file::read_layout;
@@ -26,6 +25,7 @@ use vhost_user_wddm_gpu::trace::Trace;
 use vhost_user_wddm_gpu::vram::{BarMode, Vram};
 use vhost_user_wddm_gpu::{codec, fd_relay, stats_server};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
 #[derive(Debug, Parser)]
@@ -307,8 +307,13 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     )
     .map_err(|e| StartError::Daemon(e.to_string()))?;
     // Echo kicks join the worker that serves the control queue (one worker serves all queues).
-    if let Some(worker) = daemon.get_epoll_handlers().into_iter().next() {
+    // Held weakly: the worker owns the backend, which owns the echo port and this closure.
+    if let Some(worker) = daemon.get_epoll_handlers().first() {
+        let worker = Arc::downgrade(worker);
         echo.set_registrar(Box::new(move |fd, add| {
+            let worker = worker
+                .upgrade()
+                .ok_or_else(|| std::io::Error::other("the vring worker has stopped"))?;
             let event = u64::from(ECHO_EVENT);
             let result = if add {
                 worker.register_listener(fd, EventSet::IN, event)
@@ -335,12 +340,10 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         .clone()
         .or_else(|| args.socket_path.as_deref().map(stats_server::default_path));
     let _stats_server = match stats_path {
-        Some(path) => {
-            Some(
-                stats_server::start(&path, stats, echo)
-                    .map_err(|e| StartError::StatsSocket(path, e))?,
-            )
-        }
+        Some(path) => Some(
+            stats_server::start(&path, stats, echo)
+                .map_err(|e| StartError::StatsSocket(path, e))?,
+        ),
         None => None,
     };
     info!("waiting for the frontend");

@@ -282,7 +282,6 @@ impl Scheduler {
         let preempted_count = u32::from(running.is_some()) + drained.len() as u32;
         {
             let mut notify = lock(&shared.notify);
-            notify.counters.preempted_submissions += u64::from(preempted_count);
             shared.stats.preempted(u64::from(preempted_count));
             if preempted_count > 0 {
                 notify.status.preempted(preempted_fence, last_completed);
@@ -468,13 +467,7 @@ impl Shared {
 
     /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
     /// `inline`: this last run was on the control-queue thread.
-    fn answer(
-        &self,
-        job: Job,
-        mut completion: Completion,
-        start: Instant,
-        inline: bool,
-    ) -> Answer {
+    fn answer(&self, job: Job, mut completion: Completion, start: Instant, inline: bool) -> Answer {
         let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
         let inline = inline && job.before.is_none();
         let start = match job.before {
@@ -488,15 +481,12 @@ impl Shared {
         let fence = completion.fence_id;
 
         let mut notify = lock(&self.notify);
-        notify.counters.submissions += 1;
-        notify.counters.bytes_transferred += completion.bytes_transferred;
         let (status, fault_packet_offset, fault_address) = match completion.fault {
             None => (SubmitStatus::Ok, 0, 0),
             Some((offset, fault)) => (fault.status(), offset, fault.address()),
         };
         match completion.fault {
             Some((offset, fault)) if fault.is_fault() => {
-                notify.counters.faulted_submissions += 1;
                 warn!(
                     "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
                     completion.fault_opcode
@@ -558,11 +548,12 @@ impl Shared {
         }
     }
 
-    /// Sends a submission's response, then writes it to the trace.
+    /// Writes a submission to the trace (so a driver that saw it complete finds it there),
+    /// then sends its response.
     fn send(&self, answer: Answer) {
-        respond(answer.reply, answer.response.as_bytes());
         if let Some(trace) = &self.trace {
             trace.submission(&answer.record);
         }
+        respond(answer.reply, answer.response.as_bytes());
     }
 }
