@@ -8,8 +8,12 @@
 //! touched by both processes) and checks that the device really did the work, byte for byte.
 //!
 //! ```text
-//! cargo bench -p vhost-user-wddm-gpu --bench paging -- [--json] [--rounds N]
+//! cargo bench -p vhost-user-wddm-gpu --bench paging -- [--json] [--rounds N] [--no-pin]
 //! ```
+//!
+//! The bench pins itself, and so the backend it starts, to the CPU it starts on: the limits and
+//! the device then run on the same core. The CPUs of a shared virtual machine differ by several
+//! percent (their neighbours differ), which unpinned would show up as device overhead or gain.
 //!
 //! Figures are reported, never asserted: the run exits 0 whether a target is met or not, and
 //! non-zero only when the run is broken (a device error, wrong bytes, no echo to compare with).
@@ -569,20 +573,40 @@ fn connect_echo(bench: &Bench) -> Result<EchoPeer, String> {
     }
 }
 
+/// Pins this thread (and the processes it starts) to the CPU it runs on; returns that CPU.
+fn pin_to_current_cpu() -> std::io::Result<usize> {
+    // SAFETY: sched_getcpu takes nothing and returns a CPU number or -1.
+    let cpu = unsafe { libc::sched_getcpu() };
+    let cpu = usize::try_from(cpu).map_err(|_| std::io::Error::last_os_error())?;
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; CPU_SET writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from the kernel and is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the set outlives the call; 0 is this thread.
+    let result = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cpu)
+}
+
 struct Options {
     json: bool,
     rounds: usize,
+    pin: bool,
 }
 
 fn options() -> Result<Options, String> {
     let mut options = Options {
         json: false,
         rounds: DEFAULT_ROUNDS,
+        pin: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => options.json = true,
+            "--no-pin" => options.pin = false,
             "--rounds" => {
                 let value = args.next().ok_or("--rounds needs a number")?;
                 options.rounds = value
@@ -604,11 +628,22 @@ fn main() -> ExitCode {
     let options = match options() {
         Ok(options) => options,
         Err(why) => {
-            eprintln!("paging bench: {why}\nusage: paging [--json] [--rounds N]");
+            eprintln!("paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin]");
             return ExitCode::from(2);
         }
     };
     let rounds = options.rounds;
+    let cpu = if options.pin {
+        match pin_to_current_cpu() {
+            Ok(cpu) => Some(cpu),
+            Err(error) => {
+                eprintln!("paging bench: cannot pin to one CPU ({error}); running unpinned");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut bench = Bench::start();
     eprintln!("paging bench: warming up and checking the device's bytes");
     bench.warm_up_and_check();
@@ -800,6 +835,7 @@ fn main() -> ExitCode {
         }
         object.insert("rounds".to_string(), json!(rounds));
         object.insert("round_trips_per_round".to_string(), json!(ROUND_TRIPS));
+        object.insert("pinned_cpu".to_string(), json!(cpu));
         object.insert("spread".to_string(), Value::Object(spread));
         object.insert("targets".to_string(), Value::Object(checks));
         if let Err(why) = &echo {
@@ -834,9 +870,13 @@ fn main() -> ExitCode {
                 key.name
             );
         }
+        let pinned = match cpu {
+            Some(cpu) => format!("bench and backend pinned to CPU {cpu}"),
+            None => "unpinned".to_string(),
+        };
         let _ = writeln!(
             table,
-            "copies: 64 MiB each way; GB/s = 1e9 bytes/s; round trips: {ROUND_TRIPS} per round"
+            "copies: 64 MiB each way; GB/s = 1e9 bytes/s; round trips: {ROUND_TRIPS} per round; {pinned}"
         );
         print!("{table}");
     }
