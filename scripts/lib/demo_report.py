@@ -7,7 +7,9 @@ compared with it field by field; then optionally 1 when the guest ran its benchm
 `guest_bench_ok`), and the files holding the backend's `stats --json` output (as
 `backend_stats`) and why it is missing (as `backend_stats_missing`).
 
-`--summary REPORT` prints the checks; `--bench REPORT` prints the guest benchmark per kind.
+`--summary REPORT` prints the checks; `--bench REPORT` prints the guest benchmark per kind;
+`--trace FILE` checks a backend `--trace` timeline (every packet inside its submission's span)
+and prints what it holds.
 """
 
 import json
@@ -66,6 +68,34 @@ def bench_table(report_text: str) -> int:
     return 0 if bench_ok(bench) else 1
 
 
+def check_trace(path: str) -> int:
+    """Checks a Chrome trace-event timeline; exit status 0 when it is sound."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read().rstrip()
+    # The closing bracket is written when the backend exits; the format allows it missing.
+    if not text.endswith("]"):
+        text = text.rstrip(",") + "]"
+    events = json.loads(text)
+    submissions = {e["args"]["fence"]: e for e in events if e.get("cat") == "submission"}
+    packets = [e for e in events if e.get("cat") == "packet"]
+    problems = []
+    for packet in packets:
+        owner = submissions.get(packet["args"]["fence"])
+        if owner is None:
+            problems.append(f"packet at fence {packet['args']['fence']} has no submission")
+            continue
+        end = owner["ts"] + owner["dur"]
+        if packet["ts"] < owner["ts"] or packet["ts"] + packet["dur"] > end + 1e-3:
+            problems.append(f"packet {packet['name']} of fence {packet['args']['fence']} "
+                            "lies outside its submission")
+    kinds = sorted({p["name"] for p in packets})
+    print(f"trace {path}: {len(submissions)} submissions, {len(packets)} packets "
+          f"({', '.join(kinds)}); open it in ui.perfetto.dev or chrome://tracing")
+    for problem in problems[:10]:
+        print(f"  {problem}")
+    return 0 if submissions and packets and not problems else 1
+
+
 def read_text(path):
     """The file's text, stripped; None when there is no such file or it is empty."""
     try:
@@ -80,6 +110,8 @@ def main() -> int:
         return summary(sys.argv[2])
     if sys.argv[1] == "--bench":
         return bench_table(sys.argv[2])
+    if sys.argv[1] == "--trace":
+        return check_trace(sys.argv[2])
     qemu_log, backend_log, guest_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
     expected_file = sys.argv[4] if len(sys.argv) > 4 else None
     with_bench = len(sys.argv) > 5 and sys.argv[5] == "1"

@@ -5,8 +5,9 @@
 #   gpu_build; gpu_start_backend; gpu_run_guest slice,--json || rc=$?
 #
 # Variables read: VRAM_SIZE (default 256M), LAYOUT (a layout file; default layout when unset),
+# TRACE (a file for the backend's --trace timeline; none when unset),
 # GPU_KVM (1 = --kvm), QEMU_TIMEOUT.
-# Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, QEMU_LOG.
+# Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, BACKEND_PID, QEMU_LOG.
 
 if [[ -n "${_WDDM_GPU_SH:-}" ]]; then
     return 0
@@ -46,11 +47,25 @@ gpu_start_backend() {
     export QEMU_LOG="${GPU_RUN_DIR}/qemu.log"
     local layout=()
     [[ -n "${LAYOUT:-}" ]] && layout=(--layout "$LAYOUT")
+    local trace=()
+    [[ -n "${TRACE:-}" ]] && trace=(--trace "$TRACE")
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
-        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" "${layout[@]}" >"$BACKEND_LOG" 2>&1 &
+        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" "${layout[@]}" "${trace[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
+    BACKEND_PID=$pid
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"
     wait_for_socket "$SOCKET" 20 "$pid" || { cat "$BACKEND_LOG" >&2; die "the backend did not start"; }
+}
+
+# gpu_stop_backend: waits (up to 10 s) for the backend to exit, as it does once QEMU has gone;
+# stops it otherwise.
+gpu_stop_backend() {
+    local waited=0
+    while kill -0 "$BACKEND_PID" 2>/dev/null && ((waited < 100)); do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    kill "$BACKEND_PID" 2>/dev/null || true
 }
 
 # gpu_run_guest ARGS: boot the guest with the GPU, running /bin/wddm-guest ARGS (comma-separated).
