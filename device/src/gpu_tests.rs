@@ -627,3 +627,24 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
     let response = submit_response(&rig.request(cmd.as_bytes(), 64));
     assert_eq!(response.status, SubmitStatus::Ok as u32);
 }
+
+#[test]
+fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budget() {
+    let mut rig = Rig::new("packet-budget");
+    let count = crate::scheduler::INLINE_PACKETS as usize * 4;
+    let packets: Vec<u8> = (0..count)
+        .flat_map(|i| fence_packet(i as u32 + 1))
+        .collect();
+    let (_, rx) = rig.submit(&packets, 0);
+    let response = submit_response(&rx);
+    assert_eq!(
+        (response.status, response.packets_completed),
+        (SubmitStatus::Ok as u32, count as u32)
+    );
+    let stats = rig.gpu.stats().snapshot();
+    assert_eq!(
+        (stats.submissions.inline, stats.submissions.engine),
+        (0, 1),
+        "the rest ran on the engine thread"
+    );
+}

@@ -1,7 +1,8 @@
 //! Runs submissions in order, and stops them on request.
 //!
 //! A submission that finds the engine idle starts on the control-queue thread: packets run
-//! there while the work they declare stays within [`INLINE_WORK`], which saves the thread
+//! there while the work they declare stays within [`INLINE_WORK`] bytes and [`INLINE_PACKETS`]
+//! packets, which saves the thread
 //! handoff that would otherwise dominate a short submission's round trip. The first packet
 //! beyond that budget hands the rest of the submission to the engine thread, which executes
 //! it and completes the request itself; so does any submission that arrives while the engine
@@ -42,6 +43,25 @@ const RESET: u8 = 2;
 /// page arrays) and still run on the control-queue thread: tens of microseconds, which is
 /// also the most that thread can delay a PREEMPT behind it.
 pub const INLINE_WORK: u64 = 256 << 10;
+
+/// Most packets of one submission that run on the control-queue thread: packets that move no
+/// data (FENCE, DISCARD, READ/WRITE_PHYSICAL) still cost a few microseconds each, and a DMA
+/// buffer of a million of them must not hold the control queue for seconds.
+pub const INLINE_PACKETS: u32 = 64;
+
+/// What a submission may still do on the control-queue thread.
+#[derive(Clone, Copy, Debug)]
+struct InlineBudget {
+    bytes: u64,
+    packets: u32,
+}
+
+impl InlineBudget {
+    const FULL: Self = Self {
+        bytes: INLINE_WORK,
+        packets: INLINE_PACKETS,
+    };
+}
 
 struct Job {
     cmd: WddmGpuCmdSubmit,
@@ -124,7 +144,7 @@ struct Hooks<'a, 'm> {
     stats: &'a Stats,
     trace: Option<&'a Trace>,
     /// Declared work still allowed on this thread; `None` on the engine thread (no limit).
-    inline_budget: Option<u64>,
+    inline_budget: Option<InlineBudget>,
 }
 
 impl EngineHooks for Hooks<'_, '_> {
@@ -156,9 +176,10 @@ impl EngineHooks for Hooks<'_, '_> {
 
     fn defer(&mut self, work: u64) -> bool {
         match &mut self.inline_budget {
-            Some(left) if work > *left => true,
+            Some(left) if work > left.bytes || left.packets == 0 => true,
             Some(left) => {
-                *left -= work;
+                left.bytes -= work;
+                left.packets -= 1;
                 false
             }
             None => false,
@@ -238,7 +259,7 @@ impl Scheduler {
             queue.running = Some(fence);
             shared.stats.queue_depth(queue.depth());
         }
-        let answer = match shared.run(job, Some(INLINE_WORK)) {
+        let answer = match shared.run(job, Some(InlineBudget::FULL)) {
             Ran::Answered(answer) => answer,
             Ran::Deferred(job) => {
                 let mut queue = lock(&shared.queue);
@@ -434,7 +455,7 @@ impl Shared {
 
     /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
     /// answers it unless it was deferred.
-    fn run(&self, mut job: Job, inline_budget: Option<u64>) -> Ran {
+    fn run(&self, mut job: Job, inline_budget: Option<InlineBudget>) -> Ran {
         let memory = DeviceMemory {
             ram: GuestRam::new(&*job.mem, self.vram.guest_window()),
             vram: &self.vram,
