@@ -48,6 +48,8 @@ pub enum EchoError {
 }
 
 struct Session {
+    /// Tells this session from a later one that may reuse the descriptor numbers.
+    id: u64,
     kick: EventFd,
     call: EventFd,
 }
@@ -57,6 +59,7 @@ struct Session {
 #[derive(Default)]
 pub struct EchoPort {
     session: Mutex<Option<Session>>,
+    sessions: std::sync::atomic::AtomicU64,
     registrar: OnceLock<Registrar>,
 }
 
@@ -66,35 +69,51 @@ impl EchoPort {
         let _ = self.registrar.set(registrar);
     }
 
-    /// The vring worker saw [`ECHO_EVENT`]: consume the kick, write the call.
+    /// The vring worker saw [`ECHO_EVENT`]: consume the kick, write the call. The stats server
+    /// only accepts non-blocking eventfds, so neither call can block the worker; a call that
+    /// fails (a client that filled its counter) ends the session rather than being retried on
+    /// every kick.
     pub fn answer(&self) {
-        let session = lock(&self.session);
-        let Some(session) = session.as_ref() else {
+        let mut session = lock(&self.session);
+        let Some(current) = session.as_ref() else {
             return;
         };
-        match session.kick.read() {
-            Ok(_) => {
-                if let Err(error) = session.call.write(1) {
-                    warn!("echo: cannot write the call eventfd: {error}");
-                }
-            }
+        let result = match current.kick.read() {
+            Ok(_) => current.call.write(1),
             // A wake-up whose kick was already consumed.
-            Err(error) if error.kind() == ErrorKind::WouldBlock => {}
-            Err(error) => warn!("echo: cannot read the kick eventfd: {error}"),
+            Err(error) if error.kind() == ErrorKind::WouldBlock => Ok(()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
+            warn!("echo: ending the session: {error}");
+            self.unregister(current.kick.as_raw_fd());
+            session.take();
+        }
+    }
+
+    fn unregister(&self, kick: RawFd) {
+        if let Some(registrar) = self.registrar.get() {
+            if let Err(error) = registrar(kick, false) {
+                warn!("echo: cannot remove the kick eventfd: {error}");
+            }
         }
     }
 
     /// Serves one client: its kicks are answered by the vring worker until `stream` hangs up.
-    /// Blocks the calling thread (a stats-server client thread) meanwhile.
+    /// Blocks the calling thread (a stats-server client thread) meanwhile. `kick` and `call`
+    /// must be non-blocking (the stats server checks).
     pub fn serve(&self, stream: UnixStream, kick: EventFd, call: EventFd) -> Result<(), EchoError> {
         let registrar = self.registrar.get().ok_or(EchoError::NoWorker)?;
         let kick_fd = kick.as_raw_fd();
+        let id = self
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         {
             let mut session = lock(&self.session);
             if session.is_some() {
                 return Err(EchoError::Busy);
             }
-            *session = Some(Session { kick, call });
+            *session = Some(Session { id, kick, call });
         }
         // Kicks sent before this are not lost: an eventfd with a count is reported readable as
         // soon as it joins the set.
@@ -103,10 +122,12 @@ impl EchoPort {
             return Err(EchoError::Register(error));
         }
         wait_for_hang_up(stream);
-        if let Err(error) = registrar(kick_fd, false) {
-            warn!("echo: cannot remove the kick eventfd: {error}");
+        let mut session = lock(&self.session);
+        // Unless the worker already ended it, this session's kick is still in the set.
+        if session.as_ref().is_some_and(|current| current.id == id) {
+            self.unregister(kick_fd);
+            session.take();
         }
-        lock(&self.session).take();
         debug!("echo: client hung up");
         Ok(())
     }
@@ -286,6 +307,29 @@ mod tests {
             port.serve(server, kick, call),
             Err(EchoError::Busy)
         ));
+        drop(peer);
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_call_that_cannot_be_written_ends_the_session_instead_of_blocking() {
+        let (port, peer, thread) = served();
+        // One answered kick: the session is in place.
+        peer.kick.write(1).unwrap();
+        assert!(wait_readable(&peer.call, Duration::from_secs(10)));
+        peer.call.read().unwrap();
+        // A counter one short of full: the worker's write of 1 cannot complete.
+        peer.call.write(u64::MAX - 1).unwrap();
+        peer.kick.write(1).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lock(&port.session).is_some() {
+            assert!(std::time::Instant::now() < deadline, "session still open");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The kick is out of the worker's set: further kicks are not answered (and do not spin).
+        let _ = peer.call.read();
+        peer.kick.write(1).unwrap();
+        assert!(!wait_readable(&peer.call, Duration::from_millis(200)));
         drop(peer);
         thread.join().unwrap().unwrap();
     }

@@ -71,6 +71,10 @@ struct RunArgs {
     /// (open it in Perfetto or chrome://tracing).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Stop adding events to the --trace file once it holds this much (e.g. 4GiB); the guest
+    /// decides how many packets there are.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    trace_max_size: u64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -290,7 +294,9 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     let stats = Arc::new(Stats::new(&layout));
     let trace = match &args.trace {
         Some(path) => {
-            let trace = Trace::create(path).map_err(|e| StartError::Trace(path.clone(), e))?;
+            let trace = Trace::create(path)
+                .map_err(|e| StartError::Trace(path.clone(), e))?
+                .with_max_size(args.trace_max_size);
             info!("trace: writing {}", path.display());
             Some(trace)
         }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 use vmm_sys_util::eventfd::EventFd;
@@ -36,8 +36,14 @@ const MAX_FDS: usize = 4;
 const MAX_CLIENTS: usize = 16;
 /// How long a client may take to send its request or to read the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long an answered client may take to close its side.
+/// How long an answered client may take to close its side, in all.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Sets the read timeout to what is left until `deadline`; false when it has passed.
+fn read_until(stream: &UnixStream, deadline: Instant) -> bool {
+    let left = deadline.saturating_duration_since(Instant::now());
+    !left.is_zero() && stream.set_read_timeout(Some(left)).is_ok()
+}
 /// How long [`query`] waits for the answer.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests, for the error message.
@@ -72,6 +78,10 @@ pub enum RequestError {
     /// An `echo` descriptor is not an eventfd.
     #[error("echo descriptors must be eventfds")]
     NotEventFd,
+    /// An `echo` descriptor is blocking, or both are the same eventfd: the vring worker would
+    /// block or spin on it.
+    #[error("echo eventfds must be two different non-blocking eventfds (EFD_NONBLOCK)")]
+    EchoFdsUnsafe,
     /// Descriptors came with a request that takes none.
     #[error("only echo takes descriptors")]
     UnexpectedDescriptors,
@@ -274,10 +284,10 @@ fn linger(stream: &UnixStream) {
     if stream.shutdown(std::net::Shutdown::Write).is_err() {
         return;
     }
-    let _ = stream.set_read_timeout(Some(LINGER_TIMEOUT));
+    let deadline = Instant::now() + LINGER_TIMEOUT;
     let mut scratch = [0u8; 4096];
     let mut discarded = 0;
-    while discarded < MAX_DISCARD {
+    while discarded < MAX_DISCARD && read_until(stream, deadline) {
         match (&*stream).read(&mut scratch) {
             Ok(0) | Err(_) => break,
             Ok(read) => discarded += read,
@@ -285,9 +295,11 @@ fn linger(stream: &UnixStream) {
     }
 }
 
-/// Reads the request line. The first read takes any descriptors sent with it (they are owned,
-/// and closed unless used); later reads only complete a line sent in pieces.
+/// Reads the request line, within [`IO_TIMEOUT`] in all (a client trickling bytes cannot hold
+/// its slot longer). The first read takes any descriptors sent with it (they are owned, and
+/// closed unless used); later reads only complete a line sent in pieces.
 fn read_request(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let deadline = Instant::now() + IO_TIMEOUT;
     let mut buf = [0u8; MAX_REQUEST + 1];
     let mut fds: [RawFd; MAX_FDS] = [-1; MAX_FDS];
     let mut iovecs = [libc::iovec {
@@ -303,6 +315,9 @@ fn read_request(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
         .collect();
     while len > 0 && len < buf.len() && !buf[..len].contains(&b'\n') {
+        if !read_until(stream, deadline) {
+            return Err(io::Error::new(ErrorKind::TimedOut, "request line too slow"));
+        }
         match (&*stream).read(&mut buf[len..]) {
             Ok(0) => break,
             Ok(read) => len += read,
@@ -318,6 +333,34 @@ fn is_eventfd(fd: &OwnedFd) -> bool {
     fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map(|target| target.as_os_str() == "anon_inode:[eventfd]")
         .unwrap_or(false)
+}
+
+/// Whether a descriptor's file is non-blocking (the vring worker must never block on it).
+fn is_nonblocking(fd: &OwnedFd) -> bool {
+    // SAFETY: F_GETFL on a descriptor this process owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
+/// Whether two descriptors of this process refer to the same open file (`kcmp`; every eventfd
+/// shares one anonymous inode, so `fstat` cannot tell). An unanswerable question counts as
+/// "the same", which refuses the request.
+fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp compares two descriptors of this process; no memory is passed.
+    let pid = unsafe { libc::getpid() };
+    // SAFETY: as above; the descriptors stay open for the call.
+    let order = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            a.as_raw_fd(),
+            b.as_raw_fd(),
+        )
+    };
+    order != 1 && order != 2
 }
 
 fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestError> {
@@ -343,6 +386,9 @@ fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestErro
                 .map_err(|fds: Vec<OwnedFd>| RequestError::EchoDescriptors(fds.len()))?;
             if !is_eventfd(&kick) || !is_eventfd(&call) {
                 return Err(RequestError::NotEventFd);
+            }
+            if !is_nonblocking(&kick) || !is_nonblocking(&call) || same_file(&kick, &call) {
+                return Err(RequestError::EchoFdsUnsafe);
             }
             // SAFETY: each descriptor is an eventfd this process owns; ownership moves.
             let (kick, call) = unsafe {

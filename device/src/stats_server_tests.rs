@@ -145,6 +145,24 @@ fn descriptors_are_refused_except_with_echo() {
     let mut answer = String::new();
     (&stream).read_to_string(&mut answer).unwrap();
     assert!(answer.contains("got 1 descriptors"), "{answer}");
+
+    // Eventfds the vring worker could block or spin on: blocking ones, or one eventfd twice.
+    let blocking = EventFd::new(0).unwrap();
+    let other = EventFd::new(EFD_NONBLOCK).unwrap();
+    for fds in [
+        [blocking.as_raw_fd(), other.as_raw_fd()],
+        [other.as_raw_fd(), blocking.as_raw_fd()],
+        [event.as_raw_fd(), event.as_raw_fd()],
+    ] {
+        let stream = UnixStream::connect(&path).unwrap();
+        stream.send_with_fds(&[&b"echo\n"[..]], &fds).unwrap();
+        let mut answer = String::new();
+        (&stream).read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.contains("two different non-blocking eventfds"),
+            "{answer}"
+        );
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -10,8 +10,14 @@
 //!
 //! The writer is flushed at every submission, so the file of a backend that was killed holds
 //! every answered submission; the format allows the closing `]` to be missing, and
-//! [`Trace::finish`] (or dropping the trace) writes it.
+//! [`Trace::finish`] (or dropping the trace) writes it. The guest decides how many packets
+//! there are, so the file stops growing at a size limit ([`DEFAULT_MAX_SIZE`] unless
+//! [`Trace::with_max_size`] says otherwise); later events are counted, not written.
+//!
+//! Events are formatted straight into a scratch buffer reused for every event (hex fields and
+//! names through `collect_str`), so recording allocates nothing per packet.
 
+use std::fmt::Display;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -19,17 +25,28 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use log::warn;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::stats::{self, Direction, PacketRecord, SubmissionRecord, Traffic};
 
 /// Track (`tid`) of the GPU engine, where every submission and packet goes.
 const ENGINE_TRACK: u32 = 1;
 
+/// Default size limit of the trace file (about four million packets).
+pub const DEFAULT_MAX_SIZE: u64 = 1 << 30;
+
 struct Writer {
     out: BufWriter<File>,
     /// Closed by `finish`, or given up after a write error: nothing more is written.
     done: bool,
+    /// One event, formatted before it is written (reused).
+    scratch: Vec<u8>,
+    /// Bytes in the file so far.
+    written: u64,
+    /// Where the file stops growing.
+    max_size: u64,
+    /// Events not written because the file reached `max_size`.
+    dropped: u64,
 }
 
 /// The timeline file being written.
@@ -39,10 +56,31 @@ pub struct Trace {
     writer: Mutex<Writer>,
 }
 
+/// Writes a value through its `Display` (no intermediate string).
+fn display<T: Display, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+/// Writes a number as `0x...` text: segment addresses are 64-bit, beyond what JSON numbers
+/// hold exactly in viewers.
+fn hex<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&format_args!("{value:#x}"))
+}
+
+/// The name of a submission's event.
+struct SubmissionName(u32);
+
+impl Display for SubmissionName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "submission fence {}", self.0)
+    }
+}
+
 /// One trace event; `args` is the event's own detail.
 #[derive(Serialize)]
-struct Event<'a, A> {
-    name: &'a str,
+struct Event<N: Display, A> {
+    #[serde(serialize_with = "display")]
+    name: N,
     cat: &'static str,
     ph: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,8 +101,8 @@ struct NameArgs<'a> {
 #[derive(Serialize)]
 struct Place {
     segment: u32,
-    /// Hex: segment addresses are 64-bit, beyond what JSON numbers hold exactly in viewers.
-    address: String,
+    #[serde(serialize_with = "hex")]
+    address: u64,
     length: u64,
 }
 
@@ -72,7 +110,7 @@ impl From<&Traffic> for Place {
     fn from(traffic: &Traffic) -> Self {
         Self {
             segment: traffic.segment,
-            address: format!("{:#x}", traffic.address),
+            address: traffic.address,
             length: traffic.length,
         }
     }
@@ -82,7 +120,8 @@ impl From<&Traffic> for Place {
 struct PacketArgs {
     opcode: u16,
     fence: u32,
-    dma_offset: String,
+    #[serde(serialize_with = "hex")]
+    dma_offset: u64,
     bytes: u64,
     pages: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,6 +155,10 @@ impl Trace {
             writer: Mutex::new(Writer {
                 out: BufWriter::new(File::create(path)?),
                 done: false,
+                scratch: Vec::new(),
+                written: 0,
+                max_size: DEFAULT_MAX_SIZE,
+                dropped: 0,
             }),
         };
         {
@@ -131,6 +174,17 @@ impl Trace {
             writer.out.flush()?;
         }
         Ok(trace)
+    }
+
+    /// Stops writing events once the file holds `bytes` (the closing `]` still follows).
+    pub fn with_max_size(self, bytes: u64) -> Self {
+        self.lock().max_size = bytes;
+        self
+    }
+
+    /// Events left out because the file reached its size limit.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -159,9 +213,9 @@ impl Trace {
     }
 
     /// Appends one complete event; a write error is logged once and ends the trace.
-    fn write_event<A: Serialize>(
+    fn write_event<N: Display, A: Serialize>(
         &self,
-        name: &str,
+        name: N,
         cat: &'static str,
         start: Instant,
         duration: Duration,
@@ -182,11 +236,26 @@ impl Trace {
         if writer.done {
             return;
         }
+        let writer = &mut *writer;
         let result = (|| -> io::Result<()> {
             // Separator first: the file never ends in a comma, so appending `]` always
             // completes it.
-            writer.out.write_all(b",\n")?;
-            serde_json::to_writer(&mut writer.out, &event)?;
+            writer.scratch.clear();
+            writer.scratch.extend_from_slice(b",\n");
+            serde_json::to_writer(&mut writer.scratch, &event)?;
+            let size = writer.scratch.len() as u64;
+            if writer.written.saturating_add(size) > writer.max_size {
+                if writer.dropped == 0 {
+                    warn!(
+                        "trace: the file reached its limit of {} bytes; later events are left out",
+                        writer.max_size
+                    );
+                }
+                writer.dropped += 1;
+            } else {
+                writer.out.write_all(&writer.scratch)?;
+                writer.written += size;
+            }
             if flush {
                 writer.out.flush()?;
             }
@@ -211,7 +280,7 @@ impl Trace {
         let args = PacketArgs {
             opcode: packet.opcode,
             fence: packet.fence,
-            dma_offset: format!("{:#x}", packet.dma_offset),
+            dma_offset: u64::from(packet.dma_offset),
             bytes: packet.bytes,
             pages: packet.pages,
             source: place(Direction::Read),
@@ -242,9 +311,8 @@ impl Trace {
                     .saturating_duration_since(submission.queued),
             ),
         };
-        let name = format!("submission fence {}", submission.fence);
         self.write_event(
-            &name,
+            SubmissionName(submission.fence),
             "submission",
             submission.start,
             submission.duration,

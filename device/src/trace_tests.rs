@@ -179,3 +179,21 @@ fn packets_nest_in_their_submission_on_the_named_track() {
 fn an_uncreatable_file_is_an_error() {
     assert!(Trace::create(std::path::Path::new("/proc/wddm-gpu-no-trace.json")).is_err());
 }
+
+#[test]
+fn the_file_stops_growing_at_its_limit_and_still_closes() {
+    let path = scratch("limit");
+    let trace = Trace::create(&path).unwrap().with_max_size(2000);
+    for fence in 1..=50 {
+        run_submission(&trace, fence);
+    }
+    assert!(trace.dropped() > 0, "50 submissions exceed 2000 bytes");
+    trace.finish().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    // The limit counts events; the header and the closing bracket come on top.
+    assert!(size < 2000 + 400, "{size} bytes");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let parsed: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert!(parsed.iter().any(|event| event["cat"] == "packet"));
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
