@@ -1152,8 +1152,13 @@ impl Harness {
     /// Waits for the completion of a posted submission (which must be a SUBMIT response of
     /// exactly its size).
     pub fn wait_submit(&mut self, pending: Pending) -> WddmGpuRespSubmit {
+        self.wait_typed(pending, WDDM_GPU_RESP_SUBMIT)
+    }
+
+    /// Waits for the answer to `pending`, which must have type `type_` and be exactly a `T`.
+    fn wait_typed<T: FromBytes>(&mut self, pending: Pending, type_: u32) -> T {
         let reply = self.wait_reply(pending);
-        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_SUBMIT, "{reply:?}");
+        assert_eq!(reply.hdr().type_, type_, "{reply:?}");
         reply.exact()
     }
 
@@ -1167,9 +1172,7 @@ impl Harness {
 
     /// Waits for a posted WAIT_EVENT to complete (an EVENT response of exactly its size).
     pub fn wait_event(&mut self, pending: Pending) -> WddmGpuRespEvent {
-        let reply = self.wait_reply(pending);
-        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_EVENT, "{reply:?}");
-        reply.exact()
+        self.wait_typed(pending, WDDM_GPU_RESP_EVENT)
     }
 
     /// Posts a PREEMPT.
@@ -1182,9 +1185,7 @@ impl Harness {
 
     /// Waits for the answer to a PREEMPT (a PREEMPT response of exactly its size).
     pub fn wait_preempt(&mut self, pending: Pending) -> WddmGpuRespPreempt {
-        let reply = self.wait_reply(pending);
-        assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_PREEMPT, "{reply:?}");
-        reply.exact()
+        self.wait_typed(pending, WDDM_GPU_RESP_PREEMPT)
     }
 
     /// Posts a RESET (the driver's, `DxgkDdiResetFromTimeout`).
