@@ -433,13 +433,12 @@ impl Shared {
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
-    fn stop_deferred(&self, mut job: Job, interrupt: u8) -> Answer {
+    fn stop_deferred(&self, job: Job, interrupt: u8) -> Answer {
         let fault = if interrupt == PREEMPT {
             Fault::Preempted
         } else {
             Fault::Reset
         };
-        let before = job.before.take();
         let completion = Completion {
             fence_id: job.cmd.submission_fence_id,
             packets_completed: 0,
@@ -448,9 +447,8 @@ impl Shared {
             fault_opcode: 0,
             deferred: None,
         };
-        let start = before.map_or_else(Instant::now, |b| b.start);
-        job.before = before;
-        self.answer(job, completion, start, false)
+        // A deferred job carries the start of its first part, which `answer` reports.
+        self.answer(job, completion, Instant::now(), false)
     }
 
     /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
