@@ -1,10 +1,19 @@
 //! vhost-user transport glue: features, config space, memory table and the virtqueue loop.
 //! Everything the guest asks for is answered by [`Gpu`]; a bad request never makes
 //! `handle_event` fail (that would stop the vring worker), only a broken queue does.
+//!
+//! A ring stop is not a reset. QEMU sends GET_VRING_BASE alone when it pauses the VM (`stop`,
+//! snapshots, a gdbstub stop) and before a reset. The device pauses: the engine parks and every
+//! answer is held back ([`RingGate`]), so nothing is written to the rings while they are stopped.
+//! When the control ring runs again, the index QEMU restarted it at tells the two apart: the
+//! index it was stopped at resumes the device where it stood (held answers go out in order); any
+//! other index means the guest set the ring up anew, which is a reset. RESET_DEVICE resets too.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
@@ -16,7 +25,7 @@ use virtio_bindings::bindings::virtio_config::{VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_
 use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
-use virtio_queue::QueueOwnedT;
+use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -26,7 +35,7 @@ use zerocopy::IntoBytes;
 
 use crate::control::MAX_REQUEST_SIZE;
 use crate::echo::{EchoPort, ECHO_EVENT};
-use crate::gpu::{Gpu, Reply};
+use crate::gpu::{lock, Gpu, Reply};
 use crate::vram::BarMode;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
@@ -60,14 +69,18 @@ pub const OFFERED_FEATURES: u64 = (1 << VIRTIO_F_VERSION_1)
 pub enum BarModeRequest {
     /// Shared memory if the frontend asks for it (GET_SHMEM_CONFIG), else ivshmem.
     Auto,
-    /// Always the ivshmem companion function; shared-memory requests are refused.
+    /// Always the ivshmem companion function; GET_SHMEM_CONFIG is answered with no region.
     Ivshmem,
-    /// Map the VRAM with SHMEM_MAP as soon as the backend channel is up.
+    /// Map the VRAM with SHMEM_MAP at every device start, asked for or not (a refusal falls
+    /// back to ivshmem).
     Shmem,
 }
 
 /// The shared-memory region id of the VRAM.
 const VRAM_SHMID: u8 = 0;
+
+/// How long after a device start the restart watcher waits for the control ring to run.
+const RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// The vhost-user backend.
 pub struct WddmGpuBackend {
@@ -76,11 +89,17 @@ pub struct WddmGpuBackend {
     bar_mode: BarModeRequest,
     /// The frontend asked for shared-memory regions.
     shmem_requested: AtomicBool,
-    /// A SHMEM_MAP of the VRAM was sent (or is being sent) since the last reset.
-    shmem_mapping: AtomicBool,
+    /// A SHMEM_MAP of the VRAM was sent (or is being sent) since the device last started.
+    shmem_mapped: bool,
     backend_channel: Option<Backend>,
     mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
     event_idx: bool,
+    /// Holds answers while the frontend has the rings stopped.
+    gate: Arc<RingGate>,
+    /// The control ring, once it has carried a request: its indices tell a resume from a reset.
+    control_vring: Option<VringRwLock>,
+    /// The avail index the control ring was stopped at, while the device is paused.
+    stopped_at: Option<u16>,
     /// The display socket QEMU hands over at DRIVER_OK. This device has no scanout, but closing
     /// the socket makes QEMU log read errors, so it is kept open.
     display: Option<GpuBackend>,
@@ -94,20 +113,28 @@ impl WddmGpuBackend {
             echo: Arc::default(),
             bar_mode,
             shmem_requested: AtomicBool::new(false),
-            shmem_mapping: AtomicBool::new(false),
+            shmem_mapped: false,
             backend_channel: None,
             mem: None,
             event_idx: false,
+            gate: Arc::default(),
+            control_vring: None,
+            stopped_at: None,
             display: None,
         }
     }
 
-    /// Maps the VRAM into the frontend's shared-memory region once both the request (or
-    /// `--bar-mode shmem`) and the backend channel are there; a refusal falls back to ivshmem.
+    /// Maps the VRAM into the frontend's shared-memory region at a device start, when the
+    /// frontend asked for regions (or `--bar-mode shmem`) and the backend channel is up; a
+    /// refusal falls back to ivshmem.
+    ///
+    /// Only a started device can take the map: QEMU 11.1 handles SHMEM_MAP through the device
+    /// it binds at start and unbinds at stop (a map sent before segfaults it), and it drops the
+    /// mapping itself whenever it stops the device, so every start maps again.
     ///
     /// The map is sent from its own thread: the frontend is waiting for the reply to the request
     /// being handled now and would not read a backend request (with need-reply) meanwhile.
-    fn map_shmem(&self) {
+    fn map_shmem(&mut self) {
         let wanted = match self.bar_mode {
             BarModeRequest::Ivshmem => false,
             BarModeRequest::Auto => self.shmem_requested.load(Ordering::Acquire),
@@ -116,9 +143,10 @@ impl WddmGpuBackend {
         let Some(channel) = self.backend_channel.clone() else {
             return;
         };
-        if !wanted || self.shmem_mapping.swap(true, Ordering::AcqRel) {
+        if !wanted || self.shmem_mapped {
             return;
         }
+        self.shmem_mapped = true;
         let vram = self.gpu.shared_vram();
         let spawned = std::thread::Builder::new().name("wddm-gpu-shmem-map".into()).spawn(move || {
             let Some(file) = vram.file() else {
@@ -152,6 +180,52 @@ impl WddmGpuBackend {
         }
     }
 
+    /// Wakes the vring worker once the control ring runs again after a pause, as a kick would:
+    /// the device must resume (and deliver what it held) even when the guest, waiting for those
+    /// answers, never kicks. QEMU sets the ring up right after SET_FEATURES, so this waits
+    /// milliseconds; it gives up after [`RESTART_WAIT`].
+    fn watch_restart(&self) {
+        let Some(vring) = self.control_vring.clone() else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("wddm-gpu-restart".into())
+            .spawn(move || {
+                let deadline = Instant::now() + RESTART_WAIT;
+                while Instant::now() < deadline {
+                    {
+                        let state = vring.get_ref();
+                        if let (true, true, Some(kick)) = (
+                            state.get_queue().ready(),
+                            state.is_enabled(),
+                            state.get_kick(),
+                        ) {
+                            let one = 1u64.to_ne_bytes();
+                            // SAFETY: writes 8 bytes from a live buffer to the kick eventfd,
+                            // which the vring state keeps open while its guard is held.
+                            let written = unsafe {
+                                libc::write(kick.as_raw_fd(), one.as_ptr().cast(), one.len())
+                            };
+                            if written != 8 {
+                                warn!(
+                                    "cannot wake the vring worker after a restart: {}",
+                                    io::Error::last_os_error()
+                                );
+                            }
+                            return;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                warn!(
+                    "the control queue did not run again within {RESTART_WAIT:?} of a device start"
+                );
+            });
+        if let Err(error) = spawned {
+            warn!("cannot start the restart watcher: {error}");
+        }
+    }
+
     /// The echo the vring worker answers (see [`crate::echo`]).
     pub fn echo_port(&self) -> Arc<EchoPort> {
         self.echo.clone()
@@ -160,6 +234,39 @@ impl WddmGpuBackend {
     /// Whether the frontend handed over its display socket.
     pub fn has_display_socket(&self) -> bool {
         self.display.is_some()
+    }
+
+    /// The first event after a pause: the rings run again. The control ring's restart index
+    /// says whether the device resumes or was reset.
+    fn restarted(&mut self) {
+        let (Some(stopped), Some(control)) = (self.stopped_at, &self.control_vring) else {
+            return;
+        };
+        if !control.get_ref().get_queue().ready() {
+            // Another ring was restarted first; the control ring decides.
+            return;
+        }
+        self.stopped_at = None;
+        let avail = control.queue_next_avail();
+        if avail == stopped {
+            self.gpu.resume();
+            let held = self.gate.open();
+            info!("device resumed: control queue restarted at avail index {avail}; {held} held answer(s) delivered");
+        } else {
+            info!("device reset: control queue restarted at avail index {avail}, stopped at {stopped} (the guest set the ring up anew)");
+            self.reset_state();
+        }
+    }
+
+    /// Everything a reset clears: queued and running work, posted events, held answers, the
+    /// GART and the status page registration. VRAM keeps its contents.
+    fn reset_state(&mut self) {
+        self.gpu.device_reset();
+        let dropped = self.gate.discard();
+        if dropped > 0 {
+            debug!("{dropped} held answer(s) dropped with the rings");
+        }
+        self.stopped_at = None;
     }
 
     fn process_queue(&mut self, vring: &VringRwLock, queue: u16) -> io::Result<()> {
@@ -197,7 +304,12 @@ impl WddmGpuBackend {
             }
         };
         for chain in chains {
-            let reply = Box::new(ChainReply::new(chain.clone(), mem.clone(), vring.clone()));
+            let reply = Box::new(ChainReply::new(
+                chain.clone(),
+                mem.clone(),
+                vring.clone(),
+                self.gate.clone(),
+            ));
             match queue {
                 CONTROL_QUEUE => self.answer(chain, reply, mem),
                 // Cursor commands have no response; there is no cursor to move.
@@ -232,18 +344,74 @@ impl WddmGpuBackend {
 
 type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
 
+/// Holds the answers completed while the frontend has the rings stopped, and sends them, in
+/// the order they were completed, when the rings run again. Every answer passes through it;
+/// sending under its lock keeps that order when held answers are released.
+#[derive(Default)]
+pub struct RingGate {
+    state: Mutex<GateState>,
+}
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    held: Vec<(ChainReply, Vec<u8>)>,
+}
+
+impl RingGate {
+    /// From now on answers are held.
+    fn close(&self) {
+        lock(&self.state).closed = true;
+    }
+
+    /// Sends the held answers, then lets answers through again; returns how many were held.
+    fn open(&self) -> usize {
+        let mut state = lock(&self.state);
+        state.closed = false;
+        let held = std::mem::take(&mut state.held);
+        let count = held.len();
+        for (reply, response) in held {
+            reply.write(&response);
+        }
+        count
+    }
+
+    /// Drops the held answers with their rings and lets answers through again; returns how
+    /// many were dropped.
+    fn discard(&self) -> usize {
+        let mut state = lock(&self.state);
+        state.closed = false;
+        std::mem::take(&mut state.held).len()
+    }
+
+    fn send(&self, reply: ChainReply, response: &[u8]) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            state.held.push((reply, response.to_vec()));
+        } else {
+            reply.write(response);
+        }
+    }
+}
+
 /// Completes one descriptor chain: writes the response into its device-writable buffers,
 /// puts it on the used ring and raises the queue's interrupt. Sent from whichever thread
-/// finishes the request (the engine thread for submissions).
+/// finishes the request (the engine thread for submissions), through the [`RingGate`].
 pub struct ChainReply {
     chain: Chain,
     mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
     vring: VringRwLock,
+    gate: Arc<RingGate>,
     room: usize,
 }
 
 impl ChainReply {
-    fn new(chain: Chain, mem: GuestMemoryLoadGuard<GuestMemoryMmap>, vring: VringRwLock) -> Self {
+    fn new(
+        chain: Chain,
+        mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
+        vring: VringRwLock,
+        gate: Arc<RingGate>,
+    ) -> Self {
         let room = chain
             .clone()
             .writer(&mem)
@@ -253,6 +421,7 @@ impl ChainReply {
             chain,
             mem,
             vring,
+            gate,
             room,
         }
     }
@@ -264,6 +433,14 @@ impl Reply for ChainReply {
     }
 
     fn send(self: Box<Self>, response: &[u8]) {
+        let gate = self.gate.clone();
+        gate.send(*self, response);
+    }
+}
+
+impl ChainReply {
+    /// Writes the response and puts the chain on the used ring (the gate is open).
+    fn write(self, response: &[u8]) {
         let head = self.chain.head_index();
         let written = if response.is_empty() {
             0
@@ -314,8 +491,13 @@ impl VhostUserBackendMut for WddmGpuBackend {
         OFFERED_FEATURES
     }
 
+    /// SET_FEATURES opens every device start (QEMU sends it at each DRIVER_OK and each `cont`).
     fn acked_features(&mut self, features: u64) {
         debug!("features acked: {features:#x}");
+        self.map_shmem();
+        if self.stopped_at.is_some() {
+            self.watch_restart();
+        }
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -353,22 +535,25 @@ impl VhostUserBackendMut for WddmGpuBackend {
 
     fn set_backend_req_fd(&mut self, backend: Backend) {
         self.backend_channel = Some(backend);
-        self.map_shmem();
     }
 
     /// The VRAM as shared-memory region 0 (`GET_SHMEM_CONFIG`, QEMU 11.1's
-    /// vhost-user-test-device-pci asks at realize).
+    /// vhost-user-test-device-pci asks at realize); no region with `--bar-mode ivshmem`, which
+    /// QEMU takes as a device without a shared-memory BAR. The locator says mode 2 from here on,
+    /// `not_mapped` until the BAR is in the memory table.
     fn get_shmem_config(&self) -> io::Result<VhostUserShMemConfig> {
         if self.bar_mode == BarModeRequest::Ivshmem {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "--bar-mode ivshmem",
-            ));
+            info!("frontend asked for shared-memory regions: none (--bar-mode ivshmem)");
+            return Ok(VhostUserShMemConfig::new(0, &[]));
         }
-        info!("frontend asked for shared-memory regions: VRAM is region {VRAM_SHMID}");
+        let size = self.gpu.vram().size();
+        info!(
+            "frontend asked for shared-memory regions: VRAM is region {VRAM_SHMID} ({size:#x} bytes; \
+             QEMU's vhost-user-test-device-pci shows it as BAR 4, mapped at each device start)"
+        );
         self.shmem_requested.store(true, Ordering::Release);
-        self.map_shmem();
-        Ok(VhostUserShMemConfig::new(1, &[self.gpu.vram().size()]))
+        self.gpu.vram().set_mode(BarMode::Shmem);
+        Ok(VhostUserShMemConfig::new(1, &[size]))
     }
 
     fn set_gpu_socket(&mut self, gpu_backend: GpuBackend) -> io::Result<()> {
@@ -385,21 +570,40 @@ impl VhostUserBackendMut for WddmGpuBackend {
             .ok()
     }
 
+    /// RESET_DEVICE (QEMU's vhost-user-gpu-pci on a guest reset): everything but VRAM goes.
+    /// A reset drops every shared-memory mapping; the next device start maps the VRAM again.
     fn reset_device(&mut self) {
-        debug!("device reset");
-        self.gpu.device_reset();
+        info!("device reset (RESET_DEVICE)");
+        self.reset_state();
         self.display = None;
-        // A device reset drops every shared-memory mapping: map the VRAM again.
-        self.shmem_mapping.store(false, Ordering::Release);
-        self.map_shmem();
+        self.shmem_mapped = false;
     }
 
-    /// GET_VRING_BASE: the frontend stops the ring (guest reset, or shutdown). Work on it stops
-    /// within one engine chunk and nothing more is written to it.
+    /// GET_VRING_BASE: the frontend stops the ring (a VM stop, or the first step of a reset or
+    /// shutdown). The device pauses: the engine parks at its next chunk boundary and answers
+    /// are held, so nothing more is written to the rings; all state is kept until the rings run
+    /// again (see [`Self::restarted`]) or the device is reset.
     fn stop_vring(&mut self, queue_index: u32) -> io::Result<()> {
-        if queue_index == u32::from(CONTROL_QUEUE) {
-            self.gpu.device_reset();
+        if queue_index != u32::from(CONTROL_QUEUE) || self.stopped_at.is_some() {
+            return Ok(());
         }
+        let avail = self
+            .control_vring
+            .as_ref()
+            .map_or(0, |vring| vring.queue_next_avail());
+        self.gate.close();
+        let paused = self.gpu.pause();
+        self.stopped_at = Some(avail);
+        // QEMU drops the shared-memory mapping when it stops the device.
+        self.shmem_mapped = false;
+        let engine = match paused.parked {
+            Some(fence) => format!("engine parked mid-submission (fence {fence})"),
+            None => "engine idle".to_owned(),
+        };
+        info!(
+            "device paused: the frontend stopped the control queue at avail index {avail}; {engine}, {} submission(s) queued",
+            paused.queued
+        );
         Ok(())
     }
 
@@ -419,6 +623,10 @@ impl VhostUserBackendMut for WddmGpuBackend {
                 let Some(vring) = vrings.get(usize::from(device_event)) else {
                     return Ok(());
                 };
+                if self.control_vring.is_none() {
+                    self.control_vring = vrings.get(usize::from(CONTROL_QUEUE)).cloned();
+                }
+                self.restarted();
                 self.process_queue(vring, device_event)
             }
             ECHO_EVENT => {

@@ -23,7 +23,7 @@ use crate::caps::{build_capset, MAX_CAPSET_SIZE};
 use crate::control::{decode, ControlRequest};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Paused, Scheduler};
 use crate::stats::Stats;
 use crate::status_page::StatusPage;
 use crate::trace::Trace;
@@ -316,6 +316,18 @@ impl Gpu {
     /// registration are cleared. VRAM keeps its contents.
     pub fn device_reset(&self) {
         self.scheduler.reset(false);
+    }
+
+    /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step
+    /// of a reset): the engine parks at its next chunk boundary. Everything the device holds
+    /// (GART, status page registration, posted events, queued work) is kept for [`Self::resume`].
+    pub fn pause(&self) -> Paused {
+        self.scheduler.pause()
+    }
+
+    /// The rings run again where they stopped: the parked submission goes on.
+    pub fn resume(&self) {
+        self.scheduler.resume();
     }
 }
 

@@ -10,6 +10,11 @@
 //! [`CHUNK`](crate::engine::CHUNK) bytes, take back everything still queued, and wait for the
 //! running submission to stop, so they take effect within milliseconds even in the middle of a
 //! 1 GiB transfer. Neither takes the engine's lock until the engine is idle.
+//!
+//! PAUSE (the frontend stopped the ring: a VM `stop`, a snapshot, a debugger) is not a stop: the
+//! engine parks at its next chunk boundary, in the middle of its submission, and takes nothing
+//! new from the queue; [`Scheduler::resume`] lets it go on where it stood, and a reset ends the
+//! parked submission as a reset.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -38,6 +43,7 @@ use vm_memory::GuestMemoryMmap;
 const RUN: u8 = 0;
 const PREEMPT: u8 = 1;
 const RESET: u8 = 2;
+const PAUSE: u8 = 3;
 
 /// Most bytes the packets of one submission may declare (transferred, filled, or read from
 /// page arrays) and still run on the control-queue thread: tens of microseconds, which is
@@ -104,6 +110,10 @@ struct Queue {
     running: Option<u32>,
     /// Fence of a running submission that stopped because of PREEMPT.
     preempted_running: Option<u32>,
+    /// Paused: nothing new starts, and the running submission parks at its next chunk.
+    paused: bool,
+    /// The running submission is parked (it waits for `unpark`).
+    parked: bool,
     shutdown: bool,
 }
 
@@ -122,12 +132,23 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Signalled when work is queued or the scheduler shuts down.
     wake: Condvar,
-    /// Signalled when the engine finishes a submission.
+    /// Signalled when the engine finishes a submission or parks.
     idle: Condvar,
+    /// Signalled when a pause ends (resume, reset or shutdown).
+    unpark: Condvar,
     interrupt: AtomicU8,
     last_completed: AtomicU32,
     stats: Arc<Stats>,
     trace: Option<Arc<Trace>>,
+}
+
+/// What a pause stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paused {
+    /// Fence of the submission parked mid-way, if one was running.
+    pub parked: Option<u32>,
+    /// Submissions waiting behind it.
+    pub queued: usize,
 }
 
 /// The engine thread and its queue.
@@ -137,6 +158,7 @@ pub struct Scheduler {
 }
 
 struct Hooks<'a, 'm> {
+    shared: &'a Shared,
     interrupt: &'a AtomicU8,
     last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
@@ -150,9 +172,10 @@ struct Hooks<'a, 'm> {
 impl EngineHooks for Hooks<'_, '_> {
     fn interruption(&self) -> Option<Fault> {
         match self.interrupt.load(Ordering::Acquire) {
+            RUN => None,
+            PAUSE => self.shared.park(),
             PREEMPT => Some(Fault::Preempted),
-            RESET => Some(Fault::Reset),
-            _ => None,
+            _ => Some(Fault::Reset),
         }
     }
 
@@ -220,6 +243,7 @@ impl Scheduler {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
+            unpark: Condvar::new(),
             interrupt: AtomicU8::new(RUN),
             last_completed: AtomicU32::new(0),
             stats,
@@ -249,7 +273,10 @@ impl Scheduler {
         let fence = cmd.submission_fence_id;
         {
             let mut queue = lock(&shared.queue);
-            let idle = queue.pending.is_empty() && queue.running.is_none() && !queue.shutdown;
+            let idle = queue.pending.is_empty()
+                && queue.running.is_none()
+                && !queue.paused
+                && !queue.shutdown;
             if !idle {
                 queue.pending.push_back(job);
                 shared.stats.queue_depth(queue.depth());
@@ -266,7 +293,8 @@ impl Scheduler {
                 // A PREEMPT or RESET raised meanwhile already took back what was queued and
                 // waits for this run: the rest must not slip into the queue behind it.
                 match shared.interrupt.load(Ordering::Acquire) {
-                    RUN => {
+                    // A pause lets the rest wait in the queue like any other work.
+                    RUN | PAUSE => {
                         queue.pending.push_front(job);
                         queue.running = None;
                         shared.stats.queue_depth(queue.depth());
@@ -342,8 +370,13 @@ impl Scheduler {
                 notify.events.clear();
             }
         }
-        lock(&shared.queue).preempted_running = None;
+        {
+            let mut queue = lock(&shared.queue);
+            queue.preempted_running = None;
+            queue.paused = false;
+        }
         shared.interrupt.store(RUN, Ordering::Release);
+        shared.wake.notify_one();
         if answer {
             for job in drained {
                 respond(
@@ -354,15 +387,50 @@ impl Scheduler {
         }
     }
 
+    /// Pauses the engine: the running submission parks at its next chunk boundary and queued
+    /// ones wait. Returns once the engine is parked or idle, with what it stopped.
+    pub fn pause(&self) -> Paused {
+        let shared = &self.shared;
+        let mut queue = lock(&shared.queue);
+        queue.paused = true;
+        // A PREEMPT or RESET being handled keeps its flag; the pause follows it.
+        let _ = shared
+            .interrupt
+            .compare_exchange(RUN, PAUSE, Ordering::AcqRel, Ordering::Acquire);
+        while queue.running.is_some() && !queue.parked {
+            queue = shared
+                .idle
+                .wait(queue)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        Paused {
+            parked: queue.running.filter(|_| queue.parked),
+            queued: queue.pending.len(),
+        }
+    }
+
+    /// Ends a pause: the parked submission goes on where it stood, then the queued ones.
+    pub fn resume(&self) {
+        let shared = &self.shared;
+        let mut queue = lock(&shared.queue);
+        queue.paused = false;
+        let _ = shared
+            .interrupt
+            .compare_exchange(PAUSE, RUN, Ordering::AcqRel, Ordering::Acquire);
+        shared.unpark.notify_all();
+        shared.wake.notify_one();
+    }
+
     /// Stops the engine thread (the backend is exiting).
     pub fn shutdown(&self) {
         {
             let mut queue = lock(&self.shared.queue);
             queue.shutdown = true;
             queue.pending.clear();
+            self.shared.interrupt.store(RESET, Ordering::Release);
         }
-        self.shared.interrupt.store(RESET, Ordering::Release);
         self.shared.wake.notify_all();
+        self.shared.unpark.notify_all();
         if let Some(worker) = lock(&self.worker).take() {
             let _ = worker.join();
         }
@@ -370,12 +438,34 @@ impl Scheduler {
 }
 
 impl Shared {
+    /// Parks the running submission at a chunk boundary until the pause ends; then says whether
+    /// it goes on (`None`) or stops (the pause ended in a reset or a shutdown).
+    fn park(&self) -> Option<Fault> {
+        let mut queue = lock(&self.queue);
+        queue.parked = true;
+        self.idle.notify_all();
+        while self.interrupt.load(Ordering::Acquire) == PAUSE {
+            queue = self
+                .unpark
+                .wait(queue)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        queue.parked = false;
+        match self.interrupt.load(Ordering::Acquire) {
+            RUN => None,
+            PREEMPT => Some(Fault::Preempted),
+            _ => Some(Fault::Reset),
+        }
+    }
+
     /// Raises `interrupt`, takes back the queued work and waits for the engine to go idle.
     fn stop(&self, interrupt: u8) -> Vec<Job> {
         // Raised under the queue lock, with the queue drained in the same critical section: the
         // engine cannot start another queued submission between the two.
         let mut queue = lock(&self.queue);
         self.interrupt.store(interrupt, Ordering::Release);
+        // A parked submission wakes up to the new flag and stops.
+        self.unpark.notify_all();
         let drained: Vec<Job> = queue.pending.drain(..).collect();
         while queue.running.is_some() {
             queue = self
@@ -394,6 +484,13 @@ impl Shared {
                 loop {
                     if queue.shutdown {
                         return;
+                    }
+                    if queue.paused {
+                        queue = self
+                            .wake
+                            .wait(queue)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        continue;
                     }
                     if let Some(job) = queue.pending.pop_front() {
                         queue.running = Some(job.cmd.submission_fence_id);
@@ -460,6 +557,7 @@ impl Shared {
             layout: &self.layout,
         };
         let mut hooks = Hooks {
+            shared: self,
             interrupt: &self.interrupt,
             last_completed: &self.last_completed,
             notify: &self.notify,

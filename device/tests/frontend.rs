@@ -673,8 +673,8 @@ fn requests_are_answered_without_event_idx() {
 
 #[test]
 fn control_queue_is_answered_again_after_a_stop_and_restart() {
-    // What QEMU does on a guest reset or reboot: GET_VRING_BASE stops the ring, then the
-    // ring is set up anew.
+    // What QEMU 11.1 does on a guest reset or reboot of vhost-user-test-device-pci:
+    // GET_VRING_BASE stops the ring (a pause), then the ring is set up anew (a reset).
     let mut h = Harness::ready("restart");
     assert_eq!(h.capset_info().capset_id, WDDM_GPU_CAPSET_ID);
     h.restart_control_queue();

@@ -1,7 +1,8 @@
-//! The shared-memory VRAM BAR mode (QEMU 11.1's vhost-user SHMEM, tested with this frontend
-//! because QEMU 11.1 cannot be installed here): GET_SHMEM_CONFIG reports the VRAM as region 0,
-//! the backend maps it with SHMEM_MAP (need-reply) over the backend channel, falls back to the
-//! ivshmem mode when refused, and maps again after a device reset.
+//! The shared-memory VRAM BAR mode (QEMU 11.1's vhost-user SHMEM), driven in QEMU 11.1's order:
+//! at realize, GET_SHMEM_CONFIG (the VRAM is region 0) and the backend channel; the SHMEM_MAP
+//! only once the device starts (SET_FEATURES at DRIVER_OK): a map sent before that crashes
+//! QEMU 11.1. QEMU drops the mapping at every device stop, so every start maps again; a refusal
+//! falls back to the ivshmem mode; `--bar-mode ivshmem` reports no region.
 
 mod harness;
 
@@ -10,13 +11,14 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{Harness, VRAM_GPA, VRAM_SIZE};
+use harness::{Harness, SpawnOptions, VRAM_GPA, VRAM_SIZE};
 use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags, VhostUserProtocolFeatures};
 use vhost::vhost_user::{
     FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
 };
 use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
+    WDDM_GPU_BAR_STATE_NOT_MAPPED,
 };
 
 /// One SHMEM_MAP as the frontend received it.
@@ -60,10 +62,15 @@ fn unsafe_zeroed_stat() -> libc::stat {
     unsafe { std::mem::zeroed() }
 }
 
-/// Negotiates, asks for the shared-memory regions and opens the backend channel.
-fn connect(name: &str, refuse: bool) -> (Harness, Arc<ShmemFrontend>) {
-    let mut harness = Harness::spawn(name);
-    let negotiated = harness.negotiate();
+/// Realizes as QEMU 11.1 does: negotiates, opens the backend channel, asks for the
+/// shared-memory regions. The device is not started.
+fn realize(name: &str, refuse: bool, args: &[&str]) -> (Harness, Arc<ShmemFrontend>) {
+    let options = SpawnOptions {
+        args: args.iter().map(Into::into).collect(),
+        ..SpawnOptions::default()
+    };
+    let mut harness = Harness::spawn_with_options(name, &options);
+    let negotiated = harness.realize();
     for feature in [
         VhostUserProtocolFeatures::SHMEM,
         VhostUserProtocolFeatures::BACKEND_REQ,
@@ -74,11 +81,6 @@ fn connect(name: &str, refuse: bool) -> (Harness, Arc<ShmemFrontend>) {
             "{feature:?} offered"
         );
     }
-    let config = harness.frontend.get_shmem_config().unwrap();
-    let nregions = config.nregions;
-    let sizes = config.memory_sizes;
-    assert_eq!((nregions, sizes[0], sizes[1]), (1, VRAM_SIZE, 0));
-
     let frontend = Arc::new(ShmemFrontend {
         maps: Mutex::new(Vec::new()),
         refuse,
@@ -93,6 +95,16 @@ fn connect(name: &str, refuse: bool) -> (Harness, Arc<ShmemFrontend>) {
     (harness, frontend)
 }
 
+/// Realizes with the VRAM reported as region 0.
+fn connect(name: &str, refuse: bool) -> (Harness, Arc<ShmemFrontend>) {
+    let (mut harness, frontend) = realize(name, refuse, &[]);
+    let config = harness.frontend.get_shmem_config().unwrap();
+    let nregions = config.nregions;
+    let sizes = config.memory_sizes;
+    assert_eq!((nregions, sizes[0], sizes[1]), (1, VRAM_SIZE, 0));
+    (harness, frontend)
+}
+
 fn wait_for_maps(frontend: &ShmemFrontend, count: usize) -> Vec<Mapped> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -104,14 +116,33 @@ fn wait_for_maps(frontend: &ShmemFrontend, count: usize) -> Vec<Mapped> {
     }
 }
 
+/// The maps a frontend received once the backend has had `settle` to send more.
+fn maps_after(frontend: &ShmemFrontend, settle: Duration) -> Vec<Mapped> {
+    std::thread::sleep(settle);
+    frontend.maps.lock().unwrap().clone()
+}
+
 fn vram_identity(harness: &Harness) -> (u64, u64) {
     let meta = std::fs::metadata(&harness.backend.vram_path).unwrap();
     (meta.dev(), meta.ino())
 }
 
 #[test]
+fn no_map_is_sent_before_the_device_starts() {
+    let (mut harness, frontend) = connect("shmem-realize", false);
+    let early = maps_after(&frontend, Duration::from_millis(300));
+    assert!(
+        early.is_empty(),
+        "SHMEM_MAP at realize (crashes QEMU 11.1): {early:?}"
+    );
+    harness.start_features();
+    assert_eq!(wait_for_maps(&frontend, 1).len(), 1, "mapped at the start");
+}
+
+#[test]
 fn the_vram_is_mapped_as_shared_memory_region_0_and_reported_in_the_capset() {
     let (mut harness, frontend) = connect("shmem-map", false);
+    harness.start_features();
     let maps = wait_for_maps(&frontend, 1);
     assert_eq!(maps.len(), 1, "one SHMEM_MAP: {maps:?}");
     let map = maps[0];
@@ -122,8 +153,15 @@ fn the_vram_is_mapped_as_shared_memory_region_0_and_reported_in_the_capset() {
     assert_eq!(map.flags, VhostUserMMapFlags::WRITABLE.bits());
     assert_eq!(map.file, vram_identity(&harness), "the fd is the VRAM file");
 
-    harness.set_mem_table(Some(VRAM_GPA));
+    // Until QEMU puts the BAR in the memory table the locator says mode 2, not mapped.
+    harness.set_mem_table(None);
     harness.setup_control_queue();
+    let bar = harness.capset().header.vram_bar;
+    assert_eq!(
+        (bar.mode, bar.pci_function, bar.bar_index, bar.state),
+        (WDDM_GPU_BAR_MODE_SHMEM, 0, 4, WDDM_GPU_BAR_STATE_NOT_MAPPED)
+    );
+    harness.add_vram_region(VRAM_GPA);
     let bar = harness.capset().header.vram_bar;
     assert_eq!(
         (bar.mode, bar.pci_function, bar.bar_index),
@@ -138,6 +176,7 @@ fn the_vram_is_mapped_as_shared_memory_region_0_and_reported_in_the_capset() {
 #[test]
 fn a_refused_map_falls_back_to_the_ivshmem_mode_and_says_so() {
     let (mut harness, frontend) = connect("shmem-refused", true);
+    harness.start_features();
     assert_eq!(wait_for_maps(&frontend, 1).len(), 1);
     harness.set_mem_table(Some(VRAM_GPA));
     harness.setup_control_queue();
@@ -152,11 +191,51 @@ fn a_refused_map_falls_back_to_the_ivshmem_mode_and_says_so() {
 }
 
 #[test]
-fn the_vram_is_mapped_again_after_a_device_reset() {
-    let (mut harness, frontend) = connect("shmem-reset", false);
+fn the_vram_is_mapped_again_at_every_device_start() {
+    let (mut harness, frontend) = connect("shmem-restart", false);
+    harness.start_features();
+    harness.set_mem_table(Some(VRAM_GPA));
+    harness.setup_control_queue();
     assert_eq!(wait_for_maps(&frontend, 1).len(), 1);
-    harness.frontend.reset_device().unwrap();
+    // A second SET_FEATURES without a stop in between must not map over the mapping.
+    harness.start_features();
+    assert_eq!(maps_after(&frontend, Duration::from_millis(200)).len(), 1);
+
+    // VM stop and cont: QEMU dropped the mapping at the stop.
+    let base = harness.stop_device();
+    harness.resume_device(base);
     let maps = wait_for_maps(&frontend, 2);
-    assert_eq!(maps.len(), 2, "mapped again after RESET_DEVICE: {maps:?}");
-    assert_eq!(maps[1].len, VRAM_SIZE);
+    assert_eq!(maps.len(), 2, "mapped again after stop/cont: {maps:?}");
+
+    // Guest reset (GET_VRING_BASE, RESET_DEVICE), then the next DRIVER_OK.
+    harness.stop_device();
+    harness.reset_device();
+    assert_eq!(maps_after(&frontend, Duration::from_millis(200)).len(), 2);
+    harness.start_device_anew();
+    let maps = wait_for_maps(&frontend, 3);
+    assert_eq!(maps.len(), 3, "mapped again after a reset: {maps:?}");
+    assert_eq!(maps[2].len, VRAM_SIZE);
+    assert_eq!(
+        harness.capset().header.vram_bar.mode,
+        WDDM_GPU_BAR_MODE_SHMEM
+    );
+}
+
+#[test]
+fn bar_mode_ivshmem_reports_no_region_and_never_maps() {
+    let (mut harness, frontend) = realize("shmem-ivshmem", false, &["--bar-mode", "ivshmem"]);
+    let config = harness.frontend.get_shmem_config().unwrap();
+    let nregions = config.nregions;
+    let sizes = config.memory_sizes;
+    assert_eq!(nregions, 0);
+    assert!(sizes.iter().all(|&size| size == 0), "{sizes:?}");
+    harness.start_features();
+    harness.set_mem_table(Some(VRAM_GPA));
+    harness.setup_control_queue();
+    let bar = harness.capset().header.vram_bar;
+    assert_eq!(
+        (bar.mode, bar.pci_function, bar.bar_index),
+        (WDDM_GPU_BAR_MODE_IVSHMEM, 1, 2)
+    );
+    assert!(maps_after(&frontend, Duration::from_millis(200)).is_empty());
 }

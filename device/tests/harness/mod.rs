@@ -525,27 +525,43 @@ impl Harness {
         harness
     }
 
-    /// SET_OWNER, features, protocol features, GET_CONFIG, SET_FEATURES, in QEMU's order.
-    pub fn negotiate(&mut self) -> Negotiated {
-        self.frontend.set_owner().unwrap();
+    /// What QEMU does when it creates the device: features, protocol features (all acked),
+    /// SET_OWNER. Nothing runs yet; the shared-memory tests ask GET_SHMEM_CONFIG and open the
+    /// backend channel here, as QEMU 11.1 does.
+    pub fn realize(&mut self) -> Negotiated {
         let features = self.frontend.get_features().unwrap();
         let protocol_features = self.frontend.get_protocol_features().unwrap();
         self.frontend
             .set_protocol_features(protocol_features)
             .unwrap();
+        self.frontend.set_owner().unwrap();
+        let negotiated = Negotiated {
+            features,
+            protocol_features,
+            config: [0; 16],
+        };
+        self.negotiated = Some(negotiated);
+        negotiated
+    }
+
+    /// What QEMU does when the guest sets DRIVER_OK, up to the memory table: GET_CONFIG, then
+    /// SET_FEATURES (all offered features acked), which starts the device.
+    pub fn start_features(&mut self) -> Negotiated {
+        let mut negotiated = self.negotiated.expect("realized before");
         let (_, payload) = self
             .frontend
             .get_config(0, 16, VhostUserConfigFlags::empty(), &[0u8; 16])
             .unwrap();
-        let config: [u8; 16] = payload.as_slice().try_into().unwrap();
-        self.frontend.set_features(features).unwrap();
-        let negotiated = Negotiated {
-            features,
-            protocol_features,
-            config,
-        };
+        negotiated.config = payload.as_slice().try_into().unwrap();
+        self.frontend.set_features(negotiated.features).unwrap();
         self.negotiated = Some(negotiated);
         negotiated
+    }
+
+    /// [`Self::realize`], then [`Self::start_features`].
+    pub fn negotiate(&mut self) -> Negotiated {
+        self.realize();
+        self.start_features()
     }
 
     /// The memory-table entry for guest RAM.
@@ -616,6 +632,19 @@ impl Harness {
         self.ram
             .write_slice(&[0u8; 0x3000], GuestAddress(DESC_TABLE))
             .unwrap();
+        self.configure_control_queue(0);
+        self.next_avail = 0;
+        self.last_used = 0;
+        // Requests on the old ring are gone with it.
+        self.outstanding.clear();
+        self.completed.clear();
+        self.collected = 0;
+        self.free_slots = (1..SLOTS).rev().collect();
+    }
+
+    /// Queue 0 over the ring memory as it is, in QEMU's order: size, addresses, `base`, call
+    /// and kick eventfds, enabled.
+    fn configure_control_queue(&mut self, base: u16) {
         self.frontend.set_vring_num(0, QUEUE_SIZE).unwrap();
         let config = VringConfigData {
             queue_max_size: QUEUE_SIZE,
@@ -627,17 +656,45 @@ impl Harness {
             log_addr: None,
         };
         self.frontend.set_vring_addr(0, &config).unwrap();
-        self.frontend.set_vring_base(0, 0).unwrap();
+        self.frontend.set_vring_base(0, base).unwrap();
         self.frontend.set_vring_call(0, &self.call).unwrap();
         self.frontend.set_vring_kick(0, &self.kick).unwrap();
         self.frontend.set_vring_enable(0, true).unwrap();
-        self.next_avail = 0;
-        self.last_used = 0;
-        // Requests on the old ring are gone with it.
-        self.outstanding.clear();
-        self.completed.clear();
-        self.collected = 0;
-        self.free_slots = (1..SLOTS).rev().collect();
+    }
+
+    /// QEMU's device stop (VM `stop`, a snapshot, and the first step of a guest reset): every
+    /// ring disabled, then GET_VRING_BASE on each. Returns the control ring's base.
+    pub fn stop_device(&mut self) -> u16 {
+        self.frontend.set_vring_enable(0, false).unwrap();
+        self.frontend.set_vring_enable(1, false).unwrap();
+        let base = self.frontend.get_vring_base(0).unwrap();
+        self.frontend.get_vring_base(1).unwrap();
+        u16::try_from(base).expect("a split ring's index is 16 bits")
+    }
+
+    /// QEMU's device start after a guest reset: SET_FEATURES, the memory table again, and the
+    /// control ring set up anew from index 0 over cleared ring memory.
+    pub fn start_device_anew(&mut self) {
+        let features = self.negotiated.expect("negotiated before").features;
+        self.frontend.set_features(features).unwrap();
+        self.set_mem_table(self.vram_gpa);
+        self.setup_control_queue();
+    }
+
+    /// RESET_DEVICE (QEMU 10's vhost-user-gpu-pci sends it after GET_VRING_BASE on a guest
+    /// reset).
+    pub fn reset_device(&mut self) {
+        self.frontend.reset_device().unwrap();
+    }
+
+    /// QEMU's device start after `cont`: SET_FEATURES, the memory table again, and the control
+    /// ring at `base` over the same ring memory, with no kick (the guest may be waiting for
+    /// answers and have nothing to kick about).
+    pub fn resume_device(&mut self, base: u16) {
+        let features = self.negotiated.expect("negotiated before").features;
+        self.frontend.set_features(features).unwrap();
+        self.set_mem_table(self.vram_gpa);
+        self.configure_control_queue(base);
     }
 
     /// Stops queue 0 (GET_VRING_BASE, as QEMU does when the guest resets the device) and sets
