@@ -249,7 +249,8 @@ impl WddmGpuBackend {
         self.stopped_at = None;
         let avail = control.queue_next_avail();
         if avail == stopped {
-            self.gpu.resume();
+            let mem = self.mem.as_ref().map(GuestMemoryAtomic::memory);
+            self.gpu.resume(mem.as_deref());
             let held = self.gate.open();
             info!("device resumed: control queue restarted at avail index {avail}; {held} held answer(s) delivered");
         } else {

@@ -321,12 +321,20 @@ impl Gpu {
     /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step
     /// of a reset): the engine parks at its next chunk boundary. Everything the device holds
     /// (GART, status page registration, posted events, queued work) is kept for [`Self::resume`].
+    /// The status page is not written while paused (a snapshot may be reading guest RAM).
     pub fn pause(&self) -> Paused {
-        self.scheduler.pause()
+        let paused = self.scheduler.pause();
+        lock(&self.notify).status.suspend();
+        paused
     }
 
-    /// The rings run again where they stopped: the parked submission goes on.
-    pub fn resume(&self) {
+    /// The rings run again where they stopped: the status page catches up with what changed
+    /// meanwhile (a BAR event), then the parked submission goes on.
+    pub fn resume(&self, mem: Option<&GuestMemoryMmap>) {
+        if let Some(mem) = mem {
+            let ram = GuestRam::new(mem, self.vram.guest_window());
+            lock(&self.notify).status.resume(&ram);
+        }
         self.scheduler.resume();
     }
 }

@@ -30,6 +30,10 @@ pub enum StatusPageError {
 pub struct StatusPage {
     address: Option<u64>,
     page: WddmGpuStatusPage,
+    /// The frontend stopped the rings: guest RAM is left alone (a snapshot may be reading it).
+    suspended: bool,
+    /// Something changed while suspended.
+    stale: bool,
 }
 
 impl StatusPage {
@@ -139,11 +143,28 @@ impl StatusPage {
         record
     }
 
+    /// Stops writing to guest RAM until [`Self::resume`]; changes are kept.
+    pub fn suspend(&mut self) {
+        self.suspended = true;
+    }
+
+    /// Writes to guest RAM again, starting with what changed while suspended.
+    pub fn resume<M: GuestMemoryBackend>(&mut self, ram: &GuestRam<'_, M>) {
+        self.suspended = false;
+        if std::mem::take(&mut self.stale) {
+            self.publish(ram);
+        }
+    }
+
     /// Writes the header into guest RAM after everything it covers.
     pub fn publish<M: GuestMemoryBackend>(&mut self, ram: &GuestRam<'_, M>) {
         let Some(address) = self.address else {
             return;
         };
+        if self.suspended {
+            self.stale = true;
+            return;
+        }
         // Records written before this point become visible no later than the header.
         fence(Ordering::Release);
         // fault_tail belongs to the driver: write the header around it.

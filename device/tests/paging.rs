@@ -2245,6 +2245,42 @@ fn a_vm_stop_between_a_map_and_its_use_keeps_the_gart_status_page_and_posted_eve
 }
 
 #[test]
+fn a_bar_change_while_stopped_reaches_the_status_page_and_events_only_after_cont() {
+    let mut h = ready("vm-stop-bar");
+    register_status_page(&mut h);
+    let event = h.post_wait_event();
+    h.flush_queue();
+    let base = h.stop_device();
+    let page = status_page_bytes(&h);
+    // QEMU 11.1 drops the shared-memory BAR from the memory table when it stops the device.
+    h.remove_vram_region();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        status_page_bytes(&h),
+        page,
+        "guest RAM written while the rings were stopped"
+    );
+    assert!(!h.is_answered(&event), "an event answered while stopped");
+    h.resume_device(base);
+    let answer = h.wait_event(event);
+    assert_eq!(
+        (answer.kind, answer.bar_state),
+        (WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_BAR_STATE_NOT_MAPPED),
+        "{answer:?}"
+    );
+    assert_eq!(
+        h.status_page(STATUS_PAGE).bar_state,
+        WDDM_GPU_BAR_STATE_NOT_MAPPED
+    );
+    h.add_vram_region(VRAM_GPA);
+    assert_eq!(h.capset().header.vram_bar.state, WDDM_GPU_BAR_STATE_KNOWN);
+    assert_eq!(
+        h.status_page(STATUS_PAGE).bar_state,
+        WDDM_GPU_BAR_STATE_KNOWN
+    );
+}
+
+#[test]
 fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_work() {
     let mut h = ready_with_vram("vm-stop-transfer", BIG_VRAM);
     register_status_page(&mut h);
