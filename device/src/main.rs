@@ -56,6 +56,11 @@ struct RunArgs {
     /// VRAM BAR size: a power of two (QEMU requires power-of-two BARs), e.g. 256MiB or 0x10000000.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     vram_size: u64,
+    /// Keep device-only VRAM (segments the guest CPU cannot reach) in this file, so its
+    /// contents survive a backend restart as the BAR file's do; default: anonymous memory,
+    /// zero at every start.
+    #[arg(long)]
+    device_vram_path: Option<PathBuf>,
     /// Segment layout file (TOML); default: CPU-visible VRAM filling the BAR plus a 512 MiB aperture.
     #[arg(long)]
     layout: Option<PathBuf>,
@@ -276,14 +281,20 @@ fn codec_command(
 
 fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
     let device_only = layout.device_only_vram(args.vram_size);
-    let vram = Vram::create(
+    let vram = Vram::create_with_device_only_file(
         &args.vram_path,
         args.vram_size,
         device_only,
+        args.device_vram_path.as_deref(),
         BarMode::Ivshmem,
     )?;
+    let kept = match (&args.device_vram_path, device_only) {
+        (_, 0) => String::new(),
+        (Some(path), _) => format!(" in {}", path.display()),
+        (None, _) => " (anonymous: zero at every start; --device-vram-path keeps it)".to_owned(),
+    };
     info!(
-        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM",
+        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM{kept}",
         vram.size(),
         vram.path().display(),
         device_only

@@ -128,45 +128,42 @@ struct BarState {
 
 impl Vram {
     /// Creates (or reuses and resizes) the VRAM file at `path` and maps it, and reserves
-    /// `local_size` bytes of device-only VRAM.
+    /// `local_size` bytes of device-only VRAM (anonymous memory: gone with the process).
     pub fn create(
         path: &Path,
         size: u64,
         local_size: u64,
         mode: BarMode,
     ) -> Result<Self, VramError> {
+        Self::create_with_device_only_file(path, size, local_size, None, mode)
+    }
+
+    /// Like [`Self::create`]; with `local_path`, device-only VRAM lives in that file (created,
+    /// or reused with its contents), so it outlives the backend process as the BAR file does.
+    pub fn create_with_device_only_file(
+        path: &Path,
+        size: u64,
+        local_size: u64,
+        local_path: Option<&Path>,
+        mode: BarMode,
+    ) -> Result<Self, VramError> {
         if !size.is_power_of_two() || size < (1 << 20) {
             return Err(VramError::BadSize(size));
         }
-        let create_err = |source| VramError::Create {
-            path: path.to_owned(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(create_err)?;
-        file.set_len(size).map_err(|source| VramError::Resize {
-            path: path.to_owned(),
-            size,
-            source,
-        })?;
-        let metadata = file.metadata().map_err(create_err)?;
-        let identity = (metadata.dev(), metadata.ino());
-        let length = usize::try_from(size).map_err(|_| VramError::BadSize(size))?;
-        let mapping =
-            MmapRegion::from_file(FileOffset::new(file, 0), length).map_err(|source| {
-                VramError::Map {
-                    path: path.to_owned(),
-                    source,
-                }
+        let mapping = map_file(path, size)?;
+        let metadata = mapping
+            .file_offset()
+            .map(|offset| offset.file().metadata())
+            .expect("a file mapping has its file")
+            .map_err(|source| VramError::Create {
+                path: path.to_owned(),
+                source,
             })?;
-        let local = match local_size {
-            0 => None,
-            _ => Some(
+        let identity = (metadata.dev(), metadata.ino());
+        let local = match (local_size, local_path) {
+            (0, _) => None,
+            (_, Some(local_path)) => Some(map_file(local_path, local_size)?),
+            (_, None) => Some(
                 usize::try_from(local_size)
                     .ok()
                     .and_then(|len| MmapRegion::new(len).ok())
@@ -311,6 +308,30 @@ impl Vram {
             self.local.as_ref()?.get_slice(local_offset, len).ok()
         }
     }
+}
+
+/// Opens (creating if needed) the file at `path`, sizes it to `size` bytes and maps it shared.
+fn map_file(path: &Path, size: u64) -> Result<MmapRegion<()>, VramError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| VramError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+    file.set_len(size).map_err(|source| VramError::Resize {
+        path: path.to_owned(),
+        size,
+        source,
+    })?;
+    let length = usize::try_from(size).map_err(|_| VramError::BadSize(size))?;
+    MmapRegion::from_file(FileOffset::new(file, 0), length).map_err(|source| VramError::Map {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Copies between two volatile slices of any bitmap type (guest RAM or VRAM).

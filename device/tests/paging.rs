@@ -12,8 +12,8 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::{
-    frames, pattern, segment, submit_command, transfer, Harness, Pending, DATA, DMA_BUFFER,
-    FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, TIMEOUT, VRAM_GPA, VRAM_SIZE,
+    frames, pattern, segment, submit_command, transfer, Harness, Pending, SpawnOptions, DATA,
+    DMA_BUFFER, FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, TIMEOUT, VRAM_GPA, VRAM_SIZE,
 };
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
 use wddm_gpu_abi::ctrl::{
@@ -2420,6 +2420,88 @@ fn reset_device_while_stopped_resets_and_the_next_start_serves() {
         "{response:?}"
     );
     assert_next_submission_works(&mut h, 73, false);
+}
+
+// ---- device-only VRAM across a backend restart ----
+
+/// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3).
+const DEVICE_ONLY_LAYOUT: &str = r#"
+wddm = "1.3"
+
+[[segments]]
+flags = ["CpuVisible"]
+size = "16MiB"
+
+[[segments]]
+flags = ["PreservedDuringStandby"]
+size = "16MiB"
+
+[[segments]]
+flags = ["Aperture", "CacheCoherent"]
+size = "16MiB"
+"#;
+const DEVICE_ONLY_SEGMENT: u32 = 2;
+
+/// Writes a pattern into device-only VRAM (through a CPU-visible staging area), restarts the
+/// backend with `keep` as `--device-vram-path` (or none) and returns what device-only VRAM holds
+/// afterwards, next to the pattern.
+fn device_only_vram_after_restart(
+    name: &str,
+    keep: Option<&std::path::Path>,
+) -> (Vec<u8>, Vec<u8>) {
+    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layout = dir.join("layout.toml");
+    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
+    let mut args = vec!["--layout".into(), layout.clone().into_os_string()];
+    if let Some(keep) = keep {
+        args.extend(["--device-vram-path".into(), keep.as_os_str().to_owned()]);
+    }
+    let options = SpawnOptions {
+        args,
+        ..SpawnOptions::default()
+    };
+    let data = pattern(0xd0_0e, 0x1_0000);
+    let mut h = Harness::ready_with_options(name, &options);
+    h.write_vram(0, &data);
+    let mut dma = Dma::default();
+    dma.push(&transfer(
+        data.len() as u64,
+        segment(VRAM_SEGMENT, 0),
+        segment(DEVICE_ONLY_SEGMENT, 0x3000),
+    ));
+    submit_ok(&mut h, &dma, 1);
+    let mut backend = h.disconnect();
+    assert!(backend.wait_exit(TIMEOUT).success(), "{}", backend.log());
+
+    let mut h = Harness::ready_with_options(name, &options);
+    let mut dma = Dma::default();
+    dma.push(&transfer(
+        data.len() as u64,
+        segment(DEVICE_ONLY_SEGMENT, 0x3000),
+        segment(VRAM_SEGMENT, 0x20_0000),
+    ));
+    submit_ok(&mut h, &dma, 1);
+    let after = h.read_vram(0x20_0000, data.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+    (after, data)
+}
+
+#[test]
+fn device_only_vram_in_a_file_survives_a_backend_restart() {
+    let keep = std::env::temp_dir().join(format!("wddm-device-vram-{}", std::process::id()));
+    let (after, data) = device_only_vram_after_restart("device-vram-kept", Some(&keep));
+    std::fs::remove_file(&keep).unwrap();
+    assert_bytes(&after, &data, "device-only VRAM after a restart");
+}
+
+#[test]
+fn device_only_vram_without_a_file_is_zero_after_a_backend_restart() {
+    let (after, _) = device_only_vram_after_restart("device-vram-anon", None);
+    assert!(
+        after.iter().all(|&b| b == 0),
+        "device-only VRAM kept without a file"
+    );
 }
 
 // ---- the VRAM BAR ----
