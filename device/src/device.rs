@@ -89,7 +89,7 @@ pub struct WddmGpuBackend {
     bar_mode: BarModeRequest,
     /// The frontend asked for shared-memory regions.
     shmem_requested: AtomicBool,
-    /// A SHMEM_MAP of the VRAM was sent (or is being sent) since the device last started.
+    /// A SHMEM_MAP of the VRAM was sent (or is being sent) since the last reset.
     shmem_mapped: bool,
     backend_channel: Option<Backend>,
     mem: Option<GuestMemoryAtomic<GuestMemoryMmap>>,
@@ -129,8 +129,9 @@ impl WddmGpuBackend {
     /// refusal falls back to ivshmem.
     ///
     /// Only a started device can take the map: QEMU 11.1 handles SHMEM_MAP through the device
-    /// it binds at start and unbinds at stop (a map sent before segfaults it), and it drops the
-    /// mapping itself whenever it stops the device, so every start maps again.
+    /// it binds at start and unbinds at stop (a map sent before segfaults it). QEMU keeps the
+    /// mapping across a stop and `cont` (a second map would overlap it) and drops it when the
+    /// device is reset, so the map is sent at the first start after each reset.
     ///
     /// The map is sent from its own thread: the frontend is waiting for the reply to the request
     /// being handled now and would not read a backend request (with need-reply) meanwhile.
@@ -256,6 +257,9 @@ impl WddmGpuBackend {
         } else {
             info!("device reset: control queue restarted at avail index {avail}, stopped at {stopped} (the guest set the ring up anew)");
             self.reset_state();
+            // QEMU dropped the shared-memory mapping with the reset; the device runs again.
+            self.shmem_mapped = false;
+            self.map_shmem();
         }
     }
 
@@ -493,11 +497,14 @@ impl VhostUserBackendMut for WddmGpuBackend {
     }
 
     /// SET_FEATURES opens every device start (QEMU sends it at each DRIVER_OK and each `cont`).
+    /// While paused, whether this start resumes or follows a reset is known only once the rings
+    /// run (see [`Self::restarted`]), which is where a reset maps the VRAM again.
     fn acked_features(&mut self, features: u64) {
         debug!("features acked: {features:#x}");
-        self.map_shmem();
         if self.stopped_at.is_some() {
             self.watch_restart();
+        } else {
+            self.map_shmem();
         }
     }
 
@@ -595,8 +602,6 @@ impl VhostUserBackendMut for WddmGpuBackend {
         self.gate.close();
         let paused = self.gpu.pause();
         self.stopped_at = Some(avail);
-        // QEMU drops the shared-memory mapping when it stops the device.
-        self.shmem_mapped = false;
         let engine = match paused.parked {
             Some(fence) => format!("engine parked mid-submission (fence {fence})"),
             None => "engine idle".to_owned(),
