@@ -1,8 +1,9 @@
 //! The shared-memory VRAM BAR mode (QEMU 11.1's vhost-user SHMEM), driven in QEMU 11.1's order:
 //! at realize, GET_SHMEM_CONFIG (the VRAM is region 0) and the backend channel; the SHMEM_MAP
 //! only once the device starts (SET_FEATURES at DRIVER_OK): a map sent before that crashes
-//! QEMU 11.1. QEMU drops the mapping at every device stop, so every start maps again; a refusal
-//! falls back to the ivshmem mode; `--bar-mode ivshmem` reports no region.
+//! QEMU 11.1. QEMU keeps the mapping across stop/cont and drops it on a reset, so the first
+//! start after each reset maps again; a refusal falls back to the ivshmem mode; `--bar-mode
+//! ivshmem` reports no region.
 
 mod harness;
 
@@ -191,29 +192,46 @@ fn a_refused_map_falls_back_to_the_ivshmem_mode_and_says_so() {
 }
 
 #[test]
-fn the_vram_is_mapped_again_at_every_device_start() {
+fn the_vram_is_mapped_once_per_reset_and_kept_across_stop_and_cont() {
     let (mut harness, frontend) = connect("shmem-restart", false);
     harness.start_features();
     harness.set_mem_table(Some(VRAM_GPA));
     harness.setup_control_queue();
     assert_eq!(wait_for_maps(&frontend, 1).len(), 1);
-    // A second SET_FEATURES without a stop in between must not map over the mapping.
+    // A second SET_FEATURES without a reset in between must not map over the mapping.
     harness.start_features();
     assert_eq!(maps_after(&frontend, Duration::from_millis(200)).len(), 1);
 
-    // VM stop and cont: QEMU dropped the mapping at the stop.
+    // VM stop and cont: QEMU 11.1 keeps the mapping, a second map would overlap it.
     let base = harness.stop_device();
     harness.resume_device(base);
-    let maps = wait_for_maps(&frontend, 2);
-    assert_eq!(maps.len(), 2, "mapped again after stop/cont: {maps:?}");
+    harness.assert_still_serving();
+    assert_eq!(
+        maps_after(&frontend, Duration::from_millis(200)).len(),
+        1,
+        "mapped again across stop/cont"
+    );
 
-    // Guest reset (GET_VRING_BASE, RESET_DEVICE), then the next DRIVER_OK.
+    // Guest reset as QEMU 10's vhost-user-gpu-pci sends it: GET_VRING_BASE, RESET_DEVICE,
+    // then the next DRIVER_OK.
     harness.stop_device();
     harness.reset_device();
-    assert_eq!(maps_after(&frontend, Duration::from_millis(200)).len(), 2);
+    assert_eq!(maps_after(&frontend, Duration::from_millis(200)).len(), 1);
+    harness.start_device_anew();
+    let maps = wait_for_maps(&frontend, 2);
+    assert_eq!(maps.len(), 2, "mapped again after RESET_DEVICE: {maps:?}");
+
+    // Guest reset as QEMU 11.1's vhost-user-test-device-pci sends it: GET_VRING_BASE only,
+    // then the rings anew from index 0, which is when the device learns it was reset.
+    harness.capset_info();
+    harness.stop_device();
     harness.start_device_anew();
     let maps = wait_for_maps(&frontend, 3);
-    assert_eq!(maps.len(), 3, "mapped again after a reset: {maps:?}");
+    assert_eq!(
+        maps.len(),
+        3,
+        "mapped again after a ring restart at 0: {maps:?}"
+    );
     assert_eq!(maps[2].len, VRAM_SIZE);
     assert_eq!(
         harness.capset().header.vram_bar.mode,
