@@ -22,6 +22,8 @@ commands:
   probe   bring the device up and list what it answers (works on any virtio-gpu)
   bench   a short paging benchmark: guest-side latency (kick to completion) of each
           packet kind, every result checked
+  lifecycle  the GPU in use across VM stop/cont and system_reset, synchronised with a host
+          helper: GUEST-SYNC <point> on the console, the answer read from /dev/ttyS1
 options:
   --json          (slice, bench) also print one WDDM-GUEST-JSON line
   --bench         (slice) run the benchmark after the slice, in the same report
@@ -61,6 +63,8 @@ pub enum Command {
     },
     /// Device bring-up and listing.
     Probe,
+    /// The VM lifecycle tests (stop/cont, reset) with the host helper.
+    Lifecycle,
     /// Print usage.
     Help,
 }
@@ -112,6 +116,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         Some("suite") => Command::Suite { only: Vec::new() },
         Some("paging") => Command::Paging { only: Vec::new() },
         Some("probe") => Command::Probe,
+        Some("lifecycle") => Command::Lifecycle,
         Some("help" | "-h" | "--help") => Command::Help,
         Some(other) => return Err(CliError::UnknownCommand(other.to_string())),
     };
@@ -228,6 +233,9 @@ mod tests {
             }
         );
         assert_eq!(args("probe").unwrap().command, Command::Probe);
+        let o = args("lifecycle --seed 7 --timeout 20").unwrap();
+        assert_eq!(o.command, Command::Lifecycle);
+        assert_eq!((o.seed, o.timeout), (7, Duration::from_secs(20)));
         assert_eq!(
             args("paging paging_reset --only paging_fill")
                 .unwrap()
@@ -285,6 +293,10 @@ mod tests {
         assert_eq!(
             args("suite --iterations 5"),
             Err(CliError::UnknownOption("--iterations".into()))
+        );
+        assert_eq!(
+            args("lifecycle extra"),
+            Err(CliError::UnknownOption("extra".into()))
         );
         assert_eq!(
             args("bench --bench"),

@@ -1,10 +1,10 @@
 //! The reference KMD's start-device path: find the GPU, bring the virtio transport up, and read
 //! the segment layout from the capset.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
+use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::WddmGpuRespCapsetInfo;
 
 use crate::caps::{self, CapsError, Layout};
@@ -25,6 +25,11 @@ const CONTROL_QUEUE: u16 = 0;
 const QUEUE_SIZE: u16 = 64;
 /// Offset of `num_capsets` in `struct virtio_gpu_config`.
 const CONFIG_NUM_CAPSETS: usize = 12;
+/// How long the driver waits for the VRAM BAR to be known: in mode 2 the backend maps the VRAM
+/// only after the device started (DRIVER_OK), and QEMU then has to put it in the memory table.
+pub const BAR_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between capset reads while waiting for it.
+pub const BAR_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Bringing the device up failed.
 #[derive(Debug, Error)]
@@ -73,7 +78,9 @@ impl Device {
         let function = PciFunction::find(VIRTIO_VENDOR, VIRTIO_GPU_DEVICE)?.remove(0);
         // The backend learns where the VRAM BAR is from the memory table QEMU sends at
         // DRIVER_OK, so the BAR must decode by then. Which function carries it is only known from
-        // the capset, read after DRIVER_OK; so enable every ivshmem function of the slot now.
+        // the capset, read after DRIVER_OK; so enable every ivshmem function of the slot now (mode
+        // 1). In mode 2 the BAR is the GPU function's own shared-memory BAR, which decodes once
+        // `VirtioPci::open` enabled memory on the function; there is no ivshmem function then.
         for n in 1..8 {
             let sibling = function.sibling(n);
             if sibling.exists() && sibling.ids().ok() == Some((VIRTIO_VENDOR, IVSHMEM_DEVICE)) {
@@ -119,5 +126,61 @@ impl Device {
     pub fn read_layout(&mut self) -> Result<Layout, LayoutError> {
         let (_, blob) = self.read_capset()?;
         Ok(caps::parse(&blob)?)
+    }
+
+    /// Reads the layout until the BAR locator's `state` is known (every [`BAR_POLL_INTERVAL`],
+    /// at most `timeout`): a driver must not use the VRAM BAR or report `CpuTranslatedAddress`
+    /// before. In mode 1 the BAR is known at DRIVER_OK, so the first read ends the wait; in mode
+    /// 2 it becomes known once the backend's SHMEM_MAP is in QEMU's memory table (after every
+    /// device start: DRIVER_OK, or a `cont` after a VM `stop`). Returns the last layout read,
+    /// known or not: the caller decides what a BAR still not mapped means.
+    pub fn wait_bar_known(&mut self, timeout: Duration) -> Result<BarWait, LayoutError> {
+        let start = Instant::now();
+        let mut reads = 0u32;
+        loop {
+            let layout = self.read_layout()?;
+            reads += 1;
+            let known = layout.header.vram_bar.state == WDDM_GPU_BAR_STATE_KNOWN;
+            if known || start.elapsed() >= timeout {
+                return Ok(BarWait {
+                    layout,
+                    reads,
+                    waited: start.elapsed(),
+                    known,
+                });
+            }
+            std::thread::sleep(BAR_POLL_INTERVAL);
+        }
+    }
+}
+
+/// What [`Device::wait_bar_known`] saw.
+#[derive(Clone, Debug)]
+pub struct BarWait {
+    /// The last layout read.
+    pub layout: Layout,
+    /// Capset reads it took.
+    pub reads: u32,
+    /// Time from the first read to the last.
+    pub waited: Duration,
+    /// True if the locator's state is known in `layout`.
+    pub known: bool,
+}
+
+impl std::fmt::Display for BarWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.known {
+            "known after"
+        } else {
+            "still not known after"
+        };
+        write!(
+            f,
+            "state {what} {} ms ({} capset read{}): {}",
+            self.waited.as_millis(),
+            self.reads,
+            if self.reads == 1 { "" } else { "s" },
+            crate::report::vram_bar_text(&self.layout.header.vram_bar)
+        )
     }
 }

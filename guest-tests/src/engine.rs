@@ -43,6 +43,8 @@ pub struct Engine {
     pub pool: PiecePool,
     /// Scatter order generator.
     pub rng: Prng,
+    /// A page of DMA memory no helper uses: a test's own status page (the BAR tests in mode 2).
+    pub spare_page: DmaBuf,
     dma_buffer: DmaBuf,
     lists: [DmaBuf; 2],
     next_fence: u32,
@@ -64,6 +66,7 @@ impl Engine {
         // Small buffers first: they share the rings' hugepage; the pool takes whole ones.
         let dma_buffer = arena.alloc(DMA_BUFFER)?;
         let lists = [arena.alloc(LIST_BUFFER)?, arena.alloc(LIST_BUFFER)?];
+        let spare_page = arena.alloc(4096)?;
         Ok(Self {
             arena,
             device,
@@ -72,6 +75,7 @@ impl Engine {
             vram,
             pool: arena.alloc_pieces(POOL_HUGEPAGES)?,
             rng: Prng::new(seed),
+            spare_page,
             dma_buffer,
             lists,
             next_fence: 1,

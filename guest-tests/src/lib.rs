@@ -21,7 +21,8 @@
 //! - [`kmd`]: the status page and the WAIT_EVENT requests kept posted.
 //! - [`engine`], [`failure`]: what tests submit and check.
 //! - [`latency`]: latency samples, percentiles and rates for the benchmark.
-//! - [`scenario`]: the `probe`, `slice`, `suite`, `paging` and `bench` commands.
+//! - [`scenario`]: the `probe`, `slice`, `suite`, `paging`, `bench` and `lifecycle` commands.
+//! - [`sync`]: the `lifecycle` command's rendezvous with the host (second serial port).
 //! - [`cli`]: command-line parsing.
 
 pub mod caps;
@@ -43,5 +44,6 @@ pub mod prng;
 pub mod report;
 pub mod scatter;
 pub mod scenario;
+pub mod sync;
 pub mod virtio;
 pub mod vram;

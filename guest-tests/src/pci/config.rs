@@ -24,6 +24,10 @@ pub const VIRTIO_PCI_CAP_NOTIFY_CFG: u8 = 2;
 pub const VIRTIO_PCI_CAP_ISR_CFG: u8 = 3;
 /// `cfg_type` of the device-specific configuration.
 pub const VIRTIO_PCI_CAP_DEVICE_CFG: u8 = 4;
+/// `cfg_type` of a shared memory region (virtio 1.2, 4.1.4.7): a `struct virtio_pci_cap64`.
+pub const VIRTIO_PCI_CAP_SHARED_MEMORY_CFG: u8 = 8;
+/// Length of `struct virtio_pci_cap64`: the capability, then `offset_hi` and `length_hi`.
+const VIRTIO_CAP64_LEN: usize = 24;
 
 /// Config space is unusable.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -76,13 +80,80 @@ pub struct VirtioCaps {
 /// Finds the virtio capabilities in `config` (at least the 64-byte header, normally 256 or 4096
 /// bytes). The first capability of each type wins, as the spec asks.
 pub fn virtio_caps(config: &[u8]) -> Result<VirtioCaps, ConfigError> {
+    let mut found: [Option<(VirtioCap, u32)>; 5] = [None; 5];
+    for_each_vendor_cap(config, |ptr| {
+        if let Some((cap, multiplier)) = parse_virtio_cap(config, ptr)? {
+            let slot = &mut found[usize::from(cap.cfg_type)];
+            slot.get_or_insert((cap, multiplier));
+        }
+        Ok(())
+    })?;
+    let get = |cfg_type: u8, name| found[usize::from(cfg_type)].ok_or(ConfigError::Missing(name));
+    let (notify, notify_off_multiplier) = get(VIRTIO_PCI_CAP_NOTIFY_CFG, "notify")?;
+    Ok(VirtioCaps {
+        common: get(VIRTIO_PCI_CAP_COMMON_CFG, "common")?.0,
+        notify,
+        notify_off_multiplier,
+        isr: get(VIRTIO_PCI_CAP_ISR_CFG, "ISR")?.0,
+        device: get(VIRTIO_PCI_CAP_DEVICE_CFG, "device")?.0,
+    })
+}
+
+/// One `VIRTIO_PCI_CAP_SHARED_MEMORY_CFG` capability: a shared memory region in a BAR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedMemoryCap {
+    /// The region's shmid.
+    pub id: u8,
+    /// BAR index holding the region.
+    pub bar: u8,
+    /// Offset of the region in the BAR (64 bits: `offset` | `offset_hi` << 32).
+    pub offset: u64,
+    /// Length of the region (64 bits: `length` | `length_hi` << 32).
+    pub length: u64,
+}
+
+/// Every shared memory region capability in `config`, in list order. Capabilities naming a
+/// reserved BAR number are ignored, as the spec asks; one too short for a `virtio_pci_cap64` is
+/// an error.
+pub fn shared_memory_caps(config: &[u8]) -> Result<Vec<SharedMemoryCap>, ConfigError> {
+    let mut caps = Vec::new();
+    for_each_vendor_cap(config, |ptr| {
+        let short = |len| ConfigError::ShortCap { offset: ptr, len };
+        let head = config.get(ptr..ptr + 4).ok_or(short(0))?;
+        if head[3] != VIRTIO_PCI_CAP_SHARED_MEMORY_CFG {
+            return Ok(());
+        }
+        let cap_len = usize::from(head[2]);
+        let raw = config
+            .get(ptr..ptr + VIRTIO_CAP64_LEN)
+            .filter(|_| cap_len >= VIRTIO_CAP64_LEN)
+            .ok_or(short(cap_len))?;
+        let cap = SharedMemoryCap {
+            id: raw[5],
+            bar: raw[4],
+            offset: u64::from(u32_at(raw, 8)) | u64::from(u32_at(raw, 16)) << 32,
+            length: u64::from(u32_at(raw, 12)) | u64::from(u32_at(raw, 20)) << 32,
+        };
+        if cap.bar <= 5 {
+            caps.push(cap);
+        }
+        Ok(())
+    })?;
+    Ok(caps)
+}
+
+/// Walks the capability list and calls `visit` with the offset of every vendor-specific
+/// capability, in list order; stops at the first error.
+fn for_each_vendor_cap(
+    config: &[u8],
+    mut visit: impl FnMut(usize) -> Result<(), ConfigError>,
+) -> Result<(), ConfigError> {
     if config.len() < 64 {
         return Err(ConfigError::Truncated(config.len()));
     }
     if u16::from_le_bytes([config[STATUS], config[STATUS + 1]]) & STATUS_CAP_LIST == 0 {
         return Err(ConfigError::NoCapabilities);
     }
-    let mut found: [Option<(VirtioCap, u32)>; 5] = [None; 5];
     let mut ptr = usize::from(config[CAP_PTR] & 0xfc);
     // Standard capabilities live in the first 256 bytes; at most 48 fit there, so more
     // iterations than that means the list loops.
@@ -96,25 +167,19 @@ pub fn virtio_caps(config: &[u8]) -> Result<VirtioCaps, ConfigError> {
             .ok_or(ConfigError::BrokenList(ptr))?;
         let (id, next) = (cap[0], usize::from(cap[1] & 0xfc));
         if id == CAP_ID_VENDOR {
-            if let Some((cap, multiplier)) = parse_virtio_cap(config, ptr)? {
-                let slot = &mut found[usize::from(cap.cfg_type)];
-                slot.get_or_insert((cap, multiplier));
-            }
+            visit(ptr)?;
         }
         ptr = next;
     }
     if ptr != 0 {
         return Err(ConfigError::BrokenList(ptr));
     }
-    let get = |cfg_type: u8, name| found[usize::from(cfg_type)].ok_or(ConfigError::Missing(name));
-    let (notify, notify_off_multiplier) = get(VIRTIO_PCI_CAP_NOTIFY_CFG, "notify")?;
-    Ok(VirtioCaps {
-        common: get(VIRTIO_PCI_CAP_COMMON_CFG, "common")?.0,
-        notify,
-        notify_off_multiplier,
-        isr: get(VIRTIO_PCI_CAP_ISR_CFG, "ISR")?.0,
-        device: get(VIRTIO_PCI_CAP_DEVICE_CFG, "device")?.0,
-    })
+    Ok(())
+}
+
+/// The little-endian u32 at `at` of `bytes` (which must hold it).
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 /// A virtio capability at `ptr` of a type this driver uses, with its notify multiplier (0 for
@@ -126,9 +191,6 @@ fn parse_virtio_cap(config: &[u8], ptr: usize) -> Result<Option<(VirtioCap, u32)
     if cap_len < VIRTIO_CAP_LEN {
         return Err(short(cap_len));
     }
-    let u32_at = |bytes: &[u8], at: usize| {
-        u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-    };
     let cap = VirtioCap {
         cfg_type: raw[3],
         bar: raw[4],
@@ -318,6 +380,58 @@ mod tests {
             virtio_caps(&qemu_like()[..0x60]),
             Err(ConfigError::BrokenList(_) | ConfigError::ShortCap { .. })
         ));
+    }
+
+    /// `qemu_like` plus QEMU 11.1's `vhost-user-test-device-pci` shared memory capability
+    /// (`struct virtio_pci_cap64`) at 0xa0, first in the list.
+    fn with_shm(bar: u8, id: u8, offset: u64, length: u64) -> Vec<u8> {
+        let mut c = qemu_like();
+        c[CAP_PTR] = 0xa0;
+        let cap = &mut c[0xa0..0xa0 + VIRTIO_CAP64_LEN];
+        cap[0] = CAP_ID_VENDOR;
+        cap[1] = 0x98;
+        cap[2] = VIRTIO_CAP64_LEN as u8;
+        cap[3] = VIRTIO_PCI_CAP_SHARED_MEMORY_CFG;
+        cap[4] = bar;
+        cap[5] = id;
+        cap[8..12].copy_from_slice(&(offset as u32).to_le_bytes());
+        cap[12..16].copy_from_slice(&(length as u32).to_le_bytes());
+        cap[16..20].copy_from_slice(&((offset >> 32) as u32).to_le_bytes());
+        cap[20..24].copy_from_slice(&((length >> 32) as u32).to_le_bytes());
+        c
+    }
+
+    #[test]
+    fn finds_shared_memory_caps() {
+        let c = with_shm(4, 0, 0x1_0000_0000, 0x2_1000_0000);
+        assert_eq!(
+            shared_memory_caps(&c).unwrap(),
+            vec![SharedMemoryCap {
+                id: 0,
+                bar: 4,
+                offset: 0x1_0000_0000,
+                length: 0x2_1000_0000
+            }]
+        );
+        // The other virtio capabilities are still found, and the cap64 is not one of them.
+        assert_eq!(virtio_caps(&c).unwrap(), virtio_caps(&qemu_like()).unwrap());
+        // None on a device without shared memory.
+        assert!(shared_memory_caps(&qemu_like()).unwrap().is_empty());
+        // A reserved BAR number: ignored.
+        assert!(shared_memory_caps(&with_shm(6, 0, 0, 4096))
+            .unwrap()
+            .is_empty());
+        // A capability too short for the 64-bit fields.
+        let mut short = with_shm(4, 0, 0, 4096);
+        short[0xa0 + 2] = 16;
+        assert_eq!(
+            shared_memory_caps(&short),
+            Err(ConfigError::ShortCap {
+                offset: 0xa0,
+                len: 16
+            })
+        );
+        assert_eq!(shared_memory_caps(&[0; 8]), Err(ConfigError::Truncated(8)));
     }
 
     #[test]

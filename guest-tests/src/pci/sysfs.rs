@@ -216,6 +216,26 @@ impl PciFunction {
         }
     }
 
+    /// Size in bytes of BAR `bar` as the kernel sees it (line `bar` of `resource`).
+    pub fn bar_size(&self, bar: u32) -> Result<u64, PciError> {
+        let path = self.dir.join("resource");
+        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        match parse_resource_range(&text, bar) {
+            Some((0, _)) => Err(PciError::BarUnassigned {
+                bdf: self.bdf.clone(),
+                bar,
+            }),
+            Some((start, end)) if end >= start => Ok(end - start + 1),
+            _ => Err(PciError::Format {
+                path,
+                content: text,
+            }),
+        }
+    }
+
     /// Maps BAR `bar` (its `resourceN` file).
     pub fn map_bar(&self, bar: u32) -> Result<MmioWindow, PciError> {
         Ok(MmioWindow::map_resource(
@@ -251,6 +271,12 @@ pub fn parse_resource_line(text: &str, index: u32) -> Option<u64> {
     )
 }
 
+/// Start and end (inclusive) addresses on line `index` of a sysfs `resource` file.
+pub fn parse_resource_range(text: &str, index: u32) -> Option<(u64, u64)> {
+    let mut words = text.lines().nth(index as usize)?.split_whitespace();
+    Some((parse_hex(words.next()?)?, parse_hex(words.next()?)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +291,12 @@ mod tests {
         assert_eq!(parse_resource_line(text, 2), Some(0x40_0000_0000));
         assert_eq!(parse_resource_line(text, 3), None);
         assert_eq!(parse_resource_line("garbage", 0), None);
+        assert_eq!(
+            parse_resource_range(text, 2),
+            Some((0x40_0000_0000, 0x40_0fff_ffff))
+        );
+        assert_eq!(parse_resource_range(text, 3), None);
+        assert_eq!(parse_resource_range("0x1000", 0), None);
     }
 
     #[test]

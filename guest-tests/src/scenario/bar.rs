@@ -10,21 +10,34 @@
 //! Each test puts memory decode and the BAR address back as they were, even when it fails (a
 //! [`BarRestore`] does it when dropped), so the tests after it run on the original layout. Each
 //! step prints a `BAR <test>: ...` line with what the locator said.
+//!
+//! In mode 2 (shmem) the VRAM BAR is the GPU function's own BAR4: with memory decode off on that
+//! function its virtio registers (BAR2) are gone too, so the driver can neither notify a queue
+//! nor read the capset until decode is back on. It follows the locator the way a KMD's ISR would
+//! instead ([`Watch`]): a status page registered before, which the device writes into guest RAM,
+//! and a WAIT_EVENT posted before, whose BAR_CHANGED answer it reads off the used ring. Once
+//! decode is on again it reads the capset as in mode 1.
 
 use std::fmt;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
+use wddm_gpu_abi::caps::{
+    WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED,
+};
+use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+use wddm_gpu_abi::status::{WddmGpuStatusPage, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_STATUS_MAGIC};
 
 use crate::caps::{Layout, Segment};
 use crate::engine::Engine;
 use crate::failure::{ensure, Failure, Outcome};
+use crate::gpu::{self, Ticket};
 use crate::iomem;
+use crate::kmd::{Event, StatusPage};
 use crate::pci::config::MemBar;
 use crate::pci::sysfs::{PciFunction, COMMAND_MEMORY};
 use crate::scatter::FrameList;
-use crate::vram::{self, Vram};
+use crate::vram::{self, Vram, VramLocation};
 
 use super::valid::Test;
 
@@ -163,11 +176,260 @@ fn adopt(e: &mut Engine, layout: Layout) -> Outcome {
     Ok(())
 }
 
-/// The function carrying the VRAM BAR, and the BAR index.
-fn vram_function(e: &Engine) -> Outcome<(PciFunction, u32)> {
-    let bar = &e.layout.header.vram_bar;
-    let function = vram::bar_function(e.device.virtio.function(), bar)?;
-    Ok((function, bar.bar_index))
+/// The function carrying the VRAM BAR, the BAR index and VRAM's offset in it.
+fn vram_location(e: &Engine) -> Outcome<VramLocation> {
+    Ok(vram::locate(
+        e.device.virtio.function(),
+        &e.layout.header.vram_bar,
+    )?)
+}
+
+/// True in mode 2: the VRAM BAR is on the GPU's own function.
+fn shmem_mode(e: &Engine) -> bool {
+    e.layout.header.vram_bar.mode == WDDM_GPU_BAR_MODE_SHMEM
+}
+
+/// The BAR locator fields of a status page, for messages.
+fn page_text(page: &WddmGpuStatusPage) -> String {
+    let state = match page.bar_state {
+        WDDM_GPU_BAR_STATE_KNOWN => "known",
+        WDDM_GPU_BAR_STATE_NOT_MAPPED => "not-mapped",
+        _ => "invalid",
+    };
+    format!(
+        "bar_state={state} bar_generation={} bar_address={:#x}",
+        page.bar_generation, page.bar_address
+    )
+}
+
+/// Mode 2: follows the BAR locator without touching the GPU function's registers, for while its
+/// memory decode is off. [`Watch::arm`] (decode on) registers the engine's spare page as the
+/// status page and posts one WAIT_EVENT; [`Watch::wait_not_mapped`] (decode off) watches both in
+/// guest RAM; [`Watch::close`] (decode on again) collects a WAIT_EVENT still posted and
+/// unregisters the page, so the tests after it find the device as before.
+struct Watch {
+    page: StatusPage,
+    function: PciFunction,
+    registered: bool,
+    event: Option<Ticket>,
+}
+
+impl Watch {
+    fn new(e: &Engine, function: &PciFunction) -> Self {
+        Self {
+            page: StatusPage::new(e.spare_page),
+            function: function.clone(),
+            registered: false,
+            event: None,
+        }
+    }
+
+    /// Registers the page (it must show the locator `before`) and posts a WAIT_EVENT.
+    fn arm(&mut self, e: &mut Engine, test: &str, before: &Seen) -> Outcome {
+        self.page.poison(0xee);
+        let answer = e.device.control.register_status_page(self.page.phys())?;
+        ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
+            format!(
+                "REGISTER_STATUS_PAGE {:#x}: answer {answer:#06x}, expected OK_NODATA",
+                self.page.phys()
+            )
+        })?;
+        self.registered = true;
+        let page = self.page.header();
+        ensure(
+            page.magic == WDDM_GPU_STATUS_MAGIC
+                && page.bar_state == WDDM_GPU_BAR_STATE_KNOWN
+                && page.bar_generation == before.generation
+                && page.bar_address == before.address,
+            || {
+                format!(
+                    "freshly registered status page says {} (magic {:#x}); the capset said {before}",
+                    page_text(&page),
+                    page.magic
+                )
+            },
+        )?;
+        self.event = Some(e.device.control.post_wait_event()?);
+        println!(
+            "BAR {test}: status page at {:#x} registered ({}), one WAIT_EVENT posted",
+            self.page.phys(),
+            page_text(&page)
+        );
+        Ok(())
+    }
+
+    /// With decode off: waits (up to [`POLL_TIMEOUT`]) until the status page says not mapped
+    /// with a new generation and the posted WAIT_EVENT is answered with that BAR_CHANGED event,
+    /// read from the used ring; no register is touched. Returns the generation.
+    fn wait_not_mapped(
+        &mut self,
+        e: &mut Engine,
+        test: &str,
+        step: &str,
+        earlier: &[u32],
+    ) -> Outcome<u32> {
+        let start = Instant::now();
+        let mut event: Option<Event> = None;
+        loop {
+            let page = self.page.header();
+            if let (None, Some(ticket)) = (event, self.event) {
+                // Reads the used ring in guest memory: no notify, no register.
+                e.device.control.poll()?;
+                if let Some(answer) = e.device.control.take_answered(ticket)? {
+                    self.event = None;
+                    event = Some(Event {
+                        resp: gpu::decode_event(&answer.bytes)?,
+                        order: answer.order,
+                    });
+                }
+            }
+            if let (WDDM_GPU_BAR_STATE_NOT_MAPPED, Some(event)) = (page.bar_state, event) {
+                println!(
+                    "BAR {test}: {step}: status page {}, {event} ({} ms, no register access)",
+                    page_text(&page),
+                    start.elapsed().as_millis()
+                );
+                let r = &event.resp;
+                ensure(
+                    r.kind == WDDM_GPU_EVENT_BAR_CHANGED
+                        && r.bar_state == WDDM_GPU_BAR_STATE_NOT_MAPPED
+                        && r.bar_generation == page.bar_generation,
+                    || {
+                        format!(
+                            "{step}: the WAIT_EVENT was answered with {event}; expected \
+                             BAR_CHANGED not-mapped generation {}",
+                            page.bar_generation
+                        )
+                    },
+                )?;
+                ensure(!earlier.contains(&page.bar_generation), || {
+                    format!(
+                        "{step}: generation {} not new (earlier {earlier:?})",
+                        page.bar_generation
+                    )
+                })?;
+                return Ok(page.bar_generation);
+            }
+            if start.elapsed() >= POLL_TIMEOUT {
+                let answered = match event {
+                    Some(event) => format!("answered with {event}"),
+                    None => "not answered".into(),
+                };
+                return Err(Failure(format!(
+                    "{step}: after {} ms the status page still says {} and the WAIT_EVENT posted \
+                     before is {answered}",
+                    start.elapsed().as_millis(),
+                    page_text(&page)
+                )));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// With decode on, after the capset said `on`: the status page must show the same locator
+    /// (waiting up to [`POLL_TIMEOUT`]: the capset may be read before the page is written).
+    fn check_known(&self, test: &str, step: &str, on: &Seen) -> Outcome {
+        let start = Instant::now();
+        loop {
+            let page = self.page.header();
+            if page.bar_state == WDDM_GPU_BAR_STATE_KNOWN
+                && page.bar_generation == on.generation
+                && page.bar_address == on.address
+            {
+                println!(
+                    "BAR {test}: {step}: status page agrees: {}",
+                    page_text(&page)
+                );
+                return Ok(());
+            }
+            if start.elapsed() >= POLL_TIMEOUT {
+                return Err(Failure(format!(
+                    "{step}: the capset says {on}, the status page {} after {} ms",
+                    page_text(&page),
+                    start.elapsed().as_millis()
+                )));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Collects a WAIT_EVENT still posted (a later BAR change answers it) and unregisters the
+    /// page. Needs memory decode on; with it still off nothing is touched.
+    fn close(self, e: &mut Engine) -> Outcome {
+        let decode = self
+            .function
+            .command()
+            .is_ok_and(|c| c & COMMAND_MEMORY != 0);
+        ensure(decode, || {
+            format!(
+                "memory decode of {} still off: status page left registered",
+                self.function.bdf()
+            )
+        })?;
+        let mut outcome = Ok(());
+        if let Some(ticket) = self.event {
+            match e.device.control.wait(ticket, POLL_TIMEOUT) {
+                Ok(answer) => match gpu::decode_event(&answer.bytes) {
+                    Ok(resp) => println!(
+                        "BAR: the WAIT_EVENT posted before decode off was answered late: {}",
+                        Event {
+                            resp,
+                            order: answer.order
+                        }
+                    ),
+                    Err(err) => outcome = Err(Failure(format!("late WAIT_EVENT answer: {err}"))),
+                },
+                Err(err) => {
+                    outcome = Err(Failure(format!(
+                        "the WAIT_EVENT posted before decode off is still pending: {err}"
+                    )))
+                }
+            }
+        }
+        if self.registered {
+            let answer = e.device.control.register_status_page(0)?;
+            ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
+                format!("unregistering the status page: answer {answer:#06x}")
+            })?;
+        }
+        outcome
+    }
+}
+
+/// Runs a BAR test `body` with a [`Watch`] slot (filled in mode 2), then closes the watch: the
+/// body's [`BarRestore`] has put decode back on by then. The body's failure comes first.
+fn with_watch(
+    e: &mut Engine,
+    body: impl FnOnce(&mut Engine, &mut Option<Watch>) -> Outcome,
+) -> Outcome {
+    let mut watch = None;
+    let outcome = body(e, &mut watch);
+    match watch {
+        Some(watch) => {
+            let closed = watch.close(e);
+            outcome.and(closed)
+        }
+        None => outcome,
+    }
+}
+
+/// Waits for the locator to go not mapped after decode went off: through the capset in mode 1,
+/// through `watch` in mode 2. Returns the new generation.
+fn wait_decode_off(
+    e: &mut Engine,
+    watch: &mut Option<Watch>,
+    test: &str,
+    before: &Seen,
+) -> Outcome<u32> {
+    const STEP: &str = "decode off";
+    match watch {
+        None => {
+            let (_, off) = wait_for(e, test, STEP, Seen::not_mapped)?;
+            check_not_mapped(&off, &[before.generation], STEP)?;
+            Ok(off.generation)
+        }
+        Some(w) => w.wait_not_mapped(e, test, STEP, &[before.generation]),
+    }
 }
 
 /// Puts a function's memory BAR and memory decode back as they were when it was made: by
@@ -317,8 +579,10 @@ fn write_keep(e: &Engine, tag: u64) -> Outcome {
     e.vram_write_and_verify(KEEP_OFFSET, KEEP_LEN, tag ^ KEEP_TAG)
 }
 
-/// The locator before the test: known, where sysfs and config space say the BAR is.
-fn initial(e: &mut Engine, test: &str, function: &PciFunction, bar: u32) -> Outcome<Seen> {
+/// The locator before the test: known, where sysfs and config space say the BAR is (plus the
+/// region offset in mode 2).
+fn initial(e: &mut Engine, test: &str, location: &VramLocation) -> Outcome<Seen> {
+    let (function, bar) = (&location.function, location.bar_index);
     let (_, seen) = observe(e)?;
     println!("BAR {test}: before: {seen}");
     let sysfs = function.bar_address(bar)?;
@@ -329,25 +593,38 @@ fn initial(e: &mut Engine, test: &str, function: &PciFunction, bar: u32) -> Outc
     ensure(config == sysfs, || {
         format!("config space has BAR{bar} at {config:#x}, sysfs at {sysfs:#x}")
     })?;
-    check_known(&seen, sysfs, &[], "before")?;
+    check_known(&seen, sysfs + location.region_offset, &[], "before")?;
     Ok(seen)
 }
 
 fn bar_decode_toggle(e: &mut Engine) -> Outcome {
+    with_watch(e, decode_toggle)
+}
+
+fn decode_toggle(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
     const TEST: &str = "bar_decode_toggle";
     const TAG: u64 = 0x00de_c0de;
-    let (function, bar) = vram_function(e)?;
-    let before = initial(e, TEST, &function, bar)?;
+    let location = vram_location(e)?;
+    let (function, bar, region) = (
+        &location.function,
+        location.bar_index,
+        location.region_offset,
+    );
+    let before = initial(e, TEST, &location)?;
     write_keep(e, TAG)?;
+    if shmem_mode(e) {
+        watch
+            .insert(Watch::new(e, function))
+            .arm(e, TEST, &before)?;
+    }
 
-    let mut restore = BarRestore::new(&function, bar)?;
-    let command = set_decode(&function, false)?;
+    let mut restore = BarRestore::new(function, bar)?;
+    let command = set_decode(function, false)?;
     println!(
         "BAR {TEST}: {} command {command:#06x}: memory decode off",
         function.bdf()
     );
-    let (_, off) = wait_for(e, TEST, "decode off", Seen::not_mapped)?;
-    check_not_mapped(&off, &[before.generation], "decode off")?;
+    let off_generation = wait_decode_off(e, watch, TEST, &before)?;
 
     restore.restore()?;
     println!(
@@ -356,13 +633,16 @@ fn bar_decode_toggle(e: &mut Engine) -> Outcome {
         function.command()?
     );
     let (layout, on) = wait_for(e, TEST, "decode on", Seen::known)?;
-    let sysfs = function.bar_address(bar)?;
+    let sysfs = function.bar_address(bar)? + region;
     check_known(
         &on,
         sysfs,
-        &[before.generation, off.generation],
+        &[before.generation, off_generation],
         "decode on",
     )?;
+    if let Some(w) = watch {
+        w.check_known(TEST, "decode on", &on)?;
+    }
     adopt(e, layout)?;
     // The address did not change, so the mapping made at setup reaches the BAR again.
     ensure(e.vram.bar_address == sysfs, || {
@@ -375,11 +655,21 @@ fn bar_decode_toggle(e: &mut Engine) -> Outcome {
 }
 
 fn bar_moved(e: &mut Engine) -> Outcome {
+    with_watch(e, moved)
+}
+
+fn moved(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
     const TEST: &str = "bar_moved";
     const TAG: u64 = 0x0030_3ed0;
-    let (function, bar) = vram_function(e)?;
-    let before = initial(e, TEST, &function, bar)?;
-    let size = e.layout.header.vram_bar.size;
+    let location = vram_location(e)?;
+    let (function, bar, region) = (
+        &location.function,
+        location.bar_index,
+        location.region_offset,
+    );
+    let before = initial(e, TEST, &location)?;
+    // The slot must hold the whole BAR (in mode 2 the VRAM may be one region of several).
+    let size = function.bar_size(bar)?;
     let original = function.mem_bar(bar)?;
     let target =
         iomem::free_bar_slot(&iomem::read_all(), original.address(), size).ok_or_else(|| {
@@ -395,11 +685,15 @@ fn bar_moved(e: &mut Engine) -> Outcome {
         ))
     })?;
     write_keep(e, TAG)?;
+    if shmem_mode(e) {
+        watch
+            .insert(Watch::new(e, function))
+            .arm(e, TEST, &before)?;
+    }
 
-    let mut restore = BarRestore::new(&function, bar)?;
-    set_decode(&function, false)?;
-    let (_, off) = wait_for(e, TEST, "decode off", Seen::not_mapped)?;
-    check_not_mapped(&off, &[before.generation], "decode off")?;
+    let mut restore = BarRestore::new(function, bar)?;
+    set_decode(function, false)?;
+    let off_generation = wait_decode_off(e, watch, TEST, &before)?;
     function.write_mem_bar(bar, &moved)?;
     let now = function.mem_bar(bar)?;
     ensure(now == moved, || {
@@ -408,19 +702,22 @@ fn bar_moved(e: &mut Engine) -> Outcome {
             now.address()
         )
     })?;
-    set_decode(&function, true)?;
+    set_decode(function, true)?;
     println!(
         "BAR {TEST}: BAR{bar} moved {:#x} -> {target:#x}, memory decode on",
         original.address()
     );
     let (layout, there) = wait_for(e, TEST, "moved", |s| s.known())?;
-    let mut generations = vec![before.generation, off.generation];
-    check_known(&there, target, &generations, "moved")?;
+    let mut generations = vec![before.generation, off_generation];
+    check_known(&there, target + region, &generations, "moved")?;
+    if let Some(w) = watch {
+        w.check_known(TEST, "moved", &there)?;
+    }
     generations.push(there.generation);
     same_segment(e, &layout)?;
 
     // The kernel still maps resourceN at the old address: reach the new one through /dev/mem.
-    let at_target = Vram::map_physical(target, &e.segment)?;
+    let at_target = Vram::map_physical(target, region, &e.segment)?;
     let at_origin = std::mem::replace(&mut e.vram, at_target);
     let moved_round_trip = round_trip(e, TAG, "at the new address");
     e.vram = at_origin;
@@ -432,9 +729,17 @@ fn bar_moved(e: &mut Engine) -> Outcome {
         original.address()
     );
     let (layout, back) = wait_for(e, TEST, "moved back", |s| {
-        s.known() && s.address == original.address()
+        s.known() && s.address == original.address() + region
     })?;
-    check_known(&back, original.address(), &generations, "moved back")?;
+    check_known(
+        &back,
+        original.address() + region,
+        &generations,
+        "moved back",
+    )?;
+    if let Some(w) = watch {
+        w.check_known(TEST, "moved back", &back)?;
+    }
     adopt(e, layout)?;
     round_trip(e, TAG, "back at the old address")
 }

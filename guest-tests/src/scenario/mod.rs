@@ -1,9 +1,11 @@
 //! The commands: `probe` (bring-up only), `slice` (the layout and one scattered round trip,
 //! printed as checks), `suite` (named valid, layout, VRAM BAR, hostile and paging tests) and
 //! `paging` (the paging tests alone); `bench` (a short paging benchmark, also run after the
-//! slice with `slice --bench`).
+//! slice with `slice --bench`); `lifecycle` (the GPU in use across VM stop/cont and reset, with
+//! a host helper).
 
 pub mod bench;
+pub mod lifecycle;
 pub mod paging;
 pub mod probe;
 pub mod setup;

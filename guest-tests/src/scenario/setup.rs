@@ -4,7 +4,7 @@
 use crate::caps::Layout;
 use crate::cli::Options;
 use crate::dma::DmaArena;
-use crate::driver::Device;
+use crate::driver::{Device, BAR_WAIT_TIMEOUT};
 use crate::engine::ARENA_HUGEPAGES;
 use crate::failure::{Failure, Outcome};
 use crate::vram::Vram;
@@ -23,11 +23,16 @@ pub fn device(arena: &'static DmaArena, options: &Options) -> Outcome<Device> {
     Ok(device)
 }
 
-/// Reads and validates the layout.
+/// Reads and validates the layout once the VRAM BAR is known (see
+/// [`Device::wait_bar_known`]); prints what it waited for as a `VRAM BAR wait:` line. A BAR still
+/// not known after [`BAR_WAIT_TIMEOUT`] is not an error here: the layout is valid, and the checks
+/// of `CpuTranslatedAddress` report the locator.
 pub fn layout(device: &mut Device) -> Outcome<Layout> {
-    device
-        .read_layout()
-        .map_err(|e| Failure(format!("capset: {e}")))
+    let wait = device
+        .wait_bar_known(BAR_WAIT_TIMEOUT)
+        .map_err(|e| Failure(format!("capset: {e}")))?;
+    println!("VRAM BAR wait: {wait}");
+    Ok(wait.layout)
 }
 
 /// Maps the CPU-visible VRAM segment through the BAR the locator names.
@@ -56,15 +61,14 @@ pub fn cpu_translated_matches_bar(layout: &Layout, vram: &Vram) -> Outcome<Strin
             Some(offset) => {
                 let want = vram.bar_address.wrapping_add(offset);
                 let text = format!(
-                    "segment {id} CpuTranslatedAddress {got:#x} = sysfs BAR{} {:#x} + bar_offset \
-                     {offset:#x}",
-                    bar.bar_index, vram.bar_address
+                    "segment {id} CpuTranslatedAddress {got:#x} = {} + bar_offset {offset:#x}",
+                    vram.describe(bar.bar_index)
                 );
                 (got == want).then_some(text).ok_or_else(|| {
                     format!(
-                        "segment {id} CpuTranslatedAddress {got:#x}, want sysfs BAR{} {:#x} + \
-                         bar_offset {offset:#x} = {want:#x}",
-                        bar.bar_index, vram.bar_address
+                        "segment {id} CpuTranslatedAddress {got:#x}, want {} + bar_offset \
+                         {offset:#x} = {want:#x}",
+                        vram.describe(bar.bar_index)
                     )
                 })
             }

@@ -171,10 +171,23 @@ fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome<E
     let vram = setup::vram(&device, &layout);
     if let Ok(vram) = &vram {
         facts.vram_bar_address = Some(vram.bar_address);
-        println!(
-            "VRAM BAR (sysfs): function {} BAR{} at {:#x}",
-            layout.header.vram_bar.pci_function, layout.header.vram_bar.bar_index, vram.bar_address
-        );
+        let bar = &layout.header.vram_bar;
+        if vram.region_offset == 0 {
+            println!(
+                "VRAM BAR (sysfs): function {} BAR{} at {:#x}",
+                bar.pci_function, bar.bar_index, vram.bar_address
+            );
+        } else {
+            println!(
+                "VRAM BAR (sysfs): function {} BAR{} at {:#x}, VRAM at shared memory region \
+                 offset {:#x} = {:#x}",
+                bar.pci_function,
+                bar.bar_index,
+                vram.bar_address - vram.region_offset,
+                vram.region_offset,
+                vram.bar_address
+            );
+        }
     }
     let vram = match vram {
         Ok(vram) => vram,

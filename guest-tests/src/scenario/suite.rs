@@ -49,14 +49,18 @@ pub fn group_names(group: Group) -> Vec<&'static str> {
     }
 }
 
+/// Counts test results as they are printed.
 #[derive(Default)]
-struct Tally {
-    passed: u32,
-    failed: u32,
+pub(crate) struct Tally {
+    /// Tests passed.
+    pub(crate) passed: u32,
+    /// Tests failed.
+    pub(crate) failed: u32,
 }
 
 impl Tally {
-    fn report(&mut self, name: &str, outcome: &Outcome) {
+    /// Prints `GUEST-TEST <name> PASS` or `... FAIL <why>` and counts it.
+    pub(crate) fn report(&mut self, name: &str, outcome: &Outcome) {
         match outcome {
             Ok(()) => {
                 self.passed += 1;
@@ -67,6 +71,15 @@ impl Tally {
                 println!("GUEST-TEST {name} FAIL {why}");
             }
         }
+    }
+
+    /// Prints `GUEST-SUMMARY <passed> passed, <failed> failed`; true iff nothing failed.
+    pub(crate) fn summary(&self) -> bool {
+        println!(
+            "GUEST-SUMMARY {} passed, {} failed",
+            self.passed, self.failed
+        );
+        self.failed == 0
     }
 }
 
@@ -105,11 +118,7 @@ pub fn run(group: Group, only: &[String], options: &Options) -> Result<bool, Str
             }
         }
     }
-    println!(
-        "GUEST-SUMMARY {} passed, {} failed",
-        tally.passed, tally.failed
-    );
-    Ok(tally.failed == 0)
+    Ok(tally.summary())
 }
 
 /// The setup tests; returns the engine when they all passed.
