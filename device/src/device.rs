@@ -10,10 +10,8 @@
 //! other index means the guest set the ring up anew, which is a reset. RESET_DEVICE resets too.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
@@ -78,9 +76,6 @@ pub enum BarModeRequest {
 
 /// The shared-memory region id of the VRAM.
 const VRAM_SHMID: u8 = 0;
-
-/// How long after a device start the restart watcher waits for the control ring to run.
-const RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// The vhost-user backend.
 pub struct WddmGpuBackend {
@@ -181,52 +176,6 @@ impl WddmGpuBackend {
         }
     }
 
-    /// Wakes the vring worker once the control ring runs again after a pause, as a kick would:
-    /// the device must resume (and deliver what it held) even when the guest, waiting for those
-    /// answers, never kicks. QEMU sets the ring up right after SET_FEATURES, so this waits
-    /// milliseconds; it gives up after [`RESTART_WAIT`].
-    fn watch_restart(&self) {
-        let Some(vring) = self.control_vring.clone() else {
-            return;
-        };
-        let spawned = std::thread::Builder::new()
-            .name("wddm-gpu-restart".into())
-            .spawn(move || {
-                let deadline = Instant::now() + RESTART_WAIT;
-                while Instant::now() < deadline {
-                    {
-                        let state = vring.get_ref();
-                        if let (true, true, Some(kick)) = (
-                            state.get_queue().ready(),
-                            state.is_enabled(),
-                            state.get_kick(),
-                        ) {
-                            let one = 1u64.to_ne_bytes();
-                            // SAFETY: writes 8 bytes from a live buffer to the kick eventfd,
-                            // which the vring state keeps open while its guard is held.
-                            let written = unsafe {
-                                libc::write(kick.as_raw_fd(), one.as_ptr().cast(), one.len())
-                            };
-                            if written != 8 {
-                                warn!(
-                                    "cannot wake the vring worker after a restart: {}",
-                                    io::Error::last_os_error()
-                                );
-                            }
-                            return;
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                warn!(
-                    "the control queue did not run again within {RESTART_WAIT:?} of a device start"
-                );
-            });
-        if let Err(error) = spawned {
-            warn!("cannot start the restart watcher: {error}");
-        }
-    }
-
     /// The echo the vring worker answers (see [`crate::echo`]).
     pub fn echo_port(&self) -> Arc<EchoPort> {
         self.echo.clone()
@@ -238,7 +187,9 @@ impl WddmGpuBackend {
     }
 
     /// The first event after a pause: the rings run again. The control ring's restart index
-    /// says whether the device resumes or was reset.
+    /// says whether the device resumes or was reset. QEMU hands over every kick eventfd already
+    /// signalled when it starts the rings, so this runs right after a `cont` even when the
+    /// guest, waiting for held answers, has nothing to kick about.
     fn restarted(&mut self) {
         let (Some(stopped), Some(control)) = (self.stopped_at, &self.control_vring) else {
             return;
@@ -501,9 +452,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
     /// run (see [`Self::restarted`]), which is where a reset maps the VRAM again.
     fn acked_features(&mut self, features: u64) {
         debug!("features acked: {features:#x}");
-        if self.stopped_at.is_some() {
-            self.watch_restart();
-        } else {
+        if self.stopped_at.is_none() {
             self.map_shmem();
         }
     }
@@ -557,7 +506,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
         let size = self.gpu.vram().size();
         info!(
             "frontend asked for shared-memory regions: VRAM is region {VRAM_SHMID} ({size:#x} bytes; \
-             QEMU's vhost-user-test-device-pci shows it as BAR 4, mapped at each device start)"
+             QEMU's vhost-user-test-device-pci shows it as BAR 4, mapped at the first device start after each reset)"
         );
         self.shmem_requested.store(true, Ordering::Release);
         self.gpu.vram().set_mode(BarMode::Shmem);

@@ -643,7 +643,7 @@ impl Harness {
     }
 
     /// Queue 0 over the ring memory as it is, in QEMU's order: size, addresses, `base`, call
-    /// and kick eventfds, enabled.
+    /// and kick eventfds, enabled. Like QEMU, the kick eventfd is handed over already signalled.
     fn configure_control_queue(&mut self, base: u16) {
         self.frontend.set_vring_num(0, QUEUE_SIZE).unwrap();
         let config = VringConfigData {
@@ -658,27 +658,28 @@ impl Harness {
         self.frontend.set_vring_addr(0, &config).unwrap();
         self.frontend.set_vring_base(0, base).unwrap();
         self.frontend.set_vring_call(0, &self.call).unwrap();
+        self.kick.write(1).unwrap();
         self.frontend.set_vring_kick(0, &self.kick).unwrap();
         self.frontend.set_vring_enable(0, true).unwrap();
     }
 
-    /// QEMU's device stop (VM `stop`, a snapshot, and the first step of a guest reset): every
-    /// ring disabled, then GET_VRING_BASE on each. Returns the control ring's base.
+    /// QEMU's device stop (VM `stop`, a snapshot, and the first step of a guest reset): both
+    /// rings disabled, then GET_VRING_BASE on the one the guest set up. Returns its base.
     pub fn stop_device(&mut self) -> u16 {
         self.frontend.set_vring_enable(0, false).unwrap();
         self.frontend.set_vring_enable(1, false).unwrap();
         let base = self.frontend.get_vring_base(0).unwrap();
-        self.frontend.get_vring_base(1).unwrap();
         u16::try_from(base).expect("a split ring's index is 16 bits")
     }
 
-    /// QEMU's device start after a guest reset: SET_FEATURES, the memory table again, and the
-    /// control ring set up anew from index 0 over cleared ring memory.
+    /// QEMU's device start after a guest reset: SET_FEATURES and the control ring set up anew
+    /// from index 0 over cleared ring memory (the memory table did not change, so QEMU sends
+    /// none).
     pub fn start_device_anew(&mut self) {
         let features = self.negotiated.expect("negotiated before").features;
         self.frontend.set_features(features).unwrap();
-        self.set_mem_table(self.vram_gpa);
         self.setup_control_queue();
+        self.frontend.set_vring_enable(1, true).unwrap();
     }
 
     /// RESET_DEVICE (QEMU 10's vhost-user-gpu-pci sends it after GET_VRING_BASE on a guest
@@ -687,14 +688,14 @@ impl Harness {
         self.frontend.reset_device().unwrap();
     }
 
-    /// QEMU's device start after `cont`: SET_FEATURES, the memory table again, and the control
-    /// ring at `base` over the same ring memory, with no kick (the guest may be waiting for
-    /// answers and have nothing to kick about).
+    /// QEMU's device start after `cont`: SET_FEATURES and the control ring at `base` over the
+    /// same ring memory (no memory table: it did not change). The guest does not kick: it may
+    /// be waiting for answers with nothing new to post.
     pub fn resume_device(&mut self, base: u16) {
         let features = self.negotiated.expect("negotiated before").features;
         self.frontend.set_features(features).unwrap();
-        self.set_mem_table(self.vram_gpa);
         self.configure_control_queue(base);
+        self.frontend.set_vring_enable(1, true).unwrap();
     }
 
     /// Stops queue 0 (GET_VRING_BASE, as QEMU does when the guest resets the device) and sets
