@@ -6,8 +6,15 @@
 #
 # Variables read: VRAM_SIZE (default 256M), LAYOUT (a layout file; default layout when unset),
 # TRACE (a file for the backend's --trace timeline; none when unset),
-# GPU_KVM (1 = --kvm), QEMU_TIMEOUT.
-# Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, BACKEND_PID, QEMU_LOG.
+# GPU_KVM (1 = --kvm), QEMU_TIMEOUT,
+# GPU_QEMU: 10 (default; the host's QEMU) or 11.1 (QEMU 11.1 from a cached Debian trixie root,
+#   see qemu11.sh),
+# GPU_BAR_MODE: how the guest reaches the VRAM: ivshmem (default; vhost-user-gpu-pci plus an
+#   ivshmem-plain function, qemu-configs/linux-guest-ivshmem-vram.args) or shmem (QEMU 11.1 only:
+#   vhost-user-test-device-pci with a shared-memory BAR, qemu-configs/linux-guest-shmem-qemu11.args).
+#   The backend gets the matching --bar-mode.
+# Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, BACKEND_PID, QEMU_LOG;
+# gpu_run_guest_vmctl also VMCTL_LOG and VMCTL_RC.
 
 if [[ -n "${_WDDM_GPU_SH:-}" ]]; then
     return 0
@@ -21,11 +28,34 @@ BACKEND_BIN="${REPO_ROOT}/target/release/vhost-user-wddm-gpu"
 GUEST_TARGET=x86_64-unknown-linux-gnu
 GUEST_BIN="${REPO_ROOT}/target/${GUEST_TARGET}/release/wddm-guest"
 
+# gpu_check_modes: die unless GPU_QEMU and GPU_BAR_MODE name a set-up the scripts can run.
+gpu_check_modes() {
+    qemu_version_check
+    case "${GPU_BAR_MODE:-ivshmem}" in
+        ivshmem) ;;
+        shmem)
+            [[ "${GPU_QEMU:-10}" == 11.1 ]] ||
+                die "GPU_BAR_MODE=shmem needs QEMU 11.1 (GPU_QEMU=11.1; scripts/demo --qemu 11.1): QEMU ${GPU_QEMU:-10} has no vhost-user shared-memory BAR"
+            ;;
+        *) die "GPU_BAR_MODE must be ivshmem or shmem, not '${GPU_BAR_MODE}'" ;;
+    esac
+}
+
+# gpu_args_file: the qemu-configs/ file for GPU_BAR_MODE.
+gpu_args_file() {
+    case "${GPU_BAR_MODE:-ivshmem}" in
+        shmem) echo "${REPO_ROOT}/qemu-configs/linux-guest-shmem-qemu11.args" ;;
+        *) echo "${REPO_ROOT}/qemu-configs/linux-guest-ivshmem-vram.args" ;;
+    esac
+}
+
 # gpu_build: install what is missing, then build the backend, the static guest driver and
 # the guest image. Build output goes to stderr so --json callers keep stdout clean.
 gpu_build() {
+    gpu_check_modes
     ensure_rust
     ensure_qemu
+    [[ "${GPU_QEMU:-10}" == 11.1 ]] && ensure_qemu11
     ensure_debian_packages busybox-static cpio gcc python3
     log "building the backend"
     (cd "$REPO_ROOT" && cargo build --release --locked -p vhost-user-wddm-gpu) >&2
@@ -38,6 +68,7 @@ gpu_build() {
 
 # gpu_start_backend: start the backend on a fresh socket and VRAM file; stopped on exit.
 gpu_start_backend() {
+    gpu_check_modes
     export VRAM_SIZE="${VRAM_SIZE:-256M}"
     GPU_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wddm-gpu.XXXXXX")"
     export SOCKET="${GPU_RUN_DIR}/gpu.sock"
@@ -50,7 +81,8 @@ gpu_start_backend() {
     local trace=()
     [[ -n "${TRACE:-}" ]] && trace=(--trace "$TRACE")
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
-        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" "${layout[@]}" "${trace[@]}" >"$BACKEND_LOG" 2>&1 &
+        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" --bar-mode "${GPU_BAR_MODE:-ivshmem}" \
+        "${layout[@]}" "${trace[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
     BACKEND_PID=$pid
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"
@@ -68,14 +100,61 @@ gpu_stop_backend() {
     kill "$BACKEND_PID" 2>/dev/null || true
 }
 
-# gpu_run_guest ARGS: boot the guest with the GPU, running /bin/wddm-guest ARGS (comma-separated).
+# gpu_run_guest ARGS [QEMU_ARG...]: boot the guest with the GPU (GPU_QEMU, GPU_BAR_MODE), running
+# /bin/wddm-guest ARGS (comma-separated), with any QEMU_ARGs added to the args file's.
 gpu_run_guest() {
     export WDDM_ARGS="$1"
+    shift
     unset APPEND
-    qemu_args_from_file "${REPO_ROOT}/qemu-configs/linux-guest-ivshmem-vram.args"
+    gpu_check_modes
+    qemu_args_from_file "$(gpu_args_file)"
     local kvm=()
     [[ "${GPU_KVM:-0}" == 1 ]] && kvm=(--kvm)
-    run_guest "${kvm[@]}" --log "$QEMU_LOG"
+    run_guest "${kvm[@]}" --log "$QEMU_LOG" -- "$@"
+}
+
+# gpu_run_guest_vmctl ARGS [PLAN [QEMU_ARG...]]: gpu_run_guest ARGS with the host side of a
+# VM-lifecycle scenario (scripts/lib/vmctl.py, plan PLAN, default lifecycle) steering QEMU over
+# QMP (${GPU_RUN_DIR}/qmp.sock) and answering the guest on its second serial port (/dev/ttyS1,
+# ${GPU_RUN_DIR}/sync.sock). Returns the guest's code like gpu_run_guest; sets VMCTL_RC (vmctl's
+# exit code: 0 = every step worked) and VMCTL_LOG.
+# shellcheck disable=SC2034 # VMCTL_RC is for the caller
+gpu_run_guest_vmctl() {
+    local guest_args="$1" plan="${2:-lifecycle}" rc=0
+    shift $(($# < 2 ? $# : 2))
+    local qmp="${GPU_RUN_DIR}/qmp.sock" sync="${GPU_RUN_DIR}/sync.sock"
+    VMCTL_LOG="${GPU_RUN_DIR}/vmctl.log"
+    VMCTL_RC=""
+    # QMP for stop/cont/system_reset; the sync channel is the guest's ttyS1. Any -serial or
+    # -device isa-serial turns off -nographic's default serial port, so the console (ttyS0, the
+    # log) is named again first. The args files say -no-reboot, which turns system_reset into
+    # an exit: the last -action wins, so a reset (the host's, or the guest's own) resets the
+    # machine while the guest's final poweroff still ends QEMU; vmctl quits QEMU on a reboot
+    # it did not cause.
+    # shellcheck disable=SC2054 # commas inside QEMU option values
+    local extra=(
+        -qmp "unix:${qmp},server=on,wait=off"
+        -chardev "socket,id=sync,path=${sync},server=on,wait=off"
+        -serial mon:stdio
+        -serial chardev:sync
+        -action reboot=reset
+        "$@"
+    )
+    python3 "${REPO_ROOT}/scripts/lib/vmctl.py" --plan "$plan" --qmp "$qmp" --sync "$sync" \
+        --console-log "$QEMU_LOG" --backend-log "$BACKEND_LOG" >"$VMCTL_LOG" 2>&1 &
+    local vmctl_pid=$!
+    on_exit "kill ${vmctl_pid} 2>/dev/null; wait ${vmctl_pid} 2>/dev/null"
+    gpu_run_guest "$guest_args" "${extra[@]}" || rc=$?
+    # vmctl ends when QEMU closes QMP; give it a moment, then stop it (it reports why).
+    local waited=0
+    while kill -0 "$vmctl_pid" 2>/dev/null && ((waited < 100)); do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    kill "$vmctl_pid" 2>/dev/null || true
+    VMCTL_RC=0
+    wait "$vmctl_pid" || VMCTL_RC=$?
+    return "$rc"
 }
 
 # guest_output: the guest program's own lines from the QEMU log (no kernel or init chatter).

@@ -19,6 +19,9 @@
 #   VRAM_SIZE       checked to be a power of two when set
 #   QEMU_TIMEOUT    run_guest's default timeout in seconds, default 240
 #   QEMU_LOG        run_guest's default log file, default target/guest/qemu.log
+#   GPU_QEMU        which QEMU run_guest starts: 10 (default: the host's
+#                   qemu-system-x86_64, >= 10) or 11.1 (QEMU 11.1 from the
+#                   cached Debian trixie root of scripts/lib/qemu11.sh)
 
 if [[ -n "${_WDDM_QEMU_SH:-}" ]]; then
     return 0
@@ -27,6 +30,8 @@ _WDDM_QEMU_SH=1
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source-path=SCRIPTDIR source=qemu11.sh
+source "$(dirname "${BASH_SOURCE[0]}")/qemu11.sh"
 
 QEMU_ARGS=()
 # shellcheck disable=SC2034 # result for the scripts that source this file
@@ -169,6 +174,15 @@ _qemu_stop() {
         wait "$_QEMU_PID" 2>/dev/null || true
     fi
     _QEMU_PID=""
+    qemu11_cleanup
+}
+
+# qemu_version_check: die unless GPU_QEMU names a QEMU the scripts can run.
+qemu_version_check() {
+    case "${GPU_QEMU:-10}" in
+        10 | 11.1) ;;
+        *) die "GPU_QEMU must be 10 (the host's QEMU) or 11.1 (QEMU 11.1 from a cached Debian trixie root), not '${GPU_QEMU}'" ;;
+    esac
 }
 _QEMU_STOP_REGISTERED=0
 
@@ -193,6 +207,9 @@ _log_tail() {
 #   --timeout  seconds before QEMU is killed (default $QEMU_TIMEOUT or 240)
 #   --log      log file (default $QEMU_LOG or target/guest/qemu.log)
 #   --follow   also copy the guest's output to stderr while it runs
+# GPU_QEMU=11.1 runs QEMU 11.1 from the cached trixie root (ensure_qemu11);
+# the directories of the paths in its arguments (and GPU_RUN_DIR, when set)
+# are mounted there at the same paths.
 # Returns 124 on timeout, 125 when the guest printed no exit line; on any
 # failure the end of the log is printed.
 run_guest() {
@@ -209,10 +226,19 @@ run_guest() {
         esac
     done
     ((${#QEMU_ARGS[@]})) || die "run_guest: QEMU_ARGS is empty (call qemu_args_from_file first)"
-    command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (call ensure_qemu first)"
+    qemu_version_check
     local args=("${QEMU_ARGS[@]}" "$@")
     ((kvm)) && _use_kvm args
     mkdir -p "$(dirname "$logf")"
+    local qemu=(qemu-system-x86_64) which="QEMU"
+    if [[ "${GPU_QEMU:-10}" == 11.1 ]]; then
+        ensure_qemu11
+        qemu11_command --args "${args[@]}" -- ${GPU_RUN_DIR:+"$GPU_RUN_DIR"}
+        qemu=("${QEMU11_CMD[@]}")
+        which="QEMU ${QEMU11_VERSION}"
+    else
+        command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (call ensure_qemu first)"
+    fi
     # Registered on first use, i.e. after the caller's backend: cleanups run
     # newest first, so QEMU stops before the backend it talks to.
     if ((!_QEMU_STOP_REGISTERED)); then
@@ -223,10 +249,14 @@ run_guest() {
     local start rc=0 tail_pid=""
     start="$(_now_ms)"
     # The command heads the log, so a failure can be replayed by hand.
-    _quote_cmd "${args[@]}" | sed 's/^/# /' >"$logf"
+    {
+        [[ "${GPU_QEMU:-10}" == 11.1 ]] &&
+            echo "# QEMU ${QEMU11_VERSION}: run inside ${QEMU11_ROOT} (scripts/lib/qemu11.sh)"
+        _quote_cmd "${args[@]}" | sed 's/^/# /'
+    } >"$logf"
     # stdin from /dev/null: -nographic would otherwise put the terminal in
     # raw mode and read keystrokes as monitor commands.
-    timeout --kill-after=10 "$timeout" qemu-system-x86_64 "${args[@]}" \
+    timeout --kill-after=10 "$timeout" "${qemu[@]}" "${args[@]}" \
         </dev/null >>"$logf" 2>&1 &
     _QEMU_PID=$!
     if ((follow)); then
@@ -235,6 +265,7 @@ run_guest() {
     fi
     wait "$_QEMU_PID" || rc=$?
     _QEMU_PID=""
+    qemu11_cleanup
     if [[ -n "$tail_pid" ]]; then
         wait "$tail_pid" || true
     fi
@@ -245,16 +276,16 @@ run_guest() {
     # shellcheck disable=SC2034 # result for the caller
     GUEST_EXIT_CODE="$code"
     if ((rc == 124 || rc == 137)); then
-        log "guest timed out after ${timeout}s (log: ${logf})"
+        log "guest timed out after ${timeout}s (${which}, log: ${logf})"
         _log_tail "$logf"
         return 124
     fi
     if [[ -z "$code" ]]; then
-        log "guest ended without a WDDM-GUEST-EXIT line after ${secs}s (QEMU exit ${rc}, log: ${logf})"
+        log "guest ended without a WDDM-GUEST-EXIT line after ${secs}s (${which} exit ${rc}, log: ${logf})"
         _log_tail "$logf"
         return 125
     fi
-    log "guest exited with ${code} after ${secs}s (log: ${logf})"
+    log "guest exited with ${code} after ${secs}s (${which}, log: ${logf})"
     ((code == 0)) || _log_tail "$logf" 20
     return "$code"
 }

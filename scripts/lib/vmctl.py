@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Host side of the guest's VM-lifecycle scenario (stop/cont and system_reset while the guest uses
+the GPU). Started in the background before QEMU (scripts/lib/gpu.sh: gpu_run_guest_vmctl); ends
+when QEMU does.
+
+Protocol: the guest prints "GUEST-SYNC <point>" on its console (ttyS0, i.e. the QEMU log) and
+then blocks reading one line from /dev/ttyS1, a second serial port whose host end is the socket
+--sync; the host answers one word and a newline. Plan "lifecycle":
+
+  boot              answer "first" the first time, "after-reset" after the host's system_reset
+  paused-after-map  QMP stop; wait for a new backend log line with "device paused"; sleep 1 s;
+  transfer-running  (transfer-running: that line must say "mid-submission"); QMP cont; wait for
+                    a new line with "device resumed"; answer "go"
+  reset-point       QMP system_reset; no answer (the guest reboots and prints "boot" again)
+  anything else     answer "go", with a warning
+
+Plan "pause-only" is the same up to reset-point, which it answers "no-reset" (the guest then
+ends its run): for QEMU 11.1.3 with the shared-memory VRAM BAR, which segfaults at the first
+device start after any reset once the VRAM was mapped (docs/lifecycle.md).
+
+Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
+and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
+unexpected reboot); 2 for bad arguments or sockets that never appeared. Standard library only.
+"""
+
+import argparse
+import json
+import os
+import re
+import select
+import signal
+import socket
+import sys
+import time
+
+START = time.monotonic()
+SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
+ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
+PLAN_POINTS = {
+    "lifecycle": ["boot", "paused-after-map", "transfer-running", "reset-point"],
+    "pause-only": ["boot", "paused-after-map", "transfer-running", "reset-point"],
+}
+
+
+def log(msg):
+    print(f"VMCTL [{time.monotonic() - START:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+class QemuGone(Exception):
+    """QEMU closed the QMP socket: it has exited."""
+
+
+class StepError(Exception):
+    """A step failed (timeout, QMP error); the message says which."""
+
+
+def connect_unix(path, deadline, what):
+    """Connect to the Unix socket at path, retrying until QEMU has created it."""
+    last = None
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                return sock
+            except OSError as err:
+                last = err
+                sock.close()
+        time.sleep(0.1)
+    print(f"VMCTL error: the {what} socket {path} did not accept a connection in time"
+          f" ({last or 'it never appeared'})", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class Qmp:
+    """A QMP client: one JSON object per line; events are kept, not returned."""
+
+    def __init__(self, path, deadline):
+        self.sock = connect_unix(path, deadline, "QMP")
+        self.buf = b""
+        self.events = []
+        greeting = self.read(max(deadline - time.monotonic(), 10))
+        if greeting is None or "QMP" not in greeting:
+            print(f"VMCTL error: no QMP greeting on {path}: {greeting!r}", file=sys.stderr)
+            raise SystemExit(2)
+        version = greeting["QMP"].get("version", {}).get("qemu", {})
+        log("QMP connected (QEMU {}.{}.{})".format(
+            version.get("major", "?"), version.get("minor", "?"), version.get("micro", "?")))
+        self.execute("qmp_capabilities")
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def read(self, timeout):
+        """The next message, None on timeout; raises QemuGone at EOF."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = max(deadline - time.monotonic(), 0)
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                return None
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                raise QemuGone()
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def poll_events(self):
+        """Read the events that have arrived, without waiting; raises QemuGone at EOF."""
+        while True:
+            msg = self.read(0)
+            if msg is None:
+                return
+            self._event(msg)
+
+    def _event(self, msg):
+        if "event" in msg:
+            self.events.append(msg)
+            log(f"QMP event {msg['event']} {json.dumps(msg.get('data', {}))}")
+
+    def execute(self, command, timeout=30.0):
+        """Run a command; return its "return" value; StepError on an error or a timeout."""
+        self.sock.sendall(json.dumps({"execute": command}).encode() + b"\n")
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.read(max(deadline - time.monotonic(), 0))
+            if msg is None:
+                raise StepError(f"QMP {command}: no answer in {timeout:.0f}s")
+            if "return" in msg:
+                return msg["return"]
+            if "error" in msg:
+                err = msg["error"]
+                raise StepError(f"QMP {command} failed: {err.get('class')}: {err.get('desc')}")
+            self._event(msg)
+
+
+class LineTail:
+    """New complete lines of a growing file (a log written by another process)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def skip_to_end(self):
+        """Forget everything written so far: later lines only."""
+        self.lines()
+        self.partial = b""
+
+    def lines(self):
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:  # truncated: the writer started over
+                    self.offset, self.partial = 0, b""
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        return [ESCAPE_RE.sub("", l.decode("utf-8", "replace")).rstrip("\r") for l in complete]
+
+
+class Vmctl:
+    def __init__(self, args):
+        self.args = args
+        self.failures = []
+        self.seen = {}
+        self.resets = 0
+        self.console = LineTail(args.console_log)
+        self.backend = LineTail(args.backend_log)
+        deadline = time.monotonic() + args.connect_timeout
+        self.qmp = Qmp(args.qmp, deadline)
+        self.sync = connect_unix(args.sync, deadline, "sync")
+        self.sync.setblocking(False)
+        log(f"sync channel connected ({args.sync})")
+
+    def fail(self, point, msg):
+        self.failures.append(f"{point}: {msg}")
+        log(f"{point}: FAILED: {msg}")
+
+    def answer(self, word):
+        self.sync.setblocking(True)
+        try:
+            self.sync.sendall(word.encode() + b"\n")
+        finally:
+            self.sync.setblocking(False)
+
+    def drain_sync(self):
+        """The guest's tty may echo our answers back: read and drop them."""
+        try:
+            while self.sync.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            pass
+
+    def wait_backend(self, needle, timeout):
+        """The first new backend log line containing needle; StepError after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.backend.lines():
+                if needle in line:
+                    return line.strip()
+            if time.monotonic() >= deadline:
+                raise StepError(f"no new backend log line with '{needle}' within {timeout:.0f}s")
+            self.qmp.poll_events()
+            time.sleep(0.05)
+
+    def pause_resume(self, point, need_mid_submission):
+        steps = []
+        self.backend.skip_to_end()
+        try:
+            self.qmp.execute("stop")
+            steps.append("stop ok")
+            try:
+                line = self.wait_backend("device paused", self.args.step_timeout)
+                steps.append(f"backend paused ({line})")
+                time.sleep(1.0)
+                if need_mid_submission and "mid-submission" not in line:
+                    self.fail(point, f"the pause line does not say mid-submission: {line}")
+            except StepError as err:
+                self.fail(point, str(err))
+            status = self.qmp.execute("query-status")
+            if status.get("running"):
+                self.fail(point, f"QEMU runs after stop: {status}")
+            self.backend.skip_to_end()
+            self.qmp.execute("cont")
+            steps.append("cont ok")
+            try:
+                line = self.wait_backend("device resumed", self.args.step_timeout)
+                steps.append(f"resumed ({line})")
+            except StepError as err:
+                self.fail(point, str(err))
+        except StepError as err:
+            self.fail(point, str(err))
+        self.answer("go")
+        steps.append("answered go")
+        log(f"{point}: " + ", ".join(steps))
+
+    def handle(self, point):
+        self.seen[point] = self.seen.get(point, 0) + 1
+        if point == "boot":
+            if self.seen[point] == 1:
+                self.answer("first")
+                log("boot: answered first")
+            elif self.seen[point] == self.resets + 1:
+                self.answer("after-reset")
+                log("boot: answered after-reset")
+            else:
+                # A boot the host did not cause (a panic with panic=-1, a guest reboot): stop
+                # here rather than loop.
+                self.fail(point, f"boot #{self.seen[point]} after {self.resets} system_reset(s):"
+                                 " the guest rebooted by itself; quitting QEMU")
+                try:
+                    self.qmp.execute("quit")
+                except StepError as err:
+                    self.fail(point, str(err))
+        elif point in ("paused-after-map", "transfer-running"):
+            self.pause_resume(point, point == "transfer-running")
+        elif point == "reset-point" and self.args.plan == "pause-only":
+            self.answer("no-reset")
+            log("reset-point: answered no-reset (plan pause-only)")
+        elif point == "reset-point":
+            try:
+                self.qmp.execute("system_reset")
+                self.resets += 1
+                log("reset-point: system_reset ok (no answer; the guest reboots)")
+            except StepError as err:
+                self.fail(point, str(err))
+        else:
+            log(f"WARNING: {point}: not a point of plan {self.args.plan}; answered go")
+            self.answer("go")
+
+    def run(self):
+        deadline = time.monotonic() + self.args.timeout
+        try:
+            while True:
+                for line in self.console.lines():
+                    m = SYNC_RE.search(line)
+                    if m:
+                        self.handle(m.group(1))
+                self.drain_sync()
+                if time.monotonic() > deadline:
+                    self.fail("vmctl", f"QEMU still running after {self.args.timeout:.0f}s")
+                    break
+                ready, _, _ = select.select([self.qmp], [], [], 0.1)
+                if ready:
+                    self.qmp.poll_events()
+        except QemuGone:
+            # The guest's last lines may still be in flight to the log: one more look.
+            for line in self.console.lines():
+                m = SYNC_RE.search(line)
+                if m:
+                    self.fail(m.group(1), "seen after QEMU had exited")
+            if any(e.get("event") == "SHUTDOWN" for e in self.qmp.events):
+                log("QEMU exited (QMP closed)")
+            else:
+                # A SHUTDOWN event comes with every orderly exit (poweroff, quit, a signal).
+                self.fail("vmctl", "QEMU closed QMP without a SHUTDOWN event: it crashed")
+        return self.finish()
+
+    def finish(self):
+        want = PLAN_POINTS.get(self.args.plan, [])
+        missing = [p for p in want if p not in self.seen]
+        if missing:
+            self.fail("plan", f"points never seen: {', '.join(missing)}")
+        elif self.args.plan == "lifecycle" and self.seen.get("boot", 0) < 2:
+            self.fail("plan", "no boot after the system_reset")
+        seen = ", ".join(f"{p}x{n}" for p, n in self.seen.items()) or "none"
+        log(f"summary: points seen: {seen}; {len(self.failures)} failure(s)")
+        for f in self.failures:
+            log(f"  failure: {f}")
+        return 1 if self.failures else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qmp", required=True, help="QMP socket QEMU creates (-qmp unix:PATH,server=on,wait=off)")
+    ap.add_argument("--sync", required=True, help="socket of the guest's /dev/ttyS1 (-chardev socket,server=on,wait=off)")
+    ap.add_argument("--console-log", required=True, help="file QEMU's stdout (the guest's ttyS0) goes to")
+    ap.add_argument("--backend-log", required=True, help="the backend's log file")
+    ap.add_argument("--plan", default="lifecycle", choices=sorted(PLAN_POINTS))
+    ap.add_argument("--step-timeout", type=float, default=30.0, help="seconds to wait for a backend line")
+    ap.add_argument("--connect-timeout", type=float, default=60.0, help="seconds for QEMU to create the sockets")
+    ap.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    args = ap.parse_args()
+
+    def on_term(signum, _frame):
+        log(f"stopped by signal {signum} before QEMU exited")
+        sys.exit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        vmctl = Vmctl(args)
+    except QemuGone:
+        print("VMCTL error: QEMU closed QMP during the handshake", file=sys.stderr)
+        return 2
+    return vmctl.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
