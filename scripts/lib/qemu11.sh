@@ -107,9 +107,18 @@ ensure_qemu11() {
         log "QEMU ${_QEMU11_MIN}: ${root} has QEMU '${version:-none}', not >= ${_QEMU11_MIN}; building it again"
     fi
     ensure_debian_packages mmdebstrap
-    local tmp="${root}.tmp" start secs
-    start="$(date +%s)"
+    local tmp="${root}.tmp" start secs lock
     mkdir -p "$(dirname "$root")"
+    # One build at a time: a second run (another checkout's tests) waits, then finds the root.
+    exec {lock}>"${root}.lock"
+    flock "$lock"
+    version="$(_qemu11_version "$root")"
+    if [[ -e "${root}/${_QEMU11_STAMP}" ]] && _qemu11_new_enough "$version"; then
+        exec {lock}>&-
+        QEMU11_VERSION="$version" _QEMU11_OK=1
+        return 0
+    fi
+    start="$(date +%s)"
     # Two tries: a download can fail once. Each starts from scratch, removing whatever an earlier,
     # interrupted or outdated build left (--one-file-system: never follow a mount into the host's
     # /dev or /sys should one still be there).
@@ -128,6 +137,7 @@ ensure_qemu11() {
     mv "$tmp" "$root"
     secs=$(($(date +%s) - start))
     log "QEMU ${_QEMU11_MIN}: QEMU ${version} ready in ${root}: set up in ${secs}s, $(du -sh "$root" | cut -f1) on disk"
+    exec {lock}>&-
     QEMU11_VERSION="$version" _QEMU11_OK=1
 }
 
