@@ -71,7 +71,18 @@ fn realize(name: &str, refuse: bool, args: &[&str]) -> (Harness, Arc<ShmemFronte
         ..SpawnOptions::default()
     };
     let mut harness = Harness::spawn_with_options(name, &options);
-    let negotiated = harness.realize();
+    let frontend = Arc::new(ShmemFrontend {
+        maps: Mutex::new(Vec::new()),
+        refuse,
+    });
+    let mut channel = FrontendReqHandler::new(frontend.clone()).unwrap();
+    channel.set_reply_ack_flag(true);
+    let negotiated = harness.realize_with(|backend| {
+        backend
+            .set_backend_request_fd(&channel.get_tx_raw_fd())
+            .unwrap()
+    });
+    std::thread::spawn(move || while channel.handle_request().is_ok() {});
     for feature in [
         VhostUserProtocolFeatures::SHMEM,
         VhostUserProtocolFeatures::BACKEND_REQ,
@@ -82,17 +93,6 @@ fn realize(name: &str, refuse: bool, args: &[&str]) -> (Harness, Arc<ShmemFronte
             "{feature:?} offered"
         );
     }
-    let frontend = Arc::new(ShmemFrontend {
-        maps: Mutex::new(Vec::new()),
-        refuse,
-    });
-    let mut channel = FrontendReqHandler::new(frontend.clone()).unwrap();
-    channel.set_reply_ack_flag(true);
-    harness
-        .frontend
-        .set_backend_request_fd(&channel.get_tx_raw_fd())
-        .unwrap();
-    std::thread::spawn(move || while channel.handle_request().is_ok() {});
     (harness, frontend)
 }
 

@@ -529,12 +529,22 @@ impl Harness {
     /// SET_OWNER. Nothing runs yet; the shared-memory tests ask GET_SHMEM_CONFIG and open the
     /// backend channel here, as QEMU 11.1 does.
     pub fn realize(&mut self) -> Negotiated {
+        self.realize_with(|_| {})
+    }
+
+    /// [`Self::realize`] in QEMU 11.1's order, with `before_owner` where QEMU opens the backend
+    /// channel: GET_FEATURES, protocol features, GET_MAX_MEM_SLOTS, (the backend channel),
+    /// SET_OWNER, GET_FEATURES.
+    pub fn realize_with(&mut self, before_owner: impl FnOnce(&mut Frontend)) -> Negotiated {
         let features = self.frontend.get_features().unwrap();
         let protocol_features = self.frontend.get_protocol_features().unwrap();
         self.frontend
             .set_protocol_features(protocol_features)
             .unwrap();
+        self.frontend.get_max_mem_slots().unwrap();
+        before_owner(&mut self.frontend);
         self.frontend.set_owner().unwrap();
+        assert_eq!(self.frontend.get_features().unwrap(), features);
         let negotiated = Negotiated {
             features,
             protocol_features,

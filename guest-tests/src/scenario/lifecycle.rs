@@ -433,9 +433,7 @@ fn first_boot(tally: &mut Tally, port: &mut SyncPort, options: &Options) {
     }
     let why = match port.sync(RESET_POINT, RESET_TIMEOUT) {
         Ok(answer) if answer == NO_RESET => {
-            println!(
-                "LIFECYCLE the host does not reset this VM: {AFTER_RESET_TEST} is not run"
-            );
+            println!("LIFECYCLE the host does not reset this VM: {AFTER_RESET_TEST} is not run");
             return;
         }
         Ok(answer) => format!(
