@@ -3,7 +3,7 @@
 //! request bytes, guest memory and a [`Reply`] to answer through, now or later.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use log::{info, warn};
 use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
@@ -117,6 +117,13 @@ pub struct Gpu {
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits on `condvar`, recovering the data as [`lock`] does.
+pub fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -32,7 +32,7 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
-use crate::gpu::{lock, respond, Mem, Notify, Reply};
+use crate::gpu::{lock, respond, wait, Mem, Notify, Reply};
 use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
 use crate::stats::{PacketRecord, Stats, SubmissionRecord};
@@ -398,10 +398,7 @@ impl Scheduler {
             .interrupt
             .compare_exchange(RUN, PAUSE, Ordering::AcqRel, Ordering::Acquire);
         while queue.running.is_some() && !queue.parked {
-            queue = shared
-                .idle
-                .wait(queue)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            queue = wait(&shared.idle, queue);
         }
         Paused {
             parked: queue.running.filter(|_| queue.parked),
@@ -445,10 +442,7 @@ impl Shared {
         queue.parked = true;
         self.idle.notify_all();
         while self.interrupt.load(Ordering::Acquire) == PAUSE {
-            queue = self
-                .unpark
-                .wait(queue)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            queue = wait(&self.unpark, queue);
         }
         queue.parked = false;
         match self.interrupt.load(Ordering::Acquire) {
@@ -468,10 +462,7 @@ impl Shared {
         self.unpark.notify_all();
         let drained: Vec<Job> = queue.pending.drain(..).collect();
         while queue.running.is_some() {
-            queue = self
-                .idle
-                .wait(queue)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            queue = wait(&self.idle, queue);
         }
         drained
     }
@@ -486,20 +477,14 @@ impl Shared {
                         return;
                     }
                     if queue.paused {
-                        queue = self
-                            .wake
-                            .wait(queue)
-                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        queue = wait(&self.wake, queue);
                         continue;
                     }
                     if let Some(job) = queue.pending.pop_front() {
                         queue.running = Some(job.cmd.submission_fence_id);
                         break job;
                     }
-                    queue = self
-                        .wake
-                        .wait(queue)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    queue = wait(&self.wake, queue);
                 }
             };
             let fence = job.cmd.submission_fence_id;

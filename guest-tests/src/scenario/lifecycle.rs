@@ -289,6 +289,22 @@ fn rig_of(rig: &mut Outcome<Rig>) -> Outcome<&mut Rig> {
         .map_err(|why| Failure(format!("not run: device setup failed: {why}")))
 }
 
+/// `before`, the host's pause at `point` (reached even when `before` or the rig failed, so the
+/// host's sequence never stalls), then `after` with what `before` set up.
+fn across_pause<T>(
+    rig: &mut Outcome<Rig>,
+    port: &mut SyncPort,
+    point: &str,
+    before: impl FnOnce(&mut Rig) -> Outcome<T>,
+    after: impl FnOnce(&mut Rig, T) -> Outcome,
+) -> Outcome {
+    let set_up = rig_of(rig).and_then(before);
+    let answer = sync_go(port, point);
+    let set_up = set_up?;
+    answer?;
+    after(rig_of(rig)?, set_up)
+}
+
 /// Syncs at `point` and expects `go`.
 fn sync_go(port: &mut SyncPort, point: &str) -> Outcome {
     let answer = port.sync(point, SYNC_TIMEOUT)?;
@@ -462,11 +478,13 @@ struct Mapped {
 /// Status page registered, WAIT_EVENTs posted, pages mapped into the aperture; the VM pauses;
 /// then the mapping, the registration and the posted requests must still work.
 fn pause_between_map_and_use(rig: &mut Outcome<Rig>, port: &mut SyncPort) -> Outcome {
-    let mapped = rig_of(rig).and_then(map_before_pause);
-    let answer = sync_go(port, PAUSED_AFTER_MAP);
-    let mapped = mapped?;
-    answer?;
-    use_after_pause(rig_of(rig)?, mapped)
+    across_pause(
+        rig,
+        port,
+        PAUSED_AFTER_MAP,
+        map_before_pause,
+        use_after_pause,
+    )
 }
 
 const PAUSE_SKEW: u64 = 0x123;
@@ -585,11 +603,7 @@ struct Running {
 /// A long VRAM → VRAM submission posted, the VM paused while it runs; it must then complete
 /// whole and right.
 fn pause_mid_transfer(rig: &mut Outcome<Rig>, port: &mut SyncPort) -> Outcome {
-    let running = rig_of(rig).and_then(post_long);
-    let answer = sync_go(port, TRANSFER_RUNNING);
-    let running = running?;
-    answer?;
-    finish_long(rig_of(rig)?, running)
+    across_pause(rig, port, TRANSFER_RUNNING, post_long, finish_long)
 }
 
 fn post_long(r: &mut Rig) -> Outcome<Running> {
