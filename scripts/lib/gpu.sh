@@ -12,7 +12,8 @@
 # GPU_BAR_MODE: how the guest reaches the VRAM: ivshmem (default; vhost-user-gpu-pci plus an
 #   ivshmem-plain function, qemu-configs/linux-guest-ivshmem-vram.args) or shmem (QEMU 11.1 only:
 #   vhost-user-test-device-pci with a shared-memory BAR, qemu-configs/linux-guest-shmem-qemu11.args).
-#   The backend gets the matching --bar-mode.
+#   The backend gets the matching --bar-mode (BACKEND_BAR_MODE overrides it: auto, ivshmem or
+#   shmem).
 # Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, BACKEND_PID, QEMU_LOG;
 # gpu_run_guest_vmctl also VMCTL_LOG and VMCTL_RC.
 
@@ -81,7 +82,7 @@ gpu_start_backend() {
     local trace=()
     [[ -n "${TRACE:-}" ]] && trace=(--trace "$TRACE")
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
-        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" --bar-mode "${GPU_BAR_MODE:-ivshmem}" \
+        --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" --bar-mode "${BACKEND_BAR_MODE:-${GPU_BAR_MODE:-ivshmem}}" \
         "${layout[@]}" "${trace[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
     BACKEND_PID=$pid
