@@ -95,6 +95,8 @@ pub struct WddmGpuBackend {
     control_vring: Option<VringRwLock>,
     /// The avail index the control ring was stopped at, while the device is paused.
     stopped_at: Option<u16>,
+    /// The control and cursor rings' avail index was found out of range (reported once).
+    broken_ring: [bool; 2],
     /// The display socket QEMU hands over at DRIVER_OK. This device has no scanout, but closing
     /// the socket makes QEMU log read errors, so it is kept open.
     display: Option<GpuBackend>,
@@ -115,6 +117,7 @@ impl WddmGpuBackend {
             gate: Arc::default(),
             control_vring: None,
             stopped_at: None,
+            broken_ring: [false; 2],
             display: None,
         }
     }
@@ -235,7 +238,12 @@ impl WddmGpuBackend {
             if self.event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            self.drain(vring, queue, &mem)?;
+            // A ring that hands out nothing must not be asked again: its avail index stays ahead
+            // of the device's, so re-enabling notifications would report work forever and this
+            // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
+            if self.drain(vring, queue, &mem) == Drained::Refused {
+                break;
+            }
             if !self.event_idx || !vring.enable_notification().map_err(io::Error::other)? {
                 break;
             }
@@ -248,17 +256,24 @@ impl WddmGpuBackend {
         vring: &VringRwLock,
         queue: u16,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-    ) -> io::Result<()> {
+    ) -> Drained {
         // A ring the guest corrupted (an avail index running past the queue size) is refused
         // here rather than returned as an error: an error from handle_event would end the vring
-        // worker for good, and with it every later request, even after a ring reset.
+        // worker for good, and with it every later request, even after a ring reset. It is
+        // reported once; the guest must set the ring up again (a device reset).
+        let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
         let chains: Vec<_> = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
             Ok(chains) => chains.collect(),
+            // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
+            Err(virtio_queue::Error::QueueNotReady) => return Drained::Refused,
             Err(error) => {
-                warn!("queue {queue}: available ring refused ({error}); waiting for a ring reset");
-                return Ok(());
+                if !std::mem::replace(broken, true) {
+                    warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                }
+                return Drained::Refused;
             }
         };
+        *broken = false;
         for chain in chains {
             let reply = Box::new(ChainReply::new(
                 chain.clone(),
@@ -272,7 +287,7 @@ impl WddmGpuBackend {
                 _ => reply.send(&[]),
             }
         }
-        Ok(())
+        Drained::Done
     }
 
     /// Reads one request from the chain and hands it to the GPU with its reply.
@@ -299,6 +314,15 @@ impl WddmGpuBackend {
 }
 
 type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+
+/// What one pass over a ring did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Every available chain was taken.
+    Done,
+    /// The ring handed out nothing: stopped, or its avail index is out of range.
+    Refused,
+}
 
 /// Holds the answers completed while the frontend has the rings stopped, and sends them, in
 /// the order they were completed, when the rings run again. Every answer passes through it;

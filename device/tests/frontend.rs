@@ -718,3 +718,62 @@ fn backend_exits_with_status_zero_when_the_frontend_disconnects_before_negotiati
         backend.log()
     );
 }
+
+#[test]
+fn an_avail_index_far_ahead_is_reported_once_and_never_holds_the_backend() {
+    let mut h = Harness::ready("avail-ahead");
+    assert_eq!(h.capset_info().capset_id, WDDM_GPU_CAPSET_ID);
+    let ahead = h.avail_idx().wrapping_add(harness::QUEUE_SIZE + 193);
+    for _ in 0..20 {
+        h.write_avail_idx(ahead);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A worker spinning on the ring would hold the backend's lock: GET_VRING_BASE (answered
+    // within the frontend socket's timeout) proves it does not.
+    let started = std::time::Instant::now();
+    h.stop_device();
+    println!("GET_VRING_BASE answered after {:?}", started.elapsed());
+    let log = h.backend.log();
+    assert_eq!(
+        log.matches("available ring refused").count(),
+        1,
+        "reported once:\n{log}"
+    );
+    // The guest sets the ring up again: the device serves.
+    h.start_device_anew();
+    assert_eq!(h.capset_info().capset_id, WDDM_GPU_CAPSET_ID);
+    assert_valid_transfer_works(&mut h);
+}
+
+#[test]
+fn get_vring_base_while_the_ring_is_busy_is_always_answered() {
+    // QEMU stops the ring (VM stop, reset, shutdown) whenever it likes, also while the vring
+    // worker is taking requests with EVENT_IDX on: the worker must not keep re-checking a ring
+    // that was stopped under it.
+    let mut h = Harness::ready("busy-stop");
+    assert!(h.negotiated.unwrap().features & (1 << 29) != 0, "EVENT_IDX");
+    let request = WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    };
+    for round in 0..200 {
+        let posted: Vec<_> = (0..8).map(|_| h.post(request.as_bytes(), 64)).collect();
+        let base = h.stop_device();
+        if round % 2 == 0 {
+            // A pause: every request is answered after the restart.
+            h.resume_device(base);
+            for pending in posted {
+                let reply = h.wait_reply(pending);
+                assert_eq!(
+                    reply.bytes.len(),
+                    std::mem::size_of::<WddmGpuRespCapsetInfo>()
+                );
+            }
+        } else {
+            // A reset: the requests go with the old ring.
+            h.start_device_anew();
+        }
+    }
+    h.assert_still_serving();
+}

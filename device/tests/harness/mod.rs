@@ -845,6 +845,15 @@ impl Harness {
         self.kick.write(1).unwrap();
     }
 
+    /// A hostile guest's avail index: written as is (no entries behind it), then a kick.
+    pub fn write_avail_idx(&mut self, idx: u16) {
+        self.ram
+            .write_obj(idx.to_le(), GuestAddress(AVAIL_RING + 2))
+            .unwrap();
+        fence(Ordering::SeqCst);
+        self.kick.write(1).unwrap();
+    }
+
     fn used_idx(&self) -> u16 {
         fence(Ordering::SeqCst);
         u16::from_le(self.ram.read_obj(GuestAddress(USED_RING + 2)).unwrap())
