@@ -17,6 +17,7 @@ use wddm_gpu_abi::ctrl::{
 use wddm_gpu_abi::status::{
     WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_CANCELLED,
 };
+use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
 use crate::caps::{build_capset, MAX_CAPSET_SIZE};
@@ -237,6 +238,16 @@ impl Gpu {
         };
         let response = match request {
             ControlRequest::Submit(cmd) => {
+                // Checked before anything runs: work whose answer cannot be written must not
+                // happen (the driver would never learn what its packets did).
+                if reply.room() < std::mem::size_of::<WddmGpuRespSubmit>() {
+                    warn!(
+                        "SUBMIT fence {} refused unexecuted: response buffer of {} bytes is too small",
+                        cmd.submission_fence_id,
+                        reply.room()
+                    );
+                    return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+                }
                 self.scheduler.submit(cmd, reply, mem);
                 return false;
             }

@@ -17,8 +17,8 @@ use harness::{
 };
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
 use wddm_gpu_abi::ctrl::{
-    WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT,
-    WDDM_GPU_RESP_SUBMIT,
+    WddmGpuCtrlHdr, VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_EVENT,
+    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
 use wddm_gpu_abi::packet::{
     WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader,
@@ -2175,6 +2175,26 @@ fn virtio_reset_mid_submission_keeps_the_backend_serving_with_a_clear_gart() {
             ..Default::default()
         },
     );
+}
+
+#[test]
+fn a_submit_whose_answer_does_not_fit_is_refused_before_any_packet_runs() {
+    let mut h = ready("short-submit-response");
+    h.write_vram(0x4000, &[SENTINEL; 0x100]);
+    let mut dma = Dma::default();
+    dma.push(&fill(0x1234_5678, 0x100, segment(VRAM_SEGMENT, 0x4000)));
+    h.write_ram(DMA_BUFFER, &dma.bytes);
+    let cmd = submit_command(DMA_BUFFER, dma.len(), 90);
+    let room = std::mem::size_of::<WddmGpuRespSubmit>() as u32 - 1;
+    let pending = h.post(cmd.as_bytes(), room);
+    let reply = h.wait_reply(pending);
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_ERR_UNSPEC, "{reply:?}");
+    assert_eq!(
+        h.read_vram(0x4000, 0x100),
+        [SENTINEL; 0x100],
+        "the packets ran although their answer could not be written"
+    );
+    assert_next_submission_works(&mut h, 91, false);
 }
 
 // ---- VM lifecycle: a ring stop is a pause, not a reset ----
