@@ -274,7 +274,19 @@ impl WddmGpuBackend {
             }
         };
         *broken = false;
+        let window = self.gpu.vram().guest_window();
         for chain in chains {
+            if let Some(window) = &window {
+                if touches_window(&chain, window) {
+                    // VRAM is not guest RAM: nothing is read from or written into the BAR
+                    // window through a descriptor (a response there would overwrite VRAM).
+                    warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
+                    let reply =
+                        ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone());
+                    self.gate.send(reply, &[]);
+                    continue;
+                }
+            }
             let reply = Box::new(ChainReply::new(
                 chain.clone(),
                 mem.clone(),
@@ -314,6 +326,15 @@ impl WddmGpuBackend {
 }
 
 type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+
+/// Whether any buffer of `chain` overlaps `window` (guest-physical).
+fn touches_window(chain: &Chain, window: &std::ops::Range<u64>) -> bool {
+    chain.clone().any(|descriptor| {
+        let start = descriptor.addr().0;
+        let end = start.saturating_add(u64::from(descriptor.len()));
+        start < window.end && window.start < end
+    })
+}
 
 /// What one pass over a ring did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -777,3 +777,55 @@ fn get_vring_base_while_the_ring_is_busy_is_always_answered() {
     }
     h.assert_still_serving();
 }
+
+#[test]
+fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
+    let mut h = Harness::ready("vram-window-buffers");
+    let request = WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    };
+    h.write_ram(REQUEST, request.as_bytes());
+    // The same request also placed in VRAM, where the guest sees it through the BAR.
+    h.write_vram(0x1000, request.as_bytes());
+    h.write_vram(0x2000, &[0x5a; 64]);
+    let in_ram = |addr: u64, len: u32, flags: u16, next: u16| Desc {
+        addr,
+        len,
+        flags,
+        next,
+    };
+    let cases = [
+        (
+            "request in the BAR window",
+            in_ram(VRAM_GPA + 0x1000, 32, VIRTQ_DESC_F_NEXT, 1),
+            in_ram(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+        ),
+        (
+            "response in the BAR window",
+            in_ram(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            in_ram(VRAM_GPA + 0x2000, 64, VIRTQ_DESC_F_WRITE, 0),
+        ),
+        (
+            "response straddling the window's start",
+            in_ram(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            in_ram(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
+        ),
+    ];
+    for (what, first, second) in cases {
+        h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
+        h.write_descriptors(DESC_TABLE, &[first, second]);
+        h.publish(0);
+        let used = h.expect_used();
+        assert_eq!((used.id, used.len), (0, 0), "{what}");
+        assert_eq!(h.read_ram(RESPONSE, 64), vec![RESPONSE_FILL; 64], "{what}");
+        assert_eq!(
+            h.read_vram(0x2000, 64),
+            vec![0x5a; 64],
+            "{what}: VRAM written"
+        );
+    }
+    assert!(h.backend.log().contains("in the VRAM BAR window"));
+    h.assert_still_serving();
+}
