@@ -10,6 +10,7 @@
 //! other index means the guest set the ring up anew, which is a reset. RESET_DEVICE resets too.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -91,6 +92,8 @@ pub struct WddmGpuBackend {
     event_idx: bool,
     /// Holds answers while the frontend has the rings stopped.
     gate: Arc<RingGate>,
+    /// Control-queue heads taken and not answered yet.
+    in_flight: Arc<InFlight>,
     /// The control ring, once it has carried a request: its indices tell a resume from a reset.
     control_vring: Option<VringRwLock>,
     /// The avail index the control ring was stopped at, while the device is paused.
@@ -115,6 +118,7 @@ impl WddmGpuBackend {
             mem: None,
             event_idx: false,
             gate: Arc::default(),
+            in_flight: Arc::new(InFlight::new(MAX_QUEUE_SIZE)),
             control_vring: None,
             stopped_at: None,
             broken_ring: [false; 2],
@@ -221,6 +225,7 @@ impl WddmGpuBackend {
     /// GART and the status page registration. VRAM keeps its contents.
     fn reset_state(&mut self) {
         self.gpu.device_reset();
+        self.in_flight.forget_all();
         let dropped = self.gate.discard();
         if dropped > 0 {
             debug!("{dropped} held answer(s) dropped with the rings");
@@ -282,16 +287,36 @@ impl WddmGpuBackend {
                     // window through a descriptor (a response there would overwrite VRAM).
                     warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
                     let reply =
-                        ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone());
+                        ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone(), None);
                     self.gate.send(reply, &[]);
                     continue;
                 }
             }
+            let claim = match queue {
+                CONTROL_QUEUE => match self.in_flight.claim(chain.head_index()) {
+                    Some(claim) => Some(claim),
+                    None => {
+                        warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
+                        self.gpu.stats().request(true);
+                        let reply = ChainReply::new(
+                            chain,
+                            mem.clone(),
+                            vring.clone(),
+                            self.gate.clone(),
+                            None,
+                        );
+                        self.gate.send(reply, &[]);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
             let reply = Box::new(ChainReply::new(
                 chain.clone(),
                 mem.clone(),
                 vring.clone(),
                 self.gate.clone(),
+                claim,
             ));
             match queue {
                 CONTROL_QUEUE => self.answer(chain, reply, mem),
@@ -326,6 +351,63 @@ impl WddmGpuBackend {
 }
 
 type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+
+/// The control-queue heads the device holds: taken from the ring and not answered yet. A head
+/// the guest makes available again while the device holds it is completed at once with nothing
+/// written, so a guest re-posting heads cannot queue more than the ring's size of requests.
+struct InFlight {
+    /// Bumped when the rings are set up anew: claims of the old ring no longer release.
+    epoch: AtomicU32,
+    /// Per head: the epoch that claimed it, 0 when free.
+    heads: Vec<AtomicU32>,
+}
+
+/// One held head, released when its reply is written or dropped.
+struct Claim {
+    in_flight: Arc<InFlight>,
+    head: u16,
+    epoch: u32,
+}
+
+impl InFlight {
+    fn new(queue_size: usize) -> Self {
+        Self {
+            epoch: AtomicU32::new(1),
+            heads: (0..queue_size).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// Claims `head`; `None` when the device holds it already (or it is out of range, which the
+    /// queue refuses before this).
+    fn claim(self: &Arc<Self>, head: u16) -> Option<Claim> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let slot = self.heads.get(usize::from(head))?;
+        slot.compare_exchange(0, epoch, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(Claim {
+            in_flight: self.clone(),
+            head,
+            epoch,
+        })
+    }
+
+    /// The rings were set up anew: every head is free, and claims of the old ring stay unused.
+    fn forget_all(&self) {
+        let epoch = self.epoch.load(Ordering::Acquire).wrapping_add(1).max(1);
+        self.epoch.store(epoch, Ordering::Release);
+        for slot in &self.heads {
+            slot.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(slot) = self.in_flight.heads.get(usize::from(self.head)) {
+            let _ = slot.compare_exchange(self.epoch, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
 
 /// Whether any buffer of `chain` overlaps `window` (guest-physical).
 fn touches_window(chain: &Chain, window: &std::ops::Range<u64>) -> bool {
@@ -404,6 +486,8 @@ pub struct ChainReply {
     vring: VringRwLock,
     gate: Arc<RingGate>,
     room: usize,
+    /// The head's claim (control queue), released when this reply is written or dropped.
+    claim: Option<Claim>,
 }
 
 impl ChainReply {
@@ -412,6 +496,7 @@ impl ChainReply {
         mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
         vring: VringRwLock,
         gate: Arc<RingGate>,
+        claim: Option<Claim>,
     ) -> Self {
         let room = chain
             .clone()
@@ -424,6 +509,7 @@ impl ChainReply {
             vring,
             gate,
             room,
+            claim,
         }
     }
 }
@@ -441,7 +527,7 @@ impl Reply for ChainReply {
 
 impl ChainReply {
     /// Writes the response and puts the chain on the used ring (the gate is open).
-    fn write(self, response: &[u8]) {
+    fn write(mut self, response: &[u8]) {
         let head = self.chain.head_index();
         let written = if response.is_empty() {
             0
@@ -460,6 +546,8 @@ impl ChainReply {
                 }
             }
         };
+        // Free before the guest can see the answer and post the head again.
+        drop(self.claim.take());
         if let Err(error) = self.vring.add_used(head, written) {
             warn!("head index {head} refused: {error}");
             return;

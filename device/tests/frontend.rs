@@ -829,3 +829,36 @@ fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
     assert!(h.backend.log().contains("in the VRAM BAR window"));
     h.assert_still_serving();
 }
+
+#[test]
+fn a_head_posted_again_while_held_is_completed_at_once_and_queues_nothing() {
+    let mut h = Harness::ready("head-reposted");
+    let event = h.post_wait_event();
+    h.flush_queue();
+    // A hostile guest makes the WAIT_EVENT's head available again and again: each copy must be
+    // completed at once with nothing written instead of being queued behind the first.
+    for round in 0..2_000u32 {
+        let used_before = h.device_used_idx();
+        h.publish(event.head);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h.device_used_idx() == used_before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the copy was queued, not completed:\n{}",
+                h.backend.log()
+            );
+            std::thread::yield_now();
+        }
+        let used = h.used_entry(used_before);
+        assert_eq!(
+            (used.id, used.len),
+            (u32::from(event.head), 0),
+            "round {round}"
+        );
+    }
+    // The first WAIT_EVENT is still held, and the device serves.
+    h.skip_used();
+    assert!(!h.is_answered(&event));
+    h.assert_still_serving();
+    assert!(h.backend.log().contains("made available again before its answer"));
+}
