@@ -273,7 +273,7 @@ impl WddmGpuBackend {
             Err(virtio_queue::Error::QueueNotReady) => return Drained::Refused,
             Err(error) => {
                 if !std::mem::replace(broken, true) {
-                    warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                    crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
                 }
                 return Drained::Refused;
             }
@@ -285,7 +285,7 @@ impl WddmGpuBackend {
                 if touches_window(&chain, window) {
                     // VRAM is not guest RAM: nothing is read from or written into the BAR
                     // window through a descriptor (a response there would overwrite VRAM).
-                    warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
+                    crate::guest_warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
                     let reply =
                         ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone(), None);
                     self.gate.send(reply, &[]);
@@ -296,7 +296,7 @@ impl WddmGpuBackend {
                 CONTROL_QUEUE => match self.in_flight.claim(chain.head_index()) {
                     Some(claim) => Some(claim),
                     None => {
-                        warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
+                        crate::guest_warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
                         self.gpu.stats().request(true);
                         let reply = ChainReply::new(
                             chain,
@@ -337,13 +337,13 @@ impl WddmGpuBackend {
         let mut reader = match chain.reader(mem) {
             Ok(reader) => reader,
             Err(error) => {
-                warn!("control descriptor chain refused: {error}");
+                crate::guest_warn!("control descriptor chain refused: {error}");
                 return reply.send(&[]);
             }
         };
         let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
         if let Err(error) = reader.read_exact(&mut request) {
-            warn!("control request unreadable: {error}");
+            crate::guest_warn!("control request unreadable: {error}");
             return reply.send(&[]);
         }
         self.gpu.handle(&request, reply, mem.clone());
@@ -536,12 +536,12 @@ impl ChainReply {
                 Ok(mut writer) => match writer.write_all(response) {
                     Ok(()) => u32::try_from(writer.bytes_written()).unwrap_or(0),
                     Err(error) => {
-                        warn!("control response unwritable: {error}");
+                        crate::guest_warn!("control response unwritable: {error}");
                         0
                     }
                 },
                 Err(error) => {
-                    warn!("control descriptor chain refused: {error}");
+                    crate::guest_warn!("control descriptor chain refused: {error}");
                     0
                 }
             }
@@ -549,7 +549,7 @@ impl ChainReply {
         // Free before the guest can see the answer and post the head again.
         drop(self.claim.take());
         if let Err(error) = self.vring.add_used(head, written) {
-            warn!("head index {head} refused: {error}");
+            crate::guest_warn!("head index {head} refused: {error}");
             return;
         }
         match self.vring.needs_notification() {

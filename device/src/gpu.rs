@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use log::{info, warn};
+use log::info;
 use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
@@ -52,7 +52,7 @@ pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
         reply.send(response);
         return;
     }
-    warn!(
+    crate::guest_warn!(
         "response of {} bytes does not fit the {room}-byte buffer",
         response.len()
     );
@@ -232,7 +232,7 @@ impl Gpu {
         let request = match decode(request) {
             Ok(request) => request,
             Err(error) => {
-                warn!("malformed control request: {error}");
+                crate::guest_warn!("malformed control request: {error}");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
         };
@@ -241,7 +241,7 @@ impl Gpu {
                 // Checked before anything runs: work whose answer cannot be written must not
                 // happen (the driver would never learn what its packets did).
                 if reply.room() < std::mem::size_of::<WddmGpuRespSubmit>() {
-                    warn!(
+                    crate::guest_warn!(
                         "SUBMIT fence {} refused unexecuted: response buffer of {} bytes is too small",
                         cmd.submission_fence_id,
                         reply.room()
@@ -253,7 +253,7 @@ impl Gpu {
             }
             ControlRequest::WaitEvent => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
-                    warn!(
+                    crate::guest_warn!(
                         "WAIT_EVENT response buffer of {} bytes is too small",
                         reply.room()
                     );
@@ -275,7 +275,7 @@ impl Gpu {
                 match registered {
                     Ok(()) => header(VIRTIO_GPU_RESP_OK_NODATA),
                     Err(error) => {
-                        warn!("{error}");
+                        crate::guest_warn!("{error}");
                         return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
                     }
                 }
@@ -304,18 +304,18 @@ impl Gpu {
                 response
             }
             ControlRequest::GetCapsetInfo(index) => {
-                warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
+                crate::guest_warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
             ControlRequest::GetCapset { id, version } => {
-                warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
+                crate::guest_warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
             ControlRequest::GetEdid => {
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID)
             }
             ControlRequest::Unknown(type_) => {
-                warn!("unsupported control command {type_:#x}");
+                crate::guest_warn!("unsupported control command {type_:#x}");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
         };

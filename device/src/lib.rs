@@ -15,6 +15,7 @@
 //! - [`caps`]: the segment-layout capability-set blob.
 //! - [`vram`]: the shared VRAM file and the BAR locator.
 //! - [`guest_ram`]: guest system memory with the VRAM window excluded.
+//! - [`guest_log`]: rate-limited warnings for what a guest caused.
 //! - [`status_page`]: the status page the driver registers.
 //! - [`size`]: size parsing for command lines and layout files.
 //! - [`stats`]: counters and latency histograms of the paging path.
@@ -31,6 +32,7 @@ pub mod engine;
 pub mod fd_relay;
 pub mod gart;
 pub mod gpu;
+pub mod guest_log;
 pub mod guest_ram;
 pub mod layout;
 pub mod layout_file;

@@ -22,7 +22,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use log::warn;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
@@ -589,7 +588,7 @@ impl Shared {
         };
         match completion.fault {
             Some((offset, fault)) if fault.is_fault() => {
-                warn!(
+                crate::guest_warn!(
                     "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
                     completion.fault_opcode
                 );

@@ -860,5 +860,30 @@ fn a_head_posted_again_while_held_is_completed_at_once_and_queues_nothing() {
     h.skip_used();
     assert!(!h.is_answered(&event));
     h.assert_still_serving();
-    assert!(h.backend.log().contains("made available again before its answer"));
+    assert!(h
+        .backend
+        .log()
+        .contains("made available again before its answer"));
+}
+
+#[test]
+fn a_guest_looping_on_bad_requests_gets_rate_limited_log_lines() {
+    let mut h = Harness::ready("log-flood");
+    let started = std::time::Instant::now();
+    let unknown = WddmGpuCtrlHdr::with_type(0x7777);
+    for _ in 0..3_000 {
+        let reply = h.request(unknown.as_bytes(), 64);
+        assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_ERR_UNSPEC);
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    std::thread::sleep(Duration::from_millis(1100));
+    // One more refusal opens a new window, which reports what the last ones suppressed.
+    h.request(unknown.as_bytes(), 64);
+    let log = h.backend.log();
+    let written = log.matches("unsupported control command").count() as u64;
+    assert!(
+        written <= 20 * (seconds + 2),
+        "{written} lines for 3,001 refusals in about {seconds} s"
+    );
+    assert!(log.contains("guest-caused warning(s) suppressed"), "{log}");
 }
