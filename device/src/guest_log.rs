@@ -29,10 +29,10 @@ pub fn allow() -> bool {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let now = Instant::now();
-    if window
+    let open = window
         .start
-        .is_none_or(|start| now.duration_since(start) >= WINDOW)
-    {
+        .is_some_and(|start| now.duration_since(start) < WINDOW);
+    if !open {
         let suppressed = std::mem::take(&mut window.suppressed);
         if suppressed > 0 {
             log::warn!(
