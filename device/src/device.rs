@@ -239,6 +239,7 @@ impl WddmGpuBackend {
             return Ok(());
         };
         let mem = atomic.memory();
+        self.gpu.new_kick();
         loop {
             if self.event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;

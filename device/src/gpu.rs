@@ -221,6 +221,12 @@ impl Gpu {
         );
     }
 
+    /// The transport took a kick: short submissions may run on its thread again, up to the
+    /// scheduler's per-kick budget.
+    pub fn new_kick(&self) {
+        self.scheduler.new_kick();
+    }
+
     /// Answers one control request through `reply`, now or (submissions, events) later.
     pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
         let refused = self.dispatch(request, reply, mem);

@@ -153,7 +153,14 @@ impl Rig {
         self.gpu.memory_changed(&self.atomic.memory());
     }
 
+    /// One request brought by a kick of its own, as the transport hands them over.
     fn request(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
+        self.gpu.new_kick();
+        self.request_same_kick(bytes, room)
+    }
+
+    /// One more request of the kick before.
+    fn request_same_kick(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
         let (tx, rx) = channel();
         self.gpu.handle(
             bytes,
@@ -647,4 +654,46 @@ fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budg
         (0, 1),
         "the rest ran on the engine thread"
     );
+}
+
+#[test]
+fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
+    let rig = Rig::new("kick-budget");
+    let piece = crate::scheduler::INLINE_WORK / 4;
+    let packets = fill(0, piece, 0x5555_5555);
+    rig.atomic
+        .memory()
+        .write_slice(&packets, GuestAddress(DMA))
+        .unwrap();
+    let command = |fence: u32| WddmGpuCmdSubmit {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+        dma_buffer_address: DMA,
+        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+        dma_buffer_size: packets.len() as u32,
+        end_offset: packets.len() as u32,
+        submission_fence_id: fence,
+        ..Default::default()
+    };
+    // Eight submissions in one kick: four fit the kick's inline budget, the rest go to the
+    // engine thread, so a ring full of small submissions cannot hold the control queue.
+    rig.gpu.new_kick();
+    let answers: Vec<_> = (1..=8u32)
+        .map(|fence| rig.request_same_kick(command(fence).as_bytes(), 64))
+        .collect();
+    for (fence, rx) in (1..=8u32).zip(&answers) {
+        let response = submit_response(rx);
+        assert_eq!(
+            (response.status, response.submission_fence_id),
+            (SubmitStatus::Ok as u32, fence)
+        );
+    }
+    let stats = rig.gpu.stats().snapshot();
+    assert_eq!(
+        (stats.submissions.inline, stats.submissions.engine),
+        (4, 4),
+        "inline versus engine thread"
+    );
+    // The next kick may run inline again.
+    let rx = rig.request(command(9).as_bytes(), 64);
+    assert!(rx.try_recv().is_ok(), "answered on the calling thread");
 }

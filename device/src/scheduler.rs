@@ -44,14 +44,15 @@ const PREEMPT: u8 = 1;
 const RESET: u8 = 2;
 const PAUSE: u8 = 3;
 
-/// Most bytes the packets of one submission may declare (transferred, filled, or read from
-/// page arrays) and still run on the control-queue thread: tens of microseconds, which is
-/// also the most that thread can delay a PREEMPT behind it.
+/// Most bytes the packets run on the control-queue thread may declare (transferred, filled, or
+/// read from page arrays) per kick, over all the submissions that kick brings: tens of
+/// microseconds, which is also the most that thread can delay a PREEMPT or a frontend message
+/// behind it, however many small submissions the guest puts on the ring.
 pub const INLINE_WORK: u64 = 256 << 10;
 
-/// Most packets of one submission that run on the control-queue thread: packets that move no
-/// data (FENCE, DISCARD, READ/WRITE_PHYSICAL) still cost a few microseconds each, and a DMA
-/// buffer of a million of them must not hold the control queue for seconds.
+/// Most packets that run on the control-queue thread per kick: packets that move no data
+/// (FENCE, DISCARD, READ/WRITE_PHYSICAL) still cost a few microseconds each, and a DMA buffer
+/// (or a ring of them) holding a million must not hold the control queue for seconds.
 pub const INLINE_PACKETS: u32 = 64;
 
 /// What a submission may still do on the control-queue thread.
@@ -66,6 +67,11 @@ impl InlineBudget {
         bytes: INLINE_WORK,
         packets: INLINE_PACKETS,
     };
+
+    /// Whether a submission may still start inline.
+    fn has_room(&self) -> bool {
+        self.packets > 0 && self.bytes > 0
+    }
 }
 
 struct Job {
@@ -153,6 +159,8 @@ pub struct Paused {
 /// The engine thread and its queue.
 pub struct Scheduler {
     shared: Arc<Shared>,
+    /// What this kick may still run on the control-queue thread (only that thread uses it).
+    kick_budget: Mutex<InlineBudget>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -254,12 +262,19 @@ impl Scheduler {
             .spawn(move || thread_shared.work())?;
         Ok(Self {
             shared,
+            kick_budget: Mutex::new(InlineBudget::FULL),
             worker: Mutex::new(Some(worker)),
         })
     }
 
-    /// Runs a submission: here, up to the inline budget, when the engine is idle; on the
-    /// engine thread otherwise (or for the rest, past the budget).
+    /// A new kick: the control-queue thread may run [`INLINE_WORK`] bytes and
+    /// [`INLINE_PACKETS`] packets again before handing work to the engine thread.
+    pub fn new_kick(&self) {
+        *lock(&self.kick_budget) = InlineBudget::FULL;
+    }
+
+    /// Runs a submission: here, within what is left of this kick's inline budget, when the
+    /// engine is idle; on the engine thread otherwise (or for the rest, past the budget).
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
         let shared = &self.shared;
         let job = Job {
@@ -270,12 +285,14 @@ impl Scheduler {
             before: None,
         };
         let fence = cmd.submission_fence_id;
+        let mut budget = Some(*lock(&self.kick_budget));
         {
             let mut queue = lock(&shared.queue);
             let idle = queue.pending.is_empty()
                 && queue.running.is_none()
                 && !queue.paused
-                && !queue.shutdown;
+                && !queue.shutdown
+                && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
                 shared.stats.queue_depth(queue.depth());
@@ -285,7 +302,12 @@ impl Scheduler {
             queue.running = Some(fence);
             shared.stats.queue_depth(queue.depth());
         }
-        let answer = match shared.run(job, Some(InlineBudget::FULL)) {
+        let ran = shared.run(job, &mut budget);
+        *lock(&self.kick_budget) = budget.unwrap_or(InlineBudget {
+            bytes: 0,
+            packets: 0,
+        });
+        let answer = match ran {
             Ran::Answered(answer) => answer,
             Ran::Deferred(job) => {
                 let mut queue = lock(&shared.queue);
@@ -487,7 +509,7 @@ impl Shared {
                 }
             };
             let fence = job.cmd.submission_fence_id;
-            let answer = match self.run(job, None) {
+            let answer = match self.run(job, &mut None) {
                 Ran::Answered(answer) => answer,
                 // Only inline runs have a budget.
                 Ran::Deferred(job) => self.stop_deferred(job, RESET),
@@ -534,7 +556,8 @@ impl Shared {
 
     /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
     /// answers it unless it was deferred.
-    fn run(&self, mut job: Job, inline_budget: Option<InlineBudget>) -> Ran {
+    /// `inline_budget` is left with what the run did not use.
+    fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>) -> Ran {
         let memory = DeviceMemory {
             ram: GuestRam::new(&*job.mem, self.vram.guest_window()),
             vram: &self.vram,
@@ -548,10 +571,12 @@ impl Shared {
             ram: &memory.ram,
             stats: &self.stats,
             trace: self.trace.as_deref(),
-            inline_budget,
+            inline_budget: *inline_budget,
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
+        let inline = inline_budget.is_some();
+        *inline_budget = hooks.inline_budget;
         if let Some(offset) = completion.deferred {
             let before = job.before.get_or_insert(Partial {
                 start,
@@ -563,7 +588,7 @@ impl Shared {
             job.cmd.start_offset = offset;
             return Ran::Deferred(job);
         }
-        Ran::Answered(self.answer(job, completion, start, inline_budget.is_some()))
+        Ran::Answered(self.answer(job, completion, start, inline))
     }
 
     /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
