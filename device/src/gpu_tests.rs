@@ -206,15 +206,7 @@ impl Rig {
             .write_slice(packets, GuestAddress(address))
             .unwrap();
         self.fence += 1;
-        let cmd = WddmGpuCmdSubmit {
-            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-            dma_buffer_address: address,
-            flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-            dma_buffer_size: packets.len() as u32,
-            end_offset: packets.len() as u32,
-            submission_fence_id: self.fence,
-            ..Default::default()
-        };
+        let cmd = submit_cmd(address, packets.len(), self.fence);
         (self.fence, self.request(cmd.as_bytes(), 64))
     }
 
@@ -226,6 +218,19 @@ impl Rig {
             .unwrap()
             .copy_to(&mut out[..]);
         out
+    }
+}
+
+/// A paging submission of the `size` bytes of packets at `address`.
+fn submit_cmd(address: u64, size: usize, fence: u32) -> WddmGpuCmdSubmit {
+    WddmGpuCmdSubmit {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
+        dma_buffer_address: address,
+        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
+        dma_buffer_size: size as u32,
+        end_offset: size as u32,
+        submission_fence_id: fence,
+        ..Default::default()
     }
 }
 
@@ -593,15 +598,7 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
             }
         });
         for fence in 1..=200u32 {
-            let cmd = WddmGpuCmdSubmit {
-                hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-                dma_buffer_address: DMA,
-                flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-                dma_buffer_size: packets.len() as u32,
-                end_offset: packets.len() as u32,
-                submission_fence_id: fence,
-                ..Default::default()
-            };
+            let cmd = submit_cmd(DMA, packets.len(), fence);
             let rx = rig.request(cmd.as_bytes(), 64);
             // Either answered (done, or stopped by the reset) or dropped with the rings; a
             // lost wake-up would leave the engine stuck and the next submission unanswered.
@@ -622,15 +619,7 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
         .memory()
         .write_slice(&fence_packet(5), GuestAddress(DMA))
         .unwrap();
-    let cmd = WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: DMA,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: 16,
-        end_offset: 16,
-        submission_fence_id: 1000,
-        ..Default::default()
-    };
+    let cmd = submit_cmd(DMA, 16, 1000);
     let response = submit_response(&rig.request(cmd.as_bytes(), 64));
     assert_eq!(response.status, SubmitStatus::Ok as u32);
 }
@@ -665,15 +654,7 @@ fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
         .memory()
         .write_slice(&packets, GuestAddress(DMA))
         .unwrap();
-    let command = |fence: u32| WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: DMA,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: packets.len() as u32,
-        end_offset: packets.len() as u32,
-        submission_fence_id: fence,
-        ..Default::default()
-    };
+    let command = |fence: u32| submit_cmd(DMA, packets.len(), fence);
     // Eight submissions in one kick: four fit the kick's inline budget, the rest go to the
     // engine thread, so a ring full of small submissions cannot hold the control queue.
     rig.gpu.new_kick();

@@ -493,11 +493,7 @@ fn response_buffers_too_small_for_the_capset_still_complete() {
 #[test]
 fn descriptors_outside_guest_memory_complete_with_nothing_written() {
     let mut h = Harness::ready("bad-descriptors");
-    let request = WddmGpuGetCapsetInfo {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
-        capset_index: 0,
-        padding: 0,
-    };
+    let request = capset_info_request();
     h.write_ram(REQUEST, request.as_bytes());
     let cases: [(&str, Desc, Desc); 3] = [
         (
@@ -546,25 +542,13 @@ fn descriptors_outside_guest_memory_complete_with_nothing_written() {
             },
         ),
     ];
-    for (what, first, second) in cases {
-        h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
-        h.write_descriptors(DESC_TABLE, &[first, second]);
-        h.publish(0);
-        let used = h.expect_used();
-        assert_eq!((used.id, used.len), (0, 0), "{what}");
-        assert_eq!(h.read_ram(RESPONSE, 64), vec![RESPONSE_FILL; 64], "{what}");
-    }
-    h.assert_still_serving();
+    assert_completed_with_nothing_written(&mut h, &cases, |_, _| {});
 }
 
 #[test]
 fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
     let mut h = Harness::ready("loop");
-    let request = WddmGpuGetCapsetInfo {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
-        capset_index: 0,
-        padding: 0,
-    };
+    let request = capset_info_request();
     h.write_ram(REQUEST, request.as_bytes());
     // 0 → 1 → 0 → ...: the device must give up after at most the queue size.
     h.write_descriptors(
@@ -593,11 +577,7 @@ fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
 #[test]
 fn requests_through_an_indirect_descriptor_table_are_answered() {
     let mut h = Harness::ready("indirect");
-    let request = WddmGpuGetCapsetInfo {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
-        capset_index: 0,
-        padding: 0,
-    };
+    let request = capset_info_request();
     h.write_ram(REQUEST, request.as_bytes());
     h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
     // The request split over two readable descriptors (ANY_LAYOUT), then the response.
@@ -752,11 +732,7 @@ fn get_vring_base_while_the_ring_is_busy_is_always_answered() {
     // that was stopped under it.
     let mut h = Harness::ready("busy-stop");
     assert!(h.negotiated.unwrap().features & (1 << 29) != 0, "EVENT_IDX");
-    let request = WddmGpuGetCapsetInfo {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
-        capset_index: 0,
-        padding: 0,
-    };
+    let request = capset_info_request();
     for round in 0..200 {
         let posted: Vec<_> = (0..8).map(|_| h.post(request.as_bytes(), 64)).collect();
         let base = h.stop_device();
@@ -781,11 +757,7 @@ fn get_vring_base_while_the_ring_is_busy_is_always_answered() {
 #[test]
 fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
     let mut h = Harness::ready("vram-window-buffers");
-    let request = WddmGpuGetCapsetInfo {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
-        capset_index: 0,
-        padding: 0,
-    };
+    let request = capset_info_request();
     h.write_ram(REQUEST, request.as_bytes());
     // The same request also placed in VRAM, where the guest sees it through the BAR.
     h.write_vram(0x1000, request.as_bytes());
@@ -813,21 +785,14 @@ fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
             in_ram(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
     ];
-    for (what, first, second) in cases {
-        h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
-        h.write_descriptors(DESC_TABLE, &[first, second]);
-        h.publish(0);
-        let used = h.expect_used();
-        assert_eq!((used.id, used.len), (0, 0), "{what}");
-        assert_eq!(h.read_ram(RESPONSE, 64), vec![RESPONSE_FILL; 64], "{what}");
+    assert_completed_with_nothing_written(&mut h, &cases, |h, what| {
         assert_eq!(
             h.read_vram(0x2000, 64),
             vec![0x5a; 64],
             "{what}: VRAM written"
         );
-    }
+    });
     assert!(h.backend.log().contains("in the VRAM BAR window"));
-    h.assert_still_serving();
 }
 
 #[test]
@@ -886,4 +851,33 @@ fn a_guest_looping_on_bad_requests_gets_rate_limited_log_lines() {
         "{written} lines for 3,001 refusals in about {seconds} s"
     );
     assert!(log.contains("guest-caused warning(s) suppressed"), "{log}");
+}
+
+/// GET_CAPSET_INFO for index 0.
+fn capset_info_request() -> WddmGpuGetCapsetInfo {
+    WddmGpuGetCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_GET_CAPSET_INFO),
+        capset_index: 0,
+        padding: 0,
+    }
+}
+
+/// Each case's two-descriptor chain (request at [`REQUEST`], response buffer somewhere) must
+/// complete with nothing written to [`RESPONSE`]; `check` looks at whatever else must be left
+/// alone. The device serves afterwards.
+fn assert_completed_with_nothing_written(
+    h: &mut Harness,
+    cases: &[(&str, Desc, Desc)],
+    check: impl Fn(&Harness, &str),
+) {
+    for &(what, first, second) in cases {
+        h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
+        h.write_descriptors(DESC_TABLE, &[first, second]);
+        h.publish(0);
+        let used = h.expect_used();
+        assert_eq!((used.id, used.len), (0, 0), "{what}");
+        assert_eq!(h.read_ram(RESPONSE, 64), vec![RESPONSE_FILL; 64], "{what}");
+        check(h, what);
+    }
+    h.assert_still_serving();
 }
