@@ -35,7 +35,7 @@ use crate::cli::Options;
 use crate::driver::BAR_WAIT_TIMEOUT;
 use crate::engine::{expect_status, Engine};
 use crate::failure::{ensure, Failure, Outcome};
-use crate::gpu::{self, Ticket};
+use crate::gpu::{self, Completion, Ticket};
 use crate::kmd::Event;
 use crate::packets::{self, DmaBufferBuilder};
 use crate::report;
@@ -668,26 +668,39 @@ fn finish_long(r: &mut Rig, run: Running) -> Outcome {
 
 /// State a reset must clear (aperture mappings, status page, posted WAIT_EVENTs, a running
 /// submission) and VRAM it must keep; the host then resets the VM.
-fn reset_setup(rig: &mut Outcome<Rig>) -> Outcome {
-    const TEST: &str = FIRST_BOOT_TESTS[2];
-    let r = rig_of(rig)?;
-    let (e, c, plan) = (&mut r.e, &mut r.c, r.plan);
-    c.begin(e);
-    c.kmd_ready(e)?;
+/// Maps [`RESET_PAGES`] guest pages holding pattern `tag` at aperture page [`RESET_PAGE`],
+/// copies them to VRAM at `scratch` and checks the bytes there (`when`, for messages).
+fn map_and_copy_to_vram(
+    e: &mut Engine,
+    c: &mut Ctx,
+    tag: u64,
+    scratch: u64,
+    when: &str,
+) -> Outcome<Completion> {
     let pieces = c.pieces(RESET_PAGES as usize)?;
-    let data = pattern_bytes(RESET_TAG, 0, RESET_PAGES * PAGE);
+    let data = pattern_bytes(tag, 0, RESET_PAGES * PAGE);
     write_pieces(e, &pieces, &data);
     c.map(e, RESET_PAGE, &pieces)?;
-    let scratch = plan.scratch();
-    e.require_vram(scratch, RESET_PAGES * PAGE)?;
     let done = e.transfer(
         RESET_PAGES * PAGE,
         c.ap(RESET_PAGE * PAGE),
         e.vram_at(scratch),
     )?;
     expect_done(&done, RESET_PAGES * PAGE, 1)
-        .map_err(|f| Failure(format!("aperture -> VRAM before the reset: {f}")))?;
-    check_vram(e, scratch, &data, "aperture -> VRAM before the reset")?;
+        .map_err(|f| Failure(format!("aperture -> VRAM {when}: {f}")))?;
+    check_vram(e, scratch, &data, &format!("aperture -> VRAM {when}"))?;
+    Ok(done)
+}
+
+fn reset_setup(rig: &mut Outcome<Rig>) -> Outcome {
+    const TEST: &str = FIRST_BOOT_TESTS[2];
+    let r = rig_of(rig)?;
+    let (e, c, plan) = (&mut r.e, &mut r.c, r.plan);
+    c.begin(e);
+    c.kmd_ready(e)?;
+    let scratch = plan.scratch();
+    e.require_vram(scratch, RESET_PAGES * PAGE)?;
+    map_and_copy_to_vram(e, c, RESET_TAG, scratch, "before the reset")?;
     e.vram_write_and_verify(plan.keep(), KEEP_LEN, KEEP_TAG)?;
 
     prepare_long(e, &plan, RESET_TAG)?;
@@ -782,18 +795,7 @@ fn after_reset_device_works(options: &Options, first: &mut Option<Record>) -> Ou
     // A fresh registration, map and transfer work.
     c.begin(e);
     c.kmd_ready(e)?;
-    let pieces = c.pieces(RESET_PAGES as usize)?;
-    let data = pattern_bytes(AFTER_TAG, 0, RESET_PAGES * PAGE);
-    write_pieces(e, &pieces, &data);
-    c.map(e, RESET_PAGE, &pieces)?;
-    let done = e.transfer(
-        RESET_PAGES * PAGE,
-        c.ap(RESET_PAGE * PAGE),
-        e.vram_at(scratch),
-    )?;
-    expect_done(&done, RESET_PAGES * PAGE, 1)
-        .map_err(|f| Failure(format!("aperture -> VRAM after the reset: {f}")))?;
-    check_vram(e, scratch, &data, "aperture -> VRAM after the reset")?;
+    let done = map_and_copy_to_vram(e, c, AFTER_TAG, scratch, "after the reset")?;
     let page = c.status.header();
     ensure(page.completed_fence == done.fence, || {
         format!(
