@@ -289,7 +289,12 @@ impl Bench {
         let options = SpawnOptions {
             vram_size: VRAM_BYTES,
             ram_size: RAM_BYTES,
-            args: vec!["--layout".into(), layout_file.clone().into_os_string()],
+            args: vec![
+                "--layout".into(),
+                layout_file.clone().into_os_string(),
+                // The latency limit the submission round trip is compared with.
+                "--bench-echo".into(),
+            ],
             log_filter: "info".to_string(),
         };
         let mut h = Harness::ready_with_options("bench", &options);

@@ -25,7 +25,10 @@ use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
 use virtio_queue::{QueueOwnedT, QueueT};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryLoadGuard,
+    GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -100,6 +103,8 @@ pub struct WddmGpuBackend {
     stopped_at: Option<u16>,
     /// The control and cursor rings' avail index was found out of range (reported once).
     broken_ring: [bool; 2],
+    /// A memory table was refused: the session is ending and guest memory is not touched.
+    memory_refused: bool,
     /// The display socket QEMU hands over at DRIVER_OK. This device has no scanout, but closing
     /// the socket makes QEMU log read errors, so it is kept open.
     display: Option<GpuBackend>,
@@ -122,6 +127,7 @@ impl WddmGpuBackend {
             control_vring: None,
             stopped_at: None,
             broken_ring: [false; 2],
+            memory_refused: false,
             display: None,
         }
     }
@@ -234,6 +240,10 @@ impl WddmGpuBackend {
     }
 
     fn process_queue(&mut self, vring: &VringRwLock, queue: u16) -> io::Result<()> {
+        if self.memory_refused {
+            debug!("queue {queue} kicked while the memory table is refused");
+            return Ok(());
+        }
         let Some(atomic) = &self.mem else {
             warn!("queue {queue} kicked before any memory table");
             return Ok(());
@@ -408,6 +418,33 @@ impl Drop for Claim {
             let _ = slot.compare_exchange(self.epoch, 0, Ordering::AcqRel, Ordering::Acquire);
         }
     }
+}
+
+/// Every file-backed region must lie inside its file: the frontend may map a range past the
+/// end (mmap allows it), and touching that range raises SIGBUS.
+fn check_regions(mem: &GuestMemoryMmap) -> io::Result<()> {
+    for region in mem.iter() {
+        let Some(file_offset) = region.file_offset() else {
+            continue;
+        };
+        let file_size = file_offset.file().metadata()?.len();
+        let inside = file_offset
+            .start()
+            .checked_add(region.len())
+            .is_some_and(|end| end <= file_size);
+        if !inside {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "region at guest-physical {:#x} maps {:#x} bytes from file offset {:#x}, past the end of its {file_size:#x}-byte file",
+                    region.start_addr().0,
+                    region.len(),
+                    file_offset.start()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether any buffer of `chain` overlaps `window` (guest-physical).
@@ -618,7 +655,17 @@ impl VhostUserBackendMut for WddmGpuBackend {
         out
     }
 
+    /// A new memory table. One whose region maps past the end of its file is refused: the
+    /// frontend gets a failure reply and the session ends with a message naming the region,
+    /// where touching that range would have killed the process (SIGBUS) at the guest's whim.
     fn update_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        if let Err(error) = check_regions(&mem.memory()) {
+            log::error!("memory table refused: {error}");
+            // Nothing may touch guest memory any more: the rings already see this table.
+            self.gate.close();
+            self.memory_refused = true;
+            return Err(error);
+        }
         self.gpu.memory_changed(&mem.memory());
         self.mem = Some(mem);
         Ok(())

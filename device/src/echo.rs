@@ -39,6 +39,9 @@ pub enum EchoError {
     /// The daemon has no vring worker to answer on (the backend is not serving yet).
     #[error("no vring worker to answer echo kicks on")]
     NoWorker,
+    /// The backend was started without `--bench-echo`.
+    #[error("the echo is off: start the backend with --bench-echo (only the benchmark needs it)")]
+    Off,
     /// One echo at a time: the worker answers one pair of eventfds.
     #[error("another echo client is connected")]
     Busy,
@@ -61,12 +64,21 @@ pub struct EchoPort {
     session: Mutex<Option<Session>>,
     sessions: std::sync::atomic::AtomicU64,
     registrar: OnceLock<Registrar>,
+    /// Off unless the benchmark asked for it (`--bench-echo`): a stats-socket client must not
+    /// be able to make the vring worker answer its eventfds otherwise.
+    enabled: std::sync::atomic::AtomicBool,
 }
 
 impl EchoPort {
     /// Gives the port its way into the vring worker's epoll set (once; later calls are ignored).
     pub fn set_registrar(&self, registrar: Registrar) {
         let _ = self.registrar.set(registrar);
+    }
+
+    /// Serves echo clients from now on (`--bench-echo`).
+    pub fn enable(&self) {
+        self.enabled
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The vring worker saw [`ECHO_EVENT`]: consume the kick, write the call. The stats server
@@ -103,6 +115,9 @@ impl EchoPort {
     /// Blocks the calling thread (a stats-server client thread) meanwhile. `kick` and `call`
     /// must be non-blocking (the stats server checks).
     pub fn serve(&self, stream: UnixStream, kick: EventFd, call: EventFd) -> Result<(), EchoError> {
+        if !self.enabled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(EchoError::Off);
+        }
         let registrar = self.registrar.get().ok_or(EchoError::NoWorker)?;
         let kick_fd = kick.as_raw_fd();
         let id = self
@@ -259,6 +274,7 @@ mod tests {
         std::thread::JoinHandle<Result<(), EchoError>>,
     ) {
         let port = Arc::new(EchoPort::default());
+        port.enable();
         spawn_test_worker(&port);
         let (client, server) = UnixStream::pair().unwrap();
         let peer = EchoPeer::over(client).unwrap();
@@ -284,6 +300,7 @@ mod tests {
     #[test]
     fn kicks_before_the_session_starts_are_answered() {
         let port = Arc::new(EchoPort::default());
+        port.enable();
         spawn_test_worker(&port);
         let (client, server) = UnixStream::pair().unwrap();
         let peer = EchoPeer::over(client).unwrap();
@@ -335,8 +352,23 @@ mod tests {
     }
 
     #[test]
+    fn the_echo_is_off_unless_enabled() {
+        let port = Arc::new(EchoPort::default());
+        spawn_test_worker(&port);
+        let (client, server) = UnixStream::pair().unwrap();
+        let _peer = EchoPeer::over(client).unwrap();
+        let (kick, call) = accept_request(&server);
+        assert!(matches!(
+            port.serve(server, kick, call),
+            Err(EchoError::Off)
+        ));
+        assert!(lock(&port.session).is_none());
+    }
+
+    #[test]
     fn without_a_worker_the_echo_is_refused() {
         let port = EchoPort::default();
+        port.enable();
         let (client, server) = UnixStream::pair().unwrap();
         let _peer = EchoPeer::over(client).unwrap();
         let (kick, call) = accept_request(&server);

@@ -50,9 +50,11 @@ struct RunArgs {
     /// Print the backend's capabilities as JSON (QEMU's vhost-user convention) and exit.
     #[arg(long)]
     print_capabilities: bool,
-    /// The VRAM file, created if missing; QEMU maps the same file for the VRAM BAR.
-    #[arg(long, default_value = "/dev/shm/vhost-user-wddm-gpu.vram")]
-    vram_path: PathBuf,
+    /// The VRAM file, created if missing; QEMU maps the same file for the VRAM BAR. Default:
+    /// a file in /dev/shm named after the --socket-path (each socket gets its own), or after
+    /// the process with --fd.
+    #[arg(long)]
+    vram_path: Option<PathBuf>,
     /// VRAM BAR size: a power of two (QEMU requires power-of-two BARs), e.g. 256MiB or 0x10000000.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     vram_size: u64,
@@ -61,6 +63,14 @@ struct RunArgs {
     /// zero at every start.
     #[arg(long)]
     device_vram_path: Option<PathBuf>,
+    /// Mode of the files and sockets the backend creates (octal): the owner's only by default;
+    /// 0660 lets a QEMU running as another user of the same group use them.
+    #[arg(long, default_value = "0600", value_parser = parse_file_mode)]
+    file_mode: u32,
+    /// Answer the benchmark's eventfd echo on the stats socket (`scripts/bench` passes it);
+    /// off by default: no other client may make the vring worker serve its eventfds.
+    #[arg(long)]
+    bench_echo: bool,
     /// Segment layout file (TOML); default: CPU-visible VRAM filling the BAR plus a 512 MiB aperture.
     #[arg(long)]
     layout: Option<PathBuf>,
@@ -279,13 +289,42 @@ fn codec_command(
     }
 }
 
+/// `--file-mode`: octal permission bits, the owner always able to read and write.
+fn parse_file_mode(text: &str) -> Result<u32, String> {
+    let mode = u32::from_str_radix(text.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("'{text}' is not an octal mode such as 0600 or 0660"))?;
+    if mode & !0o777 != 0 {
+        return Err(format!("{text}: only permission bits (at most 0777)"));
+    }
+    if mode & 0o600 != 0o600 {
+        return Err(format!(
+            "{text}: the owner (the backend) must be able to read and write"
+        ));
+    }
+    Ok(mode)
+}
+
 fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
+    // Nothing this process creates is open to others for a moment: files and sockets get
+    // --file-mode explicitly once they exist.
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+    // A socket another backend serves means that backend's VRAM file is in use too: refuse
+    // before touching any file.
+    if let Some(path) = &args.socket_path {
+        check_socket_free(path)?;
+    }
+    let vram_path = match &args.vram_path {
+        Some(path) => path.clone(),
+        None => default_vram_path(args.socket_path.as_deref()),
+    };
     let device_only = layout.device_only_vram(args.vram_size);
     let vram = Vram::create_with_device_only_file(
-        &args.vram_path,
+        &vram_path,
         args.vram_size,
         device_only,
         args.device_vram_path.as_deref(),
+        args.file_mode,
         BarMode::Ivshmem,
     )?;
     let kept = match (&args.device_vram_path, device_only) {
@@ -317,6 +356,10 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
     let backend = WddmGpuBackend::new(gpu, args.bar_mode);
     let echo = backend.echo_port();
+    if args.bench_echo {
+        echo.enable();
+        info!("the benchmark's eventfd echo is on (--bench-echo)");
+    }
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
         Arc::new(RwLock::new(backend)),
@@ -343,9 +386,10 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
 
     let mut listener = match (&args.socket_path, args.fd) {
         (Some(path), _) => {
-            check_socket_free(path)?;
-            Listener::new(path, true)
-                .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?
+            let listener = Listener::new(path, true)
+                .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?;
+            set_mode(path, args.file_mode)?;
+            listener
         }
         (None, Some(fd)) => listening_fd(fd)?,
         (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
@@ -357,10 +401,12 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         .clone()
         .or_else(|| args.socket_path.as_deref().map(stats_server::default_path));
     let _stats_server = match stats_path {
-        Some(path) => Some(
-            stats_server::start(&path, stats, echo)
-                .map_err(|e| StartError::StatsSocket(path, e))?,
-        ),
+        Some(path) => {
+            let server = stats_server::start(&path, stats, echo)
+                .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
+            set_mode(&path, args.file_mode)?;
+            Some(server)
+        }
         None => None,
     };
     info!("waiting for the frontend");
@@ -378,6 +424,41 @@ fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
         }
         Err(error) => Err(StartError::Daemon(error.to_string())),
     }
+}
+
+/// The VRAM file a backend uses when not told: one per socket, so two backends started with
+/// defaults never share (or resize) each other's VRAM.
+fn default_vram_path(socket: Option<&Path>) -> PathBuf {
+    let name = match socket {
+        Some(socket) => {
+            // The socket's directory resolved, so two spellings of one socket agree.
+            let full = socket
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .and_then(|dir| dir.canonicalize().ok())
+                .map(|dir| dir.join(socket.file_name().unwrap_or_default()))
+                .unwrap_or_else(|| socket.to_owned());
+            // FNV-1a: stable across runs and builds, unlike std's hasher.
+            let hash = full
+                .as_os_str()
+                .as_encoded_bytes()
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
+                    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+                });
+            format!("socket-{hash:016x}")
+        }
+        None => format!("pid-{}", std::process::id()),
+    };
+    PathBuf::from(format!("/dev/shm/vhost-user-wddm-gpu-{name}.vram"))
+}
+
+/// Gives a socket the --file-mode (it was created under the owner-only umask).
+fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        StartError::Daemon(format!("{}: cannot set mode {mode:o}: {e}", path.display()))
+    })
 }
 
 /// Refuses a socket path another process is listening on; a stale socket file is replaced.

@@ -25,9 +25,12 @@ fn stats() -> Arc<Stats> {
     Arc::new(Stats::new(&SegmentLayout::default_for_vram(16 << 20)))
 }
 
-/// An echo port without a vring worker: echo requests are refused.
+/// An echo port that is on (`--bench-echo`) but has no vring worker yet: echo requests are
+/// refused until a test gives it one.
 fn no_echo() -> Arc<EchoPort> {
-    Arc::default()
+    let port = Arc::<EchoPort>::default();
+    port.enable();
+    port
 }
 
 /// Sends raw bytes, closes the write side, returns everything the server wrote.

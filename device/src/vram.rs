@@ -6,9 +6,10 @@
 //! it removes and re-adds the region when the guest toggles memory decode. Comparing each
 //! region's file (device and inode) with ours is how the backend learns the BAR address.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::ops::Range;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -49,6 +50,20 @@ pub enum VramError {
     /// Device-only VRAM could not be reserved.
     #[error("cannot reserve {0:#x} bytes of device-only VRAM")]
     Local(u64),
+    /// Another backend holds the file.
+    #[error("VRAM file {0} is in use by another backend (each backend needs a VRAM file of its own: give --vram-path)")]
+    InUse(PathBuf),
+    /// The file exists with another size: resizing it would change VRAM under a QEMU that may
+    /// still map it (which then dies of SIGBUS).
+    #[error("VRAM file {path} holds {found:#x} bytes, not the {wanted:#x} asked for: give the matching size, or remove the file to start anew")]
+    SizeMismatch {
+        /// The path given.
+        path: PathBuf,
+        /// Its size.
+        found: u64,
+        /// The size asked for.
+        wanted: u64,
+    },
     /// The file could not be mapped.
     #[error("cannot map the VRAM file {path}: {source}")]
     Map {
@@ -127,30 +142,34 @@ struct BarState {
 }
 
 impl Vram {
-    /// Creates (or reuses and resizes) the VRAM file at `path` and maps it, and reserves
-    /// `local_size` bytes of device-only VRAM (anonymous memory: gone with the process).
+    /// Creates (or reuses, at the same size) the VRAM file at `path` and maps it, and reserves
+    /// `local_size` bytes of device-only VRAM (anonymous memory: gone with the process). A file
+    /// it creates is readable by its owner only.
     pub fn create(
         path: &Path,
         size: u64,
         local_size: u64,
         mode: BarMode,
     ) -> Result<Self, VramError> {
-        Self::create_with_device_only_file(path, size, local_size, None, mode)
+        Self::create_with_device_only_file(path, size, local_size, None, OWNER_ONLY, mode)
     }
 
     /// Like [`Self::create`]; with `local_path`, device-only VRAM lives in that file (created,
     /// or reused with its contents), so it outlives the backend process as the BAR file does.
+    /// Files it creates get `file_mode`. Each file is locked (`flock`, exclusive) for as long
+    /// as the backend runs: a second backend on the same file is refused.
     pub fn create_with_device_only_file(
         path: &Path,
         size: u64,
         local_size: u64,
         local_path: Option<&Path>,
+        file_mode: u32,
         mode: BarMode,
     ) -> Result<Self, VramError> {
         if !size.is_power_of_two() || size < (1 << 20) {
             return Err(VramError::BadSize(size));
         }
-        let mapping = map_file(path, size)?;
+        let mapping = map_file(path, size, file_mode)?;
         let metadata = mapping
             .file_offset()
             .map(|offset| offset.file().metadata())
@@ -162,7 +181,7 @@ impl Vram {
         let identity = (metadata.dev(), metadata.ino());
         let local = match (local_size, local_path) {
             (0, _) => None,
-            (_, Some(local_path)) => Some(map_file(local_path, local_size)?),
+            (_, Some(local_path)) => Some(map_file(local_path, local_size, file_mode)?),
             (_, None) => Some(
                 usize::try_from(local_size)
                     .ok()
@@ -310,23 +329,60 @@ impl Vram {
     }
 }
 
-/// Opens (creating if needed) the file at `path`, sizes it to `size` bytes and maps it shared.
-fn map_file(path: &Path, size: u64) -> Result<MmapRegion<()>, VramError> {
-    let file = OpenOptions::new()
+/// Mode of the files the backend creates unless told otherwise: the owner's only.
+pub const OWNER_ONLY: u32 = 0o600;
+
+/// Opens the file at `path` (creating it with `file_mode`), locks it for this process, sizes a
+/// new or empty one to `size` bytes (refusing one of another size) and maps it shared.
+fn map_file(path: &Path, size: u64, file_mode: u32) -> Result<MmapRegion<()>, VramError> {
+    let create_err = |source| VramError::Create {
+        path: path.to_owned(),
+        source,
+    };
+    let created = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|source| VramError::Create {
+        .create_new(true)
+        .mode(file_mode)
+        .open(path);
+    let file = match created {
+        // The mode asked for, whatever the umask.
+        Ok(file) => {
+            file.set_permissions(Permissions::from_mode(file_mode))
+                .map_err(create_err)?;
+            file
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(create_err)?,
+        Err(error) => return Err(create_err(error)),
+    };
+    // SAFETY: flock on a descriptor this function owns; it only takes or refuses the lock.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(match error.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => VramError::InUse(path.to_owned()),
+            _ => create_err(error),
+        });
+    }
+    let found = file.metadata().map_err(create_err)?.len();
+    match found {
+        0 => file.set_len(size).map_err(|source| VramError::Resize {
             path: path.to_owned(),
+            size,
             source,
-        })?;
-    file.set_len(size).map_err(|source| VramError::Resize {
-        path: path.to_owned(),
-        size,
-        source,
-    })?;
+        })?,
+        found if found != size => {
+            return Err(VramError::SizeMismatch {
+                path: path.to_owned(),
+                found,
+                wanted: size,
+            })
+        }
+        _ => {}
+    }
     let length = usize::try_from(size).map_err(|_| VramError::BadSize(size))?;
     MmapRegion::from_file(FileOffset::new(file, 0), length).map_err(|source| VramError::Map {
         path: path.to_owned(),

@@ -259,3 +259,203 @@ fn decode_and_encode_round_trip_and_refuse_bad_input() {
         assert!(stderr(&output).contains("error:"), "{bad:?}");
     }
 }
+
+/// A backend serving `socket` with `args`, stopped (killed) when dropped; its log is kept.
+struct Serving {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Serving {
+    fn start(dir: &std::path::Path, socket: &std::path::Path, args: &[&str]) -> Self {
+        let log = dir.join(format!(
+            "{}.log",
+            socket.file_name().unwrap().to_string_lossy()
+        ));
+        let child = backend()
+            .arg("--socket-path")
+            .arg(socket)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut serving = Self { child, log };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(
+                serving.child.try_wait().unwrap().is_none(),
+                "the backend exited:\n{}",
+                serving.log()
+            );
+            assert!(Instant::now() < deadline, "no socket:\n{}", serving.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        serving
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_second_backend_on_the_same_vram_file_is_refused() {
+    let dir = scratch("vram-lock");
+    let vram = dir.join("vram");
+    let vram = vram.to_str().unwrap();
+    let mut first = Serving::start(
+        &dir,
+        &dir.join("a"),
+        &["--vram-path", vram, "--vram-size", "1MiB"],
+    );
+    let second = run(&[
+        "--socket-path",
+        dir.join("b").to_str().unwrap(),
+        "--vram-path",
+        vram,
+        "--vram-size",
+        "1MiB",
+    ]);
+    assert!(!second.status.success());
+    assert!(
+        stderr(&second).contains("in use by another backend"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(!dir.join("b").exists(), "the second backend listened");
+    assert!(first.is_running(), "{}", first.log());
+}
+
+#[test]
+fn an_existing_vram_file_of_another_size_is_refused_and_left_as_is() {
+    let dir = scratch("vram-size");
+    let vram = dir.join("vram");
+    std::fs::write(&vram, vec![0x11; 2 << 20]).unwrap();
+    let output = run(&[
+        "--socket-path",
+        dir.join("s").to_str().unwrap(),
+        "--vram-path",
+        vram.to_str().unwrap(),
+        "--vram-size",
+        "4MiB",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("holds 0x200000 bytes, not the 0x400000"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::metadata(&vram).unwrap().len(), 2 << 20);
+}
+
+#[test]
+fn a_socket_in_use_is_refused_before_any_vram_file_is_made() {
+    let dir = scratch("socket-first");
+    let socket = dir.join("s");
+    let _first = Serving::start(
+        &dir,
+        &socket,
+        &[
+            "--vram-path",
+            dir.join("v1").to_str().unwrap(),
+            "--vram-size",
+            "1MiB",
+        ],
+    );
+    let second_vram = dir.join("v2");
+    let output = run(&[
+        "--socket-path",
+        socket.to_str().unwrap(),
+        "--vram-path",
+        second_vram.to_str().unwrap(),
+        "--vram-size",
+        "1MiB",
+    ]);
+    assert!(
+        stderr(&output).contains("in use by a running process"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !second_vram.exists(),
+        "a VRAM file was made for a backend that cannot serve"
+    );
+}
+
+#[test]
+fn files_and_sockets_are_the_owners_unless_file_mode_says_otherwise() {
+    let dir = scratch("modes");
+    for (mode, expected) in [(None, 0o600), (Some("0660"), 0o660)] {
+        let name = format!("m{expected:o}");
+        let socket = dir.join(&name);
+        let vram = dir.join(format!("{name}.vram"));
+        let mut args = vec!["--vram-path", vram.to_str().unwrap(), "--vram-size", "1MiB"];
+        if let Some(mode) = mode {
+            args.extend(["--file-mode", mode]);
+        }
+        let serving = Serving::start(&dir, &socket, &args);
+        let stats = dir.join(format!("{name}.stats"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stats.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for path in [&socket, &vram, &stats] {
+            assert_eq!(
+                mode_of(path),
+                expected,
+                "{}:\n{}",
+                path.display(),
+                serving.log()
+            );
+        }
+    }
+    for bad in ["0400", "0755x", "01777"] {
+        let output = run(&["--socket-path", "/nonexistent/s", "--file-mode", bad]);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {}", stderr(&output));
+    }
+}
+
+#[test]
+fn backends_without_a_vram_path_get_one_of_their_own_per_socket() {
+    let dir = scratch("default-vram");
+    let first = Serving::start(&dir, &dir.join("a"), &["--vram-size", "1MiB"]);
+    let second = Serving::start(&dir, &dir.join("b"), &["--vram-size", "1MiB"]);
+    let path_of = |serving: &Serving| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = serving.log();
+            if let Some(path) = log
+                .split_whitespace()
+                .find(|word| word.starts_with("/dev/shm/vhost-user-wddm-gpu-socket-"))
+            {
+                return PathBuf::from(path);
+            }
+            assert!(Instant::now() < deadline, "no VRAM path in the log:\n{log}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let (a, b) = (path_of(&first), path_of(&second));
+    drop((first, second));
+    let _ = std::fs::remove_file(&a);
+    let _ = std::fs::remove_file(&b);
+    assert_ne!(a, b, "two sockets, one VRAM file");
+}

@@ -881,3 +881,28 @@ fn assert_completed_with_nothing_written(
     }
     h.assert_still_serving();
 }
+
+#[test]
+fn a_memory_region_past_the_end_of_its_file_is_refused_and_the_session_ends_cleanly() {
+    let mut h = Harness::ready("region-past-eof");
+    assert_valid_transfer_works(&mut h);
+    let mut region = h.ram_region();
+    // Twice the memfd's size: a touch of the second half would raise SIGBUS in the backend.
+    region.memory_size *= 2;
+    let refused = h.frontend.set_mem_table(&[region, h.vram_region(VRAM_GPA)]);
+    assert!(
+        refused.is_err(),
+        "a region past the end of its file was accepted"
+    );
+    let mut backend = h.disconnect();
+    let status = backend.wait_exit(Duration::from_secs(10));
+    let log = backend.log();
+    assert!(
+        status.code().is_some(),
+        "killed by a signal ({status}):\n{log}"
+    );
+    assert!(
+        log.contains("memory table refused: region at guest-physical 0x0 maps"),
+        "{log}"
+    );
+}
