@@ -17,6 +17,7 @@
 //! parked submission as a reset.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -78,6 +79,9 @@ struct Job {
     cmd: WddmGpuCmdSubmit,
     reply: Box<dyn Reply>,
     mem: Mem,
+    /// Where the VRAM BAR was in `mem`: taken with it, so a queued submission does not take
+    /// frames at an old BAR address for RAM after the BAR moved.
+    window: Option<Range<u64>>,
     /// When the control queue handed it over.
     queued: Instant,
     /// What ran before it was deferred to the engine thread.
@@ -281,6 +285,9 @@ impl Scheduler {
             cmd,
             reply,
             mem,
+            // The transport hands requests over while no memory table can change, so the
+            // window read now is the one of `mem`.
+            window: self.shared.vram.guest_window(),
             queued: Instant::now(),
             before: None,
         };
@@ -559,7 +566,7 @@ impl Shared {
     /// `inline_budget` is left with what the run did not use.
     fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>) -> Ran {
         let memory = DeviceMemory {
-            ram: GuestRam::new(&*job.mem, self.vram.guest_window()),
+            ram: GuestRam::new(&*job.mem, job.window.clone()),
             vram: &self.vram,
             layout: &self.layout,
         };
@@ -594,7 +601,7 @@ impl Shared {
     /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
     /// `inline`: this last run was on the control-queue thread.
     fn answer(&self, job: Job, mut completion: Completion, start: Instant, inline: bool) -> Answer {
-        let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
+        let ram = GuestRam::new(&*job.mem, job.window.clone());
         let inline = inline && job.before.is_none();
         let start = match job.before {
             Some(before) => {

@@ -2442,6 +2442,46 @@ fn reset_device_while_stopped_resets_and_the_next_start_serves() {
     assert_next_submission_works(&mut h, 73, false);
 }
 
+#[test]
+fn a_queued_submission_sees_the_bar_where_it_was_when_it_was_queued() {
+    let mut h = ready_with_vram("queued-bar-window", BIG_VRAM);
+    // Something to wait behind: 1 GiB of VRAM copies.
+    let mut long = Dma::default();
+    for _ in 0..64 {
+        long.push(&transfer(
+            LONG_LENGTH,
+            segment(VRAM_SEGMENT, LONG_SOURCE),
+            segment(VRAM_SEGMENT, LONG_DESTINATION),
+        ));
+    }
+    h.write_ram(LONG_DMA, &long.bytes);
+    let running = h.post_submit(&submit_command(LONG_DMA, long.len(), 80));
+    // Queued behind it: pages at the BAR's address, which are VRAM, not RAM.
+    h.write_frame_list(FRAME_LISTS, &[VRAM_GPA / PAGE + 5]);
+    let mut dma = Dma::default();
+    dma.push(&transfer(
+        0x100,
+        frames(FRAME_LISTS, 1, 0),
+        segment(VRAM_SEGMENT, QUEUED_AREA),
+    ));
+    h.write_ram(QUEUED_DMA, &dma.bytes);
+    h.write_vram(QUEUED_AREA, &[SENTINEL; 0x100]);
+    let queued = h.post_submit(&submit_command(QUEUED_DMA, dma.len(), 81));
+    h.flush_queue();
+    // The BAR moves while it waits; its memory snapshot still maps the old address.
+    h.remove_vram_region();
+    h.add_vram_region(VRAM_GPA - BIG_VRAM);
+    let response = h.wait_submit(running);
+    assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
+    let response = h.wait_submit(queued);
+    assert_eq!(
+        status(&response),
+        Some(SubmitStatus::FrameInVram),
+        "frames at the old BAR address passed as RAM: {response:?}"
+    );
+    assert_eq!(h.read_vram(QUEUED_AREA, 0x100), [SENTINEL; 0x100]);
+}
+
 // ---- device-only VRAM across a backend restart ----
 
 /// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3).
