@@ -31,6 +31,7 @@ use harness::{pattern, segment, submit_command, Harness, SpawnOptions, DMA_BUFFE
 use serde_json::{json, Map, Value};
 use vhost_user_wddm_gpu::echo::{self, EchoPeer};
 use vmm_sys_util::eventfd::EventFd;
+use wddm_gpu_abi::caps::WDDM_GPU_CAPSET_ID;
 use wddm_gpu_abi::packet::{
     WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketHeader, WddmGpuPacketMapAperture,
     WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
@@ -599,6 +600,8 @@ struct Options {
     json: bool,
     rounds: usize,
     pin: bool,
+    /// `--soak N`: run N mixed submissions instead of the rounds.
+    soak: Option<u64>,
 }
 
 fn options() -> Result<Options, String> {
@@ -606,6 +609,7 @@ fn options() -> Result<Options, String> {
         json: false,
         rounds: DEFAULT_ROUNDS,
         pin: true,
+        soak: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -621,6 +625,19 @@ fn options() -> Result<Options, String> {
                     return Err("--rounds: at least 5".to_string());
                 }
             }
+            "--soak" => {
+                let value = args.next().ok_or("--soak needs a number of submissions")?;
+                let count: u64 = value
+                    .parse()
+                    .map_err(|_| format!("--soak {value}: not a number"))?;
+                if count < SOAK_KINDS * SOAK_SAMPLES {
+                    return Err(format!(
+                        "--soak: at least {} submissions",
+                        SOAK_KINDS * SOAK_SAMPLES
+                    ));
+                }
+                options.soak = Some(count);
+            }
             // cargo bench passes --bench to harness-less benchmarks.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}")),
@@ -633,7 +650,9 @@ fn main() -> ExitCode {
     let options = match options() {
         Ok(options) => options,
         Err(why) => {
-            eprintln!("paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin]");
+            eprintln!(
+                "paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin] [--soak N]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -652,6 +671,9 @@ fn main() -> ExitCode {
     let mut bench = Bench::start();
     eprintln!("paging bench: warming up and checking the device's bytes");
     bench.warm_up_and_check();
+    if let Some(submissions) = options.soak {
+        return soak(&mut bench, submissions, options.json);
+    }
     let echo = connect_echo(&bench);
     if let Err(why) = &echo {
         eprintln!("paging bench: {why}; the round-trip limit is missing");
@@ -892,6 +914,156 @@ fn main() -> ExitCode {
 }
 
 /// A figure for JSON: an integer without decimals, else rounded to `decimals`.
+/// Kinds of work the soak cycles through.
+const SOAK_KINDS: u64 = 8;
+/// RSS samples the soak takes.
+const SOAK_SAMPLES: u64 = 20;
+/// The soak's RSS is flat when it grew by at most this much after the first tenth of the run
+/// (allocator noise; a leak of even 16 bytes a submission grows 16 MB over a million).
+const SOAK_FLAT_KIB: u64 = 1024;
+
+/// `--soak N`: N submissions and requests of mixed kinds (FENCE, frames -> VRAM, VRAM -> VRAM,
+/// map and unmap, a faulting packet, WAIT_EVENT answered by a FENCE, capset queries, PREEMPT
+/// with nothing running), one at a time, each checked; the backend's RSS is sampled along the
+/// way and printed. Exits non-zero when the device answered wrongly or died; a growing RSS is
+/// reported, not asserted (a benchmark, not a timed test).
+fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
+    let rss = |bench: &Bench| {
+        bench
+            .h
+            .backend
+            .status_kib_field("RssAnon")
+            .expect("RssAnon of the backend")
+            / 1024
+    };
+    let unknown = {
+        let mut packet = header(0x7777, 16).as_bytes().to_vec();
+        packet.resize(16, 0);
+        packet
+    };
+    let small_in = transfer(
+        PAGE,
+        frame_list(CONTIGUOUS_LIST, 1),
+        segment(VRAM_SEGMENT, VRAM_PROBE),
+    );
+    let vram_copy = transfer(
+        64 << 10,
+        segment(VRAM_SEGMENT, VRAM_PROBE),
+        segment(VRAM_SEGMENT, VRAM_PROBE + MIB),
+    );
+    let mut map_unmap = map_packet(4, SCATTERED_LIST);
+    map_unmap.extend(unmap_packet(4));
+    let every = submissions / SOAK_SAMPLES;
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    eprintln!("paging bench: soak of {submissions} submissions and requests of {SOAK_KINDS} kinds");
+    for i in 0..submissions {
+        match i % SOAK_KINDS {
+            0 => {
+                let fence = bench.next_fence;
+                bench.run(&fence_packet(fence), "soak fence");
+            }
+            1 => {
+                bench.transfer(&small_in, PAGE, "soak frames -> VRAM");
+            }
+            2 => {
+                bench.transfer(&vram_copy, 64 << 10, "soak VRAM -> VRAM");
+            }
+            3 => {
+                let fence = bench.next_fence;
+                bench.next_fence += 1;
+                bench.h.write_ram(DMA_BUFFER, &map_unmap);
+                let response =
+                    bench
+                        .h
+                        .submit(&submit_command(DMA_BUFFER, map_unmap.len() as u32, fence));
+                assert_eq!(
+                    (
+                        SubmitStatus::from_raw(response.status),
+                        response.packets_completed
+                    ),
+                    (Some(SubmitStatus::Ok), 2),
+                    "soak map + unmap: {response:?}"
+                );
+            }
+            4 => {
+                let fence = bench.next_fence;
+                bench.next_fence += 1;
+                bench.h.write_ram(DMA_BUFFER, &unknown);
+                let response =
+                    bench
+                        .h
+                        .submit(&submit_command(DMA_BUFFER, unknown.len() as u32, fence));
+                assert_eq!(
+                    SubmitStatus::from_raw(response.status),
+                    Some(SubmitStatus::UnknownOpcode),
+                    "soak faulting packet: {response:?}"
+                );
+            }
+            5 => {
+                let event = bench.h.post_wait_event();
+                let fence = bench.next_fence;
+                bench.run(&fence_packet(fence), "soak fence for an event");
+                let answer = bench.h.wait_event(event);
+                assert_eq!(answer.fence_id, fence, "soak event: {answer:?}");
+            }
+            6 => {
+                let info = bench.h.capset_info();
+                assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
+            }
+            _ => {
+                let preempt = bench.h.post_preempt();
+                let answer = bench.h.wait_preempt(preempt);
+                assert_eq!(answer.preempted_count, 0, "soak preempt: {answer:?}");
+            }
+        }
+        if (i + 1) % every == 0 {
+            let kib = rss(bench);
+            eprintln!(
+                "paging bench: soak {:>9} done, backend RssAnon {kib} KiB ({:.1} s)",
+                i + 1,
+                start.elapsed().as_secs_f64()
+            );
+            samples.push((i + 1, kib));
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    if !bench.h.backend.is_running() {
+        eprintln!("paging bench: the backend died:\n{}", bench.h.backend.log());
+        return ExitCode::FAILURE;
+    }
+    // From the end of the first tenth: the allocator has found its working set by then.
+    let settled = samples[samples.len() / 10].1;
+    let last = samples[samples.len() - 1].1;
+    let peak = samples.iter().map(|&(_, kib)| kib).max().unwrap_or(last);
+    let growth = last.saturating_sub(settled);
+    let flat = peak.saturating_sub(settled) <= SOAK_FLAT_KIB;
+    if json {
+        let value = json!({
+            "soak_submissions": submissions,
+            "soak_seconds": round_to(seconds, 1),
+            "soak_per_s": round_to(submissions as f64 / seconds, 0),
+            "soak_rss_anon_kib": samples.iter().map(|&(done, kib)| json!([done, kib])).collect::<Vec<_>>(),
+            "soak_rss_growth_kib": growth,
+            "soak_rss_peak_over_settled_kib": peak.saturating_sub(settled),
+            "soak_rss_flat": flat,
+        });
+        println!("{value}");
+    } else {
+        println!(
+            "soak: {submissions} submissions and requests in {seconds:.1} s ({:.0}/s)",
+            submissions as f64 / seconds
+        );
+        println!("  backend RssAnon after the first tenth {settled} KiB, peak {peak} KiB, at the end {last} KiB");
+        println!(
+            "  growth after the first tenth: {growth} KiB (peak {} KiB over it): {}",
+            peak.saturating_sub(settled),
+            if flat { "flat" } else { "GROWING" }
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn round_to(value: f64, decimals: usize) -> Value {
     if decimals == 0 {
         return json!(value.round() as u64);
