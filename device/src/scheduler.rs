@@ -681,8 +681,8 @@ impl Shared {
         }
     }
 
-    /// Writes a submission to the trace (so a driver that saw it complete finds it there),
-    /// then sends its response.
+    /// Hands a submission to the trace (before its packets' successors, so the timeline keeps
+    /// the order), then sends its response.
     fn send(&self, answer: Answer) {
         if let Some(trace) = &self.trace {
             trace.submission(&answer.record);

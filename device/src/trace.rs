@@ -8,9 +8,11 @@
 //! nest inside their submission's span. Timestamps are microseconds since the trace was
 //! created.
 //!
-//! The writer is flushed at every submission, so the file of a backend that was killed holds
-//! every answered submission; the format allows the closing `]` to be missing, and
-//! [`Trace::finish`] (or dropping the trace) writes it. The guest decides how many packets
+//! Recording queues a copy of the record (bounded: [`QUEUE_RECORDS`]; a full queue drops events
+//! and counts them); a writer thread of its own formats and writes, so no file I/O happens under
+//! the engine's or the backend's locks. The writer flushes at every submission, so the file of
+//! a backend that was killed holds the submissions it had reached; the format allows the
+//! closing `]` to be missing, and [`Trace::finish`] (or dropping the trace) writes it. The guest decides how many packets
 //! there are, so the file stops growing at a size limit ([`DEFAULT_MAX_SIZE`] unless
 //! [`Trace::with_max_size`] says otherwise); later events are counted, not written.
 //!
@@ -21,7 +23,10 @@ use std::fmt::Display;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -35,25 +40,49 @@ const ENGINE_TRACK: u32 = 1;
 /// Default size limit of the trace file (about four million packets).
 pub const DEFAULT_MAX_SIZE: u64 = 1 << 30;
 
+/// Records waiting for the writer thread, at most: a guest whose packets outrun the disk loses
+/// events (counted), never memory or the engine's time.
+pub const QUEUE_RECORDS: usize = 16 * 1024;
+
+/// What the engine and the scheduler hand to the writer thread.
+enum Record {
+    Packet(PacketRecord),
+    Submission(SubmissionRecord),
+    /// Answered once everything sent before it is in the file (tests).
+    Sync(SyncSender<()>),
+}
+
+/// The file side, owned by the writer thread.
 struct Writer {
     out: BufWriter<File>,
-    /// Closed by `finish`, or given up after a write error: nothing more is written.
-    done: bool,
+    base: Instant,
+    pid: u32,
+    /// Given up after a write error: nothing more is written.
+    failed: bool,
     /// One event, formatted before it is written (reused).
     scratch: Vec<u8>,
     /// Bytes in the file so far.
     written: u64,
-    /// Where the file stops growing.
-    max_size: u64,
-    /// Events not written because the file reached `max_size`.
-    dropped: u64,
+    shared: Arc<Shared>,
 }
 
-/// The timeline file being written.
+/// Settings and counts the writer thread and the recording side share.
+struct Shared {
+    /// Where the file stops growing.
+    max_size: AtomicU64,
+    /// Events not written because the file reached `max_size`.
+    over_size: AtomicU64,
+    /// Events not queued because the writer thread was behind.
+    queue_full: AtomicU64,
+}
+
+/// The timeline file being written. Recording only queues a copy of the record; formatting and
+/// file I/O happen on a writer thread of their own, never under the engine's or the backend's
+/// locks.
 pub struct Trace {
-    base: Instant,
-    pid: u32,
-    writer: Mutex<Writer>,
+    queue: Mutex<Option<SyncSender<Record>>>,
+    writer: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    shared: Arc<Shared>,
 }
 
 /// Writes a value through its `Display` (no intermediate string).
@@ -147,53 +176,129 @@ fn micros(duration: Duration) -> f64 {
 }
 
 impl Trace {
-    /// Creates (truncates) the trace file and writes its header.
+    /// Creates (truncates) the trace file, writes its header and starts the writer thread.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let trace = Self {
+        let shared = Arc::new(Shared {
+            max_size: AtomicU64::new(DEFAULT_MAX_SIZE),
+            over_size: AtomicU64::new(0),
+            queue_full: AtomicU64::new(0),
+        });
+        let mut writer = Writer {
+            out: BufWriter::new(File::create(path)?),
             base: Instant::now(),
             pid: std::process::id(),
-            writer: Mutex::new(Writer {
-                out: BufWriter::new(File::create(path)?),
-                done: false,
-                scratch: Vec::new(),
-                written: 0,
-                max_size: DEFAULT_MAX_SIZE,
-                dropped: 0,
-            }),
+            failed: false,
+            scratch: Vec::new(),
+            written: 0,
+            shared: shared.clone(),
         };
-        {
-            let mut writer = trace.lock();
-            writer.out.write_all(b"[\n")?;
-            trace.metadata(&mut writer, "process_name", 0, "vhost-user-wddm-gpu")?;
-            trace.metadata(
-                &mut writer,
-                "thread_name",
-                ENGINE_TRACK,
-                "GPU engine (node 0)",
-            )?;
-            writer.out.flush()?;
-        }
-        Ok(trace)
+        writer.out.write_all(b"[\n")?;
+        writer.metadata("process_name", 0, "vhost-user-wddm-gpu")?;
+        writer.metadata("thread_name", ENGINE_TRACK, "GPU engine (node 0)")?;
+        writer.out.flush()?;
+        let (queue, records) = sync_channel(QUEUE_RECORDS);
+        let thread = std::thread::Builder::new()
+            .name("wddm-gpu-trace".into())
+            .spawn(move || writer.run(records))?;
+        Ok(Self {
+            queue: Mutex::new(Some(queue)),
+            writer: Mutex::new(Some(thread)),
+            shared,
+        })
     }
 
     /// Stops writing events once the file holds `bytes` (the closing `]` still follows).
     pub fn with_max_size(self, bytes: u64) -> Self {
-        self.lock().max_size = bytes;
+        self.shared.max_size.store(bytes, Ordering::Relaxed);
         self
     }
 
-    /// Events left out because the file reached its size limit.
+    /// Events left out: the file reached its size limit, or the writer thread was behind.
     pub fn dropped(&self) -> u64 {
-        self.lock().dropped
+        self.shared.over_size.load(Ordering::Relaxed)
+            + self.shared.queue_full.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Writer> {
-        self.writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Queues a record for the writer thread without waiting; a full queue drops it (counted,
+    /// and logged once).
+    fn record(&self, record: Record) {
+        let queue = lock(&self.queue);
+        let Some(queue) = queue.as_ref() else {
+            return;
+        };
+        if let Err(TrySendError::Full(_)) = queue.try_send(record) {
+            if self.shared.queue_full.fetch_add(1, Ordering::Relaxed) == 0 {
+                warn!("trace: the writer is behind; events are left out (counted) until it catches up");
+            }
+        }
     }
 
-    fn metadata(&self, writer: &mut Writer, name: &str, tid: u32, value: &str) -> io::Result<()> {
+    /// A packet executed.
+    pub fn packet(&self, packet: &PacketRecord) {
+        self.record(Record::Packet(*packet));
+    }
+
+    /// A submission was answered; the file is flushed when the writer reaches it.
+    pub fn submission(&self, submission: &SubmissionRecord) {
+        self.record(Record::Submission(*submission));
+    }
+
+    /// Waits until everything recorded so far is in the file.
+    pub fn sync(&self) {
+        let (done, wait) = sync_channel(1);
+        let sent = match lock(&self.queue).as_ref() {
+            Some(queue) => queue.send(Record::Sync(done)).is_ok(),
+            None => false,
+        };
+        if sent {
+            let _ = wait.recv();
+        }
+    }
+
+    /// Writes what is queued, then the closing `]`, and stops the writer thread; later events
+    /// are dropped. Dropping the trace does this too.
+    pub fn finish(&self) -> io::Result<()> {
+        drop(lock(&self.queue).take());
+        match lock(&self.writer).take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the trace writer panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Writer {
+    /// The writer thread: writes records until the queue closes, then ends the file.
+    fn run(mut self, records: Receiver<Record>) -> io::Result<()> {
+        for record in records {
+            match record {
+                Record::Packet(packet) => self.packet(&packet),
+                Record::Submission(submission) => self.submission(&submission),
+                Record::Sync(done) => {
+                    let _ = self.out.flush();
+                    let _ = done.send(());
+                }
+            }
+        }
+        if self.failed {
+            return Ok(());
+        }
+        let dropped = self.shared.queue_full.load(Ordering::Relaxed);
+        if dropped > 0 {
+            warn!("trace: {dropped} event(s) left out while the writer was behind");
+        }
+        self.out.write_all(b"\n]\n")?;
+        self.out.flush()
+    }
+
+    fn metadata(&mut self, name: &str, tid: u32, value: &str) -> io::Result<()> {
         let event = Event {
             name,
             cat: "__metadata",
@@ -206,15 +311,15 @@ impl Trace {
         };
         // The header ends with this event; `write_event` puts the separator before each next.
         if tid != 0 {
-            writer.out.write_all(b",\n")?;
+            self.out.write_all(b",\n")?;
         }
-        serde_json::to_writer(&mut writer.out, &event)?;
+        serde_json::to_writer(&mut self.out, &event)?;
         Ok(())
     }
 
     /// Appends one complete event; a write error is logged once and ends the trace.
     fn write_event<N: Display, A: Serialize>(
-        &self,
+        &mut self,
         name: N,
         cat: &'static str,
         start: Instant,
@@ -222,6 +327,9 @@ impl Trace {
         args: A,
         flush: bool,
     ) {
+        if self.failed {
+            return;
+        }
         let event = Event {
             name,
             cat,
@@ -232,43 +340,36 @@ impl Trace {
             tid: ENGINE_TRACK,
             args,
         };
-        let mut writer = self.lock();
-        if writer.done {
-            return;
-        }
-        let writer = &mut *writer;
         let result = (|| -> io::Result<()> {
             // Separator first: the file never ends in a comma, so appending `]` always
             // completes it.
-            writer.scratch.clear();
-            writer.scratch.extend_from_slice(b",\n");
-            serde_json::to_writer(&mut writer.scratch, &event)?;
-            let size = writer.scratch.len() as u64;
-            if writer.written.saturating_add(size) > writer.max_size {
-                if writer.dropped == 0 {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(b",\n");
+            serde_json::to_writer(&mut self.scratch, &event)?;
+            let size = self.scratch.len() as u64;
+            let max_size = self.shared.max_size.load(Ordering::Relaxed);
+            if self.written.saturating_add(size) > max_size {
+                if self.shared.over_size.fetch_add(1, Ordering::Relaxed) == 0 {
                     warn!(
-                        "trace: the file reached its limit of {} bytes; later events are left out",
-                        writer.max_size
+                        "trace: the file reached its limit of {max_size} bytes; later events are left out"
                     );
                 }
-                writer.dropped += 1;
             } else {
-                writer.out.write_all(&writer.scratch)?;
-                writer.written += size;
+                self.out.write_all(&self.scratch)?;
+                self.written += size;
             }
             if flush {
-                writer.out.flush()?;
+                self.out.flush()?;
             }
             Ok(())
         })();
         if let Err(error) = result {
             warn!("trace: write failed, no more events are written: {error}");
-            writer.done = true;
+            self.failed = true;
         }
     }
 
-    /// A packet executed.
-    pub fn packet(&self, packet: &PacketRecord) {
+    fn packet(&mut self, packet: &PacketRecord) {
         let place = |direction: Direction| {
             packet
                 .traffic
@@ -297,8 +398,7 @@ impl Trace {
         );
     }
 
-    /// A submission was answered; the file is flushed here.
-    pub fn submission(&self, submission: &SubmissionRecord) {
+    fn submission(&mut self, submission: &SubmissionRecord) {
         let args = SubmissionArgs {
             fence: submission.fence,
             status: submission.status.name(),
@@ -319,18 +419,6 @@ impl Trace {
             args,
             true,
         );
-    }
-
-    /// Writes the closing `]` and flushes; later events are dropped. Dropping the trace does
-    /// this too.
-    pub fn finish(&self) -> io::Result<()> {
-        let mut writer = self.lock();
-        if writer.done {
-            return Ok(());
-        }
-        writer.done = true;
-        writer.out.write_all(b"\n]\n")?;
-        writer.out.flush()
     }
 }
 
