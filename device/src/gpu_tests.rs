@@ -678,3 +678,25 @@ fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
     let rx = rig.request(command(9).as_bytes(), 64);
     assert!(rx.try_recv().is_ok(), "answered on the calling thread");
 }
+
+#[test]
+fn a_reset_taking_back_a_deferred_submission_counts_what_ran_inline() {
+    let mut rig = Rig::new("drained-deferred");
+    for round in 0..300 {
+        // A FENCE runs inline; the fill is over the budget and waits for the engine thread.
+        let mut packets = fence_packet(round + 1);
+        packets.extend(fill(0, crate::scheduler::INLINE_WORK * 64, 7));
+        let (fence, rx) = rig.submit(&packets, 0);
+        // The reset may find it queued (not yet taken by the engine thread) or running.
+        let reset = rig.request(WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET).as_bytes(), 64);
+        reset.recv_timeout(WAIT).unwrap();
+        let response = submit_response(&rx);
+        assert_eq!(response.submission_fence_id, fence);
+        if response.status == SubmitStatus::Reset as u32 {
+            assert!(
+                response.packets_completed >= 1,
+                "round {round}: the FENCE that ran inline is not counted: {response:?}"
+            );
+        }
+    }
+}

@@ -368,10 +368,7 @@ impl Scheduler {
             }
         }
         for job in drained {
-            respond(
-                job.reply,
-                submit_response(job.cmd.submission_fence_id, SubmitStatus::Preempted).as_bytes(),
-            );
+            shared.answer_drained(job, PREEMPT);
         }
         WddmGpuRespPreempt {
             hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
@@ -407,10 +404,7 @@ impl Scheduler {
         shared.wake.notify_one();
         if answer {
             for job in drained {
-                respond(
-                    job.reply,
-                    submit_response(job.cmd.submission_fence_id, SubmitStatus::Reset).as_bytes(),
-                );
+                shared.answer_drained(job, RESET);
             }
         }
     }
@@ -540,6 +534,25 @@ impl Shared {
         if self.interrupt.load(Ordering::Acquire) != RUN {
             self.idle.notify_all();
         }
+    }
+
+    /// Answers a queued job that a PREEMPT or RESET took back: unrun, or, for a submission whose
+    /// first part ran on the control-queue thread, with what that part did.
+    fn answer_drained(&self, job: Job, interrupt: u8) {
+        if job.before.is_some() {
+            let answer = self.stop_deferred(job, interrupt);
+            self.send(answer);
+            return;
+        }
+        let status = if interrupt == PREEMPT {
+            SubmitStatus::Preempted
+        } else {
+            SubmitStatus::Reset
+        };
+        respond(
+            job.reply,
+            submit_response(job.cmd.submission_fence_id, status).as_bytes(),
+        );
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
