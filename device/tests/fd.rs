@@ -2,6 +2,8 @@
 //! socket as libvirt passes (one end of a socketpair). The frontend negotiates through it and a
 //! hang-up ends the backend cleanly.
 
+mod harness;
+
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
@@ -98,4 +100,40 @@ fn a_descriptor_that_is_not_a_socket_is_refused() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("is not a Unix socket"));
+}
+
+#[test]
+fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
+    // Every message of a real session, memory-table fds (guest RAM's memfd, the VRAM file) and
+    // the kick and call eventfds among them, goes through the relay; the device then works.
+    let options = harness::SpawnOptions {
+        via_fd: true,
+        ..harness::SpawnOptions::default()
+    };
+    let mut h = harness::Harness::ready_with_options("fd-relay-session", &options);
+    let info = h.capset_info();
+    assert_eq!(info.capset_id, wddm_gpu_abi::caps::WDDM_GPU_CAPSET_ID);
+    let data = harness::pattern(0xfd, 0x3000);
+    h.write_ram(harness::DATA, &data);
+    let frames: Vec<u64> = (0..3).map(|i| harness::DATA / harness::PAGE + i).collect();
+    h.write_frame_list(harness::FRAME_LISTS, &frames);
+    let packet = harness::transfer(
+        data.len() as u64,
+        harness::frames(harness::FRAME_LISTS, 3, 0),
+        harness::segment(1, 0x1000),
+    );
+    let packet = zerocopy::IntoBytes::as_bytes(&packet);
+    h.write_ram(harness::DMA_BUFFER, packet);
+    let response = h.submit(&harness::submit_command(
+        harness::DMA_BUFFER,
+        packet.len() as u32,
+        1,
+    ));
+    assert_eq!(
+        response.bytes_transferred,
+        data.len() as u64,
+        "{response:?}"
+    );
+    assert_eq!(h.read_vram(0x1000, data.len()), data);
+    assert!(h.backend.log().contains("serving it through a relay"));
 }

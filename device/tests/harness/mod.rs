@@ -115,6 +115,9 @@ pub struct SpawnOptions {
     pub args: Vec<OsString>,
     /// `RUST_LOG` of the backend.
     pub log_filter: String,
+    /// Hand the backend one end of a socketpair with `--fd` (as libvirt does) instead of a
+    /// socket path: every message then goes through the backend's relay.
+    pub via_fd: bool,
 }
 
 impl Default for SpawnOptions {
@@ -124,6 +127,7 @@ impl Default for SpawnOptions {
             ram_size: RAM_SIZE,
             args: Vec::new(),
             log_filter: "debug".to_string(),
+            via_fd: false,
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct BackendProcess {
     /// The `--vram-size` given.
     pub vram_size: u64,
     log: PathBuf,
+    /// With [`SpawnOptions::via_fd`]: the frontend's end of the socketpair, until connected.
+    paired: std::sync::Mutex<Option<UnixStream>>,
 }
 
 impl BackendProcess {
@@ -168,9 +174,23 @@ impl BackendProcess {
         let socket = dir.join("backend.sock");
         let vram_path = PathBuf::from(format!("/dev/shm/wddm-frontend-test-{unique}.vram"));
         let log = dir.join("backend.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-            .arg("--socket-path")
-            .arg(&socket)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"));
+        let mut paired = None;
+        let mut backend_end = None;
+        if options.via_fd {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            // SAFETY: F_SETFD on a descriptor this test owns: the child inherits it.
+            assert_eq!(
+                unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) },
+                0
+            );
+            command.arg("--fd").arg(theirs.as_raw_fd().to_string());
+            paired = Some(ours);
+            backend_end = Some(theirs);
+        } else {
+            command.arg("--socket-path").arg(&socket);
+        }
+        let child = command
             .arg("--vram-path")
             .arg(&vram_path)
             .arg("--vram-size")
@@ -182,6 +202,9 @@ impl BackendProcess {
             .stderr(File::create(&log).unwrap())
             .spawn()
             .unwrap();
+        // Only the child holds its end now: its hang-up is seen when it exits.
+        drop(backend_end);
+        let via_fd = paired.is_some();
         let mut process = Self {
             child: Some(child),
             dir,
@@ -189,9 +212,18 @@ impl BackendProcess {
             vram_path,
             vram_size,
             log,
+            paired: std::sync::Mutex::new(paired),
         };
         let deadline = Instant::now() + TIMEOUT;
-        while !process.socket.exists() {
+        // With --fd there is no socket to wait for: the backend says when it is ready.
+        let ready = |process: &Self| {
+            if via_fd {
+                process.log().contains("waiting for the frontend")
+            } else {
+                process.socket.exists()
+            }
+        };
+        while !ready(&process) {
             if let Some(status) = process.try_wait() {
                 panic!(
                     "backend exited ({status}) before listening:\n{}",
@@ -212,6 +244,11 @@ impl BackendProcess {
     /// Connects a frontend, retrying while the listener is not accepting yet. Socket reads and
     /// writes time out, so a backend that stops answering fails the test instead of hanging it.
     pub fn connect(&self) -> Frontend {
+        if let Some(stream) = self.paired.lock().unwrap().take() {
+            stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+            stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+            return Frontend::from_stream(stream, 2);
+        }
         let deadline = Instant::now() + TIMEOUT;
         let stream = loop {
             match UnixStream::connect(&self.socket) {
