@@ -180,10 +180,8 @@ impl BackendProcess {
         if options.via_fd {
             let (ours, theirs) = UnixStream::pair().unwrap();
             // SAFETY: F_SETFD on a descriptor this test owns: the child inherits it.
-            assert_eq!(
-                unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) },
-                0
-            );
+            let inheritable = unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) };
+            assert_eq!(inheritable, 0);
             command.arg("--fd").arg(theirs.as_raw_fd().to_string());
             paired = Some(ours);
             backend_end = Some(theirs);
