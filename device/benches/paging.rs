@@ -297,6 +297,7 @@ impl Bench {
                 "--bench-echo".into(),
             ],
             log_filter: "info".to_string(),
+            ..SpawnOptions::default()
         };
         let mut h = Harness::ready_with_options("bench", &options);
         let capset = h.capset();
