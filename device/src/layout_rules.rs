@@ -317,7 +317,7 @@ fn shape_rules(spec: &SegmentSpec, wddm2: bool, out: &mut Vec<Rule>) -> Vec<u64>
     };
     if spec.size == 0 {
         out.push(Rule::SizeZero);
-    } else if spec.size % unit != 0 {
+    } else if !spec.size.is_multiple_of(unit) {
         out.push(Rule::SizeNotMultiple { unit });
     }
     if spec.base_address.checked_add(spec.size).is_none() {

@@ -48,7 +48,7 @@ impl StatusPage {
             self.address = None;
             return Ok(());
         }
-        if address % u64::from(WDDM_GPU_STATUS_PAGE_SIZE) != 0 {
+        if !address.is_multiple_of(u64::from(WDDM_GPU_STATUS_PAGE_SIZE)) {
             return Err(StatusPageError::Unaligned(address));
         }
         ram.check(address, u64::from(WDDM_GPU_STATUS_PAGE_SIZE))

@@ -263,7 +263,7 @@ fn check_limits(h: &WddmGpuCapsHeader) -> Result<(), CapsError> {
             "max_packet_size cannot hold a TRANSFER packet",
         ));
     }
-    if h.max_packet_size % WDDM_GPU_PACKET_ALIGN != 0 {
+    if !h.max_packet_size.is_multiple_of(WDDM_GPU_PACKET_ALIGN) {
         return Err(CapsError::BadLimit(
             "max_packet_size is not a multiple of 8",
         ));
@@ -286,9 +286,15 @@ fn check_vram_bar(h: &WddmGpuCapsHeader) -> Result<(), CapsError> {
     }
     match bar.state {
         WDDM_GPU_BAR_STATE_NOT_MAPPED => Ok(()),
-        WDDM_GPU_BAR_STATE_KNOWN if bar.guest_physical_address % WDDM_GPU_PAGE_SIZE != 0 => Err(
-            CapsError::BadVramBar("guest_physical_address not page aligned"),
-        ),
+        WDDM_GPU_BAR_STATE_KNOWN
+            if !bar
+                .guest_physical_address
+                .is_multiple_of(WDDM_GPU_PAGE_SIZE) =>
+        {
+            Err(CapsError::BadVramBar(
+                "guest_physical_address not page aligned",
+            ))
+        }
         WDDM_GPU_BAR_STATE_KNOWN => Ok(()),
         _ => Err(CapsError::BadVramBar("unknown state")),
     }
@@ -393,7 +399,7 @@ fn check_segment_bar(segment: &Segment, header: &WddmGpuCapsHeader) -> Result<()
     };
     if offset
         .checked_add(desc.size)
-        .map_or(true, |end| end > bar.size)
+        .is_none_or(|end| end > bar.size)
     {
         return Err(format!(
             "BAR window [{offset:#x}, +{:#x}) exceeds the BAR size {:#x}",

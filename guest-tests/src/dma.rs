@@ -268,7 +268,10 @@ impl DmaBuf {
 
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         self.check(offset, 4);
-        assert!(offset % 4 == 0, "unaligned u32 at DMA offset {offset:#x}");
+        assert!(
+            offset.is_multiple_of(4),
+            "unaligned u32 at DMA offset {offset:#x}"
+        );
         // SAFETY: in bounds and aligned (the buffer is page aligned); the arena is never freed,
         // and the device's concurrent accesses are what atomics are for.
         unsafe { &*self.virt.as_ptr().add(offset).cast::<AtomicU32>() }

@@ -48,7 +48,7 @@ fn parse_line(line: &str) -> Option<Range> {
 /// such address above the BAR wins, else the nearest below. `ranges` must hold nested entries
 /// ([`parse_all`]): the other devices' BARs are nested in the window.
 pub fn free_bar_slot(ranges: &[Range], current: u64, size: u64) -> Option<u64> {
-    if !size.is_power_of_two() || current % size != 0 {
+    if !size.is_power_of_two() || !current.is_multiple_of(size) {
         return None;
     }
     let last = current.checked_add(size - 1)?;

@@ -142,7 +142,7 @@ impl MmioWindow {
         let size = std::mem::size_of::<T>();
         // Offsets are driver constants inside windows validated at creation; a miss is a bug.
         assert!(
-            offset % size == 0 && offset.checked_add(size).is_some_and(|e| e <= self.len),
+            offset.is_multiple_of(size) && offset.checked_add(size).is_some_and(|e| e <= self.len),
             "MMIO access of {size} bytes at {offset:#x} outside a {:#x}-byte window",
             self.len
         );

@@ -193,7 +193,7 @@ fn size_text(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     match UNITS
         .iter()
-        .find(|(unit, _)| bytes >= *unit && bytes % unit == 0)
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
     {
         Some((unit, name)) => format!("{bytes:#x} ({} {name})", bytes / unit),
         None => format!("{bytes:#x}"),

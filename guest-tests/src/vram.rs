@@ -203,7 +203,7 @@ pub fn shm_region(
     if cap
         .offset
         .checked_add(cap.length)
-        .map_or(true, |end| end > bar_size)
+        .is_none_or(|end| end > bar_size)
     {
         return Err(RegionError::OutsideBar {
             offset: cap.offset,

@@ -20,7 +20,7 @@ SCRIPT_NAME="${0##*/}"
 readonly _BACKPORTS_SUITE=bookworm-backports
 readonly _BACKPORTS_LIST=/etc/apt/sources.list.d/bookworm-backports.list
 readonly _QEMU_MIN_MAJOR=10
-readonly _RUST_MIN_VERSION=1.80
+readonly _RUST_MIN_VERSION=1.89
 
 log() { printf '%s: %s\n' "$SCRIPT_NAME" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

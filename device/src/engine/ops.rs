@@ -121,7 +121,7 @@ impl Engine {
         let (mut src, mut dst) = (Cursor::EMPTY, Cursor::EMPTY);
         let mut done = 0u64;
         while done < length {
-            if done % CHUNK == 0 {
+            if done.is_multiple_of(CHUNK) {
                 if let Some(stop) = hooks.interruption() {
                     return Err(stop);
                 }
@@ -190,7 +190,7 @@ impl Engine {
         }
         let mut done = 0u64;
         while done < length {
-            if done % CHUNK == 0 {
+            if done.is_multiple_of(CHUNK) {
                 if let Some(stop) = hooks.interruption() {
                     return Err(stop);
                 }
@@ -373,7 +373,7 @@ impl Engine {
             packet.page_count,
             mem,
         )?;
-        if packet.dummy_page % WDDM_GPU_PAGE_SIZE != 0 {
+        if !packet.dummy_page.is_multiple_of(WDDM_GPU_PAGE_SIZE) {
             return Err(Fault::BadFrameList {
                 address: packet.dummy_page,
                 reason: "the dummy page is not 4 KiB aligned",

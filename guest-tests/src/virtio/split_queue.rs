@@ -365,7 +365,7 @@ impl SplitQueue {
 
     fn ring_u16(&self, offset: usize) -> &AtomicU16 {
         let ptr = self.mem.ptr(offset);
-        assert!(ptr as usize % 2 == 0 && offset + 2 <= self.mem.len());
+        assert!((ptr as usize).is_multiple_of(2) && offset + 2 <= self.mem.len());
         // SAFETY: in bounds and 2-byte aligned (checked); the ring memory is never freed, and the
         // device's concurrent accesses are exactly what atomics are for.
         unsafe { &*ptr.cast::<AtomicU16>() }

@@ -69,7 +69,7 @@ fn check_fault(
             && record.opcode == u32::from(want.opcode)
             && record.address == done.fault_address
             && record.sequence == u64::from(sequence)
-            && want.address.map_or(true, |a| a == record.address),
+            && want.address.is_none_or(|a| a == record.address),
         || {
             format!(
                 "FAULT event record {}; expected seq {sequence} fence {} packet_offset {:#x} \
