@@ -906,3 +906,30 @@ fn a_memory_region_past_the_end_of_its_file_is_refused_and_the_session_ends_clea
         "{log}"
     );
 }
+
+#[test]
+fn a_transfer_onto_the_drivers_own_avail_ring_never_holds_the_backend() {
+    let mut h = Harness::ready("dma-onto-avail");
+    // The guest points a TRANSFER at its own avail ring's page: 0xff bytes land on the avail
+    // index (EVENT_IDX on, as the Linux driver negotiates).
+    h.write_vram(0x8000, &[0xff; PAGE as usize]);
+    h.write_frame_list(FRAME_LISTS, &[harness::AVAIL_RING / PAGE]);
+    let packet = transfer(PAGE, segment(1, 0x8000), frames(FRAME_LISTS, 1, 0));
+    h.write_ram(DMA_BUFFER, packet.as_bytes());
+    let pending = h.post(
+        submit_command(DMA_BUFFER, packet.as_bytes().len() as u32, 1).as_bytes(),
+        64,
+    );
+    // Its answer may or may not make it to the used ring; what matters is what follows.
+    std::thread::sleep(Duration::from_millis(100));
+    h.abandon(pending);
+    h.write_avail_idx(0xffff);
+    std::thread::sleep(Duration::from_millis(100));
+    // QEMU's messages are still answered (GET_VRING_BASE needs the lock a spinning worker
+    // would hold), and the guest's reset of the ring brings the device back.
+    h.stop_device();
+    assert!(h.backend.is_running(), "{}", h.backend.log());
+    h.start_device_anew();
+    h.assert_still_serving();
+    assert_valid_transfer_works(&mut h);
+}
