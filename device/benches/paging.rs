@@ -324,6 +324,15 @@ impl Bench {
         }
     }
 
+    /// Submits `packets` with the next fence and waits for the completion, whatever it says.
+    fn submit(&mut self, packets: &[u8]) -> WddmGpuRespSubmit {
+        let fence = self.next_fence;
+        self.next_fence += 1;
+        self.h.write_ram(DMA_BUFFER, packets);
+        self.h
+            .submit(&submit_command(DMA_BUFFER, packets.len() as u32, fence))
+    }
+
     /// Submits one packet and waits for it; returns the completion and the time from the kick
     /// to the call notification. Anything but full success breaks the run.
     fn run(&mut self, packet: &[u8], what: &str) -> (WddmGpuRespSubmit, Duration) {
@@ -971,13 +980,7 @@ fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
                 bench.transfer(&vram_copy, 64 << 10, "soak VRAM -> VRAM");
             }
             3 => {
-                let fence = bench.next_fence;
-                bench.next_fence += 1;
-                bench.h.write_ram(DMA_BUFFER, &map_unmap);
-                let response =
-                    bench
-                        .h
-                        .submit(&submit_command(DMA_BUFFER, map_unmap.len() as u32, fence));
+                let response = bench.submit(&map_unmap);
                 assert_eq!(
                     (
                         SubmitStatus::from_raw(response.status),
@@ -988,13 +991,7 @@ fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
                 );
             }
             4 => {
-                let fence = bench.next_fence;
-                bench.next_fence += 1;
-                bench.h.write_ram(DMA_BUFFER, &unknown);
-                let response =
-                    bench
-                        .h
-                        .submit(&submit_command(DMA_BUFFER, unknown.len() as u32, fence));
+                let response = bench.submit(&unknown);
                 assert_eq!(
                     SubmitStatus::from_raw(response.status),
                     Some(SubmitStatus::UnknownOpcode),
