@@ -1,6 +1,7 @@
 //! Tests of the trace file: valid JSON at every flush, fields, and packets nested in their
 //! submission.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -223,4 +224,53 @@ fn recording_never_waits_for_the_file_and_a_full_queue_drops_with_a_count() {
         trace.dropped()
     );
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_stalled_file_never_blocks_recording() {
+    // The trace goes into a pipe nobody reads: once its buffer is full, every write blocks.
+    let dir = std::env::temp_dir().join(format!("wddm-trace-{}-stalled", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("trace.fifo");
+    let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    // A reader must exist for the writer's open to return; this one reads nothing yet.
+    let reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let trace = Trace::create(&fifo).unwrap();
+    let start = Instant::now();
+    for fence in 0..(super::QUEUE_RECORDS as u32) {
+        run_submission(&trace, fence);
+    }
+    let recording = start.elapsed();
+    // The engine's side went on: the records that found the queue full were counted.
+    assert!(
+        trace.dropped() > 0,
+        "nothing dropped although the file stalls"
+    );
+    assert!(
+        recording < Duration::from_secs(5),
+        "recording waited for the file: {recording:?}"
+    );
+    // Unstall the pipe so the writer thread can finish.
+    let drain = std::thread::spawn(move || {
+        let mut reader = reader;
+        let mut sink = Vec::new();
+        loop {
+            match std::io::Read::read_to_end(&mut reader, &mut sink) {
+                Ok(_) => break,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
+    });
+    trace.finish().unwrap();
+    drain.join().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
