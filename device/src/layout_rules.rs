@@ -22,6 +22,10 @@ pub const BAR_PACK_ALIGN: u64 = 64 << 10;
 /// Device-only VRAM is host memory reserved by the backend; cap it.
 pub const MAX_DEVICE_ONLY_VRAM: u64 = 64 << 30;
 
+/// The most aperture the backend emulates, all apertures together: their translation tables
+/// (8 bytes per 4 KiB page, allocated at start) take 128 MiB at this size.
+pub const MAX_APERTURE_TOTAL: u64 = 64 << 30;
+
 const PAGE_4K: u64 = 4 << 10;
 const PAGE_64K: u64 = 64 << 10;
 /// Members the WDDM 1.3 flags union does not have (bits 11-21 are reserved there).
@@ -140,6 +144,11 @@ pub enum Rule {
         /// Bytes asked for in all.
         total: u64,
     },
+    /// The apertures add up to more than the backend emulates.
+    AperturesTooLarge {
+        /// Bytes asked for in all.
+        total: u64,
+    },
     /// `PagingBufferSegmentId` is neither 0 nor an aperture.
     PagingBufferSegment(u32),
     /// `PagingBufferSize` is 0 or above 32 bits.
@@ -170,7 +179,7 @@ impl Rule {
             BarOffsetNotAligned { .. } | OutsideBar { .. } | BarOverlap { .. } => {
                 "bar_offset, size"
             }
-            DeviceOnlyVramTooLarge { .. } => "size",
+            DeviceOnlyVramTooLarge { .. } | AperturesTooLarge { .. } => "size",
             PagingBufferSegment(_) => "paging_buffer_segment",
             PagingBufferSize(_) => "paging_buffer_size",
             PagingBufferPrivateDataSize(_) => "paging_buffer_private_data_size",
@@ -220,6 +229,7 @@ impl fmt::Display for Rule {
             OutsideBar { offset, bar_size } => write!(f, "the segment at BAR offset {offset:#x} does not fit in the {} VRAM BAR (CpuVisible memory lives in the BAR)", human(*bar_size)),
             BarOverlap { other } => write!(f, "overlaps segment {other} in the VRAM BAR"),
             DeviceOnlyVramTooLarge { total } => write!(f, "non-CPU-visible VRAM adds up to {}, above the {} the backend reserves", human(*total), human(MAX_DEVICE_ONLY_VRAM)),
+            AperturesTooLarge { total } => write!(f, "the apertures add up to {}, above the {} the backend emulates (their translation tables are allocated at start)", human(*total), human(MAX_APERTURE_TOTAL)),
             PagingBufferSegment(id) => write!(f, "PagingBufferSegmentId {id} must be 0 (system memory) or the id of an aperture segment"),
             PagingBufferSize(size) => write!(f, "PagingBufferSize {size:#x} must be non-zero and fit in 32 bits"),
             PagingBufferPrivateDataSize(size) => write!(f, "PagingBufferPrivateDataSize {size:#x} must fit in 32 bits"),
@@ -429,6 +439,7 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
     let mut segments = Vec::with_capacity(spec.segments.len());
     let mut bar_cursor = 0u64;
     let mut device_only_total = 0u64;
+    let mut aperture_total = 0u64;
     let mut placed: Vec<(u32, u64, u64)> = Vec::new(); // (id, BAR start, BAR end)
     for (index, segment) in spec.segments.iter().enumerate() {
         let id = index as u32 + 1;
@@ -448,6 +459,7 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
             if segment.bar_offset.is_some() {
                 rules.push(Rule::BarOffsetWithoutCpuVisible);
             }
+            aperture_total = aperture_total.saturating_add(segment.size);
             SegmentKind::Aperture
         } else if cpu_visible_memory {
             let offset = match segment.bar_offset {
@@ -514,6 +526,14 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
             segment: None,
             rule: Rule::DeviceOnlyVramTooLarge {
                 total: device_only_total,
+            },
+        });
+    }
+    if aperture_total > MAX_APERTURE_TOTAL {
+        violations.push(Violation {
+            segment: None,
+            rule: Rule::AperturesTooLarge {
+                total: aperture_total,
             },
         });
     }

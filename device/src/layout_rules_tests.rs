@@ -416,6 +416,15 @@ fn each_rule_is_reported_alone() {
         with_segment(2, |s| s.size = 65 << 30),
         &[whole(Rule::DeviceOnlyVramTooLarge { total: 65 << 30 })],
     );
+    // Found by fuzzing: an aperture of 2^62 bytes passed every rule and the backend then died
+    // allocating its translation table.
+    check(
+        "apertures too large",
+        with_segment(1, |s| s.size = 0x4000_0000_0000_0000),
+        &[whole(Rule::AperturesTooLarge {
+            total: 0x4000_0000_0000_0000,
+        })],
+    );
     check(
         "paging segment is memory",
         LayoutSpec {
