@@ -1,0 +1,107 @@
+//! The control-queue decoder on arbitrary request bytes (what a guest puts in a control
+//! descriptor chain, up to `MAX_REQUEST_SIZE`).
+//!
+//! Checked: a request decodes to the command its header names, from the bytes where the wire
+//! format puts each field; a refusal is exactly "shorter than the command's structure".
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use vhost_user_wddm_gpu::control::{decode, ControlRequest, DecodeError, MAX_REQUEST_SIZE};
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
+    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
+    WDDM_GPU_CMD_WAIT_EVENT,
+};
+use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
+use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use zerocopy::IntoBytes;
+
+/// `VIRTIO_GPU_CMD_GET_EDID` (the decoder's own constant is private).
+const VIRTIO_GPU_CMD_GET_EDID: u32 = 0x010a;
+
+fn le32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+fn le64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+fuzz_target!(|data: &[u8]| {
+    // The transport never hands over more than this.
+    let bytes = &data[..data.len().min(MAX_REQUEST_SIZE)];
+    let decoded = decode(bytes);
+    assert_eq!(decoded, decode(bytes), "decoding is a pure function");
+    let hdr_size = std::mem::size_of::<WddmGpuCtrlHdr>();
+    let needed = |type_: u32| match type_ {
+        VIRTIO_GPU_CMD_GET_CAPSET_INFO => std::mem::size_of::<WddmGpuGetCapsetInfo>(),
+        VIRTIO_GPU_CMD_GET_CAPSET => std::mem::size_of::<WddmGpuGetCapset>(),
+        WDDM_GPU_CMD_SUBMIT => std::mem::size_of::<WddmGpuCmdSubmit>(),
+        WDDM_GPU_CMD_REGISTER_STATUS_PAGE => std::mem::size_of::<WddmGpuCmdRegisterStatusPage>(),
+        _ => hdr_size,
+    };
+    let request = match decoded {
+        Err(DecodeError::Truncated {
+            type_,
+            len,
+            needed: n,
+        }) => {
+            assert_eq!(len, bytes.len());
+            if bytes.len() < hdr_size {
+                assert_eq!((type_, n), (0, hdr_size));
+            } else {
+                assert_eq!(type_, le32(bytes, 0));
+                assert_eq!(n, needed(type_));
+                assert!(len < n, "refused a {len}-byte request needing {n}");
+            }
+            return;
+        }
+        Ok(request) => request,
+    };
+    assert!(bytes.len() >= hdr_size);
+    let type_ = le32(bytes, 0);
+    assert!(
+        bytes.len() >= needed(type_),
+        "decoded a truncated {type_:#x}"
+    );
+    match request {
+        ControlRequest::GetDisplayInfo => assert_eq!(type_, VIRTIO_GPU_CMD_GET_DISPLAY_INFO),
+        ControlRequest::GetCapsetInfo(index) => {
+            assert_eq!(type_, VIRTIO_GPU_CMD_GET_CAPSET_INFO);
+            assert_eq!(index, le32(bytes, 24));
+        }
+        ControlRequest::GetCapset { id, version } => {
+            assert_eq!(type_, VIRTIO_GPU_CMD_GET_CAPSET);
+            assert_eq!((id, version), (le32(bytes, 24), le32(bytes, 28)));
+        }
+        ControlRequest::GetEdid => assert_eq!(type_, VIRTIO_GPU_CMD_GET_EDID),
+        ControlRequest::Submit(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_SUBMIT);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
+        ControlRequest::RegisterStatusPage(address) => {
+            assert_eq!(type_, WDDM_GPU_CMD_REGISTER_STATUS_PAGE);
+            assert_eq!(address, le64(bytes, 24));
+        }
+        ControlRequest::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
+        ControlRequest::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
+        ControlRequest::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
+        ControlRequest::Unknown(unknown) => {
+            assert_eq!(unknown, type_);
+            assert!(![
+                VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
+                VIRTIO_GPU_CMD_GET_CAPSET_INFO,
+                VIRTIO_GPU_CMD_GET_CAPSET,
+                VIRTIO_GPU_CMD_GET_EDID,
+                WDDM_GPU_CMD_SUBMIT,
+                WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
+                WDDM_GPU_CMD_WAIT_EVENT,
+                WDDM_GPU_CMD_PREEMPT,
+                WDDM_GPU_CMD_RESET,
+            ]
+            .contains(&unknown));
+        }
+    }
+});

@@ -1,0 +1,11 @@
+//! Shared code of the fuzz targets (`fuzz_targets/`): the byte reader every target decodes its
+//! input with, the writer the seed generator (`examples/seeds.rs`) encodes seeds with, the fixed
+//! world of the engine target and the in-process vhost-user frontend of the backend target.
+//!
+//! Inputs are decoded field by field from the front; a field past the end of the input reads as
+//! zero, so every byte string is a valid input and short ones mean "the defaults".
+
+pub mod engine_world;
+pub mod frontend;
+pub mod input;
+pub mod scratch;
