@@ -361,6 +361,14 @@ impl WddmGpuBackend {
     }
 }
 
+impl Drop for WddmGpuBackend {
+    /// Held answers hold the gate that holds them: drop them with the backend, or the cycle
+    /// keeps them, their memory snapshots and their rings alive.
+    fn drop(&mut self) {
+        self.gate.discard();
+    }
+}
+
 type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
 
 /// The control-queue heads the device holds: taken from the ring and not answered yet. A head
