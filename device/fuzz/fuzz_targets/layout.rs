@@ -4,9 +4,9 @@
 //!
 //! Checked on every layout `validate` accepts, against what `layout_rules` promises: segment
 //! count and ids, every flag rule, sizes and commit limits, CPU-visible segments inside the BAR
-//! without overlap, device-only VRAM after the BAR without overlap and within the cap, bank
-//! tables, the paging-buffer fields; every segment resolves; and a layout valid for a BAR stays
-//! valid for a larger one.
+//! without overlap, device-only VRAM after the BAR without overlap and within the cap, apertures
+//! within theirs, bank tables, the paging-buffer fields; every segment resolves; and a layout
+//! valid for a BAR stays valid for a larger one.
 
 #![no_main]
 
@@ -16,8 +16,8 @@ use vhost_user_wddm_gpu::layout::{SegmentKind, SegmentLayout};
 use vhost_user_wddm_gpu::layout_file::{parse_layout, LayoutSpec};
 use vhost_user_wddm_gpu::layout_report::LayoutReport;
 use vhost_user_wddm_gpu::layout_rules::{
-    validate, BAR_PACK_ALIGN, MAX_BANKS, MAX_DEVICE_ONLY_VRAM, MAX_SEGMENTS_WDDM1,
-    MAX_SEGMENTS_WDDM2,
+    validate, BAR_PACK_ALIGN, MAX_APERTURE_TOTAL, MAX_BANKS, MAX_DEVICE_ONLY_VRAM,
+    MAX_SEGMENTS_WDDM1, MAX_SEGMENTS_WDDM2,
 };
 use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuVramBar, WDDM_GPU_WDDM_2_0};
 use wddm_gpu_abi::segment_flags::{SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK};
@@ -226,6 +226,16 @@ fn check(spec: &LayoutSpec, layout: &SegmentLayout, bar_size: u64) {
         }
     }
     assert!(layout.device_only_vram(bar_size) <= MAX_DEVICE_ONLY_VRAM);
+    // What the GART allocates at start (8 bytes per aperture page) stays bounded.
+    let aperture_bytes: u64 = layout
+        .segments
+        .iter()
+        .filter(|s| matches!(s.kind, SegmentKind::Aperture))
+        .fold(0, |total, s| total.saturating_add(s.size));
+    assert!(
+        aperture_bytes <= MAX_APERTURE_TOTAL,
+        "{aperture_bytes:#x} bytes of apertures"
+    );
 
     // What the device reports: the capset blob and the check-layout report.
     let blob = build_capset(layout, &WddmGpuVramBar::default());
