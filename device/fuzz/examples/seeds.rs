@@ -514,6 +514,19 @@ fn backend(dir: &Path) {
     ];
     write(dir, "backend", "session", &ops(1, 0, &session));
 
+    // The session, then a WAIT_EVENT answered (the BAR moves) while the rings are stopped, so
+    // the answer is held, and the backend dropped as it stands (header bit 4: no RESET_DEVICE).
+    let mut stopped = session.clone();
+    stopped.extend([
+        Op::Post(0, 8, 0, 0x100, request("wait-event")),
+        Op::Kick(0, 0),
+        Op::Stop,
+        Op::MemTable(4, 0xd_0000, 0),
+    ]);
+    let mut bytes = ops(1, 0, &stopped);
+    bytes[0] |= 0x10;
+    write(dir, "backend", "dropped-while-stopped", &bytes);
+
     // VM lifecycle: stop mid-submission, resume at the same index, then a reset (rings anew).
     let mut lifecycle = session.clone();
     lifecycle.extend([

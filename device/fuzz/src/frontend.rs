@@ -225,7 +225,8 @@ impl Op {
     }
 }
 
-/// The first byte of an input: the backend's `--bar-mode` and layout.
+/// The first byte of an input: the backend's `--bar-mode` and layout (bit 4, not set here:
+/// the input ends without RESET_DEVICE).
 pub fn header(bar_mode: u8, layout: u8) -> u8 {
     (bar_mode % 3) | ((layout % 3) << 2)
 }
@@ -276,6 +277,9 @@ pub struct Frontend {
     peers: Vec<UnixStream>,
     /// The handler returned an error the session does not survive.
     pub ended: bool,
+    /// Send RESET_DEVICE before dropping the backend (as on a guest reset); otherwise the
+    /// backend is dropped as it stands, held answers and all.
+    pub reset_on_drop: bool,
 }
 
 /// The VRAM file of this process.
@@ -354,6 +358,7 @@ impl Frontend {
             has_table: false,
             peers: Vec::new(),
             ended: false,
+            reset_on_drop: true,
         };
         // Realize: protocol features, the config space.
         let protocol = frontend.backend.protocol_features().bits();
@@ -849,12 +854,14 @@ impl Frontend {
 }
 
 impl Drop for Frontend {
-    /// RESET_DEVICE before the backend goes: answers held while the rings were stopped (or after
-    /// a refused memory table) each hold the `RingGate` that holds them, a reference cycle that
-    /// dropping the backend does not free. The binary serves one session per process, so there
-    /// it costs nothing; here it would keep every input's guest memory mapped.
+    /// RESET_DEVICE before the backend goes, when asked. Either way the backend must let go of
+    /// everything the input made (answers it held while the rings were stopped once held the
+    /// gate that held them, a cycle that kept every input's guest memory mapped): a leak shows
+    /// up here as descriptors running out.
     fn drop(&mut self) {
-        self.backend.reset_device();
+        if self.reset_on_drop {
+            self.backend.reset_device();
+        }
     }
 }
 
