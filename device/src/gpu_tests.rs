@@ -674,6 +674,13 @@ fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
         (4, 4),
         "inline versus engine thread"
     );
+    // The engine thread answers before it marks itself free; an engine still busy would
+    // rightly queue the next submission, so wait for it to be idle first.
+    let deadline = std::time::Instant::now() + WAIT;
+    while rig.gpu.stats().snapshot().queue_depth.current != 0 {
+        assert!(std::time::Instant::now() < deadline, "engine never idle");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     // The next kick may run inline again.
     let rx = rig.request(command(9).as_bytes(), 64);
     assert!(rx.try_recv().is_ok(), "answered on the calling thread");
