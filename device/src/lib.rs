@@ -1,47 +1,45 @@
 //! vhost-user-wddm-gpu: a virtual GPU for bringing up WDDM kernel-mode drivers under QEMU.
 //!
-//! Module map:
-//! - [`device`]: vhost-user transport glue (features, config, memory table, virtqueues).
-//! - [`fd_relay`]: `--fd` with a connected socket, bridged to the daemon's listener.
-//! - [`control`]: control-queue wire decoding.
-//! - [`gpu`]: the device model answering control requests.
-//! - [`scheduler`]: the engine thread, its queue, preemption and reset.
-//! - [`engine`]: the paging engine executing DMA buffers of paging packets.
-//! - [`gart`]: aperture translation tables.
-//! - [`layout`]: segments and how GPU addresses resolve.
-//! - [`layout_file`]: the `--layout` TOML file.
-//! - [`layout_rules`]: the WDDM rules a layout must obey.
-//! - [`layout_report`]: the layout as `DXGK_QUERYSEGMENTOUT3`/`4`, as text and JSON.
-//! - [`caps`]: the segment-layout capability-set blob.
-//! - [`vram`]: the shared VRAM file and the BAR locator.
-//! - [`guest_ram`]: guest system memory with the VRAM window excluded.
-//! - [`guest_log`]: rate-limited warnings for what a guest caused.
-//! - [`status_page`]: the status page the driver registers.
-//! - [`size`]: size parsing for command lines and layout files.
-//! - [`stats`]: counters and latency histograms of the paging path.
-//! - [`trace`]: the `--trace` timeline.
-//! - [`stats_server`]: the stats endpoint.
-//! - [`echo`]: the eventfd echo the benchmark compares latency with.
+//! The source tree is its layers; each imports only from the layers listed before it:
+//! - [`support`]: locking, rate-limited guest warnings, size parsing, socket paths.
+//! - `layout`: segments and address resolution, the `--layout` file, the WDDM rules, the
+//!   `DXGK_QUERYSEGMENTOUT3`/`4` report, the capability-set blob, DXGK value decoding.
+//! - `memory`: guest RAM, the shared VRAM file and its BAR locator, aperture translation.
+//! - `observe`: counters and histograms, the `--trace` timeline, the stats endpoint, the
+//!   benchmark's echo.
+//! - `engine`: the paging engine executing DMA buffers of paging packets.
+//! - `model`: the device model answering control requests, and the scheduler of the engine
+//!   thread.
+//! - `transport`: vhost-user glue, and the `--fd` relay.
+//! - [`daemon`]: one configuration and one start function for the binary.
+//!
+//! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
+//! below, so the compiler sees every item nothing uses.
 
-pub mod caps;
-pub mod codec;
-pub mod control;
-pub mod device;
-pub mod echo;
-pub mod engine;
-pub mod fd_relay;
-pub mod gart;
-pub mod gpu;
-pub mod guest_log;
-pub mod guest_ram;
-pub mod layout;
-pub mod layout_file;
-pub mod layout_report;
-pub mod layout_rules;
-pub mod scheduler;
-pub mod size;
-pub mod stats;
-pub mod stats_server;
-pub mod status_page;
-pub mod trace;
-pub mod vram;
+mod engine;
+mod layout;
+mod memory;
+mod model;
+mod observe;
+mod transport;
+
+pub mod daemon;
+pub mod support;
+
+pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
+pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
+pub use layout::dxgk_values;
+pub use layout::file::{parse_layout, read_layout, LayoutSpec};
+pub use layout::report::LayoutReport;
+pub use layout::rules;
+pub use layout::{Resolved, SegmentKind, SegmentLayout};
+pub use memory::guest_ram::GuestRam;
+pub use memory::vram::{BarMode, Vram, VramError};
+pub use model::control;
+pub use model::gpu::Gpu;
+pub use observe::echo;
+pub use observe::endpoint;
+pub use observe::stats::{PacketRecord, Stats};
+pub use observe::trace::Trace;
+pub use transport::backend::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
+pub use transport::fd_relay;

@@ -1,31 +1,14 @@
 //! `vhost-user-wddm-gpu`: the backend process QEMU's `vhost-user-gpu-pci` connects to.
 
 use std::io::{ErrorKind, IsTerminal, Write};
-use std::os::fd::FromRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
-use log::info;
-use vhost::vhost_user::{Error as VhostUserError, Listener};
-use vhost_user_backend::VhostUserDaemon;
-use vhost_user_wddm_gpu::device::{BarModeRequest, WddmGpuBackend};
-use vhost_user_wddm_gpu::echo::ECHO_EVENT;
-use vhost_user_wddm_gpu::gpu::Gpu;
-use vhost_user_wddm_gpu::layout::SegmentLayout;
-use vhost_user_wddm_gpu::layout_file::read_layout;
-use vhost_user_wddm_gpu::layout_report::LayoutReport;
-use vhost_user_wddm_gpu::layout_rules::validate;
-use vhost_user_wddm_gpu::size::parse_size;
-use vhost_user_wddm_gpu::stats::Stats;
-use vhost_user_wddm_gpu::trace::Trace;
-use vhost_user_wddm_gpu::vram::{BarMode, Vram};
-use vhost_user_wddm_gpu::{codec, fd_relay, stats_server};
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
+use vhost_user_wddm_gpu::daemon::{self, Config};
+use vhost_user_wddm_gpu::support::size::parse_size;
+use vhost_user_wddm_gpu::{dxgk_values, endpoint, BarModeRequest, LayoutReport};
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
 #[derive(Debug, Parser)]
@@ -92,6 +75,25 @@ struct RunArgs {
     trace_max_size: u64,
 }
 
+impl RunArgs {
+    /// What the daemon needs of these options.
+    fn config(&self) -> Config {
+        Config {
+            socket_path: self.socket_path.clone(),
+            fd: self.fd,
+            vram_path: self.vram_path.clone(),
+            vram_size: self.vram_size,
+            device_vram_path: self.device_vram_path.clone(),
+            file_mode: self.file_mode,
+            bench_echo: self.bench_echo,
+            bar_mode: self.bar_mode,
+            stats_socket: self.stats_socket.clone(),
+            trace: self.trace.clone(),
+            trace_max_size: self.trace_max_size,
+        }
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Check a layout file against the WDDM rules and print it as DXGK_QUERYSEGMENTOUT3/4 holds it.
@@ -138,25 +140,6 @@ enum Command {
     },
 }
 
-/// Errors that end the program before or while serving.
-#[derive(Debug, thiserror::Error)]
-enum StartError {
-    #[error(transparent)]
-    Vram(#[from] vhost_user_wddm_gpu::vram::VramError),
-    #[error("socket {0} is in use by a running process")]
-    SocketInUse(PathBuf),
-    #[error("socket path {0} exists and is not a socket")]
-    NotASocket(PathBuf),
-    #[error("--fd {0} is not a Unix socket")]
-    BadFd(i32),
-    #[error("vhost-user daemon: {0}")]
-    Daemon(String),
-    #[error("--trace {0}: {1}")]
-    Trace(PathBuf, std::io::Error),
-    #[error("stats socket {0}: {1}")]
-    StatsSocket(PathBuf, std::io::Error),
-}
-
 /// Exit code for invalid input (bad layout, bad value): the same as clap's usage errors.
 const EXIT_INVALID: u8 = 2;
 
@@ -172,10 +155,10 @@ fn main() -> ExitCode {
             json,
         }) => check_layout(&file, vram_size, json),
         Some(Command::Decode { kind, value }) => {
-            codec_command(&kind, |kind| codec::decode(kind, &value))
+            value_command(&kind, |kind| dxgk_values::decode(kind, &value))
         }
         Some(Command::Encode { kind, fields }) => {
-            codec_command(&kind, |kind| codec::encode(kind, &fields))
+            value_command(&kind, |kind| dxgk_values::encode(kind, &fields))
         }
         Some(Command::Stats {
             socket,
@@ -209,7 +192,7 @@ fn serve(args: &RunArgs) -> ExitCode {
             )
             .exit();
     }
-    let layout = match load_layout(args.layout.as_deref(), args.vram_size) {
+    let layout = match daemon::load_layout(args.layout.as_deref(), args.vram_size) {
         Ok(layout) => layout,
         Err(lines) => {
             for line in lines {
@@ -218,7 +201,7 @@ fn serve(args: &RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    match run(args, layout) {
+    match daemon::run(&args.config(), layout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("vhost-user-wddm-gpu: error: {error}");
@@ -227,28 +210,8 @@ fn serve(args: &RunArgs) -> ExitCode {
     }
 }
 
-/// Reads and validates a layout (or builds the default); errors come back one line each.
-fn load_layout(path: Option<&Path>, vram_size: u64) -> Result<SegmentLayout, Vec<String>> {
-    if !vram_size.is_power_of_two() {
-        return Err(vec![format!(
-            "--vram-size {vram_size:#x} must be a power of two (QEMU requires power-of-two BARs)"
-        )]);
-    }
-    let Some(path) = path else {
-        return Ok(SegmentLayout::default_for_vram(vram_size));
-    };
-    let at = path.display();
-    let spec = read_layout(path).map_err(|error| vec![format!("{at}: {error}")])?;
-    validate(&spec, vram_size).map_err(|violations| {
-        violations
-            .iter()
-            .map(|violation| format!("{at}: {violation}"))
-            .collect()
-    })
-}
-
 fn check_layout(path: &Path, vram_size: u64, json: bool) -> ExitCode {
-    match load_layout(Some(path), vram_size) {
+    match daemon::load_layout(Some(path), vram_size) {
         Ok(layout) => {
             let report = LayoutReport::new(&layout, vram_size);
             if json {
@@ -273,11 +236,11 @@ fn check_layout(path: &Path, vram_size: u64, json: bool) -> ExitCode {
     }
 }
 
-fn codec_command(
+fn value_command(
     kind: &str,
-    apply: impl FnOnce(codec::ValueKind) -> Result<String, codec::CodecError>,
+    apply: impl FnOnce(dxgk_values::ValueKind) -> Result<String, dxgk_values::CodecError>,
 ) -> ExitCode {
-    match codec::ValueKind::from_name(kind).and_then(apply) {
+    match dxgk_values::ValueKind::from_name(kind).and_then(apply) {
         Ok(text) => {
             println!("{}", text.trim_end());
             ExitCode::SUCCESS
@@ -304,202 +267,6 @@ fn parse_file_mode(text: &str) -> Result<u32, String> {
     Ok(mode)
 }
 
-fn run(args: &RunArgs, layout: SegmentLayout) -> Result<(), StartError> {
-    // Nothing this process creates is open to others for a moment: files and sockets get
-    // --file-mode explicitly once they exist.
-    // SAFETY: umask only sets the process's file-creation mask.
-    unsafe { libc::umask(0o077) };
-    // A socket another backend serves means that backend's VRAM file is in use too: refuse
-    // before touching any file.
-    if let Some(path) = &args.socket_path {
-        check_socket_free(path)?;
-    }
-    let vram_path = match &args.vram_path {
-        Some(path) => path.clone(),
-        None => default_vram_path(args.socket_path.as_deref()),
-    };
-    let device_only = layout.device_only_vram(args.vram_size);
-    let vram = Vram::create_with_device_only_file(
-        &vram_path,
-        args.vram_size,
-        device_only,
-        args.device_vram_path.as_deref(),
-        args.file_mode,
-        BarMode::Ivshmem,
-    )?;
-    let kept = match (&args.device_vram_path, device_only) {
-        (_, 0) => String::new(),
-        (Some(path), _) => format!(" in {}", path.display()),
-        (None, _) => " (anonymous: zero at every start; --device-vram-path keeps it)".to_owned(),
-    };
-    info!(
-        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM{kept}",
-        vram.size(),
-        vram.path().display(),
-        device_only
-    );
-    for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
-        info!("layout: {line}");
-    }
-    let stats = Arc::new(Stats::new(&layout));
-    let trace = match &args.trace {
-        Some(path) => {
-            let trace = Trace::create(path)
-                .map_err(|e| StartError::Trace(path.clone(), e))?
-                .with_max_size(args.trace_max_size);
-            info!("trace: writing {}", path.display());
-            Some(trace)
-        }
-        None => None,
-    };
-    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace)
-        .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
-    let backend = WddmGpuBackend::new(gpu, args.bar_mode);
-    let echo = backend.echo_port();
-    if args.bench_echo {
-        echo.enable();
-        info!("the benchmark's eventfd echo is on (--bench-echo)");
-    }
-    let mut daemon = VhostUserDaemon::new(
-        "vhost-user-wddm-gpu".to_string(),
-        Arc::new(RwLock::new(backend)),
-        GuestMemoryAtomic::new(GuestMemoryMmap::new()),
-    )
-    .map_err(|e| StartError::Daemon(e.to_string()))?;
-    // Echo kicks join the worker that serves the control queue (one worker serves all queues).
-    // Held weakly: the worker owns the backend, which owns the echo port and this closure.
-    if let Some(worker) = daemon.get_epoll_handlers().first() {
-        let worker = Arc::downgrade(worker);
-        echo.set_registrar(Box::new(move |fd, add| {
-            let worker = worker
-                .upgrade()
-                .ok_or_else(|| std::io::Error::other("the vring worker has stopped"))?;
-            let event = u64::from(ECHO_EVENT);
-            let result = if add {
-                worker.register_listener(fd, EventSet::IN, event)
-            } else {
-                worker.unregister_listener(fd, EventSet::IN, event)
-            };
-            result.map_err(std::io::Error::other)
-        }));
-    }
-
-    let mut listener = match (&args.socket_path, args.fd) {
-        (Some(path), _) => {
-            let listener = Listener::new(path, true)
-                .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?;
-            set_mode(path, args.file_mode)?;
-            listener
-        }
-        (None, Some(fd)) => listening_fd(fd)?,
-        (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
-    };
-    // Started before the daemon blocks waiting for the frontend; stopped (and its socket
-    // removed) when this function returns.
-    let stats_path = args
-        .stats_socket
-        .clone()
-        .or_else(|| args.socket_path.as_deref().map(stats_server::default_path));
-    let _stats_server = match stats_path {
-        Some(path) => {
-            let server = stats_server::start(&path, stats, echo)
-                .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
-            set_mode(&path, args.file_mode)?;
-            Some(server)
-        }
-        None => None,
-    };
-    info!("waiting for the frontend");
-    daemon
-        .start(&mut listener)
-        .map_err(|e| StartError::Daemon(e.to_string()))?;
-    match daemon.wait() {
-        // A frontend hanging up is the normal end of a session, as the crate's own serve() has it.
-        Ok(())
-        | Err(vhost_user_backend::Error::HandleRequest(
-            VhostUserError::Disconnected | VhostUserError::PartialMessage,
-        )) => {
-            info!("frontend disconnected; exiting");
-            Ok(())
-        }
-        Err(error) => Err(StartError::Daemon(error.to_string())),
-    }
-}
-
-/// The VRAM file a backend uses when not told: one per socket, so two backends started with
-/// defaults never share (or resize) each other's VRAM.
-fn default_vram_path(socket: Option<&Path>) -> PathBuf {
-    let name = match socket {
-        Some(socket) => {
-            // The socket's directory resolved, so two spellings of one socket agree.
-            let full = socket
-                .parent()
-                .filter(|dir| !dir.as_os_str().is_empty())
-                .and_then(|dir| dir.canonicalize().ok())
-                .map(|dir| dir.join(socket.file_name().unwrap_or_default()))
-                .unwrap_or_else(|| socket.to_owned());
-            // FNV-1a: stable across runs and builds, unlike std's hasher.
-            let hash = full
-                .as_os_str()
-                .as_encoded_bytes()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
-                    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-                });
-            format!("socket-{hash:016x}")
-        }
-        None => format!("pid-{}", std::process::id()),
-    };
-    PathBuf::from(format!("/dev/shm/vhost-user-wddm-gpu-{name}.vram"))
-}
-
-/// Gives a socket the --file-mode (it was created under the owner-only umask).
-fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
-        StartError::Daemon(format!("{}: cannot set mode {mode:o}: {e}", path.display()))
-    })
-}
-
-/// Refuses a socket path another process is listening on; a stale socket file is replaced.
-fn check_socket_free(path: &Path) -> Result<(), StartError> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
-        Ok(meta) if !meta.file_type().is_socket() => Err(StartError::NotASocket(path.to_owned())),
-        Ok(_) if UnixStream::connect(path).is_ok() => Err(StartError::SocketInUse(path.to_owned())),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
-fn listening_fd(fd: i32) -> Result<Listener, StartError> {
-    let mut accepting: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut accepting as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(StartError::BadFd(fd));
-    }
-    if accepting != 0 {
-        // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
-        return Ok(unsafe { Listener::from_raw_fd(fd) });
-    }
-    // SAFETY: the fd is a socket handed to this process (getsockopt accepted it); the stream
-    // owns it from here on.
-    let stream = unsafe { UnixStream::from_raw_fd(fd) };
-    info!("--fd {fd} is a connected socket: serving it through a relay");
-    fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))
-}
-
 /// `--watch SECS`: a positive number of seconds (fractions allowed).
 fn parse_interval(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
@@ -516,7 +283,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// The stats socket `stats SOCKET` means: `SOCKET.stats` when that exists (SOCKET is then
 /// the vhost-user socket), else SOCKET itself.
 fn stats_socket_for(socket: &Path) -> PathBuf {
-    let companion = stats_server::default_path(socket);
+    let companion = endpoint::default_path(socket);
     if std::fs::symlink_metadata(&companion).is_ok() {
         companion
     } else {
@@ -529,7 +296,7 @@ fn stats_command(socket: &Path, request: &str, watch: Option<Duration>) -> ExitC
     let clear = watch.is_some() && request == "table" && std::io::stdout().is_terminal();
     let mut separator = "";
     loop {
-        let answer = match stats_server::query(&path, request) {
+        let answer = match endpoint::query(&path, request) {
             Ok(answer) => answer,
             Err(error) => {
                 let at = path.display();

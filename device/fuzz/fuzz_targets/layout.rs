@@ -11,11 +11,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vhost_user_wddm_gpu::caps::{build_capset, MAX_CAPSET_SIZE};
-use vhost_user_wddm_gpu::layout::{SegmentKind, SegmentLayout};
-use vhost_user_wddm_gpu::layout_file::{parse_layout, LayoutSpec};
-use vhost_user_wddm_gpu::layout_report::LayoutReport;
-use vhost_user_wddm_gpu::layout_rules::{
+use vhost_user_wddm_gpu::{build_capset, MAX_CAPSET_SIZE};
+use vhost_user_wddm_gpu::{SegmentKind, SegmentLayout};
+use vhost_user_wddm_gpu::{parse_layout, LayoutSpec};
+use vhost_user_wddm_gpu::LayoutReport;
+use vhost_user_wddm_gpu::rules::{
     validate, BAR_PACK_ALIGN, MAX_APERTURE_TOTAL, MAX_BANKS, MAX_DEVICE_ONLY_VRAM,
     MAX_SEGMENTS_WDDM1, MAX_SEGMENTS_WDDM2,
 };

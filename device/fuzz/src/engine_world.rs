@@ -6,11 +6,11 @@
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 
-use vhost_user_wddm_gpu::engine::Engine;
-use vhost_user_wddm_gpu::layout::SegmentLayout;
-use vhost_user_wddm_gpu::layout_file::parse_layout;
-use vhost_user_wddm_gpu::layout_rules::validate;
-use vhost_user_wddm_gpu::vram::{BarMode, Vram};
+use vhost_user_wddm_gpu::Engine;
+use vhost_user_wddm_gpu::SegmentLayout;
+use vhost_user_wddm_gpu::parse_layout;
+use vhost_user_wddm_gpu::rules::validate;
+use vhost_user_wddm_gpu::{BarMode, Vram};
 use vm_memory::{
     FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestRegionMmap, MmapRegion,
 };

@@ -7,8 +7,8 @@ use vm_memory::{GuestMemoryBackend, VolatileSlice};
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
 use super::{DeviceMemory, Fault};
-use crate::gart::Gart;
-use crate::vram::copy_slices;
+use crate::memory::gart::Gart;
+use crate::memory::vram::copy_slices;
 
 /// Bytes copied through the bounce buffer per step when source and destination overlap.
 const BOUNCE_SIZE: usize = 64 << 10;

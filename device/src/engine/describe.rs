@@ -5,7 +5,7 @@
 use wddm_gpu_abi::packet::*;
 use zerocopy::FromBytes;
 
-use crate::stats::{Direction, Traffic};
+use crate::observe::stats::{Direction, Traffic};
 
 /// A packet's declared work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 
 use wddm_gpu_abi::submit::SubmitStatus;
 
-use crate::gart::GartError;
 use crate::layout::ResolveError;
+use crate::memory::gart::GartError;
 
 /// Why a submission stopped. Each maps to one wire [`SubmitStatus`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

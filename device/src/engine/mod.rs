@@ -28,11 +28,11 @@ use zerocopy::FromBytes;
 use self::access::{read_side, Side};
 use self::describe::declared;
 pub use self::fault::Fault;
-use crate::gart::Gart;
-use crate::guest_ram::GuestRam;
 use crate::layout::{ResolveError, Resolved, SegmentLayout};
-use crate::stats::PacketRecord;
-use crate::vram::Vram;
+use crate::memory::gart::Gart;
+use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::Vram;
+use crate::observe::stats::PacketRecord;
 
 /// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
 pub const CHUNK: u64 = 1 << 20;

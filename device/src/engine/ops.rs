@@ -8,8 +8,8 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::access::{copy, run_at, Cursor, Location, Side};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, CHUNK};
-use crate::guest_ram::RamError;
 use crate::layout::{Resolved, SegmentKind};
+use crate::memory::guest_ram::RamError;
 
 /// Bytes of pattern prepared for FILL (a multiple of 4, so every chunk starts in phase).
 const FILL_BUFFER: usize = 64 << 10;

@@ -17,7 +17,7 @@ use zerocopy::IntoBytes;
 
 use super::*;
 use crate::layout::SegmentLayout;
-use crate::vram::{BarMode, Vram};
+use crate::memory::vram::{BarMode, Vram};
 
 const RAM_SIZE: u64 = 16 << 20;
 const VRAM_SIZE: u64 = 4 << 20;
@@ -588,8 +588,8 @@ proptest! {
 
 #[test]
 fn device_only_vram_segments_take_transfers_like_bar_segments() {
-    use crate::layout_file::parse_layout;
-    use crate::layout_rules::validate;
+    use crate::layout::file::parse_layout;
+    use crate::layout::rules::validate;
     let spec = parse_layout(
         "[[segments]]\nflags = [\"CpuVisible\"]\nsize = \"4MiB\"\n[[segments]]\nflags = []\nsize = \"2MiB\"\nbase_address = 0x100000000\n",
     )

@@ -18,11 +18,11 @@ use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::{Immutable, IntoBytes};
 
 use super::*;
-use crate::gart::Run;
+use crate::layout::file::parse_layout;
+use crate::layout::rules::validate;
 use crate::layout::{SegmentKind, SegmentLayout, DEFAULT_APERTURE_SIZE};
-use crate::layout_file::parse_layout;
-use crate::layout_rules::validate;
-use crate::vram::{BarMode, Vram};
+use crate::memory::gart::Run;
+use crate::memory::vram::{BarMode, Vram};
 
 const RAM_SIZE: u64 = 16 << 20;
 const VRAM_SIZE: u64 = 4 << 20;

@@ -20,7 +20,7 @@ use log::{debug, warn};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
-use crate::gpu::lock;
+use crate::support::sync::lock;
 
 /// The request line that asks the stats socket for an echo.
 pub const ECHO_REQUEST: &[u8] = b"echo\n";

@@ -21,6 +21,8 @@ use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_STATE_NOT_MAPPED,
 };
 
+use crate::support::sync::lock;
+
 /// Errors creating the VRAM file.
 #[derive(Debug, thiserror::Error)]
 pub enum VramError {
@@ -223,11 +225,7 @@ impl Vram {
     }
 
     fn bar(&self) -> MutexGuard<'_, BarState> {
-        // A panic while holding this lock aborts the process (panic = "abort"), so a poisoned
-        // lock cannot be observed; recover the data anyway rather than panic again.
-        self.bar
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.bar)
     }
 
     /// The VRAM file (passed to the frontend in shared-memory mode).

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use serde::Serialize;
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
 
+use crate::layout::rules::human;
 use crate::layout::{SegmentKind, SegmentLayout};
-use crate::layout_rules::human;
 
 /// One segment in `check-layout --json`.
 #[derive(Debug, Serialize, PartialEq, Eq)]

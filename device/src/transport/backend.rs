@@ -35,10 +35,12 @@ use vmm_sys_util::event::{
 };
 use zerocopy::IntoBytes;
 
-use crate::control::MAX_REQUEST_SIZE;
-use crate::echo::{EchoPort, ECHO_EVENT};
-use crate::gpu::{lock, Gpu, Reply};
-use crate::vram::BarMode;
+use crate::memory::vram::BarMode;
+use crate::model::control::MAX_REQUEST_SIZE;
+use crate::model::gpu::Gpu;
+use crate::model::reply::Reply;
+use crate::observe::echo::{EchoPort, ECHO_EVENT};
+use crate::support::sync::lock;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
 const CONTROL_QUEUE: u16 = 0;
@@ -189,7 +191,7 @@ impl WddmGpuBackend {
         }
     }
 
-    /// The echo the vring worker answers (see [`crate::echo`]).
+    /// The echo the vring worker answers (see [`crate::observe::echo`]).
     pub fn echo_port(&self) -> Arc<EchoPort> {
         self.echo.clone()
     }

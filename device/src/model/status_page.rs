@@ -12,7 +12,7 @@ use wddm_gpu_abi::status::{
 };
 use zerocopy::IntoBytes;
 
-use crate::guest_ram::{GuestRam, RamError};
+use crate::memory::guest_ram::{GuestRam, RamError};
 
 /// Why a registration was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -72,16 +72,6 @@ impl StatusPage {
     /// Forgets the registration (device reset).
     pub fn unregister(&mut self) {
         *self = Self::default();
-    }
-
-    /// The registered address.
-    pub fn address(&self) -> Option<u64> {
-        self.address
-    }
-
-    /// The state as last published.
-    pub fn state(&self) -> &WddmGpuStatusPage {
-        &self.page
     }
 
     /// Records the BAR locator.

@@ -4,7 +4,7 @@
 use wddm_gpu_abi::caps::{WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0};
 
 use super::*;
-use crate::layout_file::parse_layout;
+use crate::layout::file::parse_layout;
 
 const BAR: u64 = 256 << 20;
 const MIB: u64 = 1 << 20;

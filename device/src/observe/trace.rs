@@ -25,14 +25,15 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::warn;
 use serde::{Serialize, Serializer};
 
-use crate::stats::{self, Direction, PacketRecord, SubmissionRecord, Traffic};
+use crate::observe::stats::{self, Direction, PacketRecord, SubmissionRecord, Traffic};
+use crate::support::sync::lock;
 
 /// Track (`tid`) of the GPU engine, where every submission and packet goes.
 const ENGINE_TRACK: u32 = 1;
@@ -266,12 +267,6 @@ impl Trace {
             None => Ok(()),
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Writer {

@@ -12,7 +12,7 @@ pub const DEFAULT_PAGING_BUFFER_SIZE: u32 = 64 << 10;
 /// What backs a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentKind {
-    /// Memory segment stored in VRAM at `vram_offset` (see [`crate::vram::Vram`] for the VRAM
+    /// Memory segment stored in VRAM at `vram_offset` (see the `memory::vram` module for the VRAM
     /// address space: the BAR file first, device-only memory after it).
     Memory {
         /// Offset in the VRAM address space.

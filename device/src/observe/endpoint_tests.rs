@@ -12,7 +12,7 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 use super::*;
 use crate::layout::SegmentLayout;
-use crate::stats::Stats;
+use crate::observe::stats::Stats;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wddm-stats-srv-{}-{name}", std::process::id()));
@@ -174,9 +174,9 @@ fn echo_gets_both_eventfds_and_answers_kicks() {
     let dir = scratch("echo");
     let path = dir.join("stats");
     let echo = no_echo();
-    crate::echo::spawn_test_worker(&echo);
+    crate::observe::echo::spawn_test_worker(&echo);
     let _server = start(&path, stats(), echo).unwrap();
-    let peer = crate::echo::connect(&path).unwrap();
+    let peer = crate::observe::echo::connect(&path).unwrap();
     for _ in 0..3 {
         peer.kick.write(1).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -205,7 +205,7 @@ fn echo_without_a_vring_worker_is_refused_with_a_reason() {
     let dir = scratch("echo-none");
     let path = dir.join("stats");
     let _server = start(&path, stats(), no_echo()).unwrap();
-    let peer = crate::echo::connect(&path).unwrap();
+    let peer = crate::observe::echo::connect(&path).unwrap();
     let mut answer = String::new();
     peer.stream().read_to_string(&mut answer).unwrap();
     assert!(

@@ -1,13 +1,13 @@
 //! The `--layout` TOML file: parsed into a [`LayoutSpec`] with every value typed and every
 //! unknown key or name refused. Whether the layout obeys the WDDM rules is
-//! [`crate::layout_rules`]'s business.
+//! [`crate::layout::rules`]'s business.
 
 use serde::Deserialize;
 use wddm_gpu_abi::caps::{WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0};
 use wddm_gpu_abi::segment_flags::{SegmentFlags, SEGMENT_FLAG_NAMES};
 
 use crate::layout::DEFAULT_PAGING_BUFFER_SIZE;
-use crate::size::parse_size;
+use crate::support::size::parse_size;
 
 /// A layout file's content, typed but not yet checked against the WDDM rules.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The stats endpoint: a Unix socket answering `table`, `prometheus` and `json` requests while
-//! the GPU runs (and `echo`, see [`crate::echo`]).
+//! the GPU runs (and `echo`, see [`crate::observe::echo`]).
 //!
 //! Protocol: the client connects and sends one request line; the server writes the rendering
 //! (or one `error: ...` line) and closes. `echo` is sent as one message carrying two eventfds
@@ -13,7 +13,6 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,8 +24,9 @@ use log::{debug, info, warn};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
-use crate::echo::EchoPort;
-use crate::stats::Stats;
+use crate::observe::echo::EchoPort;
+use crate::observe::stats::Stats;
+use crate::support::socket_path;
 
 /// Longest request line accepted.
 const MAX_REQUEST: usize = 256;
@@ -111,7 +111,7 @@ pub struct StatsServer {
 
 /// Binds the stats socket at `path` (replacing a stale socket file) and starts serving.
 pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<StatsServer> {
-    remove_stale(path)?;
+    socket_path::claim(path)?;
     let listener = UnixListener::bind(path)?;
     let accepting = listener.try_clone()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,23 +128,6 @@ pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<
         listener,
         thread: Some(thread),
     })
-}
-
-/// Refuses a path another process serves or that is not a socket; removes a stale socket.
-fn remove_stale(path: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(path) {
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error),
-        Ok(meta) if !meta.file_type().is_socket() => Err(io::Error::new(
-            ErrorKind::AlreadyExists,
-            format!("{} exists and is not a socket", path.display()),
-        )),
-        Ok(_) if UnixStream::connect(path).is_ok() => Err(io::Error::new(
-            ErrorKind::AddrInUse,
-            format!("{} is in use by a running process", path.display()),
-        )),
-        Ok(_) => fs::remove_file(path),
-    }
 }
 
 impl StatsServer {
@@ -430,5 +413,5 @@ pub fn query(path: &Path, request: &str) -> io::Result<String> {
 }
 
 #[cfg(test)]
-#[path = "stats_server_tests.rs"]
+#[path = "endpoint_tests.rs"]
 mod tests;

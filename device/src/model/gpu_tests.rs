@@ -18,7 +18,7 @@ use wddm_gpu_abi::submit::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::*;
-use crate::vram::BarMode;
+use crate::memory::vram::BarMode;
 
 const RAM: u64 = 64 << 20;
 const VRAM: u64 = 128 << 20;
@@ -552,7 +552,7 @@ fn short_submissions_are_answered_on_the_calling_thread() {
 #[test]
 fn work_past_the_inline_budget_continues_on_the_engine_thread() {
     let mut rig = Rig::new("deferred");
-    let big = crate::scheduler::INLINE_WORK * 4;
+    let big = crate::model::scheduler::INLINE_WORK * 4;
     let mut packets = fill(0, 4096, 0x1111_1111);
     packets.extend(fill(0x1000, 4096, 0x2222_2222));
     packets.extend(fill(0x10_0000, big, 0x3333_3333));
@@ -584,7 +584,7 @@ fn work_past_the_inline_budget_continues_on_the_engine_thread() {
 fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
     let rig = Rig::new("defer-race");
     let mut packets = fence_packet(1);
-    packets.extend(fill(0, crate::scheduler::INLINE_WORK * 8, 7));
+    packets.extend(fill(0, crate::model::scheduler::INLINE_WORK * 8, 7));
     rig.atomic
         .memory()
         .write_slice(&packets, GuestAddress(DMA))
@@ -627,7 +627,7 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
 #[test]
 fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budget() {
     let mut rig = Rig::new("packet-budget");
-    let count = crate::scheduler::INLINE_PACKETS as usize * 4;
+    let count = crate::model::scheduler::INLINE_PACKETS as usize * 4;
     let packets: Vec<u8> = (0..count)
         .flat_map(|i| fence_packet(i as u32 + 1))
         .collect();
@@ -648,7 +648,7 @@ fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budg
 #[test]
 fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
     let rig = Rig::new("kick-budget");
-    let piece = crate::scheduler::INLINE_WORK / 4;
+    let piece = crate::model::scheduler::INLINE_WORK / 4;
     let packets = fill(0, piece, 0x5555_5555);
     rig.atomic
         .memory()
@@ -692,7 +692,7 @@ fn a_reset_taking_back_a_deferred_submission_counts_what_ran_inline() {
     for round in 0..300 {
         // A FENCE runs inline; the fill is over the budget and waits for the engine thread.
         let mut packets = fence_packet(round + 1);
-        packets.extend(fill(0, crate::scheduler::INLINE_WORK * 64, 7));
+        packets.extend(fill(0, crate::model::scheduler::INLINE_WORK * 64, 7));
         let (fence, rx) = rig.submit(&packets, 0);
         // The reset may find it queued (not yet taken by the engine thread) or running.
         let reset = rig.request(WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET).as_bytes(), 64);

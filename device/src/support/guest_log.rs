@@ -6,6 +6,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::support::sync::lock;
+
 /// Guest-caused warnings written per window.
 pub const BURST: u32 = 20;
 /// The window.
@@ -25,9 +27,7 @@ static LIMIT: Mutex<Window> = Mutex::new(Window {
 
 /// Whether one more guest-caused warning may be written now; counts it as suppressed if not.
 pub fn allow() -> bool {
-    let mut window = LIMIT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut window = lock(&LIMIT);
     let now = Instant::now();
     let open = window
         .start
@@ -55,7 +55,7 @@ pub fn allow() -> bool {
 #[macro_export]
 macro_rules! guest_warn {
     ($($arg:tt)*) => {
-        if $crate::guest_log::allow() {
+        if $crate::support::guest_log::allow() {
             log::warn!($($arg)*);
         }
     };

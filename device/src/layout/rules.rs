@@ -7,8 +7,8 @@ use std::fmt;
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
 use wddm_gpu_abi::segment_flags::{SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK};
 
+use crate::layout::file::{LayoutSpec, SegmentSpec};
 use crate::layout::{Segment, SegmentKind, SegmentLayout};
-use crate::layout_file::{LayoutSpec, SegmentSpec};
 
 /// Segment ids are 5 bits wide; WDDM 1.x can use 1..=31.
 pub const MAX_SEGMENTS_WDDM1: usize = 31;
@@ -551,5 +551,5 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
 }
 
 #[cfg(test)]
-#[path = "layout_rules_tests.rs"]
+#[path = "rules_tests.rs"]
 mod tests;

@@ -10,7 +10,7 @@ use wddm_gpu_abi::packet::{WDDM_GPU_OP_FILL, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::*;
-use crate::stats::{Direction, PacketRecord, SubmissionRecord, Traffic};
+use crate::observe::stats::{Direction, PacketRecord, SubmissionRecord, Traffic};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wddm-trace-{}-{name}", std::process::id()));

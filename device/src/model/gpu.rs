@@ -3,106 +3,38 @@
 //! request bytes, guest memory and a [`Reply`] to answer through, now or later.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use log::info;
-use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
     WddmGpuConfig, WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, WddmGpuRespDisplayInfo,
     VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET,
     VIRTIO_GPU_RESP_OK_CAPSET_INFO, VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
-    WDDM_GPU_RESP_EVENT,
 };
-use wddm_gpu_abi::status::{
-    WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_CANCELLED,
-};
+use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
-use crate::caps::{build_capset, MAX_CAPSET_SIZE};
-use crate::control::{decode, ControlRequest};
-use crate::guest_ram::GuestRam;
+use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
-use crate::scheduler::{Paused, Scheduler};
-use crate::stats::Stats;
-use crate::status_page::StatusPage;
-use crate::trace::Trace;
-use crate::vram::{BarChange, Vram};
+use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::{BarChange, Vram};
+use crate::model::control::{decode, ControlRequest};
+use crate::model::reply::{respond, Mem, Notify, Reply};
+use crate::model::scheduler::{Paused, Scheduler};
+use crate::model::status_page::StatusPage;
+use crate::observe::stats::Stats;
+use crate::observe::trace::Trace;
+use crate::support::sync::lock;
 
 /// `VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID`: the answer to GET_EDID on a device without
 /// displays.
 const VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
 
-/// A snapshot of guest memory, kept alive while a request that uses it is pending.
-pub type Mem = GuestMemoryLoadGuard<GuestMemoryMmap>;
-
-/// Where a response goes: the transport's descriptor chain, or a test's channel.
-pub trait Reply: Send {
-    /// Bytes the response buffer holds.
-    fn room(&self) -> usize;
-    /// Writes the response and completes the request (raising the queue's interrupt).
-    fn send(self: Box<Self>, response: &[u8]);
-}
-
-/// Sends `response`, or a header-only `ERR_UNSPEC` cut to the room when it does not fit.
-pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
-    let room = reply.room();
-    if response.len() <= room {
-        reply.send(response);
-        return;
-    }
-    crate::guest_warn!(
-        "response of {} bytes does not fit the {room}-byte buffer",
-        response.len()
-    );
-    let hdr = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
-    reply.send(&hdr.as_bytes()[..room.min(hdr.as_bytes().len())]);
-}
-
 fn header(type_: u32) -> Vec<u8> {
     WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
-}
-
-/// What the driver is told without asking: the status page and posted event requests.
-pub struct Notify {
-    /// The registered status page.
-    pub status: StatusPage,
-    /// WAIT_EVENT requests not yet completed, oldest first.
-    pub events: VecDeque<Box<dyn Reply>>,
-}
-
-impl Notify {
-    /// Publishes the status page, then completes the oldest posted WAIT_EVENT with `event` (or
-    /// counts it as dropped, in what the page shows): a driver woken by the event finds the
-    /// page already up to date.
-    pub fn deliver<M: GuestMemoryBackend>(
-        &mut self,
-        mut event: WddmGpuRespEvent,
-        ram: &GuestRam<'_, M>,
-    ) {
-        event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
-        let reply = self.events.pop_front();
-        if reply.is_none() {
-            self.status.event_dropped();
-        }
-        self.status.publish(ram);
-        if let Some(reply) = reply {
-            reply.send(event.as_bytes());
-        }
-    }
-
-    /// Completes every posted WAIT_EVENT as cancelled (a driver-requested reset).
-    pub fn cancel_events(&mut self) {
-        while let Some(reply) = self.events.pop_front() {
-            let event = WddmGpuRespEvent {
-                hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT),
-                kind: WDDM_GPU_EVENT_CANCELLED,
-                ..Default::default()
-            };
-            reply.send(event.as_bytes());
-        }
-    }
 }
 
 /// The GPU.
@@ -112,20 +44,6 @@ pub struct Gpu {
     notify: Arc<Mutex<Notify>>,
     stats: Arc<Stats>,
     scheduler: Scheduler,
-}
-
-/// Locks, recovering the data: the process aborts on panic, so poisoning cannot be observed.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Waits on `condvar`, recovering the data as [`lock`] does.
-pub fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-    condvar
-        .wait(guard)
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Gpu {

@@ -32,12 +32,13 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
-use crate::gpu::{lock, respond, wait, Mem, Notify, Reply};
-use crate::guest_ram::GuestRam;
 use crate::layout::SegmentLayout;
-use crate::stats::{PacketRecord, Stats, SubmissionRecord};
-use crate::trace::Trace;
-use crate::vram::Vram;
+use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::Vram;
+use crate::model::reply::{respond, Mem, Notify, Reply};
+use crate::observe::stats::{PacketRecord, Stats, SubmissionRecord};
+use crate::observe::trace::Trace;
+use crate::support::sync::{lock, wait};
 use vm_memory::GuestMemoryMmap;
 
 const RUN: u8 = 0;

@@ -23,6 +23,7 @@ use wddm_gpu_abi::packet::{
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::layout::SegmentLayout;
+use crate::support::sync::lock;
 
 mod render;
 
@@ -374,9 +375,7 @@ impl Stats {
 
     /// The counters survive a panic elsewhere while the lock was held: they stay readable.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.inner)
     }
 
     /// A packet executed.

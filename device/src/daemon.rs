@@ -1,0 +1,284 @@
+//! The backend process: one configuration and one start function. `main.rs` parses the command
+//! line into a [`Config`]; [`run`] creates the VRAM and the GPU, opens the endpoints and serves
+//! one frontend session.
+
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use log::info;
+use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost_user_backend::VhostUserDaemon;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use crate::layout::file::read_layout;
+use crate::layout::report::LayoutReport;
+use crate::layout::rules::validate;
+use crate::layout::SegmentLayout;
+use crate::memory::vram::{BarMode, Vram, VramError};
+use crate::model::gpu::Gpu;
+use crate::observe::echo::{EchoPort, ECHO_EVENT};
+use crate::observe::endpoint;
+use crate::observe::stats::Stats;
+use crate::observe::trace::Trace;
+use crate::support::socket_path::{self, SocketPathError};
+use crate::transport::backend::{BarModeRequest, WddmGpuBackend};
+use crate::transport::fd_relay;
+
+/// Where to listen, what to serve and what to measure.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The vhost-user socket to listen on.
+    pub socket_path: Option<PathBuf>,
+    /// An already-open socket instead (listening, or connected as libvirt passes it).
+    pub fd: Option<i32>,
+    /// The VRAM file; default: one per socket in /dev/shm.
+    pub vram_path: Option<PathBuf>,
+    /// The VRAM BAR size (a power of two).
+    pub vram_size: u64,
+    /// Where device-only VRAM is kept; default: anonymous memory.
+    pub device_vram_path: Option<PathBuf>,
+    /// Permission bits of the files and sockets created.
+    pub file_mode: u32,
+    /// Whether the benchmark's eventfd echo is served.
+    pub bench_echo: bool,
+    /// How the VRAM BAR reaches the guest.
+    pub bar_mode: BarModeRequest,
+    /// The stats endpoint; default: the socket path with `.stats` appended.
+    pub stats_socket: Option<PathBuf>,
+    /// The `--trace` timeline file.
+    pub trace: Option<PathBuf>,
+    /// Where the timeline stops growing.
+    pub trace_max_size: u64,
+}
+
+/// Errors that end the program before or while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Vram(#[from] VramError),
+    #[error("socket path {0}")]
+    Socket(#[from] SocketPathError),
+    #[error("--fd {0} is not a Unix socket")]
+    BadFd(i32),
+    #[error("vhost-user daemon: {0}")]
+    Daemon(String),
+    #[error("--trace {0}: {1}")]
+    Trace(PathBuf, std::io::Error),
+    #[error("stats socket {0}: {1}")]
+    StatsSocket(PathBuf, std::io::Error),
+}
+
+/// Reads and validates a layout (or builds the default); errors come back one line each.
+pub fn load_layout(path: Option<&Path>, vram_size: u64) -> Result<SegmentLayout, Vec<String>> {
+    if !vram_size.is_power_of_two() {
+        return Err(vec![format!(
+            "--vram-size {vram_size:#x} must be a power of two (QEMU requires power-of-two BARs)"
+        )]);
+    }
+    let Some(path) = path else {
+        return Ok(SegmentLayout::default_for_vram(vram_size));
+    };
+    let at = path.display();
+    let spec = read_layout(path).map_err(|error| vec![format!("{at}: {error}")])?;
+    validate(&spec, vram_size).map_err(|violations| {
+        violations
+            .iter()
+            .map(|violation| format!("{at}: {violation}"))
+            .collect()
+    })
+}
+
+/// Serves one frontend session with `layout`: creates the VRAM, the GPU and its endpoints, waits
+/// for the frontend on the socket, and returns when it hangs up.
+pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
+    // Nothing this process creates is open to others for a moment: files and sockets get
+    // --file-mode explicitly once they exist.
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+    // A socket another backend serves means that backend's VRAM file is in use too: refuse
+    // before touching any file.
+    if let Some(path) = &args.socket_path {
+        socket_path::check_free(path)?;
+    }
+    let vram_path = match &args.vram_path {
+        Some(path) => path.clone(),
+        None => default_vram_path(args.socket_path.as_deref()),
+    };
+    let device_only = layout.device_only_vram(args.vram_size);
+    let vram = Vram::create_with_device_only_file(
+        &vram_path,
+        args.vram_size,
+        device_only,
+        args.device_vram_path.as_deref(),
+        args.file_mode,
+        BarMode::Ivshmem,
+    )?;
+    let kept = match (&args.device_vram_path, device_only) {
+        (_, 0) => String::new(),
+        (Some(path), _) => format!(" in {}", path.display()),
+        (None, _) => " (anonymous: zero at every start; --device-vram-path keeps it)".to_owned(),
+    };
+    info!(
+        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM{kept}",
+        vram.size(),
+        vram.path().display(),
+        device_only
+    );
+    for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
+        info!("layout: {line}");
+    }
+    let stats = Arc::new(Stats::new(&layout));
+    let trace = match &args.trace {
+        Some(path) => {
+            let trace = Trace::create(path)
+                .map_err(|e| StartError::Trace(path.clone(), e))?
+                .with_max_size(args.trace_max_size);
+            info!("trace: writing {}", path.display());
+            Some(trace)
+        }
+        None => None,
+    };
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace)
+        .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
+    let backend = WddmGpuBackend::new(gpu, args.bar_mode);
+    let echo = backend.echo_port();
+    let mut daemon = VhostUserDaemon::new(
+        "vhost-user-wddm-gpu".to_string(),
+        Arc::new(RwLock::new(backend)),
+        GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+    )
+    .map_err(|e| StartError::Daemon(e.to_string()))?;
+    if args.bench_echo {
+        enable_bench_echo(&daemon, &echo);
+    }
+
+    let mut listener = match (&args.socket_path, args.fd) {
+        (Some(path), _) => {
+            let listener = Listener::new(path, true)
+                .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?;
+            set_mode(path, args.file_mode)?;
+            listener
+        }
+        (None, Some(fd)) => listening_fd(fd)?,
+        (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
+    };
+    // Started before the daemon blocks waiting for the frontend; stopped (and its socket
+    // removed) when this function returns.
+    let stats_path = args
+        .stats_socket
+        .clone()
+        .or_else(|| args.socket_path.as_deref().map(endpoint::default_path));
+    let _stats_server = match stats_path {
+        Some(path) => {
+            let server = endpoint::start(&path, stats, echo)
+                .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
+            set_mode(&path, args.file_mode)?;
+            Some(server)
+        }
+        None => None,
+    };
+    info!("waiting for the frontend");
+    daemon
+        .start(&mut listener)
+        .map_err(|e| StartError::Daemon(e.to_string()))?;
+    match daemon.wait() {
+        // A frontend hanging up is the normal end of a session, as the crate's own serve() has it.
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => {
+            info!("frontend disconnected; exiting");
+            Ok(())
+        }
+        Err(error) => Err(StartError::Daemon(error.to_string())),
+    }
+}
+
+/// The VRAM file a backend uses when not told: one per socket, so two backends started with
+/// defaults never share (or resize) each other's VRAM.
+fn default_vram_path(socket: Option<&Path>) -> PathBuf {
+    let name = match socket {
+        Some(socket) => {
+            // The socket's directory resolved, so two spellings of one socket agree.
+            let full = socket
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .and_then(|dir| dir.canonicalize().ok())
+                .map(|dir| dir.join(socket.file_name().unwrap_or_default()))
+                .unwrap_or_else(|| socket.to_owned());
+            // FNV-1a: stable across runs and builds, unlike std's hasher.
+            let hash = full
+                .as_os_str()
+                .as_encoded_bytes()
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
+                    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+                });
+            format!("socket-{hash:016x}")
+        }
+        None => format!("pid-{}", std::process::id()),
+    };
+    PathBuf::from(format!("/dev/shm/vhost-user-wddm-gpu-{name}.vram"))
+}
+
+/// Gives a socket the --file-mode (it was created under the owner-only umask).
+fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        StartError::Daemon(format!("{}: cannot set mode {mode:o}: {e}", path.display()))
+    })
+}
+
+/// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
+fn listening_fd(fd: i32) -> Result<Listener, StartError> {
+    let mut accepting: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut accepting as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(StartError::BadFd(fd));
+    }
+    if accepting != 0 {
+        // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
+        return Ok(unsafe { Listener::from_raw_fd(fd) });
+    }
+    // SAFETY: the fd is a socket handed to this process (getsockopt accepted it); the stream
+    // owns it from here on.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    info!("--fd {fd} is a connected socket: serving it through a relay");
+    fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))
+}
+
+/// `--bench-echo`: echo kicks join the worker that serves the control queue (one worker serves
+/// all queues), so the benchmark measures the same wake-up path a guest request takes. Held
+/// weakly: the worker owns the backend, which owns the echo port and this closure.
+fn enable_bench_echo(daemon: &VhostUserDaemon<Arc<RwLock<WddmGpuBackend>>>, echo: &EchoPort) {
+    echo.enable();
+    info!("the benchmark's eventfd echo is on (--bench-echo)");
+    let Some(worker) = daemon.get_epoll_handlers().first().map(Arc::downgrade) else {
+        return;
+    };
+    echo.set_registrar(Box::new(move |fd, add| {
+        let worker = worker
+            .upgrade()
+            .ok_or_else(|| std::io::Error::other("the vring worker has stopped"))?;
+        let event = u64::from(ECHO_EVENT);
+        let result = if add {
+            worker.register_listener(fd, EventSet::IN, event)
+        } else {
+            worker.unregister_listener(fd, EventSet::IN, event)
+        };
+        result.map_err(std::io::Error::other)
+    }));
+}

@@ -1,0 +1,192 @@
+//! The source tree is its layers: a module imports only from its own layer or the layers below,
+//! and no two modules import each other, directly or around a longer loop. Read from the source
+//! text, so a new `use` that breaks the order fails here with the file and line.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Bottom to top.
+const LAYERS: [&str; 8] = [
+    "support",
+    "layout",
+    "memory",
+    "observe",
+    "engine",
+    "model",
+    "transport",
+    "daemon",
+];
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module a file is, as `layer::name`; `None` for test files and the crate roots.
+fn module_of(relative: &Path) -> Option<String> {
+    let text = relative.with_extension("");
+    let mut name = text.to_str()?.replace('/', "::");
+    if let Some(stripped) = name.strip_suffix("::mod") {
+        name = stripped.to_owned();
+    }
+    let last = name.rsplit("::").next()?;
+    let is_test = last == "tests" || last.ends_with("_tests") || last.starts_with("tests_");
+    (!is_test && name != "lib" && name != "main").then_some(name)
+}
+
+/// The code of a file up to its test module, without comment lines.
+fn code(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, line)| line.trim() != "#[cfg(test)]")
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .map(|(index, line)| (index + 1, line))
+}
+
+/// Every `crate::a::b::c` path in a line.
+fn crate_paths(line: &str) -> Vec<Vec<&str>> {
+    line.match_indices("crate::")
+        .map(|(at, _)| {
+            line[at + "crate::".len()..]
+                .split("::")
+                .map(|part| {
+                    let end = part
+                        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .unwrap_or(part.len());
+                    &part[..end]
+                })
+                .take_while(|part| !part.is_empty())
+                .collect()
+        })
+        .collect()
+}
+
+struct Graph {
+    /// Module to the modules it names, with the place of the first mention.
+    edges: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn graph() -> Graph {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let modules: BTreeMap<String, PathBuf> = files
+        .iter()
+        .filter_map(|file| Some((module_of(file.strip_prefix(&root).ok()?)?, file.clone())))
+        .collect();
+    let mut edges = BTreeMap::new();
+    for (module, file) in &modules {
+        let text = fs::read_to_string(file).unwrap();
+        let mut named = BTreeMap::new();
+        for (line_number, line) in code(&text) {
+            for path in crate_paths(line) {
+                // The longest prefix that is a module of this crate.
+                let target = (1..=path.len())
+                    .rev()
+                    .map(|len| path[..len].join("::"))
+                    .find(|candidate| modules.contains_key(candidate));
+                if let Some(target) = target.filter(|target| target != module) {
+                    let place = format!("{}:{line_number}: {}", file.display(), line.trim());
+                    named.entry(target).or_insert(place);
+                }
+            }
+        }
+        edges.insert(module.clone(), named);
+    }
+    Graph { edges }
+}
+
+fn layer_rank(module: &str) -> usize {
+    let layer = module.split("::").next().unwrap();
+    LAYERS
+        .iter()
+        .position(|known| *known == layer)
+        .unwrap_or_else(|| panic!("{module} is in no layer: add its folder to LAYERS"))
+}
+
+#[test]
+fn every_module_imports_only_its_own_layer_or_those_below() {
+    let graph = graph();
+    assert!(
+        graph.edges.len() > 20,
+        "found {} modules",
+        graph.edges.len()
+    );
+    let upward: Vec<&String> = graph
+        .edges
+        .iter()
+        .flat_map(|(module, named)| {
+            named
+                .iter()
+                .filter(|(target, _)| layer_rank(target) > layer_rank(module))
+                .map(|(_, place)| place)
+        })
+        .collect();
+    assert!(
+        upward.is_empty(),
+        "imports from a higher layer:\n{upward:#?}"
+    );
+}
+
+#[test]
+fn the_module_graph_has_no_cycle() {
+    let graph = graph();
+    // Depth-first search; a module met again while still on the path closes a cycle.
+    fn visit<'a>(
+        module: &'a str,
+        graph: &'a Graph,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|on_path| *on_path == module) {
+            let mut cycle: Vec<String> = path[start..].iter().map(|m| m.to_string()).collect();
+            cycle.push(module.to_owned());
+            return Some(cycle);
+        }
+        if !done.insert(module) {
+            return None;
+        }
+        path.push(module);
+        for target in graph.edges[module].keys() {
+            if let Some(cycle) = visit(target, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in graph.edges.keys() {
+        let cycle = visit(module, &graph, &mut Vec::new(), &mut done);
+        assert_eq!(cycle, None, "modules that import each other");
+    }
+}
+
+#[test]
+fn the_checks_see_an_upward_import_and_a_cycle() {
+    // The parser the two tests above rely on.
+    assert_eq!(
+        crate_paths("use crate::model::gpu::{Gpu, X}; crate::support::sync::lock(&m)"),
+        vec![vec!["model", "gpu"], vec!["support", "sync", "lock"]]
+    );
+    assert_eq!(
+        module_of(Path::new("model/gpu.rs")).as_deref(),
+        Some("model::gpu")
+    );
+    assert_eq!(
+        module_of(Path::new("engine/mod.rs")).as_deref(),
+        Some("engine")
+    );
+    assert_eq!(module_of(Path::new("model/gpu_tests.rs")), None);
+    assert!(layer_rank("transport::backend") > layer_rank("model::gpu"));
+    let text = "use crate::a;\n// crate::b\n#[cfg(test)]\nuse crate::c;";
+    let lines: Vec<usize> = code(text).map(|(number, _)| number).collect();
+    assert_eq!(lines, vec![1]);
+}
