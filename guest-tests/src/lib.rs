@@ -8,7 +8,7 @@
 //! - [`caps`]: capset blob parsing and validation.
 //! - [`report`]: the layout as `DXGK_QUERYSEGMENTOUT3` or `...OUT4` (by WDDM version), in text
 //!   and JSON.
-//! - [`packets`]: DMA buffers of paging packets.
+//! - [`packets`]: DMA buffers of paging packets (the ABI crate's builders).
 //! - [`scatter`]: frame lists from shuffled 4 KiB pieces.
 //! - [`prng`], [`pattern`]: deterministic randomness and data patterns.
 //! - [`pagemap`], [`dma`]: pinned hugepage DMA memory with physical addresses.
@@ -36,7 +36,7 @@ pub mod iomem;
 pub mod kmd;
 pub mod latency;
 pub mod mmio;
-pub mod packets;
+pub use wddm_gpu_abi::build as packets;
 pub mod pagemap;
 pub mod pattern;
 pub mod pci;

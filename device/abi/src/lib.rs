@@ -4,6 +4,7 @@
 //! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
 //! - [`submit`]: the submission command (a DMA buffer of paging packets) and its completion.
 //! - [`packet`]: the paging packets a DMA buffer holds.
+//! - [`build`]: building packets and DMA buffers, for drivers, tests and tools.
 //! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
 //! - [`status`]: the status page, events, preemption.
 //! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
@@ -15,6 +16,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("the wddm-gpu wire format is little-endian; big-endian targets are not supported");
 
+pub mod build;
 pub mod caps;
 pub mod ctrl;
 pub mod packet;

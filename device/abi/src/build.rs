@@ -1,9 +1,10 @@
-//! Building DMA buffers of paging packets (`wddm_gpu_abi::packet`), as `DxgkDdiBuildPagingBuffer`
-//! would. Packets are built as wire structs so hostile tests can corrupt any field afterwards.
+//! Building DMA buffers of paging packets ([`crate::packet`]), as `DxgkDdiBuildPagingBuffer`
+//! would: the guest driver, the backend's tests, benchmark and fuzz seeds all build them here.
+//! Packets are built as wire structs so hostile tests can corrupt any field afterwards.
 
 use std::mem::size_of;
 
-use wddm_gpu_abi::packet::{
+use crate::packet::{
     WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader,
     WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess,
     WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WDDM_GPU_ADL_FLAG_CONTIGUOUS,
