@@ -15,7 +15,7 @@ use wddm_gpu_abi::packet::{
 use wddm_gpu_abi::status::{WddmGpuStatusPage, WDDM_GPU_EVENT_FAULT, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
-use zerocopy::IntoBytes;
+use zerocopy::{Immutable, IntoBytes};
 
 use super::ops::during;
 use super::{
@@ -39,13 +39,29 @@ fn expect_fence_event(event: &Event, fence: u32) -> Outcome {
     )
 }
 
+/// What a faulting packet must report: the submission's status, the packet's opcode and the
+/// faulting address (`None`: whatever the completion's `fault_address` says).
+#[derive(Clone, Copy)]
+struct Fault {
+    status: SubmitStatus,
+    opcode: u16,
+    address: Option<u64>,
+}
+
+/// A [`Fault`] in one line.
+const fn fault(status: SubmitStatus, opcode: u16, address: Option<u64>) -> Fault {
+    Fault {
+        status,
+        opcode,
+        address,
+    }
+}
+
 /// What a fault should look like.
 struct Expected {
     fence: u32,
     packet_offset: u32,
-    status: SubmitStatus,
-    opcode: u16,
-    address: Option<u64>,
+    fault: Fault,
 }
 
 /// Checks a FAULT event, the ring record it matches, and the status page around it; then
@@ -65,11 +81,11 @@ fn check_fault(
     ensure(
         record.fence_id == want.fence
             && record.packet_offset == want.packet_offset
-            && record.status == want.status as u32
-            && record.opcode == u32::from(want.opcode)
+            && record.status == want.fault.status as u32
+            && record.opcode == u32::from(want.fault.opcode)
             && record.address == done.fault_address
             && record.sequence == u64::from(sequence)
-            && want.address.is_none_or(|a| a == record.address),
+            && want.fault.address.is_none_or(|a| a == record.address),
         || {
             format!(
                 "FAULT event record {}; expected seq {sequence} fence {} packet_offset {:#x} \
@@ -77,9 +93,10 @@ fn check_fault(
                 describe_record(&record),
                 want.fence,
                 want.packet_offset,
-                want.status as u32,
-                want.opcode,
-                want.address
+                want.fault.status as u32,
+                want.fault.opcode,
+                want.fault
+                    .address
                     .map_or("= the completion's fault_address".into(), |a| format!(
                         "{a:#x}"
                     )),
@@ -216,24 +233,26 @@ pub fn fence_events(e: &mut Engine, c: &mut Ctx) -> Outcome {
     )?;
     let event = c.next_event(e, "FENCE before the fault")?;
     expect_fence_event(&event, f4)?;
-    let fault = c.next_event(e, "the fault")?;
+    let fault_event = c.next_event(e, "the fault")?;
     check_fault(
         c,
-        &fault,
+        &fault_event,
         &done,
         &Expected {
             fence: cmd.submission_fence_id,
             packet_offset: bad,
-            status: SubmitStatus::UnmappedAperture,
-            opcode: WDDM_GPU_OP_TRANSFER,
-            address: Some(never * PAGE),
+            fault: fault(
+                SubmitStatus::UnmappedAperture,
+                WDDM_GPU_OP_TRANSFER,
+                Some(never * PAGE),
+            ),
         },
         &before,
     )?;
-    ensure(event.order < fault.order, || {
+    ensure(event.order < fault_event.order, || {
         format!(
             "FENCE {f4} event #{} came after the FAULT event #{}",
-            event.order, fault.order
+            event.order, fault_event.order
         )
     })?;
     c.no_more_events(e, "FENCE, fault, FENCE (the second FENCE must not run)")?;
@@ -244,15 +263,46 @@ pub fn fence_events(e: &mut Engine, c: &mut Ctx) -> Outcome {
     Ok(())
 }
 
-/// A fault case: the DMA buffer, and what the fault must look like.
+/// A fault case: the DMA buffer, where its faulting packet sits, how many packets ran before
+/// it, and what the fault must look like.
 struct Case {
     name: &'static str,
     buffer: DmaBufferBuilder,
-    status: SubmitStatus,
     packet_offset: u32,
-    opcode: u16,
-    address: Option<u64>,
     packets_completed: u32,
+    fault: Fault,
+}
+
+impl Case {
+    /// `lead` (packets that all complete, `completed` of them) followed by the faulting `packet`.
+    fn after<P: IntoBytes + Immutable>(
+        name: &'static str,
+        mut lead: DmaBufferBuilder,
+        completed: u32,
+        packet: &P,
+        fault: Fault,
+    ) -> Self {
+        let packet_offset = lead.push(packet);
+        Self {
+            name,
+            buffer: lead,
+            packet_offset,
+            packets_completed: completed,
+            fault,
+        }
+    }
+
+    /// A DMA buffer of just the faulting `packet`.
+    fn alone<P: IntoBytes + Immutable>(name: &'static str, packet: &P, fault: Fault) -> Self {
+        Self::after(name, DmaBufferBuilder::new(), 0, packet, fault)
+    }
+}
+
+/// A DMA buffer of one packet.
+fn buffer_of<P: IntoBytes + Immutable>(packet: &P) -> DmaBufferBuilder {
+    let mut b = DmaBufferBuilder::new();
+    b.push(packet);
+    b
 }
 
 /// Submits a fault case and checks its completion, its FAULT event, its ring record and the
@@ -263,7 +313,7 @@ fn run_case(e: &mut Engine, c: &mut Ctx, case: &Case) -> Outcome<gpu::Completion
     let cmd = e.prepare(&case.buffer)?;
     let done = e.submit(&cmd)?;
     let context = |f: Failure| Failure(format!("{}: {f}", case.name));
-    expect_status(&done, case.status).map_err(context)?;
+    expect_status(&done, case.fault.status).map_err(context)?;
     ensure(
         done.packets_completed == case.packets_completed
             && done.fault_packet_offset == case.packet_offset,
@@ -290,9 +340,7 @@ fn run_case(e: &mut Engine, c: &mut Ctx, case: &Case) -> Outcome<gpu::Completion
         &Expected {
             fence: cmd.submission_fence_id,
             packet_offset: case.packet_offset,
-            status: case.status,
-            opcode: case.opcode,
-            address: case.address,
+            fault: case.fault,
         },
         &before,
     )
@@ -300,7 +348,7 @@ fn run_case(e: &mut Engine, c: &mut Ctx, case: &Case) -> Outcome<gpu::Completion
     println!(
         "PAGING fault {}: {} at packet {:#x}, {}",
         case.name,
-        case.status.name(),
+        case.fault.status.name(),
         case.packet_offset,
         describe_record(&event.resp.fault)
     );
@@ -314,6 +362,7 @@ fn run_case(e: &mut Engine, c: &mut Ctx, case: &Case) -> Outcome<gpu::Completion
 /// fault ring at `fault_head`, and leaves `completed_fence` at the faulting submission. The
 /// driver consumes each record by advancing `fault_tail`.
 pub fn faults_status_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
+    use SubmitStatus::{FrameInVram, SegmentRange, UnmappedAperture, WrongSegmentKind};
     c.kmd_ready(e)?;
     c.status.consume_faults();
     let never = c.never_mapped_page();
@@ -321,45 +370,7 @@ pub fn faults_status_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let vram = e.segment.clone();
     let scratch = 0x3f_8000u64;
     e.require_vram(scratch, 2 * PAGE)?;
-    let mut cases = Vec::new();
-
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
-        64,
-        e.vram_at(scratch),
-        e.vram_at(scratch + PAGE),
-    ));
-    let at = b.push_transfer(&packets::transfer(
-        2 * PAGE,
-        c.ap((never + 2) * PAGE - 0x20),
-        e.vram_at(scratch),
-    ));
-    cases.push(Case {
-        name: "TRANSFER from never-mapped aperture pages",
-        buffer: b,
-        status: SubmitStatus::UnmappedAperture,
-        packet_offset: at,
-        opcode: WDDM_GPU_OP_TRANSFER,
-        address: Some((never + 1) * PAGE),
-        packets_completed: 1,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::segment_access(
-        WDDM_GPU_OP_READ_PHYSICAL,
-        ap,
-        c.aperture.gpu_address((never + 3) * PAGE + 4),
-        4,
-    ));
-    cases.push(Case {
-        name: "READ_PHYSICAL of a never-mapped aperture page",
-        buffer: b,
-        status: SubmitStatus::UnmappedAperture,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_READ_PHYSICAL,
-        address: Some((never + 3) * PAGE),
-        packets_completed: 0,
-    });
+    let pages = c.aperture.desc.size / PAGE;
 
     // A frame list whose second frame is a VRAM BAR page.
     let bar_offset = vram.bar_offset().unwrap_or_default();
@@ -368,88 +379,88 @@ pub fn faults_status_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let guard_list = FrameList::from_pieces(good.clone(), 0, PAGE)?;
     write_list(e, &guard_list, &vec![0x11; PAGE as usize]);
     let list_address = c.place_pfns(&[good[0].phys / PAGE, bar_page])?;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::fence(e.fence()));
-    let at = b.push_transfer(&packets::transfer(
-        2 * PAGE,
-        e.vram_at(scratch),
-        Endpoint::Frames {
-            list_address,
-            frame_count: 2,
-            byte_offset: 0,
-        },
-    ));
-    cases.push(Case {
-        name: "TRANSFER to a frame list naming a VRAM BAR page",
-        buffer: b,
-        status: SubmitStatus::FrameInVram,
-        packet_offset: at,
-        opcode: WDDM_GPU_OP_TRANSFER,
-        address: Some(bar_page * PAGE),
-        packets_completed: 1,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::fill(0xdead_beef, 64, c.ap(0x100 * PAGE)));
-    cases.push(Case {
-        name: "FILL on the aperture",
-        buffer: b,
-        status: SubmitStatus::WrongSegmentKind,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_FILL,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::segment_access(
-        WDDM_GPU_OP_DISCARD_CONTENT,
-        ap,
-        c.aperture.gpu_address(0x100 * PAGE),
-        0,
-    ));
-    cases.push(Case {
-        name: "DISCARD_CONTENT on the aperture",
-        buffer: b,
-        status: SubmitStatus::WrongSegmentKind,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_DISCARD_CONTENT,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut map = c.map_packet(0, &good, 0, 1)?;
-    map.segment_id = vram.desc.id;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::segment_access(
+    let to_bar_list = Endpoint::Frames {
+        list_address,
+        frame_count: 2,
+        byte_offset: 0,
+    };
+    // A MAP_APERTURE naming a memory segment.
+    let mut map_on_vram = c.map_packet(0, &good, 0, 1)?;
+    map_on_vram.segment_id = vram.desc.id;
+    let small_copy = packets::transfer(64, e.vram_at(scratch), e.vram_at(scratch + PAGE));
+    let fence = packets::fence(e.fence());
+    let read_vram = packets::segment_access(
         WDDM_GPU_OP_READ_PHYSICAL,
         vram.desc.id,
         vram.gpu_address(scratch),
         1,
-    ));
-    let at = b.push(&map);
-    cases.push(Case {
-        name: "MAP_APERTURE on a memory segment",
-        buffer: b,
-        status: SubmitStatus::WrongSegmentKind,
-        packet_offset: at,
-        opcode: WDDM_GPU_OP_MAP_APERTURE,
-        address: None,
-        packets_completed: 1,
-    });
+    );
 
-    let pages = c.aperture.desc.size / PAGE;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::unmap_aperture(ap, pages - 1, 2, c.dummy.phys()));
-    cases.push(Case {
-        name: "UNMAP_APERTURE past the aperture end",
-        buffer: b,
-        status: SubmitStatus::SegmentRange,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_UNMAP_APERTURE,
-        address: None,
-        packets_completed: 0,
-    });
+    let cases = [
+        Case::after(
+            "TRANSFER from never-mapped aperture pages",
+            buffer_of(&small_copy),
+            1,
+            &packets::transfer(
+                2 * PAGE,
+                c.ap((never + 2) * PAGE - 0x20),
+                e.vram_at(scratch),
+            ),
+            fault(
+                UnmappedAperture,
+                WDDM_GPU_OP_TRANSFER,
+                Some((never + 1) * PAGE),
+            ),
+        ),
+        Case::alone(
+            "READ_PHYSICAL of a never-mapped aperture page",
+            &packets::segment_access(
+                WDDM_GPU_OP_READ_PHYSICAL,
+                ap,
+                c.aperture.gpu_address((never + 3) * PAGE + 4),
+                4,
+            ),
+            fault(
+                UnmappedAperture,
+                WDDM_GPU_OP_READ_PHYSICAL,
+                Some((never + 3) * PAGE),
+            ),
+        ),
+        Case::after(
+            "TRANSFER to a frame list naming a VRAM BAR page",
+            buffer_of(&fence),
+            1,
+            &packets::transfer(2 * PAGE, e.vram_at(scratch), to_bar_list),
+            fault(FrameInVram, WDDM_GPU_OP_TRANSFER, Some(bar_page * PAGE)),
+        ),
+        Case::alone(
+            "FILL on the aperture",
+            &packets::fill(0xdead_beef, 64, c.ap(0x100 * PAGE)),
+            fault(WrongSegmentKind, WDDM_GPU_OP_FILL, None),
+        ),
+        Case::alone(
+            "DISCARD_CONTENT on the aperture",
+            &packets::segment_access(
+                WDDM_GPU_OP_DISCARD_CONTENT,
+                ap,
+                c.aperture.gpu_address(0x100 * PAGE),
+                0,
+            ),
+            fault(WrongSegmentKind, WDDM_GPU_OP_DISCARD_CONTENT, None),
+        ),
+        Case::after(
+            "MAP_APERTURE on a memory segment",
+            buffer_of(&read_vram),
+            1,
+            &map_on_vram,
+            fault(WrongSegmentKind, WDDM_GPU_OP_MAP_APERTURE, None),
+        ),
+        Case::alone(
+            "UNMAP_APERTURE past the aperture end",
+            &packets::unmap_aperture(ap, pages - 1, 2, c.dummy.phys()),
+            fault(SegmentRange, WDDM_GPU_OP_UNMAP_APERTURE, None),
+        ),
+    ];
 
     let count = cases.len();
     for case in &cases {
@@ -483,6 +494,7 @@ const BAD_MAP_PAGE: u64 = 0x3400;
 /// too few frames, a reserved flag, an unaligned or VRAM dummy page) are refused as a whole:
 /// the pages they name keep their earlier mapping (or stay never mapped).
 pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
+    use SubmitStatus::{BadFrameList, FrameInVram, ReservedField, SegmentRange};
     c.kmd_ready(e)?;
     c.status.consume_faults();
     let ap = c.ap_id();
@@ -495,147 +507,63 @@ pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let bar_offset = e.segment.bar_offset().unwrap_or_default();
     let bar_page = (e.vram.bar_address + bar_offset) / PAGE + 9;
     let pages = c.aperture.desc.size / PAGE;
-    let mut cases = Vec::new();
 
     let mut with_bar: Vec<u64> = other.iter().map(|p| p.phys / PAGE).collect();
     with_bar[3] = bar_page;
-    let address = c.place_pfns(&with_bar)?;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture(
-        ap,
-        c.map_flags,
-        BAD_MAP_PAGE,
-        4,
-        address,
-        4,
-        0,
-    ));
-    cases.push(Case {
-        name: "MAP_APERTURE whose last frame is a VRAM BAR page",
-        buffer: b,
-        status: SubmitStatus::FrameInVram,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_MAP_APERTURE,
-        address: Some(bar_page * PAGE),
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture2(
-        ap,
-        c.map_flags,
-        BAD_MAP_PAGE,
-        4,
-        Adl::Contiguous {
-            base_page: bar_page - 2,
-            page_count: 4,
-        },
-        0,
-    ));
-    cases.push(Case {
-        name: "MAP_APERTURE2 of a contiguous range reaching into the VRAM BAR",
-        buffer: b,
-        status: SubmitStatus::FrameInVram,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_MAP_APERTURE2,
-        address: None,
-        packets_completed: 0,
-    });
-
+    let with_bar = c.place_pfns(&with_bar)?;
     let address = c.place_pfns(&other.iter().map(|p| p.phys / PAGE).collect::<Vec<_>>())?;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture(
-        ap,
-        c.map_flags,
-        pages - 2,
-        4,
-        address,
-        4,
-        0,
-    ));
-    cases.push(Case {
-        name: "MAP_APERTURE running past the aperture end",
-        buffer: b,
-        status: SubmitStatus::SegmentRange,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_MAP_APERTURE,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture(
-        ap,
-        c.map_flags,
-        BAD_MAP_PAGE,
-        4,
-        address,
-        4,
-        1,
-    ));
-    cases.push(Case {
-        name: "MAP_APERTURE with MdlOffset + NumberOfPages past the PFN array",
-        buffer: b,
-        status: SubmitStatus::BadFrameList,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_MAP_APERTURE,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture(
-        ap,
-        1 << 1,
-        BAD_MAP_PAGE,
-        4,
-        address,
-        4,
-        0,
-    ));
-    cases.push(Case {
-        name: "MAP_APERTURE with a reserved flag",
-        buffer: b,
-        status: SubmitStatus::ReservedField,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_MAP_APERTURE,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::unmap_aperture(
-        ap,
-        BAD_MAP_PAGE,
-        4,
-        c.dummy.phys() + 8,
-    ));
-    cases.push(Case {
-        name: "UNMAP_APERTURE to an unaligned dummy page",
-        buffer: b,
-        status: SubmitStatus::BadFrameList,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_UNMAP_APERTURE,
-        address: None,
-        packets_completed: 0,
-    });
-
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::unmap_aperture(
-        ap,
-        BAD_MAP_PAGE,
-        4,
-        bar_page * PAGE,
-    ));
-    cases.push(Case {
-        name: "UNMAP_APERTURE to a dummy page in the VRAM BAR",
-        buffer: b,
-        status: SubmitStatus::FrameInVram,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_UNMAP_APERTURE,
-        address: Some(bar_page * PAGE),
-        packets_completed: 0,
-    });
+    let flags = c.map_flags;
+    let cases = [
+        Case::alone(
+            "MAP_APERTURE whose last frame is a VRAM BAR page",
+            &packets::map_aperture(ap, flags, BAD_MAP_PAGE, 4, with_bar, 4, 0),
+            fault(FrameInVram, WDDM_GPU_OP_MAP_APERTURE, Some(bar_page * PAGE)),
+        ),
+        Case::alone(
+            "MAP_APERTURE2 of a contiguous range reaching into the VRAM BAR",
+            &packets::map_aperture2(
+                ap,
+                flags,
+                BAD_MAP_PAGE,
+                4,
+                Adl::Contiguous {
+                    base_page: bar_page - 2,
+                    page_count: 4,
+                },
+                0,
+            ),
+            fault(FrameInVram, WDDM_GPU_OP_MAP_APERTURE2, None),
+        ),
+        Case::alone(
+            "MAP_APERTURE running past the aperture end",
+            &packets::map_aperture(ap, flags, pages - 2, 4, address, 4, 0),
+            fault(SegmentRange, WDDM_GPU_OP_MAP_APERTURE, None),
+        ),
+        Case::alone(
+            "MAP_APERTURE with MdlOffset + NumberOfPages past the PFN array",
+            &packets::map_aperture(ap, flags, BAD_MAP_PAGE, 4, address, 4, 1),
+            fault(BadFrameList, WDDM_GPU_OP_MAP_APERTURE, None),
+        ),
+        Case::alone(
+            "MAP_APERTURE with a reserved flag",
+            &packets::map_aperture(ap, 1 << 1, BAD_MAP_PAGE, 4, address, 4, 0),
+            fault(ReservedField, WDDM_GPU_OP_MAP_APERTURE, None),
+        ),
+        Case::alone(
+            "UNMAP_APERTURE to an unaligned dummy page",
+            &packets::unmap_aperture(ap, BAD_MAP_PAGE, 4, c.dummy.phys() + 8),
+            fault(BadFrameList, WDDM_GPU_OP_UNMAP_APERTURE, None),
+        ),
+        Case::alone(
+            "UNMAP_APERTURE to a dummy page in the VRAM BAR",
+            &packets::unmap_aperture(ap, BAD_MAP_PAGE, 4, bar_page * PAGE),
+            fault(
+                FrameInVram,
+                WDDM_GPU_OP_UNMAP_APERTURE,
+                Some(bar_page * PAGE),
+            ),
+        ),
+    ];
 
     for case in &cases {
         run_case(e, c, case)?;
@@ -659,24 +587,20 @@ pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
         0,
     )?;
     // ... and the pages past the end are still never mapped.
-    let case = Case {
-        name: "READ_PHYSICAL of the last aperture page after a refused MAP over it",
-        buffer: {
-            let mut b = DmaBufferBuilder::new();
-            b.push(&packets::segment_access(
-                WDDM_GPU_OP_READ_PHYSICAL,
-                ap,
-                c.aperture.gpu_address((pages - 1) * PAGE),
-                8,
-            ));
-            b
-        },
-        status: SubmitStatus::UnmappedAperture,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_READ_PHYSICAL,
-        address: Some((pages - 1) * PAGE),
-        packets_completed: 0,
-    };
+    let case = Case::alone(
+        "READ_PHYSICAL of the last aperture page after a refused MAP over it",
+        &packets::segment_access(
+            WDDM_GPU_OP_READ_PHYSICAL,
+            ap,
+            c.aperture.gpu_address((pages - 1) * PAGE),
+            8,
+        ),
+        fault(
+            SubmitStatus::UnmappedAperture,
+            WDDM_GPU_OP_READ_PHYSICAL,
+            Some((pages - 1) * PAGE),
+        ),
+    );
     run_case(e, c, &case)?;
     c.no_more_events(e, "the refused requests")
 }
@@ -772,13 +696,13 @@ pub fn fault_ring_full(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let before = c.status.header();
     let posted = c.events.posted() as u32;
     let never = c.never_mapped_page();
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::segment_access(
+    let read = packets::segment_access(
         WDDM_GPU_OP_READ_PHYSICAL,
         c.ap_id(),
         c.aperture.gpu_address((never + 6) * PAGE),
         2,
-    ));
+    );
+    let b = buffer_of(&read);
     let mut fences = Vec::new();
     for _ in 0..=ring {
         let cmd = e.prepare(&b)?;
@@ -851,15 +775,15 @@ pub fn fault_ring_full(e: &mut Engine, c: &mut Ctx) -> Outcome {
         format!("consumed {} records, expected {ring}", consumed.len())
     })?;
     let before = c.status.header();
-    let case = Case {
-        name: "a fault after the ring was consumed",
-        buffer: b,
-        status: SubmitStatus::UnmappedAperture,
-        packet_offset: 0,
-        opcode: WDDM_GPU_OP_READ_PHYSICAL,
-        address: Some((never + 6) * PAGE),
-        packets_completed: 0,
-    };
+    let case = Case::alone(
+        "a fault after the ring was consumed",
+        &read,
+        fault(
+            SubmitStatus::UnmappedAperture,
+            WDDM_GPU_OP_READ_PHYSICAL,
+            Some((never + 6) * PAGE),
+        ),
+    );
     run_case(e, c, &case)?;
     ensure(
         c.status.header().faults_dropped == before.faults_dropped,
