@@ -478,6 +478,23 @@ pub(crate) mod tests {
         }
     }
 
+    /// Device-only VRAM (id 2, 512 MiB at GPU address 4 GiB, no BAR; `flags`) and the
+    /// default aperture as id 3: what follows [`vram_desc`] in the three-segment layouts.
+    pub(crate) fn device_only_then_aperture(flags: u32) -> [WddmGpuSegmentDesc; 2] {
+        let local = WddmGpuSegmentDesc {
+            id: 2,
+            flags,
+            base_address: 0x1_0000_0000,
+            size: 512 * MIB,
+            commit_limit: 512 * MIB,
+            bar_offset: WDDM_GPU_NO_BAR_OFFSET,
+            ..Default::default()
+        };
+        let mut aperture = aperture_desc();
+        aperture.id = 3;
+        [local, aperture]
+    }
+
     /// A WDDM 1.3 blob.
     pub(crate) fn build(segs: &[WddmGpuSegmentDesc], banks: &[u64]) -> Vec<u8> {
         build_version(WDDM_GPU_WDDM_1_3, segs, banks)
@@ -712,17 +729,7 @@ pub(crate) mod tests {
 
     #[test]
     fn device_only_segments_and_gpu_addresses() {
-        let local = WddmGpuSegmentDesc {
-            id: 2,
-            flags: 0,
-            base_address: 0x1_0000_0000,
-            size: 512 * MIB,
-            commit_limit: 512 * MIB,
-            bar_offset: WDDM_GPU_NO_BAR_OFFSET,
-            ..Default::default()
-        };
-        let mut aperture = aperture_desc();
-        aperture.id = 3;
+        let [local, aperture] = device_only_then_aperture(0);
         let layout = parse(&build(&[vram_desc(), local, aperture], &[])).unwrap();
         let memory: Vec<u32> = layout.memory_segments().map(|s| s.desc.id).collect();
         assert_eq!(memory, vec![1, 2]);

@@ -193,17 +193,22 @@ impl Engine {
 
     /// Fills the listed pages: data stretches with pattern `tag`, the rest with the guard byte.
     pub fn fill_pages(&self, list: &FrameList, tag: u64) {
+        self.guard_pages(list);
+        for run in list.data_runs() {
+            let mut data = vec![0u8; run.len];
+            pattern::fill(tag, run.pos, &mut data);
+            self.pool.write(list.pieces()[run.piece], run.offset, &data);
+        }
+    }
+
+    /// Writes the guard byte over the listed pages outside their data stretches.
+    pub fn guard_pages(&self, list: &FrameList) {
         for run in list.guard_runs() {
             self.pool.write(
                 list.pieces()[run.piece],
                 run.offset,
                 &vec![PAGE_GUARD; run.len],
             );
-        }
-        for run in list.data_runs() {
-            let mut data = vec![0u8; run.len];
-            pattern::fill(tag, run.pos, &mut data);
-            self.pool.write(list.pieces()[run.piece], run.offset, &data);
         }
     }
 
@@ -325,11 +330,25 @@ impl Engine {
     pub fn healthy(&mut self, tag: u64) -> Outcome {
         let (a, b, len) = (0x3000 + 0x11, 0x9000 + 0x7, 3 * 4096 + 99);
         self.vram_write_and_verify(a, len, tag)?;
-        let list = FrameList::shuffled(self.pool.pieces(), 0x123, len, &mut self.rng)?;
+        self.scattered_round_trip(a, b, len, 0x123, tag, "follow-up")
+    }
+
+    /// Pattern `tag` (already at VRAM `a`) to freshly shuffled pages (data from `byte_offset`
+    /// of the first) and on to VRAM `b`, each leg checked; failures name `what` and the leg.
+    pub fn scattered_round_trip(
+        &mut self,
+        a: u64,
+        b: u64,
+        len: u64,
+        byte_offset: u32,
+        tag: u64,
+        what: &str,
+    ) -> Outcome {
+        let list = FrameList::shuffled(self.pool.pieces(), byte_offset, len, &mut self.rng)?;
         self.vram_to_pages(a, &list, tag)
-            .map_err(|f| Failure(format!("follow-up VRAM->pages: {f}")))?;
+            .map_err(|f| Failure(format!("{what} VRAM->pages: {f}")))?;
         self.pages_to_vram(&list, b, tag)
-            .map_err(|f| Failure(format!("follow-up pages->VRAM: {f}")))?;
+            .map_err(|f| Failure(format!("{what} pages->VRAM: {f}")))?;
         Ok(())
     }
 }

@@ -492,12 +492,17 @@ pub fn decode_event(bytes: &[u8]) -> Result<WddmGpuRespEvent, GpuError> {
 /// Checks the header type and decodes a fixed-size response.
 fn decode<Resp: FromBytes>(cmd: &'static str, bytes: &[u8], want: u32) -> Result<Resp, GpuError> {
     check_header(cmd, bytes, want)?;
-    Resp::read_from_prefix(bytes)
-        .map(|(resp, _)| resp)
+    read_prefix(cmd, bytes)
+}
+
+/// The `T` at the start of a response to `cmd`.
+fn read_prefix<T: FromBytes>(cmd: &'static str, bytes: &[u8]) -> Result<T, GpuError> {
+    T::read_from_prefix(bytes)
+        .map(|(value, _)| value)
         .map_err(|_| GpuError::ShortResponse {
             cmd,
             got: bytes.len(),
-            need: size_of::<Resp>(),
+            need: size_of::<T>(),
         })
 }
 
@@ -510,23 +515,12 @@ fn header_type(bytes: &[u8]) -> u32 {
 
 /// A response's header, whatever its type.
 fn header_of(cmd: &'static str, bytes: &[u8]) -> Result<WddmGpuCtrlHdr, GpuError> {
-    WddmGpuCtrlHdr::read_from_prefix(bytes)
-        .map(|(hdr, _)| hdr)
-        .map_err(|_| GpuError::ShortResponse {
-            cmd,
-            got: bytes.len(),
-            need: size_of::<WddmGpuCtrlHdr>(),
-        })
+    read_prefix(cmd, bytes)
 }
 
 /// Checks a response is at least a header of type `want`.
 fn check_header(cmd: &'static str, bytes: &[u8], want: u32) -> Result<(), GpuError> {
-    let (hdr, _) =
-        WddmGpuCtrlHdr::read_from_prefix(bytes).map_err(|_| GpuError::ShortResponse {
-            cmd,
-            got: bytes.len(),
-            need: size_of::<WddmGpuCtrlHdr>(),
-        })?;
+    let hdr = header_of(cmd, bytes)?;
     if hdr.type_ != want {
         return Err(GpuError::ResponseType {
             cmd,

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use std::mem::{offset_of, size_of};
 use std::time::{Duration, Instant};
 
+use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuStatusPage, WDDM_GPU_EVENT_BAR_CHANGED,
     WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_FAULT, WDDM_GPU_EVENT_FENCE,
@@ -16,7 +17,7 @@ use wddm_gpu_abi::status::{
 use zerocopy::FromBytes;
 
 use crate::dma::DmaBuf;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{ensure, Failure, Outcome};
 use crate::gpu::{self, GpuControl, Ticket};
 
 /// Byte offset of fault record `sequence` in the status page.
@@ -63,6 +64,19 @@ impl StatusPage {
     /// Fills the page with `byte` (so a page the device never wrote is recognisable).
     pub fn poison(&self, byte: u8) {
         self.page.fill(byte);
+    }
+
+    /// Poisons the page (see [`Self::poison`]) and registers it; REGISTER_STATUS_PAGE must
+    /// answer OK_NODATA.
+    pub fn register(&self, ctl: &mut GpuControl) -> Outcome {
+        self.poison(0xee);
+        let answer = ctl.register_status_page(self.phys())?;
+        ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
+            format!(
+                "REGISTER_STATUS_PAGE {:#x}: answer {answer:#06x}, expected OK_NODATA",
+                self.phys()
+            )
+        })
     }
 
     /// The header as the device last published it. `fault_head` is loaded first with acquire

@@ -241,9 +241,11 @@ pub fn vram_bar_json(bar: &WddmGpuVramBar) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caps::tests::{aperture_desc, build_version, default_blob, vram_desc, BAR, MIB};
+    use crate::caps::tests::{
+        aperture_desc, build_version, default_blob, device_only_then_aperture, vram_desc, BAR, MIB,
+    };
     use crate::caps::{self};
-    use wddm_gpu_abi::caps::{WDDM_GPU_NO_BAR_OFFSET, WDDM_GPU_WDDM_1_3};
+    use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
 
     fn assert_has(text: &str, fields: &[&str]) {
         for field in fields {
@@ -300,17 +302,8 @@ mod tests {
         let mut vram = vram_desc();
         vram.flags |= SegmentFlags::USE_BANKING.bits();
         vram.bank_count = 2;
-        let local = wddm_gpu_abi::caps::WddmGpuSegmentDesc {
-            id: 2,
-            flags: SegmentFlags::PRESERVED_DURING_STANDBY.bits(),
-            base_address: 0x1_0000_0000,
-            size: 512 * MIB,
-            commit_limit: 512 * MIB,
-            bar_offset: WDDM_GPU_NO_BAR_OFFSET,
-            ..Default::default()
-        };
-        let mut aperture = aperture_desc();
-        aperture.id = 3;
+        let [local, aperture] =
+            device_only_then_aperture(SegmentFlags::PRESERVED_DURING_STANDBY.bits());
         let blob = build_version(
             WDDM_GPU_WDDM_1_3,
             &[vram, local, aperture],

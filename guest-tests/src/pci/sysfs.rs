@@ -188,6 +188,15 @@ impl PciFunction {
         Ok(())
     }
 
+    /// The text of sysfs file `name`, with its path (for errors).
+    fn text_file(&self, name: &str) -> Result<(PathBuf, String), PciError> {
+        let path = self.dir.join(name);
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok((path, text)),
+            Err(source) => Err(PciError::Io { path, source }),
+        }
+    }
+
     fn config_file(&self) -> Result<(PathBuf, File), PciError> {
         let path = self.dir.join("config");
         match OpenOptions::new().read(true).write(true).open(&path) {
@@ -198,11 +207,7 @@ impl PciFunction {
 
     /// Guest-physical address of BAR `bar` as the kernel sees it (line `bar` of `resource`).
     pub fn bar_address(&self, bar: u32) -> Result<u64, PciError> {
-        let path = self.dir.join("resource");
-        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let (path, text) = self.text_file("resource")?;
         match parse_resource_line(&text, bar) {
             Some(0) => Err(PciError::BarUnassigned {
                 bdf: self.bdf.clone(),
@@ -218,11 +223,7 @@ impl PciFunction {
 
     /// Size in bytes of BAR `bar` as the kernel sees it (line `bar` of `resource`).
     pub fn bar_size(&self, bar: u32) -> Result<u64, PciError> {
-        let path = self.dir.join("resource");
-        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let (path, text) = self.text_file("resource")?;
         match parse_resource_range(&text, bar) {
             Some((0, _)) => Err(PciError::BarUnassigned {
                 bdf: self.bdf.clone(),
@@ -244,11 +245,7 @@ impl PciFunction {
     }
 
     fn hex_file(&self, name: &str) -> Result<u64, PciError> {
-        let path = self.dir.join(name);
-        let text = fs::read_to_string(&path).map_err(|source| PciError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let (path, text) = self.text_file(name)?;
         parse_hex(text.trim()).ok_or(PciError::Format {
             path,
             content: text,

@@ -36,7 +36,6 @@ use crate::iomem;
 use crate::kmd::{Event, StatusPage};
 use crate::pci::config::MemBar;
 use crate::pci::sysfs::{PciFunction, COMMAND_MEMORY};
-use crate::scatter::FrameList;
 use crate::vram::{self, Vram, VramLocation};
 
 use super::valid::Test;
@@ -226,14 +225,7 @@ impl Watch {
 
     /// Registers the page (it must show the locator `before`) and posts a WAIT_EVENT.
     fn arm(&mut self, e: &mut Engine, test: &str, before: &Seen) -> Outcome {
-        self.page.poison(0xee);
-        let answer = e.device.control.register_status_page(self.page.phys())?;
-        ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
-            format!(
-                "REGISTER_STATUS_PAGE {:#x}: answer {answer:#06x}, expected OK_NODATA",
-                self.page.phys()
-            )
-        })?;
+        self.page.register(&mut e.device.control)?;
         self.registered = true;
         let page = self.page.header();
         ensure(
@@ -566,17 +558,32 @@ fn round_trip(e: &mut Engine, tag: u64, step: &str) -> Outcome {
     let (a, b, len) = (0x50_0123, 0x60_0abc, (256 << 10) + 77);
     e.vram_write_and_verify(a, len, tag)
         .map_err(|f| Failure(format!("{step}: {f}")))?;
-    let list = FrameList::shuffled(e.pool.pieces(), 0x155, len, &mut e.rng)?;
-    e.vram_to_pages(a, &list, tag)
-        .map_err(|f| Failure(format!("{step}: VRAM->pages: {f}")))?;
-    e.pages_to_vram(&list, b, tag)
-        .map_err(|f| Failure(format!("{step}: pages->VRAM: {f}")))?;
+    e.scattered_round_trip(a, b, len, 0x155, tag, &format!("{step}:"))
+}
+
+/// Before decode goes off: writes the bytes [`round_trip`] expects to survive and, in mode 2,
+/// arms a [`Watch`] on `function` that must show the locator `before`.
+fn keep_and_arm(
+    e: &mut Engine,
+    watch: &mut Option<Watch>,
+    function: &PciFunction,
+    test: &str,
+    tag: u64,
+    before: &Seen,
+) -> Outcome {
+    e.vram_write_and_verify(KEEP_OFFSET, KEEP_LEN, tag ^ KEEP_TAG)?;
+    if shmem_mode(e) {
+        watch.insert(Watch::new(e, function)).arm(e, test, before)?;
+    }
     Ok(())
 }
 
-/// Writes the bytes [`round_trip`] expects to survive.
-fn write_keep(e: &Engine, tag: u64) -> Outcome {
-    e.vram_write_and_verify(KEEP_OFFSET, KEEP_LEN, tag ^ KEEP_TAG)
+/// In mode 2, the watch's status page must agree with the locator the capset shows.
+fn watch_agrees(watch: &Option<Watch>, test: &str, step: &str, seen: &Seen) -> Outcome {
+    match watch {
+        Some(w) => w.check_known(test, step, seen),
+        None => Ok(()),
+    }
 }
 
 /// The locator before the test: known, where sysfs and config space say the BAR is (plus the
@@ -611,12 +618,7 @@ fn decode_toggle(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
         location.region_offset,
     );
     let before = initial(e, TEST, &location)?;
-    write_keep(e, TAG)?;
-    if shmem_mode(e) {
-        watch
-            .insert(Watch::new(e, function))
-            .arm(e, TEST, &before)?;
-    }
+    keep_and_arm(e, watch, function, TEST, TAG, &before)?;
 
     let mut restore = BarRestore::new(function, bar)?;
     let command = set_decode(function, false)?;
@@ -640,9 +642,7 @@ fn decode_toggle(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
         &[before.generation, off_generation],
         "decode on",
     )?;
-    if let Some(w) = watch {
-        w.check_known(TEST, "decode on", &on)?;
-    }
+    watch_agrees(watch, TEST, "decode on", &on)?;
     adopt(e, layout)?;
     // The address did not change, so the mapping made at setup reaches the BAR again.
     ensure(e.vram.bar_address == sysfs, || {
@@ -684,12 +684,7 @@ fn moved(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
             original.low()
         ))
     })?;
-    write_keep(e, TAG)?;
-    if shmem_mode(e) {
-        watch
-            .insert(Watch::new(e, function))
-            .arm(e, TEST, &before)?;
-    }
+    keep_and_arm(e, watch, function, TEST, TAG, &before)?;
 
     let mut restore = BarRestore::new(function, bar)?;
     set_decode(function, false)?;
@@ -710,9 +705,7 @@ fn moved(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
     let (layout, there) = wait_for(e, TEST, "moved", |s| s.known())?;
     let mut generations = vec![before.generation, off_generation];
     check_known(&there, target + region, &generations, "moved")?;
-    if let Some(w) = watch {
-        w.check_known(TEST, "moved", &there)?;
-    }
+    watch_agrees(watch, TEST, "moved", &there)?;
     generations.push(there.generation);
     same_segment(e, &layout)?;
 
@@ -737,9 +730,7 @@ fn moved(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
         &generations,
         "moved back",
     )?;
-    if let Some(w) = watch {
-        w.check_known(TEST, "moved back", &back)?;
-    }
+    watch_agrees(watch, TEST, "moved back", &back)?;
     adopt(e, layout)?;
     round_trip(e, TAG, "back at the old address")
 }

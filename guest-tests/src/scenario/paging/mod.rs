@@ -23,7 +23,6 @@ mod stop;
 
 pub use ops::fill_bytes;
 
-use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::packet::WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::status::{
@@ -401,14 +400,7 @@ impl Ctx {
     /// left over from earlier work are collected and dropped. Returns them for the record.
     pub fn kmd_ready(&mut self, e: &mut Engine) -> Outcome<Vec<Event>> {
         if !self.registered {
-            self.status.poison(0xee);
-            let answer = e.device.control.register_status_page(self.status.phys())?;
-            ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
-                format!(
-                    "REGISTER_STATUS_PAGE {:#x}: answer {answer:#06x}, expected OK_NODATA",
-                    self.status.phys()
-                )
-            })?;
+            self.status.register(&mut e.device.control)?;
             let page = self.status.header();
             ensure(
                 page.magic == WDDM_GPU_STATUS_MAGIC
@@ -495,13 +487,7 @@ pub fn compare(what: &str, got: &[u8], want: &[u8], base: u64) -> Outcome {
 /// Writes `data` into the data stretches of `list` and the guard byte everywhere else in its
 /// pages.
 pub fn write_list(e: &Engine, list: &FrameList, data: &[u8]) {
-    for run in list.guard_runs() {
-        e.pool.write(
-            list.pieces()[run.piece],
-            run.offset,
-            &vec![PAGE_GUARD; run.len],
-        );
-    }
+    e.guard_pages(list);
     for run in list.data_runs() {
         let pos = run.pos as usize;
         e.pool.write(

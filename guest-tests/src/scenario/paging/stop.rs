@@ -4,6 +4,7 @@
 //! the long one runs.
 
 use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
@@ -106,6 +107,35 @@ impl Long {
     }
 }
 
+/// The long submission (from extra DMA buffer 0) and a short one behind it (buffer 1), both
+/// posted, with their tickets.
+struct LongThenShort {
+    long: Long,
+    a: WddmGpuCmdSubmit,
+    b: WddmGpuCmdSubmit,
+    ta: gpu::Ticket,
+    tb: gpu::Ticket,
+}
+
+/// Posts a [`Long`] submission of pattern `tag`, then one of the single TRANSFER `short`;
+/// returns once the long one is running (its FENCE event came).
+fn post_long_then_short(
+    e: &mut Engine,
+    c: &mut Ctx,
+    tag: u64,
+    short: &WddmGpuPacketTransfer,
+) -> Outcome<LongThenShort> {
+    let long = Long::new(e, tag)?;
+    let a = c.prepare_extra(e, 0, &long.buffer)?;
+    let mut buffer = DmaBufferBuilder::new();
+    buffer.push_transfer(short);
+    let b = c.prepare_extra(e, 1, &buffer)?;
+    let ta = e.device.control.post_submit(&a)?;
+    let tb = e.device.control.post_submit(&b)?;
+    long.wait_running(e, c)?;
+    Ok(LongThenShort { long, a, b, ta, tb })
+}
+
 /// Waits for a posted submission and decodes it.
 fn collect(
     e: &mut Engine,
@@ -163,18 +193,8 @@ pub fn preempt(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let last_submission = warm_done.fence;
     let before = c.status.header();
     // Fences in order: the long submission's FENCE packet, then the two submissions.
-    let long = Long::new(e, 0x7072_6565)?;
-    let a = c.prepare_extra(e, 0, &long.buffer)?;
-    let mut short = DmaBufferBuilder::new();
-    short.push_transfer(&packets::transfer(
-        b_len,
-        e.vram_at(b_src),
-        e.vram_at(b_dst),
-    ));
-    let b = c.prepare_extra(e, 1, &short)?;
-    let ta = e.device.control.post_submit(&a)?;
-    let tb = e.device.control.post_submit(&b)?;
-    long.wait_running(e, c)?;
+    let short = packets::transfer(b_len, e.vram_at(b_src), e.vram_at(b_dst));
+    let LongThenShort { long, a, b, ta, tb } = post_long_then_short(e, c, 0x7072_6565, &short)?;
     let resp = e.device.control.preempt()?;
     let (done_a, ans_a) = collect(e, &a, ta)?;
     let (done_b, ans_b) = collect(e, &b, tb)?;
@@ -345,19 +365,9 @@ pub fn reset(e: &mut Engine, c: &mut Ctx) -> Outcome {
     }
 
     // Fences in order: the long submission's FENCE packet, then the two submissions.
-    let long = Long::new(e, 0x7265_7365)?;
-    let a = c.prepare_extra(e, 0, &long.buffer)?;
-    let mut short = DmaBufferBuilder::new();
-    short.push_transfer(&packets::transfer(
-        PAGE,
-        e.vram_at(kept_at),
-        e.vram_at(scratch),
-    ));
-    let b = c.prepare_extra(e, 1, &short)?;
+    let short = packets::transfer(PAGE, e.vram_at(kept_at), e.vram_at(scratch));
+    let LongThenShort { long, a, b, ta, tb } = post_long_then_short(e, c, 0x7265_7365, &short)?;
     let (fa, fb) = (a.submission_fence_id, b.submission_fence_id);
-    let ta = e.device.control.post_submit(&a)?;
-    let tb = e.device.control.post_submit(&b)?;
-    long.wait_running(e, c)?;
     let posted = c.events.posted();
     let answer = e.device.control.reset()?;
     c.registered = false;
