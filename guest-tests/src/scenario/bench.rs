@@ -585,8 +585,7 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
         }
         "map_aperture2_256" => {
             let (mapped, b) = map_setup(e, c, op.pages, tag, |c, pieces| {
-                let pfns: Vec<u64> = pieces.iter().map(|p| p.phys / PAGE).collect();
-                let address = c.place_pfns(&pfns)?;
+                let address = c.place_piece_pfns(pieces)?;
                 let mut b = DmaBufferBuilder::new();
                 b.push(&packets::map_aperture2(
                     c.ap_id(),
@@ -595,7 +594,7 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
                     pieces.len() as u64,
                     Adl::Pages {
                         address,
-                        page_count: pfns.len() as u32,
+                        page_count: pieces.len() as u32,
                     },
                     0,
                 ));

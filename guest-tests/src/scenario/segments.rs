@@ -429,6 +429,52 @@ fn device_only(e: &mut Engine, segment: &Segment, tag: u64, written: &mut Vec<Wr
     Ok(())
 }
 
+/// Which way [`transfer_pages`] copies.
+#[derive(Clone, Copy)]
+enum Way {
+    /// Scattered pages from the first pool half (DMA slot 0) → the segment.
+    PagesToSegment,
+    /// The segment → scattered pages from the second pool half (DMA slot 1).
+    SegmentToPages,
+}
+
+impl Way {
+    /// Prefix of a failure of the copy at GPU `address`.
+    fn context(self, address: u64) -> impl Fn(Failure) -> Failure {
+        move |f| match self {
+            Way::PagesToSegment => Failure(format!("pages -> GPU {address:#x}: {f}")),
+            Way::SegmentToPages => Failure(format!("GPU {address:#x} -> pages: {f}")),
+        }
+    }
+}
+
+/// One TRANSFER between fresh shuffled pages (data from `byte_offset`, filled with pattern
+/// `fill` and guard bytes first) and segment `[offset, offset + len)`, `way` round; returns the
+/// pages.
+fn transfer_pages(
+    e: &mut Engine,
+    way: Way,
+    (segment, offset, len): (&Segment, u64, u64),
+    fill: u64,
+    byte_offset: u32,
+) -> Outcome<FrameList> {
+    let (head, tail) = halves(e);
+    let (pieces, slot) = match way {
+        Way::PagesToSegment => (head, 0),
+        Way::SegmentToPages => (tail, 1),
+    };
+    let list = FrameList::shuffled(&pieces, byte_offset, len, &mut e.rng)?;
+    e.fill_pages(&list, fill);
+    let pages = e.frames(&list, slot)?;
+    let (src, dst) = match way {
+        Way::PagesToSegment => (pages, at(segment, offset)),
+        Way::SegmentToPages => (at(segment, offset), pages),
+    };
+    let done = e.transfer(len, src, dst)?;
+    expect_ok(&done, len).map_err(way.context(segment.gpu_address(offset)))?;
+    Ok(list)
+}
+
 /// Scattered pages (first pool half) holding pattern `tag` → segment `[offset, offset + len)`.
 fn write(
     e: &mut Engine,
@@ -438,18 +484,8 @@ fn write(
     tag: u64,
     byte_offset: u32,
 ) -> Outcome<FrameList> {
-    let (head, _) = halves(e);
-    let list = FrameList::shuffled(&head, byte_offset, len, &mut e.rng)?;
-    e.fill_pages(&list, tag);
-    let src = e.frames(&list, 0)?;
-    let done = e.transfer(len, src, at(segment, offset))?;
-    expect_ok(&done, len).map_err(|f| {
-        Failure(format!(
-            "pages -> GPU {:#x}: {f}",
-            segment.gpu_address(offset)
-        ))
-    })?;
-    Ok(list)
+    let way = Way::PagesToSegment;
+    transfer_pages(e, way, (segment, offset, len), tag, byte_offset)
 }
 
 /// Segment `[offset, offset + len)` → scattered pages (second pool half, holding other data
@@ -462,23 +498,10 @@ fn read_check(
     tag: u64,
     byte_offset: u32,
 ) -> Outcome<FrameList> {
-    let (_, tail) = halves(e);
-    let list = FrameList::shuffled(&tail, byte_offset, len, &mut e.rng)?;
-    e.fill_pages(&list, !tag);
-    let dst = e.frames(&list, 1)?;
-    let done = e.transfer(len, at(segment, offset), dst)?;
-    expect_ok(&done, len).map_err(|f| {
-        Failure(format!(
-            "GPU {:#x} -> pages: {f}",
-            segment.gpu_address(offset)
-        ))
-    })?;
-    e.check_pages(&list, tag).map_err(|f| {
-        Failure(format!(
-            "GPU {:#x} -> pages: {f}",
-            segment.gpu_address(offset)
-        ))
-    })?;
+    let way = Way::SegmentToPages;
+    let list = transfer_pages(e, way, (segment, offset, len), !tag, byte_offset)?;
+    e.check_pages(&list, tag)
+        .map_err(way.context(segment.gpu_address(offset)))?;
     Ok(list)
 }
 

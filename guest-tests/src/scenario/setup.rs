@@ -23,6 +23,14 @@ pub fn device(arena: &'static DmaArena, options: &Options) -> Outcome<Device> {
     Ok(device)
 }
 
+/// The arena, then the device on it: both outcomes, for commands that report each step (the
+/// device fails too when the arena did).
+pub fn arena_and_device(options: &Options) -> (Outcome<&'static DmaArena>, Outcome<Device>) {
+    let arena = arena();
+    let device = arena.clone().and_then(|arena| device(arena, options));
+    (arena, device)
+}
+
 /// Reads and validates the layout once the VRAM BAR is known (see
 /// [`Device::wait_bar_known`]); prints what it waited for as a `VRAM BAR wait:` line. A BAR still
 /// not known after [`BAR_WAIT_TIMEOUT`] is not an error here: the layout is valid, and the checks

@@ -129,10 +129,7 @@ pub fn run(json_line: bool, with_bench: bool, options: &Options) -> bool {
 /// The slice's steps; returns the engine for what runs after.
 fn steps(checks: &mut Checks, facts: &mut Facts, options: &Options) -> Outcome<Engine> {
     let seed = options.seed;
-    let arena = setup::arena();
-    let device = arena
-        .clone()
-        .and_then(|arena| setup::device(arena, options));
+    let (arena, device) = setup::arena_and_device(options);
     checks.record(
         "device_init",
         &device

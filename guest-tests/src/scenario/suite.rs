@@ -123,10 +123,7 @@ pub fn run(group: Group, only: &[String], options: &Options) -> Result<bool, Str
 
 /// The setup tests; returns the engine when they all passed.
 fn prepare(tally: &mut Tally, options: &Options) -> Outcome<Engine> {
-    let arena = setup::arena();
-    let device = arena
-        .clone()
-        .and_then(|arena| setup::device(arena, options));
+    let (arena, device) = setup::arena_and_device(options);
     tally.report(
         "device_init",
         &device.as_ref().map(|_| ()).map_err(Clone::clone),

@@ -264,8 +264,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
         array.extend_from_slice(&pieces);
         let count = a.pages();
         if packet_is_adl {
-            let pfns: Vec<u64> = array.iter().map(|p| p.phys / PAGE).collect();
-            let address = c.place_pfns(&pfns)?;
+            let address = c.place_piece_pfns(&array)?;
             b.push(&packets::map_aperture2(
                 c.ap_id(),
                 c.map_flags,
@@ -273,7 +272,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
                 count,
                 Adl::Pages {
                     address,
-                    page_count: pfns.len() as u32,
+                    page_count: array.len() as u32,
                 },
                 lead_count,
             ));

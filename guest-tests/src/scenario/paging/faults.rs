@@ -19,7 +19,7 @@ use zerocopy::{Immutable, IntoBytes};
 
 use super::ops::during;
 use super::{
-    check_list, check_vram, compare, expect_done, pattern_bytes, read_pieces, write_list,
+    check_list, check_vram, compare, expect_done, pattern_bytes, pfns_of, read_pieces, write_list,
     write_pieces, Ctx,
 };
 use crate::engine::{expect_status, Engine};
@@ -508,10 +508,10 @@ pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let bar_page = (e.vram.bar_address + bar_offset) / PAGE + 9;
     let pages = c.aperture.desc.size / PAGE;
 
-    let mut with_bar: Vec<u64> = other.iter().map(|p| p.phys / PAGE).collect();
+    let mut with_bar = pfns_of(&other);
     with_bar[3] = bar_page;
     let with_bar = c.place_pfns(&with_bar)?;
-    let address = c.place_pfns(&other.iter().map(|p| p.phys / PAGE).collect::<Vec<_>>())?;
+    let address = c.place_piece_pfns(&other)?;
     let flags = c.map_flags;
     let cases = [
         Case::alone(

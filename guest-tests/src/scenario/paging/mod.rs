@@ -251,6 +251,11 @@ impl Ctx {
         Ok(self.lists.phys() + at as u64)
     }
 
+    /// Writes the PFN array of `pieces` (see [`Self::place_pfns`]); returns its address.
+    pub fn place_piece_pfns(&mut self, pieces: &[Piece]) -> Outcome<u64> {
+        self.place_pfns(&pfns_of(pieces))
+    }
+
     /// A frame-list endpoint for `list`.
     pub fn frames(&mut self, list: &FrameList) -> Outcome<Endpoint> {
         Ok(Endpoint::Frames {
@@ -286,15 +291,14 @@ impl Ctx {
         frame_offset: u32,
         count: u64,
     ) -> Outcome<wddm_gpu_abi::packet::WddmGpuPacketMapAperture> {
-        let pfns: Vec<u64> = pieces.iter().map(|p| p.phys >> 12).collect();
-        let address = self.place_pfns(&pfns)?;
+        let address = self.place_piece_pfns(pieces)?;
         Ok(packets::map_aperture(
             self.ap_id(),
             self.map_flags,
             first_page,
             count,
             address,
-            pfns.len() as u32,
+            pieces.len() as u32,
             frame_offset,
         ))
     }
@@ -433,6 +437,11 @@ impl Ctx {
             format!("unexpected event(s) after {after}: {}", list.join("; "))
         })
     }
+}
+
+/// The page frame numbers of `pieces`, in order.
+pub fn pfns_of(pieces: &[Piece]) -> Vec<u64> {
+    pieces.iter().map(|p| p.phys / WDDM_GPU_PAGE_SIZE).collect()
 }
 
 /// Splits `bytes` where a buffer starting `skew` bytes into a page crosses page boundaries.

@@ -351,8 +351,7 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let pieces = c.pieces(10)?;
     let array = pattern_bytes(0x6d61_7034, 0, 10 * PAGE);
     write_pieces(e, &pieces, &array);
-    let pfns: Vec<u64> = pieces.iter().map(|p| p.phys / PAGE).collect();
-    let address = c.place_pfns(&pfns)?;
+    let address = c.place_piece_pfns(&pieces)?;
     let mut b = DmaBufferBuilder::new();
     b.push(&packets::map_aperture2(
         ap,
@@ -383,8 +382,7 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let remap = c.pieces(4)?;
     let fresh = pattern_bytes(0x6d61_7035, 0, 4 * PAGE);
     write_pieces(e, &remap, &fresh);
-    let pfns: Vec<u64> = remap.iter().map(|p| p.phys / PAGE).collect();
-    let address = c.place_pfns(&pfns)?;
+    let address = c.place_piece_pfns(&remap)?;
     let mut b = DmaBufferBuilder::new();
     b.push(&packets::map_aperture2(
         ap,
