@@ -586,9 +586,10 @@ fn watch_agrees(watch: &Option<Watch>, test: &str, step: &str, seen: &Seen) -> O
     }
 }
 
-/// The locator before the test: known, where sysfs and config space say the BAR is (plus the
-/// region offset in mode 2).
-fn initial(e: &mut Engine, test: &str, location: &VramLocation) -> Outcome<Seen> {
+/// Where the VRAM BAR is, and the locator before the test: known, where sysfs and config space
+/// say the BAR is (plus the region offset in mode 2).
+fn initial(e: &mut Engine, test: &str) -> Outcome<(VramLocation, Seen)> {
+    let location = vram_location(e)?;
     let (function, bar) = (&location.function, location.bar_index);
     let (_, seen) = observe(e)?;
     println!("BAR {test}: before: {seen}");
@@ -601,7 +602,7 @@ fn initial(e: &mut Engine, test: &str, location: &VramLocation) -> Outcome<Seen>
         format!("config space has BAR{bar} at {config:#x}, sysfs at {sysfs:#x}")
     })?;
     check_known(&seen, sysfs + location.region_offset, &[], "before")?;
-    Ok(seen)
+    Ok((location, seen))
 }
 
 fn bar_decode_toggle(e: &mut Engine) -> Outcome {
@@ -611,13 +612,12 @@ fn bar_decode_toggle(e: &mut Engine) -> Outcome {
 fn decode_toggle(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
     const TEST: &str = "bar_decode_toggle";
     const TAG: u64 = 0x00de_c0de;
-    let location = vram_location(e)?;
+    let (location, before) = initial(e, TEST)?;
     let (function, bar, region) = (
         &location.function,
         location.bar_index,
         location.region_offset,
     );
-    let before = initial(e, TEST, &location)?;
     keep_and_arm(e, watch, function, TEST, TAG, &before)?;
 
     let mut restore = BarRestore::new(function, bar)?;
@@ -661,13 +661,12 @@ fn bar_moved(e: &mut Engine) -> Outcome {
 fn moved(e: &mut Engine, watch: &mut Option<Watch>) -> Outcome {
     const TEST: &str = "bar_moved";
     const TAG: u64 = 0x0030_3ed0;
-    let location = vram_location(e)?;
+    let (location, before) = initial(e, TEST)?;
     let (function, bar, region) = (
         &location.function,
         location.bar_index,
         location.region_offset,
     );
-    let before = initial(e, TEST, &location)?;
     // The slot must hold the whole BAR (in mode 2 the VRAM may be one region of several).
     let size = function.bar_size(bar)?;
     let original = function.mem_bar(bar)?;

@@ -142,6 +142,24 @@ fn at(segment: &Segment, offset: u64) -> Endpoint {
     }
 }
 
+/// The ends of `segment`'s banks that lie inside it (the last bank ends at its size).
+fn bank_boundaries(segment: &Segment) -> Vec<u64> {
+    let size = segment.desc.size;
+    segment
+        .banks
+        .iter()
+        .copied()
+        .filter(|end| *end < size)
+        .collect()
+}
+
+/// The [`BANK_LEN`] bytes a bank round trip covers: centred on `boundary`, inside a segment of
+/// `size` bytes.
+fn around_boundary(boundary: u64, size: u64) -> (u64, u64) {
+    let offset = boundary.saturating_sub(BANK_LEN / 2);
+    (offset, BANK_LEN.min(size - offset))
+}
+
 /// The two halves of the scatter pool, so two lists of one check never share pages.
 fn halves(e: &Engine) -> (Vec<Piece>, Vec<Piece>) {
     let (head, tail) = e.pool.pieces().split_at(e.pool.pieces().len() / 2);
@@ -227,16 +245,9 @@ fn round_trip_via_bar(e: &mut Engine, a: u64, b: u64, len: u64, tag: u64) -> Out
 fn banks_via_bar(e: &mut Engine, tag: u64) -> Outcome {
     let id = e.segment.desc.id;
     let size = e.segment.desc.size;
-    let boundaries: Vec<u64> = e
-        .segment
-        .banks
-        .iter()
-        .copied()
-        .filter(|end| *end < size)
-        .collect();
+    let boundaries = bank_boundaries(&e.segment);
     for boundary in &boundaries {
-        let offset = boundary.saturating_sub(BANK_LEN / 2);
-        let len = BANK_LEN.min(size - offset);
+        let (offset, len) = around_boundary(*boundary, size);
         let tag = tag ^ boundary;
         e.vram_write_and_verify(offset, len, tag)?;
         let list = FrameList::shuffled(e.pool.pieces(), 0x77, len, &mut e.rng)?;
@@ -348,15 +359,9 @@ fn device_only(e: &mut Engine, segment: &Segment, tag: u64, written: &mut Vec<Wr
     let fail = |f: Failure| Failure(format!("(device-only) {f}"));
 
     // Banks first: the round trips below must be the last writes to their ranges.
-    let boundaries: Vec<u64> = segment
-        .banks
-        .iter()
-        .copied()
-        .filter(|end| *end < size)
-        .collect();
+    let boundaries = bank_boundaries(segment);
     for boundary in &boundaries {
-        let offset = boundary.saturating_sub(BANK_LEN / 2);
-        let len = BANK_LEN.min(size - offset);
+        let (offset, len) = around_boundary(*boundary, size);
         write(e, segment, offset, len, tag ^ boundary, 0x99)
             .and_then(|_| read_check(e, segment, offset, len, tag ^ boundary, 0x1d))
             .map_err(|f| fail(Failure(format!("across bank boundary {boundary:#x}: {f}"))))?;

@@ -339,13 +339,14 @@ pub fn reset(e: &mut Engine, c: &mut Ctx) -> Outcome {
     c.map(e, RESET_PAGE, &q)?;
     let scratch = end + 0x10_0000;
     e.require_vram(scratch, 4 * PAGE)?;
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
+    // Run from the aperture-resident DMA buffer before the reset and again after recovery.
+    let mut read_back = DmaBufferBuilder::new();
+    read_back.push_transfer(&packets::transfer(
         3 * PAGE,
         c.ap(RESET_PAGE * PAGE),
         e.vram_at(scratch),
     ));
-    let done = c.run_in_aperture(e, &b)?;
+    let done = c.run_in_aperture(e, &read_back)?;
     expect_done(&done, 3 * PAGE, 1).map_err(during("before the reset: aperture -> VRAM"))?;
     check_vram(e, scratch, &q_bytes, "before the reset: aperture -> VRAM")?;
     // VRAM the reset must keep: the engine's segment and every other memory segment.
@@ -467,13 +468,7 @@ pub fn reset(e: &mut Engine, c: &mut Ctx) -> Outcome {
     // Recovery: register again, post events, map the DMA buffer again, run from it.
     c.kmd_ready(e)?;
     c.map(e, RESET_PAGE, &q)?;
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
-        3 * PAGE,
-        c.ap(RESET_PAGE * PAGE),
-        e.vram_at(scratch),
-    ));
-    let done = c.run_in_aperture(e, &b)?;
+    let done = c.run_in_aperture(e, &read_back)?;
     expect_done(&done, 3 * PAGE, 1).map_err(during("after recovery: aperture -> VRAM"))?;
     check_vram(e, scratch, &q_bytes, "after recovery")?;
     let page = c.status.header();
