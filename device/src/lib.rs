@@ -26,7 +26,7 @@ mod transport;
 pub mod daemon;
 pub mod support;
 
-pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
+pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;
 pub use layout::file::{parse_layout, read_layout, LayoutSpec};

@@ -4,6 +4,7 @@
 //! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
 //! - [`submit`]: the submission command (a DMA buffer of paging packets) and its completion.
 //! - [`packet`]: the paging packets a DMA buffer holds.
+//! - [`decode`]: reading a packet's kind and struct, the one decode the device uses.
 //! - [`build`]: building packets and DMA buffers, for drivers, tests and tools.
 //! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
 //! - [`status`]: the status page, events, preemption.
@@ -19,6 +20,9 @@ compile_error!("the wddm-gpu wire format is little-endian; big-endian targets ar
 pub mod build;
 pub mod caps;
 pub mod ctrl;
+/// Host-side reading, not part of the C interface.
+/// cbindgen:ignore
+pub mod decode;
 pub mod packet;
 pub mod preference;
 pub mod segment_flags;

@@ -17,7 +17,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault};
+use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
 use vhost_user_wddm_gpu::GuestRam;
 use vhost_user_wddm_gpu::Resolved;
 use vhost_user_wddm_gpu::PacketRecord;
@@ -158,10 +158,10 @@ fn submit(world: &mut World, layout: usize, input: &mut Reader<'_>, raw: bool, d
         vram: &world.vram,
         layout: layout_ref,
     };
-    let stop_fault = if stop & 0x80 != 0 {
-        Fault::Reset
+    let interruption = if stop & 0x80 != 0 {
+        Interruption::Reset
     } else {
-        Fault::Preempted
+        Interruption::Preempted
     };
     let mut resumes = 0;
     loop {
@@ -169,7 +169,7 @@ fn submit(world: &mut World, layout: usize, input: &mut Reader<'_>, raw: bool, d
             checks: Cell::new(0),
             packets: Cell::new(0),
             stop_after: u32::from(stop & 0x7f),
-            stop_fault,
+            interruption,
             fired: Cell::new(false),
             defer_every: u32::from(defer_every),
             deadline,
@@ -199,7 +199,8 @@ struct Hooks {
     packets: Cell<u32>,
     /// Interrupt at this check (0: only when the work gets long).
     stop_after: u32,
-    stop_fault: Fault,
+    /// What an interruption is.
+    interruption: Interruption,
     fired: Cell<bool>,
     /// Defer once this many packets ran (0: never).
     defer_every: u32,
@@ -218,7 +219,7 @@ struct Record {
 }
 
 impl EngineHooks for Hooks {
-    fn interruption(&self) -> Option<Fault> {
+    fn interruption(&self) -> Option<Interruption> {
         let checks = self.checks.get() + 1;
         self.checks.set(checks);
         let chunks = checks.saturating_sub(self.packets.get() + 1);
@@ -227,7 +228,7 @@ impl EngineHooks for Hooks {
             || Instant::now() >= self.deadline
         {
             self.fired.set(true);
-            return Some(self.stop_fault);
+            return Some(self.interruption);
         }
         None
     }
@@ -296,9 +297,9 @@ fn check(cmd: &WddmGpuCmdSubmit, completion: &Completion, hooks: &Hooks) {
     // Every packet is at least a header and a multiple of 8 bytes.
     let span = cmd.end_offset.saturating_sub(cmd.start_offset);
     assert!(completion.packets_completed <= span / 8);
-    match (completion.fault, completion.deferred) {
-        (Some(_), Some(_)) => panic!("both faulted and deferred: {completion:?}"),
-        (Some((offset, fault)), None) => {
+    match (completion.stop, completion.deferred) {
+        (Some(_), Some(_)) => panic!("both stopped and deferred: {completion:?}"),
+        (Some((offset, stop)), None) => {
             // The command itself refused (at start_offset), or the packet at `offset` failed.
             assert!(
                 offset == cmd.start_offset || packet_boundary(cmd, offset),
@@ -307,15 +308,19 @@ fn check(cmd: &WddmGpuCmdSubmit, completion: &Completion, hooks: &Hooks) {
             if let Some(last) = records.last().filter(|r| r.faulted) {
                 assert_eq!(last.dma_offset, offset, "{completion:?} {records:?}");
             }
-            if matches!(fault, Fault::BadCommand(_)) {
+            if matches!(stop, Stop::Fault(Fault::BadCommand(_))) {
                 assert!(records.is_empty());
                 assert_eq!(offset, cmd.start_offset);
             }
             if hooks.fired.get() {
-                assert_eq!(fault, hooks.stop_fault, "interrupted, but: {completion:?}");
+                assert_eq!(
+                    stop,
+                    Stop::Interrupted(hooks.interruption),
+                    "interrupted, but: {completion:?}"
+                );
             } else {
                 assert!(
-                    !matches!(fault, Fault::Preempted | Fault::Reset),
+                    !matches!(stop, Stop::Interrupted(_)),
                     "an interruption nobody raised: {completion:?}"
                 );
             }

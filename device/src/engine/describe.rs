@@ -2,8 +2,11 @@
 //! the scheduler weighs (whether it may run on the control-queue thread) and the traffic the
 //! statistics attribute to segments and banks.
 
-use wddm_gpu_abi::packet::*;
-use zerocopy::FromBytes;
+use wddm_gpu_abi::decode::{read_header, Packet};
+use wddm_gpu_abi::packet::{
+    WddmGpuEndpoint, WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2,
+    WddmGpuPacketUnmapAperture,
+};
 
 use crate::observe::stats::{Direction, Traffic};
 
@@ -34,53 +37,43 @@ fn endpoint(endpoint: &WddmGpuEndpoint, length: u64, direction: Direction) -> Tr
 }
 
 /// Reads what `packet` (a whole packet, header first) declares. Values are the guest's, not
-/// yet checked: callers use them for weighing and accounting only.
+/// yet checked (header flags included): callers use them for weighing and accounting only.
 pub fn declared(packet: &[u8]) -> Declared {
-    let Ok((header, _)) = WddmGpuPacketHeader::read_from_prefix(packet) else {
+    let Ok(header) = read_header(packet) else {
         return Declared::default();
     };
     let mut declared = Declared {
         opcode: header.opcode,
         ..Declared::default()
     };
-    match header.opcode {
-        WDDM_GPU_OP_TRANSFER => {
-            if let Ok((p, _)) = WddmGpuPacketTransfer::read_from_prefix(packet) {
-                declared.work = p.length;
-                declared.traffic = [
-                    Some(endpoint(&p.source, p.length, Direction::Read)),
-                    Some(endpoint(&p.destination, p.length, Direction::Write)),
-                ];
-            }
+    match Packet::read_body(&header, packet) {
+        Ok(Packet::Transfer(p)) => {
+            declared.work = p.length;
+            declared.traffic = [
+                Some(endpoint(&p.source, p.length, Direction::Read)),
+                Some(endpoint(&p.destination, p.length, Direction::Write)),
+            ];
         }
-        WDDM_GPU_OP_FILL => {
-            if let Ok((p, _)) = WddmGpuPacketFill::read_from_prefix(packet) {
-                declared.work = p.length;
-                declared.traffic = [
-                    None,
-                    Some(endpoint(&p.destination, p.length, Direction::Write)),
-                ];
-            }
+        Ok(Packet::Fill(p)) => {
+            declared.work = p.length;
+            declared.traffic = [
+                None,
+                Some(endpoint(&p.destination, p.length, Direction::Write)),
+            ];
         }
-        WDDM_GPU_OP_MAP_APERTURE => {
-            if let Ok((p, _)) = WddmGpuPacketMapAperture::read_from_prefix(packet) {
-                declared.pages = p.page_count;
-                declared.work = p.page_count.saturating_mul(8);
-            }
+        Ok(Packet::MapAperture(WddmGpuPacketMapAperture { page_count, .. }))
+        | Ok(Packet::MapAperture2(WddmGpuPacketMapAperture2 { page_count, .. }))
+        | Ok(Packet::UnmapAperture(WddmGpuPacketUnmapAperture { page_count, .. })) => {
+            declared.pages = page_count;
+            declared.work = page_count.saturating_mul(8);
         }
-        WDDM_GPU_OP_MAP_APERTURE2 => {
-            if let Ok((p, _)) = WddmGpuPacketMapAperture2::read_from_prefix(packet) {
-                declared.pages = p.page_count;
-                declared.work = p.page_count.saturating_mul(8);
-            }
-        }
-        WDDM_GPU_OP_UNMAP_APERTURE => {
-            if let Ok((p, _)) = WddmGpuPacketUnmapAperture::read_from_prefix(packet) {
-                declared.pages = p.page_count;
-                declared.work = p.page_count.saturating_mul(8);
-            }
-        }
-        _ => {}
+        Ok(
+            Packet::DiscardContent(_)
+            | Packet::ReadPhysical(_)
+            | Packet::WritePhysical(_)
+            | Packet::Fence(_),
+        )
+        | Err(_) => {}
     }
     declared
 }
@@ -88,6 +81,7 @@ pub fn declared(packet: &[u8]) -> Declared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wddm_gpu_abi::packet::*;
     use zerocopy::IntoBytes;
 
     #[test]

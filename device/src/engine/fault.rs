@@ -1,11 +1,15 @@
-//! Why a submission stops: every fault maps to one wire [`SubmitStatus`].
+//! Why a submission stops before its end: a [`Fault`] (the guest's command or packet is wrong;
+//! recorded and reported) or an [`Interruption`] (the device stopped it: not a fault). Every
+//! [`Stop`] maps to one wire [`SubmitStatus`].
 
+use wddm_gpu_abi::decode::DecodeError;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::layout::ResolveError;
 use crate::memory::gart::GartError;
 
-/// Why a submission stopped. Each maps to one wire [`SubmitStatus`].
+/// What was wrong with a submission: the device records it in the fault ring and reports it as
+/// an event. Each maps to one wire [`SubmitStatus`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Fault {
     /// The command's own fields are inconsistent.
@@ -83,12 +87,47 @@ pub enum Fault {
     /// The packet needs the other kind of segment (or a segment instead of a frame list).
     #[error("wrong segment kind: {0}")]
     WrongSegmentKind(&'static str),
-    /// A PREEMPT stopped the submission (not a fault: nothing is recorded).
+}
+
+/// The device stopping a running submission from outside, between chunks and packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Interruption {
+    /// A PREEMPT.
     #[error("preempted")]
     Preempted,
-    /// A reset dropped the submission (not a fault).
+    /// A reset (the driver's, the frontend's, or the backend exiting).
     #[error("dropped by a reset")]
     Reset,
+}
+
+/// Why the engine stopped a submission before its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Stop {
+    /// The guest's command or packet is wrong.
+    #[error(transparent)]
+    Fault(#[from] Fault),
+    /// The device stopped it; nothing is recorded.
+    #[error(transparent)]
+    Interrupted(#[from] Interruption),
+}
+
+impl Stop {
+    /// The wire status.
+    pub fn status(&self) -> SubmitStatus {
+        match self {
+            Stop::Fault(fault) => fault.status(),
+            Stop::Interrupted(Interruption::Preempted) => SubmitStatus::Preempted,
+            Stop::Interrupted(Interruption::Reset) => SubmitStatus::Reset,
+        }
+    }
+
+    /// The address a fault concerns, or 0.
+    pub fn address(&self) -> u64 {
+        match self {
+            Stop::Fault(fault) => fault.address(),
+            Stop::Interrupted(_) => 0,
+        }
+    }
 }
 
 impl Fault {
@@ -109,8 +148,6 @@ impl Fault {
             Fault::Unsupported(_) => SubmitStatus::Unsupported,
             Fault::UnmappedAperture { .. } => SubmitStatus::UnmappedAperture,
             Fault::WrongSegmentKind(_) => SubmitStatus::WrongSegmentKind,
-            Fault::Preempted => SubmitStatus::Preempted,
-            Fault::Reset => SubmitStatus::Reset,
         }
     }
 
@@ -126,11 +163,23 @@ impl Fault {
             _ => 0,
         }
     }
+}
 
-    /// Whether this is a fault the device records and reports as an event (preemption and
-    /// reset are not).
-    pub fn is_fault(&self) -> bool {
-        !matches!(self, Fault::Preempted | Fault::Reset)
+/// A packet that does not decode is refused with the reason the engine has always given.
+impl From<DecodeError> for Fault {
+    fn from(error: DecodeError) -> Self {
+        match error {
+            DecodeError::HeaderTruncated => Fault::BadPacketHeader {
+                size: 0,
+                reason: error.reason(),
+            },
+            DecodeError::ReservedHeaderFlags(_) => Fault::ReservedField(error.reason()),
+            DecodeError::UnknownOpcode(opcode) => Fault::UnknownOpcode(opcode),
+            DecodeError::BodyTooSmall { size, .. } => Fault::BadPacketHeader {
+                size,
+                reason: error.reason(),
+            },
+        }
     }
 }
 

@@ -6,10 +6,10 @@
 //! meanwhile cannot change what was checked. A bad packet ends the submission with a [`Fault`]
 //! naming it; nothing it addresses is touched. Long work runs in chunks of at most
 //! [`CHUNK`] bytes, and [`EngineHooks::interruption`] is asked between chunks, so a preemption or
-//! a reset takes effect within one chunk.
+//! a reset takes effect within one chunk (an [`Interruption`], not a fault).
 //!
 //! Modules: [`fault`] (why a submission stops), `access` (endpoints, runs, copies), `ops` (one
-//! function per packet).
+//! function per packet), [`describe`] (what a packet declares before it runs).
 
 mod access;
 pub mod describe;
@@ -19,15 +19,15 @@ mod ops;
 use std::time::Instant;
 
 use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::decode::read_header;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
 use wddm_gpu_abi::submit::{
     WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
 };
-use zerocopy::FromBytes;
 
 use self::access::{read_side, Side};
 use self::describe::declared;
-pub use self::fault::Fault;
+pub use self::fault::{Fault, Interruption, Stop};
 use crate::layout::{ResolveError, Resolved, SegmentLayout};
 use crate::memory::gart::Gart;
 use crate::memory::guest_ram::GuestRam;
@@ -46,14 +46,25 @@ pub struct Completion {
     pub packets_completed: u32,
     /// Bytes moved (TRANSFER) or written (FILL).
     pub bytes_transferred: u64,
-    /// Why it stopped early, the DMA-buffer offset of the packet, and its opcode (0 when the
+    /// Why it stopped early, and the DMA-buffer offset of the packet (the start offset when the
     /// command itself was refused).
-    pub fault: Option<(u32, Fault)>,
-    /// Opcode of the packet that faulted.
+    pub stop: Option<(u32, Stop)>,
+    /// Opcode of the packet that faulted (0 when the command itself was refused).
     pub fault_opcode: u16,
     /// The DMA-buffer offset where execution stopped because [`EngineHooks::defer`] asked to
     /// run the rest elsewhere (nothing from there on ran).
     pub deferred: Option<u32>,
+}
+
+impl Completion {
+    /// The fault that ended the submission, if it was one (not an interruption), at its
+    /// DMA-buffer offset.
+    pub fn fault(&self) -> Option<(u32, Fault)> {
+        match self.stop {
+            Some((offset, Stop::Fault(fault))) => Some((offset, fault)),
+            _ => None,
+        }
+    }
 }
 
 /// What the engine reads and writes besides the GART.
@@ -68,9 +79,8 @@ pub struct DeviceMemory<'a, M> {
 
 /// The engine's view of the rest of the device.
 pub trait EngineHooks {
-    /// Asked between chunks and packets: `Some(Fault::Preempted)` or `Some(Fault::Reset)` stops
-    /// the submission there.
-    fn interruption(&self) -> Option<Fault> {
+    /// Asked between chunks and packets: `Some` stops the submission there.
+    fn interruption(&self) -> Option<Interruption> {
         None
     }
 
@@ -141,28 +151,28 @@ impl Engine {
             fence_id: cmd.submission_fence_id,
             packets_completed: 0,
             bytes_transferred: 0,
-            fault: None,
+            stop: None,
             fault_opcode: 0,
             deferred: None,
         };
         let buffer = match self.check_command(cmd, mem) {
             Ok(buffer) => buffer,
             Err(fault) => {
-                completion.fault = Some((cmd.start_offset, fault));
+                completion.stop = Some((cmd.start_offset, fault.into()));
                 return completion;
             }
         };
         let mut offset = cmd.start_offset;
         let mut packet = [0u8; WDDM_GPU_MAX_PACKET_SIZE as usize];
         while offset < cmd.end_offset {
-            if let Some(stop) = hooks.interruption() {
-                completion.fault = Some((offset, stop));
+            if let Some(interruption) = hooks.interruption() {
+                completion.stop = Some((offset, interruption.into()));
                 break;
             }
             let size = match self.read_packet(cmd, buffer, offset, mem, &mut packet) {
                 Ok(size) => size,
                 Err(fault) => {
-                    completion.fault = Some((offset, fault));
+                    completion.stop = Some((offset, fault.into()));
                     completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
                     break;
                 }
@@ -198,8 +208,8 @@ impl Engine {
                     // read_packet checked offset + size <= end_offset.
                     offset += size;
                 }
-                Err(fault) => {
-                    completion.fault = Some((offset, fault));
+                Err(stop) => {
+                    completion.stop = Some((offset, stop));
                     completion.fault_opcode = declared.opcode;
                     break;
                 }
@@ -294,13 +304,7 @@ impl Engine {
             ),
         };
         read(&mut packet[..header_size as usize])?;
-        let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..]).map_err(|_| {
-            Fault::BadPacketHeader {
-                size: 0,
-                reason: "truncated",
-            }
-        })?;
-        let size = header.size;
+        let size = read_header(&packet[..])?.size;
         let reason = if size < header_size {
             Some("smaller than the header")
         } else if size % WDDM_GPU_PACKET_ALIGN != 0 {

@@ -1,31 +1,19 @@
 //! One function per packet kind.
 
 use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::decode::Packet;
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 use super::access::{copy, run_at, Cursor, Location, Side};
-use super::{DeviceMemory, Engine, EngineHooks, Fault, CHUNK};
+use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
 use crate::memory::guest_ram::RamError;
 
 /// Bytes of pattern prepared for FILL (a multiple of 4, so every chunk starts in phase).
 const FILL_BUFFER: usize = 64 << 10;
-
-fn body<T: FromBytes>(
-    packet: &[u8],
-    header: &WddmGpuPacketHeader,
-    what: &'static str,
-) -> Result<T, Fault> {
-    T::read_from_prefix(packet)
-        .map(|(body, _)| body)
-        .map_err(|_| Fault::BadPacketHeader {
-            size: header.size,
-            reason: what,
-        })
-}
 
 impl Engine {
     /// Executes one packet; returns the bytes it moved.
@@ -34,57 +22,25 @@ impl Engine {
         packet: &[u8],
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Fault> {
-        let (header, _) =
-            WddmGpuPacketHeader::read_from_prefix(packet).map_err(|_| Fault::BadPacketHeader {
-                size: 0,
-                reason: "truncated",
-            })?;
-        if header.flags != 0 {
-            return Err(Fault::ReservedField("packet header flags"));
-        }
-        match header.opcode {
-            WDDM_GPU_OP_TRANSFER => {
-                let p: WddmGpuPacketTransfer =
-                    body(packet, &header, "smaller than a TRANSFER packet")?;
-                self.transfer(&p, mem, hooks)
+    ) -> Result<u64, Stop> {
+        // Only the packets that move data run long enough to be interrupted.
+        let moving_nothing = match Packet::decode(packet).map_err(Fault::from)? {
+            Packet::Transfer(p) => return self.transfer(&p, mem, hooks),
+            Packet::Fill(p) => return self.fill(&p, mem, hooks),
+            Packet::DiscardContent(p) | Packet::ReadPhysical(p) | Packet::WritePhysical(p) => {
+                self.segment_access(&p, mem)
             }
-            WDDM_GPU_OP_FILL => {
-                let p: WddmGpuPacketFill = body(packet, &header, "smaller than a FILL packet")?;
-                self.fill(&p, mem, hooks)
-            }
-            WDDM_GPU_OP_DISCARD_CONTENT
-            | WDDM_GPU_OP_READ_PHYSICAL
-            | WDDM_GPU_OP_WRITE_PHYSICAL => {
-                let p: WddmGpuPacketSegmentAccess =
-                    body(packet, &header, "smaller than a segment-access packet")?;
-                self.segment_access(&p, mem).map(|()| 0)
-            }
-            WDDM_GPU_OP_MAP_APERTURE => {
-                let p: WddmGpuPacketMapAperture =
-                    body(packet, &header, "smaller than a MAP_APERTURE packet")?;
-                self.map_aperture(&p, mem).map(|()| 0)
-            }
-            WDDM_GPU_OP_MAP_APERTURE2 => {
-                let p: WddmGpuPacketMapAperture2 =
-                    body(packet, &header, "smaller than a MAP_APERTURE2 packet")?;
-                self.map_aperture2(&p, mem).map(|()| 0)
-            }
-            WDDM_GPU_OP_UNMAP_APERTURE => {
-                let p: WddmGpuPacketUnmapAperture =
-                    body(packet, &header, "smaller than an UNMAP_APERTURE packet")?;
-                self.unmap_aperture(&p, mem).map(|()| 0)
-            }
-            WDDM_GPU_OP_FENCE => {
-                let p: WddmGpuPacketFence = body(packet, &header, "smaller than a FENCE packet")?;
-                if p.reserved != 0 {
-                    return Err(Fault::ReservedField("fence.reserved"));
-                }
+            Packet::MapAperture(p) => self.map_aperture(&p, mem),
+            Packet::MapAperture2(p) => self.map_aperture2(&p, mem),
+            Packet::UnmapAperture(p) => self.unmap_aperture(&p, mem),
+            Packet::Fence(p) if p.reserved != 0 => Err(Fault::ReservedField("fence.reserved")),
+            Packet::Fence(p) => {
                 hooks.fence(p.fence_id);
-                Ok(0)
+                Ok(())
             }
-            opcode => Err(Fault::UnknownOpcode(opcode)),
-        }
+        };
+        moving_nothing?;
+        Ok(0)
     }
 
     fn transfer<M: GuestMemoryBackend>(
@@ -92,7 +48,7 @@ impl Engine {
         packet: &WddmGpuPacketTransfer,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Fault> {
+    ) -> Result<u64, Stop> {
         let length = packet.length;
         let source = self.resolve_endpoint(0, &packet.source, length, mem)?;
         let destination = self.resolve_endpoint(1, &packet.destination, length, mem)?;
@@ -103,7 +59,7 @@ impl Engine {
                 let mut left = length;
                 while left > 0 {
                     if let Some(stop) = hooks.interruption() {
-                        return Err(stop);
+                        return Err(stop.into());
                     }
                     let step = left.min(CHUNK);
                     left -= step;
@@ -123,7 +79,7 @@ impl Engine {
         while done < length {
             if done.is_multiple_of(CHUNK) {
                 if let Some(stop) = hooks.interruption() {
-                    return Err(stop);
+                    return Err(stop.into());
                 }
             }
             let remaining = length - done;
@@ -156,15 +112,15 @@ impl Engine {
         packet: &WddmGpuPacketFill,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Fault> {
+    ) -> Result<u64, Stop> {
         if packet.reserved != 0 {
-            return Err(Fault::ReservedField("fill.reserved"));
+            return Err(Fault::ReservedField("fill.reserved").into());
         }
         let destination = &packet.destination;
         if destination.segment_id == 0 {
-            return Err(Fault::WrongSegmentKind(
-                "FILL writes a memory segment, not guest pages",
-            ));
+            return Err(
+                Fault::WrongSegmentKind("FILL writes a memory segment, not guest pages").into(),
+            );
         }
         // The kind is checked first: an aperture is the wrong target whether or not it is mapped.
         let target = mem
@@ -172,15 +128,15 @@ impl Engine {
             .segment(destination.segment_id)
             .ok_or(Fault::BadSegment(destination.segment_id))?;
         if matches!(target.kind, SegmentKind::Aperture) {
-            return Err(Fault::WrongSegmentKind(
-                "FILL writes a memory segment, not an aperture",
-            ));
+            return Err(
+                Fault::WrongSegmentKind("FILL writes a memory segment, not an aperture").into(),
+            );
         }
         let length = packet.length;
         let Side::Vram { offset } = self.resolve_endpoint(0, destination, length, mem)? else {
-            return Err(Fault::WrongSegmentKind(
-                "FILL writes a memory segment, not an aperture",
-            ));
+            return Err(
+                Fault::WrongSegmentKind("FILL writes a memory segment, not an aperture").into(),
+            );
         };
         let pattern = packet.pattern.to_le_bytes();
         if self.fill.len() != FILL_BUFFER || self.fill[..4] != pattern {
@@ -192,7 +148,7 @@ impl Engine {
         while done < length {
             if done.is_multiple_of(CHUNK) {
                 if let Some(stop) = hooks.interruption() {
-                    return Err(stop);
+                    return Err(stop.into());
                 }
             }
             let step = (length - done).min(FILL_BUFFER as u64) as usize;

@@ -178,7 +178,7 @@ fn scattered(count: usize) -> Vec<u64> {
 }
 
 fn fault_of(completion: &Completion) -> Option<SubmitStatus> {
-    completion.fault.map(|(_, fault)| fault.status())
+    completion.stop.map(|(_, stop)| stop.status())
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn vram_to_scattered_frames_and_back_moves_every_byte() {
         segment(1, 0x20_0000),
     );
     let completion = rig.submit(&[out, back].concat());
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 2);
     assert_eq!(completion.bytes_transferred, 2 * length as u64);
     assert_eq!(rig.vram_read(0x20_0000, length), data);
@@ -225,7 +225,7 @@ fn contiguous_frames_coalesce_and_frames_to_frames_work() {
     let a = rig.frame_list(0, &source);
     let b = rig.frame_list(1, &destination);
     let completion = rig.submit(&transfer(64 * PAGE, frames(a, 64, 0), frames(b, 64, 0)));
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     assert_eq!(rig.ram_read(DATA + 512 * PAGE, data.len()), data);
 }
 
@@ -247,7 +247,7 @@ fn overlapping_vram_moves_have_memmove_semantics() {
             segment(1, from),
             segment(1, to),
         ));
-        assert_eq!(completion.fault, None);
+        assert_eq!(completion.stop, None);
         assert!(
             rig.vram_read(to, data.len()) == data,
             "{from:#x} -> {to:#x} ({len:#x} bytes)"
@@ -259,7 +259,7 @@ fn overlapping_vram_moves_have_memmove_semantics() {
 fn zero_length_transfer_completes_without_touching_memory() {
     let mut rig = Rig::new("zero");
     let completion = rig.submit(&transfer(0, segment(1, 0), frames(LISTS, 0, 0)));
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 1);
 }
 
@@ -278,17 +278,14 @@ fn assert_fault(name: &str, build: impl Fn(&Rig) -> Vec<u8>, expected: SubmitSta
         "{name}: {completion:?}"
     );
     assert_eq!(completion.packets_completed, 1, "{name}");
-    assert_eq!(completion.fault.unwrap().0, good.len() as u32, "{name}");
+    assert_eq!(completion.fault().unwrap().0, good.len() as u32, "{name}");
     assert_eq!(
         rig.vram_read(0x10_0000 - PAGE, guard.len()),
         guard,
         "{name}: VRAM changed"
     );
     let after = rig.submit(&good);
-    assert_eq!(
-        after.fault, None,
-        "{name}: device not ready after the fault"
-    );
+    assert_eq!(after.stop, None, "{name}: device not ready after the fault");
 }
 
 #[test]
@@ -504,7 +501,7 @@ fn bad_commands_fault_before_any_packet() {
         assert_eq!(completion.fence_id, 42, "{name}");
         assert_eq!(completion.packets_completed, 0, "{name}");
     }
-    assert_eq!(rig.execute(&base).fault, None);
+    assert_eq!(rig.execute(&base).stop, None);
 }
 
 #[test]
@@ -514,7 +511,7 @@ fn only_the_submitted_window_of_the_buffer_executes() {
     skipped[0] = 0x77; // would fault if executed
     let good = transfer(16, segment(1, 0), segment(1, 0x9000));
     let completion = rig.submit_at(&[skipped.clone(), good].concat(), skipped.len() as u32);
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 1);
 }
 
@@ -555,7 +552,7 @@ proptest! {
             };
             let packet = transfer(length, endpoint(&src, 0), endpoint(&dst, 1));
             let completion = rig.submit(&packet);
-            prop_assert_eq!(completion.fault, None, "step {}", slot);
+            prop_assert_eq!(completion.stop, None, "step {}", slot);
             // Model: byte i of an endpoint lives at this index of its model array.
             let place = |end: &End, i: u64| -> (bool, usize) {
                 match end {
@@ -621,7 +618,7 @@ fn device_only_vram_segments_take_transfers_like_bar_segments() {
         frames(list, 80, 0),
     );
     let completion = rig.submit(&[into_hidden, back_out].concat());
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     let list_frames = scattered(80);
     for (i, byte) in data.iter().enumerate().step_by(911) {
         let at = i as u64;

@@ -124,7 +124,7 @@ impl Rig {
     /// Submits and asserts that every packet completed.
     fn ok(&mut self, packets: &[u8]) -> Completion {
         let completion = self.submit(packets);
-        assert_eq!(completion.fault, None, "{completion:?}");
+        assert_eq!(completion.stop, None, "{completion:?}");
         completion
     }
 
@@ -190,7 +190,7 @@ fn command(segment: u32, address: u64, size: u32, start: u32, end: u32) -> WddmG
 }
 
 fn status(completion: &Completion) -> Option<SubmitStatus> {
-    completion.fault.map(|(_, fault)| fault.status())
+    completion.stop.map(|(_, stop)| stop.status())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -520,14 +520,14 @@ fn first_diff_entries(a: &[Option<u64>], b: &[Option<u64>]) -> Option<usize> {
 #[derive(Default)]
 struct Hooks {
     calls: Cell<u32>,
-    stop: Option<(u32, Fault)>,
+    stop: Option<(u32, Interruption)>,
     fences: Vec<u32>,
     sample: Option<(GuestMemoryMmap<()>, Vec<u64>)>,
     samples: Vec<Vec<u8>>,
 }
 
 impl EngineHooks for Hooks {
-    fn interruption(&self) -> Option<Fault> {
+    fn interruption(&self) -> Option<Interruption> {
         let call = self.calls.get() + 1;
         self.calls.set(call);
         match self.stop {
@@ -557,7 +557,7 @@ struct Rewriter {
 }
 
 impl EngineHooks for Rewriter {
-    fn interruption(&self) -> Option<Fault> {
+    fn interruption(&self) -> Option<Interruption> {
         self.calls.set(self.calls.get() + 1);
         if self.calls.get() >= 2 {
             for (address, bytes) in &self.writes {
@@ -824,7 +824,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
         // Pages 40..44 are mapped, 44 never was.
         let expected_page = 44;
         assert_eq!(
-            completion.fault,
+            completion.fault(),
             Some((
                 16,
                 Fault::UnmappedAperture {
@@ -836,7 +836,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
         );
         assert_eq!(completion.fault_opcode, WDDM_GPU_OP_TRANSFER, "{name}");
         assert_eq!(
-            completion.fault.unwrap().1.address(),
+            completion.fault().unwrap().1.address(),
             expected_page * PAGE,
             "{name}"
         );
@@ -852,7 +852,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
     model.gart.fill(None);
     let completion = rig.submit(&b(transfer(16, ap(41 * PAGE), vr(0))));
     assert_eq!(
-        completion.fault,
+        completion.fault(),
         Some((
             0,
             Fault::UnmappedAperture {
@@ -878,7 +878,7 @@ fn assert_refused(rig: &mut Rig, name: &str, bad: Vec<u8>, expected: SubmitStatu
         Some(expected),
         "{name}: {completion:?}"
     );
-    assert_eq!(completion.fault.unwrap().0, 16, "{name}");
+    assert_eq!(completion.fault().unwrap().0, 16, "{name}");
     assert_eq!(completion.packets_completed, 1, "{name}");
     assert_eq!(rig.entries(watch()), before, "{name}: the table changed");
     assert!(
@@ -1520,7 +1520,7 @@ fn fences_reach_the_hooks_in_order_with_the_other_packets() {
     let offset_of_bad: usize = packets[..6].iter().map(Vec::len).sum();
     let completion = rig.submit_with(&packets.concat(), &mut hooks);
     assert_eq!(
-        completion.fault,
+        completion.fault(),
         Some((offset_of_bad as u32, Fault::ReservedField("fence.reserved")))
     );
     assert_eq!(completion.fault_opcode, WDDM_GPU_OP_FENCE);
@@ -1614,7 +1614,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     let size = bytes.len() as u32;
     let mut hooks = Hooks::default();
     let completion = rig.execute(&command(AP, base, size, 16, size - 16), &mut hooks);
-    assert_eq!(completion.fault, None, "{completion:?}");
+    assert_eq!(completion.stop, None, "{completion:?}");
     assert_eq!(completion.packets_completed, 3 * 80);
     assert_eq!(
         completion.bytes_transferred,
@@ -1626,7 +1626,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     // Up to the end of the buffer, the trailing poison runs and faults at its offset.
     let completion = rig.execute(&command(AP, base, size, 16, size), &mut ());
     assert_eq!(
-        completion.fault,
+        completion.fault(),
         Some((size - 16, Fault::UnknownOpcode(0x55)))
     );
     assert_eq!(completion.packets_completed, 3 * 80);
@@ -1634,7 +1634,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     let to_next_page = (pages * PAGE - 0x7c8) as u32 + 1;
     let completion = rig.execute(&command(AP, base, to_next_page, 16, size - 16), &mut ());
     assert_eq!(
-        completion.fault,
+        completion.fault(),
         Some((
             16,
             Fault::UnmappedAperture {
@@ -1656,7 +1656,7 @@ fn a_dma_buffer_in_vram_executes_and_only_its_window_runs() {
     model.vram[base as usize..base as usize + bytes.len()].copy_from_slice(&bytes);
     let size = bytes.len() as u32;
     let completion = rig.execute(&command(1, base, size, 16, size - 16), &mut ());
-    assert_eq!(completion.fault, None, "{completion:?}");
+    assert_eq!(completion.stop, None, "{completion:?}");
     assert_eq!(completion.packets_completed, 3 * 40);
     assert_eq!(
         completion.bytes_transferred,
@@ -1664,7 +1664,7 @@ fn a_dma_buffer_in_vram_executes_and_only_its_window_runs() {
     );
     model.check(&rig);
     let completion = rig.execute(&command(1, base, size, 0, size), &mut ());
-    assert_eq!(completion.fault, Some((0, Fault::UnknownOpcode(0x55))));
+    assert_eq!(completion.fault(), Some((0, Fault::UnknownOpcode(0x55))));
     let completion = rig.execute(&command(1, VRAM_SIZE - 8, 16, 0, 16), &mut ());
     assert_eq!(status(&completion), Some(SubmitStatus::BadDmaBuffer));
 }
@@ -1688,7 +1688,7 @@ fn a_long_transfer_is_interrupted_between_chunks() {
     // Uninterrupted: the engine asks at least once per 1 MiB chunk.
     let mut hooks = Hooks::default();
     let completion = rig.submit_with(&packet, &mut hooks);
-    assert_eq!(completion.fault, None);
+    assert_eq!(completion.stop, None);
     assert_eq!(completion.bytes_transferred, SIZE);
     assert!(
         hooks.calls.get() >= (SIZE / CHUNK) as u32,
@@ -1705,9 +1705,9 @@ fn a_long_transfer_is_interrupted_between_chunks() {
     );
 
     for (from_call, fault) in [
-        (1, Fault::Preempted),
-        (4, Fault::Reset),
-        (7, Fault::Preempted),
+        (1, Interruption::Preempted),
+        (4, Interruption::Reset),
+        (7, Interruption::Preempted),
     ] {
         rig.vram_write(SIZE, &zeros);
         let mut hooks = Hooks {
@@ -1715,11 +1715,11 @@ fn a_long_transfer_is_interrupted_between_chunks() {
             ..Default::default()
         };
         let completion = rig.submit_with(&packet, &mut hooks);
-        assert_eq!(completion.fault, Some((0, fault)));
-        assert!(!fault.is_fault());
+        assert_eq!(completion.stop, Some((0, Stop::from(fault))));
+        assert!(completion.fault().is_none());
         assert_eq!(
-            fault.status(),
-            if fault == Fault::Reset {
+            Stop::from(fault).status(),
+            if fault == Interruption::Reset {
                 SubmitStatus::Reset
             } else {
                 SubmitStatus::Preempted
@@ -1759,14 +1759,17 @@ fn a_long_transfer_is_interrupted_between_chunks() {
 
     // Between packets: FENCEs never ask mid-packet.
     let mut hooks = Hooks {
-        stop: Some((3, Fault::Preempted)),
+        stop: Some((3, Interruption::Preempted)),
         ..Default::default()
     };
     let completion = rig.submit_with(
         &[b(fence(1)), b(fence(2)), b(fence(3))].concat(),
         &mut hooks,
     );
-    assert_eq!(completion.fault, Some((32, Fault::Preempted)));
+    assert_eq!(
+        completion.stop,
+        Some((32, Stop::Interrupted(Interruption::Preempted)))
+    );
     assert_eq!(completion.packets_completed, 2);
     assert_eq!(hooks.fences, [1, 2]);
 }
@@ -1805,7 +1808,7 @@ fn a_packet_rewritten_while_it_executes_runs_as_first_read() {
             writes: vec![(DMA, rewritten), (list, other.as_bytes().to_vec())],
         };
         let completion = rig.submit_with(&b(packet), &mut hooks);
-        assert_eq!(completion.fault, None, "{variant}");
+        assert_eq!(completion.stop, None, "{variant}");
         assert_eq!(
             (completion.packets_completed, completion.bytes_transferred),
             (1, length),
@@ -2084,7 +2087,7 @@ proptest! {
                 packets.extend(packet);
             }
             let completion = rig.submit(&packets);
-            prop_assert_eq!(completion.fault.map(|(at, fault)| (at, fault.status())), expected, "{:?}", ops);
+            prop_assert_eq!(completion.stop.map(|(at, stop)| (at, stop.status())), expected, "{:?}", ops);
             prop_assert_eq!(completion.packets_completed, completed);
             prop_assert_eq!(completion.bytes_transferred, bytes);
             if let Err(difference) = model.diff(&rig) {

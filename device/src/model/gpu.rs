@@ -23,7 +23,7 @@ use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
 use crate::model::control::{decode, ControlRequest};
 use crate::model::reply::{respond, Mem, Notify, Reply};
-use crate::model::scheduler::{Paused, Scheduler};
+use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
 use crate::observe::stats::Stats;
 use crate::observe::trace::Trace;
@@ -188,7 +188,7 @@ impl Gpu {
             }
             ControlRequest::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
             ControlRequest::Reset => {
-                self.scheduler.reset(true);
+                self.scheduler.reset(ResetBy::Driver);
                 header(VIRTIO_GPU_RESP_OK_NODATA)
             }
             ControlRequest::RegisterStatusPage(address) => {
@@ -257,7 +257,7 @@ impl Gpu {
     /// pending work and posted events are dropped unanswered, the GART and the status page
     /// registration are cleared. VRAM keeps its contents.
     pub fn device_reset(&self) {
-        self.scheduler.reset(false);
+        self.scheduler.reset(ResetBy::Frontend);
     }
 
     /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step

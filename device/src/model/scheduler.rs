@@ -31,11 +31,12 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
-use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault};
+use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::model::reply::{respond, Mem, Notify, Reply};
+use crate::model::status_page::CompletedBy;
 use crate::observe::stats::{PacketRecord, Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
@@ -45,6 +46,34 @@ const RUN: u8 = 0;
 const PREEMPT: u8 = 1;
 const RESET: u8 = 2;
 const PAUSE: u8 = 3;
+
+/// The interruption a raised PREEMPT or RESET flag (the backend exiting raises RESET) stands for.
+fn interruption_of(interrupt: u8) -> Interruption {
+    if interrupt == PREEMPT {
+        Interruption::Preempted
+    } else {
+        Interruption::Reset
+    }
+}
+
+/// What a reset does with the requests it drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetBy {
+    /// The driver's RESET command: dropped submissions are answered with status RESET and
+    /// posted events are cancelled (answered).
+    Driver,
+    /// A virtio reset: the frontend drops the rings, and the requests on them go unanswered.
+    Frontend,
+}
+
+/// Which thread ran a submission's last part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    /// The control-queue thread (short work, inline).
+    ControlQueue,
+    /// The engine thread.
+    Engine,
+}
 
 /// Most bytes the packets run on the control-queue thread may declare (transferred, filled, or
 /// read from page arrays) per kick, over all the submissions that kick brings: tens of
@@ -182,12 +211,11 @@ struct Hooks<'a, 'm> {
 }
 
 impl EngineHooks for Hooks<'_, '_> {
-    fn interruption(&self) -> Option<Fault> {
+    fn interruption(&self) -> Option<Interruption> {
         match self.interrupt.load(Ordering::Acquire) {
             RUN => None,
             PAUSE => self.shared.park(),
-            PREEMPT => Some(Fault::Preempted),
-            _ => Some(Fault::Reset),
+            interrupt => Some(interruption_of(interrupt)),
         }
     }
 
@@ -198,7 +226,7 @@ impl EngineHooks for Hooks<'_, '_> {
         // below a fence the driver was already told about.
         self.last_completed.store(fence_id, Ordering::Release);
         let mut notify = lock(self.notify);
-        notify.status.complete(fence_id, false);
+        notify.status.complete(fence_id, CompletedBy::FencePacket);
         notify.deliver(
             WddmGpuRespEvent {
                 kind: WDDM_GPU_EVENT_FENCE,
@@ -333,7 +361,7 @@ impl Scheduler {
                     }
                     interrupt => {
                         drop(queue);
-                        shared.stop_deferred(job, interrupt)
+                        shared.stop_deferred(job, interruption_of(interrupt))
                     }
                 }
             }
@@ -369,7 +397,7 @@ impl Scheduler {
             }
         }
         for job in drained {
-            shared.answer_drained(job, PREEMPT);
+            shared.answer_drained(job, Interruption::Preempted);
         }
         WddmGpuRespPreempt {
             hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
@@ -381,16 +409,15 @@ impl Scheduler {
     }
 
     /// Drops all work, clears the GART and the status-page registration; VRAM is kept.
-    /// `answer`: complete the dropped requests (a driver's reset) or drop them with the rings
-    /// (a virtio reset).
-    pub fn reset(&self, answer: bool) {
+    /// `by` says whether the dropped requests are answered.
+    pub fn reset(&self, by: ResetBy) {
         let shared = &self.shared;
         let drained = shared.stop(RESET);
         lock(&shared.engine).reset();
         {
             let mut notify = lock(&shared.notify);
             notify.status.unregister();
-            if answer {
+            if by == ResetBy::Driver {
                 notify.cancel_events();
             } else {
                 notify.events.clear();
@@ -403,9 +430,9 @@ impl Scheduler {
         }
         shared.interrupt.store(RUN, Ordering::Release);
         shared.wake.notify_one();
-        if answer {
+        if by == ResetBy::Driver {
             for job in drained {
-                shared.answer_drained(job, RESET);
+                shared.answer_drained(job, Interruption::Reset);
             }
         }
     }
@@ -417,9 +444,7 @@ impl Scheduler {
         let mut queue = lock(&shared.queue);
         queue.paused = true;
         // A PREEMPT or RESET being handled keeps its flag; the pause follows it.
-        let _ = shared
-            .interrupt
-            .compare_exchange(RUN, PAUSE, Ordering::AcqRel, Ordering::Acquire);
+        shared.replace_interrupt(RUN, PAUSE);
         while queue.running.is_some() && !queue.parked {
             queue = wait(&shared.idle, queue);
         }
@@ -434,9 +459,7 @@ impl Scheduler {
         let shared = &self.shared;
         let mut queue = lock(&shared.queue);
         queue.paused = false;
-        let _ = shared
-            .interrupt
-            .compare_exchange(PAUSE, RUN, Ordering::AcqRel, Ordering::Acquire);
+        shared.replace_interrupt(PAUSE, RUN);
         shared.unpark.notify_all();
         shared.wake.notify_one();
     }
@@ -458,9 +481,16 @@ impl Scheduler {
 }
 
 impl Shared {
+    /// Sets the interrupt flag to `to` if it is `from`; any other flag stays.
+    fn replace_interrupt(&self, from: u8, to: u8) {
+        let _ = self
+            .interrupt
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// Parks the running submission at a chunk boundary until the pause ends; then says whether
     /// it goes on (`None`) or stops (the pause ended in a reset or a shutdown).
-    fn park(&self) -> Option<Fault> {
+    fn park(&self) -> Option<Interruption> {
         let mut queue = lock(&self.queue);
         queue.parked = true;
         self.idle.notify_all();
@@ -470,8 +500,7 @@ impl Shared {
         queue.parked = false;
         match self.interrupt.load(Ordering::Acquire) {
             RUN => None,
-            PREEMPT => Some(Fault::Preempted),
-            _ => Some(Fault::Reset),
+            interrupt => Some(interruption_of(interrupt)),
         }
     }
 
@@ -514,7 +543,7 @@ impl Shared {
             let answer = match self.run(job, &mut None) {
                 Ran::Answered(answer) => answer,
                 // Only inline runs have a budget.
-                Ran::Deferred(job) => self.stop_deferred(job, RESET),
+                Ran::Deferred(job) => self.stop_deferred(job, Interruption::Reset),
             };
             let status = answer.status;
             self.send(answer);
@@ -539,17 +568,13 @@ impl Shared {
 
     /// Answers a queued job that a PREEMPT or RESET took back: unrun, or, for a submission whose
     /// first part ran on the control-queue thread, with what that part did.
-    fn answer_drained(&self, job: Job, interrupt: u8) {
+    fn answer_drained(&self, job: Job, interruption: Interruption) {
         if job.before.is_some() {
-            let answer = self.stop_deferred(job, interrupt);
+            let answer = self.stop_deferred(job, interruption);
             self.send(answer);
             return;
         }
-        let status = if interrupt == PREEMPT {
-            SubmitStatus::Preempted
-        } else {
-            SubmitStatus::Reset
-        };
+        let status = Stop::Interrupted(interruption).status();
         respond(
             job.reply,
             submit_response(job.cmd.submission_fence_id, status).as_bytes(),
@@ -557,22 +582,17 @@ impl Shared {
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
-    fn stop_deferred(&self, job: Job, interrupt: u8) -> Answer {
-        let fault = if interrupt == PREEMPT {
-            Fault::Preempted
-        } else {
-            Fault::Reset
-        };
+    fn stop_deferred(&self, job: Job, interruption: Interruption) -> Answer {
         let completion = Completion {
             fence_id: job.cmd.submission_fence_id,
             packets_completed: 0,
             bytes_transferred: 0,
-            fault: Some((job.cmd.start_offset, fault)),
+            stop: Some((job.cmd.start_offset, interruption.into())),
             fault_opcode: 0,
             deferred: None,
         };
         // A deferred job carries the start of its first part, which `answer` reports.
-        self.answer(job, completion, Instant::now(), false)
+        self.answer(job, completion, Instant::now(), Runner::Engine)
     }
 
     /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
@@ -596,7 +616,12 @@ impl Shared {
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
-        let inline = inline_budget.is_some();
+        // Only the control-queue thread runs with a budget.
+        let runner = if inline_budget.is_some() {
+            Runner::ControlQueue
+        } else {
+            Runner::Engine
+        };
         *inline_budget = hooks.inline_budget;
         if let Some(offset) = completion.deferred {
             let before = job.before.get_or_insert(Partial {
@@ -609,14 +634,21 @@ impl Shared {
             job.cmd.start_offset = offset;
             return Ran::Deferred(job);
         }
-        Ran::Answered(self.answer(job, completion, start, inline))
+        Ran::Answered(self.answer(job, completion, start, runner))
     }
 
     /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
-    /// `inline`: this last run was on the control-queue thread.
-    fn answer(&self, job: Job, mut completion: Completion, start: Instant, inline: bool) -> Answer {
+    /// `runner`: the thread this last run was on.
+    fn answer(
+        &self,
+        job: Job,
+        mut completion: Completion,
+        start: Instant,
+        runner: Runner,
+    ) -> Answer {
         let ram = GuestRam::new(&*job.mem, job.window.clone());
-        let inline = inline && job.before.is_none();
+        // Inline: the whole submission ran on the control-queue thread.
+        let inline = runner == Runner::ControlQueue && job.before.is_none();
         let start = match job.before {
             Some(before) => {
                 completion.packets_completed += before.packets_completed;
@@ -628,42 +660,40 @@ impl Shared {
         let fence = completion.fence_id;
 
         let mut notify = lock(&self.notify);
-        let (status, fault_packet_offset, fault_address) = match completion.fault {
+        let (status, fault_packet_offset, fault_address) = match completion.stop {
             None => (SubmitStatus::Ok, 0, 0),
-            Some((offset, fault)) => (fault.status(), offset, fault.address()),
+            Some((offset, stop)) => (stop.status(), offset, stop.address()),
         };
-        match completion.fault {
-            Some((offset, fault)) if fault.is_fault() => {
-                crate::guest_warn!(
-                    "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
-                    completion.fault_opcode
-                );
-                let record = notify.status.record_fault(
-                    WddmGpuFaultRecord {
-                        sequence: 0,
-                        address: fault_address,
-                        fence_id: fence,
-                        packet_offset: offset,
-                        status: status as u32,
-                        opcode: u32::from(completion.fault_opcode),
-                    },
-                    &ram,
-                );
-                notify.deliver(
-                    WddmGpuRespEvent {
-                        kind: WDDM_GPU_EVENT_FAULT,
-                        fault: record,
-                        ..Default::default()
-                    },
-                    &ram,
-                );
-            }
-            _ => {}
+        // Interruptions are not faults: nothing is recorded for them.
+        if let Some((offset, fault)) = completion.fault() {
+            crate::guest_warn!(
+                "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
+                completion.fault_opcode
+            );
+            let record = notify.status.record_fault(
+                WddmGpuFaultRecord {
+                    sequence: 0,
+                    address: fault_address,
+                    fence_id: fence,
+                    packet_offset: offset,
+                    status: status as u32,
+                    opcode: u32::from(completion.fault_opcode),
+                },
+                &ram,
+            );
+            notify.deliver(
+                WddmGpuRespEvent {
+                    kind: WDDM_GPU_EVENT_FAULT,
+                    fault: record,
+                    ..Default::default()
+                },
+                &ram,
+            );
         }
         // A faulted submission completes too (with its error): the driver decides whether to
         // recover through a reset. Preempted and reset submissions do not complete.
-        if !matches!(status, SubmitStatus::Preempted | SubmitStatus::Reset) {
-            notify.status.complete(fence, true);
+        if !matches!(completion.stop, Some((_, Stop::Interrupted(_)))) {
+            notify.status.complete(fence, CompletedBy::Submission);
             self.last_completed.store(fence, Ordering::Release);
         }
         notify.status.publish(&ram);

@@ -25,6 +25,15 @@ pub enum StatusPageError {
     NotRam(RamError),
 }
 
+/// What completed a fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletedBy {
+    /// A whole submission (with or without a fault).
+    Submission,
+    /// A FENCE packet, while the rest of its DMA buffer may still run.
+    FencePacket,
+}
+
 /// The device's side of the status page.
 #[derive(Clone, Debug, Default)]
 pub struct StatusPage {
@@ -81,10 +90,10 @@ impl StatusPage {
         self.page.bar_address = bar.guest_physical_address;
     }
 
-    /// Records a completed submission or FENCE packet.
-    pub fn complete(&mut self, fence_id: u32, submission: bool) {
+    /// Records a completed fence; a whole submission also counts as completed.
+    pub fn complete(&mut self, fence_id: u32, by: CompletedBy) {
         self.page.completed_fence = fence_id;
-        if submission {
+        if by == CompletedBy::Submission {
             self.page.submissions_completed += 1;
         }
     }

@@ -15,11 +15,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use wddm_gpu_abi::packet::{
-    WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE,
-    WDDM_GPU_OP_MAP_APERTURE2, WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_TRANSFER,
-    WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_OP_WRITE_PHYSICAL,
-};
+use wddm_gpu_abi::decode::PacketKind;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::layout::SegmentLayout;
@@ -95,31 +91,24 @@ pub struct SubmissionRecord {
     pub inline: bool,
 }
 
-/// Packet kinds in report order, with their opcodes; the last one takes every other opcode.
-const KINDS: [(&str, Option<u16>); 10] = [
-    ("transfer", Some(WDDM_GPU_OP_TRANSFER)),
-    ("fill", Some(WDDM_GPU_OP_FILL)),
-    ("discard_content", Some(WDDM_GPU_OP_DISCARD_CONTENT)),
-    ("read_physical", Some(WDDM_GPU_OP_READ_PHYSICAL)),
-    ("write_physical", Some(WDDM_GPU_OP_WRITE_PHYSICAL)),
-    ("map_aperture", Some(WDDM_GPU_OP_MAP_APERTURE)),
-    ("map_aperture2", Some(WDDM_GPU_OP_MAP_APERTURE2)),
-    ("unmap_aperture", Some(WDDM_GPU_OP_UNMAP_APERTURE)),
-    ("fence", Some(WDDM_GPU_OP_FENCE)),
-    ("unknown", None),
-];
+/// Counters per packet kind: one per [`PacketKind`], in report order, then one that takes every
+/// other opcode.
+const KIND_BUCKETS: usize = PacketKind::ALL.len() + 1;
 
-/// Index in [`KINDS`] of an opcode (unknown opcodes share the last bucket).
-fn kind_index(opcode: u16) -> usize {
-    KINDS
+/// The report name of the bucket that takes opcodes naming no kind.
+const UNKNOWN_KIND: &str = "unknown";
+
+/// The bucket of an opcode (unknown opcodes share the last one).
+fn kind_bucket(opcode: u16) -> usize {
+    PacketKind::ALL
         .iter()
-        .position(|(_, op)| *op == Some(opcode))
-        .unwrap_or(KINDS.len() - 1)
+        .position(|kind| kind.opcode() == opcode)
+        .unwrap_or(PacketKind::ALL.len())
 }
 
 /// The report name of a packet opcode: `transfer`, `fill`, ..., or `unknown`.
 pub fn kind_name(opcode: u16) -> &'static str {
-    KINDS[kind_index(opcode)].0
+    PacketKind::from_opcode(opcode).map_or(UNKNOWN_KIND, PacketKind::name)
 }
 
 /// Whether a submission status is a fault (the driver's or the guest's error), rather than a
@@ -288,7 +277,7 @@ impl QueueDepth {
 }
 
 struct Inner {
-    kinds: [KindStats; KINDS.len()],
+    kinds: [KindStats; KIND_BUCKETS],
     submissions: Submissions,
     queue: QueueDepth,
     /// Index = segment id; 0 is system memory.
@@ -382,7 +371,7 @@ impl Stats {
     pub fn record_packet(&self, packet: &PacketRecord) {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let kind = &mut inner.kinds[kind_index(packet.opcode)];
+        let kind = &mut inner.kinds[kind_bucket(packet.opcode)];
         kind.count = kind.count.saturating_add(1);
         if packet.faulted {
             kind.faults = kind.faults.saturating_add(1);
@@ -459,10 +448,13 @@ impl Stats {
         let now = Instant::now();
         let inner = self.lock();
         let uptime_ns = nanos(now.saturating_duration_since(self.started));
-        let packets = KINDS
+        let buckets = PacketKind::ALL
             .iter()
+            .map(|kind| (kind.name(), Some(kind.opcode())))
+            .chain([(UNKNOWN_KIND, None)]);
+        let packets = buckets
             .zip(&inner.kinds)
-            .map(|(&(name, opcode), kind)| PacketKindSnapshot {
+            .map(|((name, opcode), kind)| PacketKindSnapshot {
                 kind: name.to_string(),
                 opcode,
                 count: kind.count,
