@@ -76,7 +76,7 @@ impl PacketKind {
     }
 
     /// The name reports and statistics use: `transfer`, `fill`, ..., `fence`.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             PacketKind::Transfer => "transfer",
             PacketKind::Fill => "fill",

@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
+use wddm_gpu_abi::decode::PacketKind;
 use wddm_gpu_abi::packet::{
     WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL,
 };
@@ -38,18 +39,16 @@ const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
-/// The backend's packet kind names, in the order both tables list them.
-pub const KINDS: [&str; 9] = [
-    "transfer",
-    "fill",
-    "discard_content",
-    "read_physical",
-    "write_physical",
-    "map_aperture",
-    "map_aperture2",
-    "unmap_aperture",
-    "fence",
-];
+/// The backend's packet kind names, in the order both tables list them (the ABI's own list).
+pub const KINDS: [&str; PacketKind::ALL.len()] = {
+    let mut names = [""; PacketKind::ALL.len()];
+    let mut index = 0;
+    while index < names.len() {
+        names[index] = PacketKind::ALL[index].name();
+        index += 1;
+    }
+    names
+};
 
 // VRAM offsets (inside the smallest shipped CPU-visible segment, 64 MiB).
 const VRAM_TO: u64 = 0x40_0000;
