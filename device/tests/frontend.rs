@@ -8,13 +8,13 @@ mod harness;
 use std::time::Duration;
 
 use harness::{
-    frames, pattern, segment, submit_command, transfer, Desc, Harness, BUFFER_SIZE, DATA,
-    DESC_TABLE, DMA_BUFFER, FRAME_LISTS, INDIRECT_TABLE, PAGE, RAM_SIZE, REQUEST, RESPONSE,
-    RESPONSE_FILL, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VRAM_GPA,
-    VRAM_SIZE,
+    frames, pattern, segment, status, submit_command, Desc, Harness, BUFFER_SIZE, DATA, DESC_TABLE,
+    DMA_BUFFER, FRAME_LISTS, INDIRECT_TABLE, PAGE, RAM_SIZE, REQUEST, RESPONSE, RESPONSE_FILL,
+    VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VRAM_GPA, VRAM_SIZE,
 };
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::VhostBackend;
+use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED,
     WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC, WDDM_GPU_NO_BAR_OFFSET,
@@ -44,10 +44,6 @@ const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();
 
 fn bit(n: u32) -> u64 {
     1 << n
-}
-
-fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
-    SubmitStatus::from_raw(response.status)
 }
 
 /// Checks a completion that ended with `expected` on the first packet, having done nothing.

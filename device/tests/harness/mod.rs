@@ -34,6 +34,7 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use wddm_gpu_abi::build::Endpoint;
 use wddm_gpu_abi::caps::{
     WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION,
 };
@@ -44,12 +45,14 @@ use wddm_gpu_abi::ctrl::{
     WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
     WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
-use wddm_gpu_abi::packet::{WddmGpuEndpoint, WddmGpuPacketTransfer, WDDM_GPU_OP_TRANSFER};
+use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{
     WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt,
     WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
 };
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::submit::{
+    SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
+};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Guest RAM: 64 MiB at GPA 0.
@@ -1396,43 +1399,23 @@ pub fn submit_command(address: u64, size: u32, fence_id: u32) -> WddmGpuCmdSubmi
     }
 }
 
+/// The status a completion reports (`None` for a value this build does not know).
+pub fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
+    SubmitStatus::from_raw(response.status)
+}
+
 /// A segment endpoint.
-pub fn segment(segment_id: u32, address: u64) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id,
-        frame_count: 0,
-        address,
-        byte_offset: 0,
-        reserved: 0,
-    }
+pub fn segment(id: u32, address: u64) -> Endpoint {
+    Endpoint::Segment { id, address }
 }
 
 /// A frame-list endpoint.
-pub fn frames(list: u64, frame_count: u32, byte_offset: u32) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id: 0,
+pub fn frames(list_address: u64, frame_count: u32, byte_offset: u32) -> Endpoint {
+    Endpoint::Frames {
+        list_address,
         frame_count,
-        address: list,
         byte_offset,
-        reserved: 0,
     }
-}
-
-/// A TRANSFER packet.
-pub fn transfer(
-    length: u64,
-    source: WddmGpuEndpoint,
-    destination: WddmGpuEndpoint,
-) -> WddmGpuPacketTransfer {
-    let mut packet = WddmGpuPacketTransfer {
-        length,
-        source,
-        destination,
-        ..Default::default()
-    };
-    packet.header.opcode = WDDM_GPU_OP_TRANSFER;
-    packet.header.size = std::mem::size_of::<WddmGpuPacketTransfer>() as u32;
-    packet
 }
 
 /// Deterministic bytes that differ at every offset (xorshift), seeded per use.
