@@ -9,7 +9,7 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_SUBMIT,
 };
 use wddm_gpu_abi::packet::{
-    WddmGpuPacketFence, WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketTransfer,
+    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketTransfer,
     WddmGpuPacketUnmapAperture,
 };
 use wddm_gpu_abi::status::{
@@ -19,11 +19,11 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{Immutable, IntoBytes};
 
-pub use crate::harness::status;
 use crate::harness::{
     frames, pattern, segment, submit_command, Harness, Pending, DATA, DMA_BUFFER, FRAME_LISTS,
     PAGE, STATUS_PAGE, TIMEOUT, VRAM_SIZE,
 };
+pub use crate::harness::{status, unknown_packet};
 
 /// The default layout: segment 1 is CPU-visible VRAM, segment 2 a cache-coherent aperture, both
 /// with `BaseAddress` 0 (checked by [`ready`]).
@@ -117,14 +117,6 @@ pub fn map2(
 /// UNMAP_APERTURE of `page_count` aperture pages from `first_page`, onto `dummy_page`.
 pub fn unmap(first_page: u64, page_count: u64, dummy_page: u64) -> WddmGpuPacketUnmapAperture {
     build::unmap_aperture(APERTURE_SEGMENT, first_page, page_count, dummy_page)
-}
-
-/// A 16-byte packet with an opcode the device does not know: a FENCE's bytes (header, then
-/// zeros) under another opcode. Only tests need it, so it is not in `build`.
-pub fn unknown_packet(opcode: u16) -> WddmGpuPacketFence {
-    let mut packet = build::fence(0);
-    packet.header.opcode = opcode;
-    packet
 }
 
 /// A DMA buffer being built ([`DmaBufferBuilder`]) and the packets in it.
