@@ -324,6 +324,16 @@ impl BackendProcess {
         }
     }
 
+    /// Waits (bounded) for the backend to exit, which must be with status 0.
+    pub fn assert_exits_cleanly(&mut self, timeout: Duration) {
+        let status = self.wait_exit(timeout);
+        assert!(
+            status.success(),
+            "backend exited with {status}:\n{}",
+            self.log()
+        );
+    }
+
     /// What the backend logged so far.
     pub fn log(&self) -> String {
         let mut text = String::new();
@@ -363,6 +373,17 @@ pub struct Desc {
     pub len: u32,
     pub flags: u16,
     pub next: u16,
+}
+
+impl Desc {
+    pub const fn new(addr: u64, len: u32, flags: u16, next: u16) -> Self {
+        Self {
+            addr,
+            len,
+            flags,
+            next,
+        }
+    }
 }
 
 /// A used-ring entry.

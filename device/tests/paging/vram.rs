@@ -55,7 +55,7 @@ fn device_only_vram_after_restart(
     ));
     submit_ok(&mut h, &dma, 1);
     let mut backend = h.disconnect();
-    assert!(backend.wait_exit(TIMEOUT).success(), "{}", backend.log());
+    backend.assert_exits_cleanly(TIMEOUT);
 
     let mut h = Harness::ready_with_options(name, &options);
     let mut dma = Dma::default();
