@@ -240,32 +240,14 @@ fn engine(dir: &Path) {
         build::segment_access(WDDM_GPU_OP_WRITE_PHYSICAL, 2, 16 * PAGE, 8),
         build::fence(2),
     ];
-    Submission {
-        place: 0,
-        fence: 1,
-        stop: 0,
-        defer_every: 0,
-        at: 0,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+    submit(&mut w, 0, 1, 0, 0, &packets);
     // A DMA buffer read through the aperture: pages 16.. map RAM_HIGH, which holds it.
     let through_aperture = dma![
         build::fence(3),
         build::transfer(0x100, segment(2, 0), segment(1, 0))
     ];
     w.u8(step::RAM).u32(RAM_HIGH as u32).blob(&through_aperture);
-    Submission {
-        place: 3,
-        fence: 3,
-        stop: 0,
-        defer_every: 0,
-        at: 16 * PAGE,
-        segment: 2,
-        packets: &through_aperture,
-    }
-    .write(&mut w);
+    submit(&mut w, 3, 3, 16 * PAGE, 2, &through_aperture);
     write(dir, "engine", "default-layout-every-packet", &w.bytes);
 
     // The same packets, preempted mid-transfer, and deferred every two packets.
@@ -311,31 +293,13 @@ fn engine(dir: &Path) {
         build::transfer(0x1_0000, segment(4, 0), segment(3, 0x1_0001_0000)),
         build::fence(10),
     ];
-    Submission {
-        place: 0,
-        fence: 10,
-        stop: 0,
-        defer_every: 0,
-        at: 0,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+    submit(&mut w, 0, 10, 0, 0, &packets);
     // A DMA buffer in VRAM segment 1.
     let in_vram = dma![
         build::fence(11),
         build::segment_access(WDDM_GPU_OP_READ_PHYSICAL, 3, 0x1_0000_0000, 8),
     ];
-    Submission {
-        place: 2,
-        fence: 11,
-        stop: 0,
-        defer_every: 0,
-        at: 0x4_0000,
-        segment: 1,
-        packets: &in_vram,
-    }
-    .write(&mut w);
+    submit(&mut w, 2, 11, 0x4_0000, 1, &in_vram);
     // A malformed command: start past end.
     w.u8(step::SUBMIT_RAW)
         .u8(0)
@@ -365,16 +329,7 @@ fn engine(dir: &Path) {
         build::transfer(0x2_0000, frames(list, 32, 0), segment(1, 0x1_0000)),
         build::fence(20),
     ];
-    Submission {
-        place: 1,
-        fence: 20,
-        stop: 0,
-        defer_every: 0,
-        at: DMA + 0x8000,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+    submit(&mut w, 1, 20, DMA + 0x8000, 0, &packets);
     // The same from frames above the hole, deferred after every packet.
     w.u8(step::FRAMES)
         .u32(list as u32)
@@ -392,6 +347,21 @@ fn engine(dir: &Path) {
     }
     .write(&mut w);
     write(dir, "engine", "wddm2-hole", &w.bytes);
+}
+
+/// A submission that runs to its end undeferred (see [`Submission`] for `place`, `at` and
+/// `segment`), written as the next engine step.
+fn submit(w: &mut Writer, place: u8, fence: u32, at: u64, segment: u8, packets: &[u8]) {
+    Submission {
+        place,
+        fence,
+        stop: 0,
+        defer_every: 0,
+        at,
+        segment,
+        packets,
+    }
+    .write(w);
 }
 
 fn ops(bar_mode: u8, layout: u8, ops: &[Op]) -> Vec<u8> {
