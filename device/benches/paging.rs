@@ -491,16 +491,24 @@ impl Bench {
             segment(APERTURE_SEGMENT, (MAP_PAGES - 1) * PAGE),
             segment(VRAM_SEGMENT, VRAM_PROBE),
         );
-        self.transfer(&probe, PAGE, "last aperture page -> VRAM");
-        check_bytes(
-            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+        let check_probe = |bench: &mut Self, copy: &str, expected: &[u8], what: &str| {
+            bench.transfer(&probe, PAGE, copy);
+            check_bytes(
+                &bench.h.read_vram(VRAM_PROBE, PAGE as usize),
+                expected,
+                what,
+            );
+        };
+        check_probe(
+            self,
+            "last aperture page -> VRAM",
             &last_page,
             "map: last aperture page",
         );
         self.device_unmap();
-        self.transfer(&probe, PAGE, "unmapped aperture page -> VRAM");
-        check_bytes(
-            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+        check_probe(
+            self,
+            "unmapped aperture page -> VRAM",
             &dummy,
             "unmap: last aperture page",
         );

@@ -165,6 +165,32 @@ pub fn submit_ok(h: &mut Harness, dma: &Dma, fence: u32) -> WddmGpuRespSubmit {
     response
 }
 
+/// Submits `packet` alone with `fence`; the submission must end with `expected`.
+#[track_caller]
+pub fn submit_alone<T: IntoBytes + Immutable>(
+    h: &mut Harness,
+    packet: &T,
+    fence: u32,
+    expected: SubmitStatus,
+) -> WddmGpuRespSubmit {
+    let mut dma = Dma::default();
+    dma.push(packet);
+    let response = submit_dma(h, &dma, fence);
+    assert_eq!(status(&response), Some(expected), "{response:?}");
+    response
+}
+
+/// A read through aperture page 8 must fault as unmapped (the GART was cleared).
+#[track_caller]
+pub fn assert_aperture_page_8_unmapped(h: &mut Harness, fence: u32) -> WddmGpuRespSubmit {
+    let read = transfer(
+        0x10,
+        segment(APERTURE_SEGMENT, 8 * PAGE),
+        segment(VRAM_SEGMENT, 0x1000),
+    );
+    submit_alone(h, &read, fence, SubmitStatus::UnmappedAperture)
+}
+
 /// Maps aperture pages `first_page..` to `frames` (one MAP_APERTURE, list written at `list`).
 pub fn map_pages(h: &mut Harness, first_page: u64, frames: &[u64], list: u64, fence: u32) {
     h.write_frame_list(list, frames);

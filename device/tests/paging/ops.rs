@@ -82,17 +82,15 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     // Pages 99 and 106 were not part of the request: still never mapped.
     for (address, page) in [(106 * PAGE - 0x10, 106), (99 * PAGE + 0xff0, 99)] {
         h.write_vram(0x40_0000, &[SENTINEL; 0x20]);
-        let mut dma = Dma::default();
-        dma.push(&transfer(
-            0x20,
-            segment(APERTURE_SEGMENT, address),
-            segment(VRAM_SEGMENT, 0x40_0000),
-        ));
-        let response = submit_dma(&mut h, &dma, 4);
-        assert_eq!(
-            status(&response),
-            Some(SubmitStatus::UnmappedAperture),
-            "{response:?}"
+        let response = submit_alone(
+            &mut h,
+            &transfer(
+                0x20,
+                segment(APERTURE_SEGMENT, address),
+                segment(VRAM_SEGMENT, 0x40_0000),
+            ),
+            4,
+            SubmitStatus::UnmappedAperture,
         );
         assert_eq!(response.fault_address, page * PAGE);
         assert_eq!(h.read_vram(0x40_0000, 0x20), [SENTINEL; 0x20]);
@@ -101,13 +99,11 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     // A request with one bad frame is refused whole: the old mapping stays.
     let bad: Vec<u64> = [frame(60), frame(61), VRAM_GPA / PAGE].to_vec();
     h.write_frame_list(FRAME_LISTS + 0x1000, &bad);
-    let mut dma = Dma::default();
-    dma.push(&map(100, 3, FRAME_LISTS + 0x1000, 3, 0));
-    let response = submit_dma(&mut h, &dma, 5);
-    assert_eq!(
-        status(&response),
-        Some(SubmitStatus::FrameInVram),
-        "{response:?}"
+    submit_alone(
+        &mut h,
+        &map(100, 3, FRAME_LISTS + 0x1000, 3, 0),
+        5,
+        SubmitStatus::FrameInVram,
     );
     let mut dma = Dma::default();
     dma.push(&transfer(

@@ -188,18 +188,7 @@ fn reset_mid_transfer_drops_work_cancels_events_clears_the_gart_and_keeps_vram()
     let page_after_reset = status_page_bytes(&h);
     // The aperture mapping is gone.
     let event = h.post_wait_event();
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        0x10,
-        segment(APERTURE_SEGMENT, 8 * PAGE),
-        segment(VRAM_SEGMENT, 0x1000),
-    ));
-    let response = submit_dma(&mut h, &dma, 22);
-    assert_eq!(
-        status(&response),
-        Some(SubmitStatus::UnmappedAperture),
-        "{response:?}"
-    );
+    let response = assert_aperture_page_8_unmapped(&mut h, 22);
     assert_eq!(response.fault_address, 8 * PAGE);
     // Events still work after a reset.
     let fault: WddmGpuRespEvent = h.wait_reply(event).exact();
@@ -276,18 +265,7 @@ fn virtio_reset_mid_submission_keeps_the_backend_serving_with_a_clear_gart() {
     h.assert_still_serving();
     // The GART was cleared, and the status page unregistered.
     let page = status_page_bytes(&h);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        0x10,
-        segment(APERTURE_SEGMENT, 8 * PAGE),
-        segment(VRAM_SEGMENT, 0x1000),
-    ));
-    let response = submit_dma(&mut h, &dma, 33);
-    assert_eq!(
-        status(&response),
-        Some(SubmitStatus::UnmappedAperture),
-        "{response:?}"
-    );
+    assert_aperture_page_8_unmapped(&mut h, 33);
     assert_next_submission_works(&mut h, 34, false);
     assert_eq!(
         status_page_bytes(&h),

@@ -226,18 +226,7 @@ fn reset_device_while_stopped_resets_and_the_next_start_serves() {
     assert_logged(&h, "device reset (RESET_DEVICE)");
     h.abandon(long);
     h.start_device_anew();
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        0x10,
-        segment(APERTURE_SEGMENT, 8 * PAGE),
-        segment(VRAM_SEGMENT, 0x1000),
-    ));
-    let response = submit_dma(&mut h, &dma, 72);
-    assert_eq!(
-        status(&response),
-        Some(SubmitStatus::UnmappedAperture),
-        "{response:?}"
-    );
+    assert_aperture_page_8_unmapped(&mut h, 72);
     assert_next_submission_works(&mut h, 73, false);
 }
 
