@@ -145,7 +145,7 @@ impl Dma {
 /// Writes `dma` at [`DMA_BUFFER`] and submits all of it; waits for the completion.
 pub fn submit_dma(h: &mut Harness, dma: &Dma, fence: u32) -> WddmGpuRespSubmit {
     assert!(dma.bytes().len() <= 0x1_0000, "DMA buffer area is 64 KiB");
-    h.write_ram(DMA_BUFFER, &dma.bytes());
+    h.write_ram(DMA_BUFFER, dma.bytes());
     let response = h.submit(&submit_command(DMA_BUFFER, dma.len(), fence));
     assert_eq!(response.submission_fence_id, fence, "{response:?}");
     response
@@ -317,7 +317,7 @@ pub fn long_submission(h: &mut Harness, gpa: u64, fence: u32, extra: Option<Dma>
     h.write_vram(LONG_SOURCE, &vec![0x3c; LONG_LENGTH as usize]);
     h.write_vram(LONG_DESTINATION, &vec![0; LONG_LENGTH as usize]);
     h.write_vram(LONG_SOURCE, &pattern(0x10e, 64));
-    h.write_ram(gpa, &dma.bytes());
+    h.write_ram(gpa, dma.bytes());
     h.post_submit(&submit_command(gpa, dma.len(), fence))
 }
 
@@ -351,7 +351,7 @@ pub fn queued_submission(h: &mut Harness, fence: u32) -> (Pending, WddmGpuCmdSub
         0x100,
         segment(VRAM_SEGMENT, QUEUED_AREA + 0x100),
     ));
-    h.write_ram(QUEUED_DMA, &dma.bytes());
+    h.write_ram(QUEUED_DMA, dma.bytes());
     h.write_vram(QUEUED_AREA, &[SENTINEL; 0x200]);
     let cmd = submit_command(QUEUED_DMA, dma.len(), fence);
     (h.post_submit(&cmd), cmd)

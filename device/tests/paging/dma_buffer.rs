@@ -31,7 +31,7 @@ fn dma_buffer_in_the_aperture_is_read_through_the_gart() {
         address: 50 * PAGE + 0xf80,
         frames: backing.to_vec(),
     };
-    place.write(&h, &dma.bytes());
+    place.write(&h, dma.bytes());
     let mut cmd = submit_command(place_address(&place), dma.len(), 2);
     cmd.dma_buffer_segment_id = APERTURE_SEGMENT;
     let response = h.submit(&cmd);
@@ -92,7 +92,7 @@ fn dma_buffer_in_vram_executes() {
     ));
     dma.push(&fill(0x5555_aaaa, 0x10, segment(VRAM_SEGMENT, 0x30_0000)));
     let buffer = 0x80_0100;
-    h.write_vram(buffer, &dma.bytes());
+    h.write_vram(buffer, dma.bytes());
     let mut cmd = submit_command(buffer, dma.len(), 7);
     cmd.dma_buffer_segment_id = VRAM_SEGMENT;
     let response = h.submit(&cmd);

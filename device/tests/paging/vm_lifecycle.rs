@@ -115,7 +115,7 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
     let source = pattern(0x70a5, LONG_LENGTH as usize);
     h.write_vram(LONG_SOURCE, &source);
     h.write_vram(LONG_DESTINATION, &vec![0; LONG_LENGTH as usize]);
-    h.write_ram(LONG_DMA, &dma.bytes());
+    h.write_ram(LONG_DMA, dma.bytes());
     let long = h.post_submit(&submit_command(LONG_DMA, dma.len(), 50));
     let (queued, _) = queued_submission(&mut h, 51);
     let event = h.post_wait_event();
@@ -242,7 +242,7 @@ fn a_queued_submission_sees_the_bar_where_it_was_when_it_was_queued() {
             segment(VRAM_SEGMENT, LONG_DESTINATION),
         ));
     }
-    h.write_ram(LONG_DMA, &long.bytes());
+    h.write_ram(LONG_DMA, long.bytes());
     let running = h.post_submit(&submit_command(LONG_DMA, long.len(), 80));
     // Queued behind it: pages at the BAR's address, which are VRAM, not RAM.
     h.write_frame_list(FRAME_LISTS, &[VRAM_GPA / PAGE + 5]);
@@ -252,7 +252,7 @@ fn a_queued_submission_sees_the_bar_where_it_was_when_it_was_queued() {
         frames(FRAME_LISTS, 1, 0),
         segment(VRAM_SEGMENT, QUEUED_AREA),
     ));
-    h.write_ram(QUEUED_DMA, &dma.bytes());
+    h.write_ram(QUEUED_DMA, dma.bytes());
     h.write_vram(QUEUED_AREA, &[SENTINEL; 0x100]);
     let queued = h.post_submit(&submit_command(QUEUED_DMA, dma.len(), 81));
     h.flush_queue();
