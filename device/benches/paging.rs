@@ -31,14 +31,11 @@ use harness::{pattern, segment, submit_command, Harness, SpawnOptions, DMA_BUFFE
 use serde_json::{json, Map, Value};
 use vhost_user_wddm_gpu::echo::{self, EchoPeer};
 use vmm_sys_util::eventfd::EventFd;
+use wddm_gpu_abi::build::{self, Endpoint};
 use wddm_gpu_abi::caps::WDDM_GPU_CAPSET_ID;
-use wddm_gpu_abi::packet::{
-    WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketHeader, WddmGpuPacketMapAperture,
-    WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
-    WDDM_GPU_OP_FENCE, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE,
-};
+use wddm_gpu_abi::packet::WDDM_GPU_MAX_FRAME_LIST_ENTRIES;
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
-use zerocopy::IntoBytes;
+use zerocopy::{Immutable, IntoBytes};
 
 const MIB: u64 = 1 << 20;
 
@@ -175,74 +172,42 @@ fn gbps(bytes: u64, time: Duration) -> f64 {
 
 // ---- packets ----
 
-fn header(opcode: u16, size: usize) -> WddmGpuPacketHeader {
-    WddmGpuPacketHeader {
-        opcode,
-        flags: 0,
-        size: size as u32,
-    }
+/// A DMA buffer of one packet.
+fn dma<T: IntoBytes + Immutable>(packet: &T) -> Vec<u8> {
+    packet.as_bytes().to_vec()
 }
 
-fn transfer(length: u64, source: WddmGpuEndpoint, destination: WddmGpuEndpoint) -> Vec<u8> {
-    WddmGpuPacketTransfer {
-        header: header(
-            WDDM_GPU_OP_TRANSFER,
-            std::mem::size_of::<WddmGpuPacketTransfer>(),
-        ),
-        length,
-        source,
-        destination,
-    }
-    .as_bytes()
-    .to_vec()
+fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> Vec<u8> {
+    dma(&build::transfer(length, source, destination))
 }
 
-fn frame_list(list: u64, frame_count: u64) -> WddmGpuEndpoint {
+fn frame_list(list: u64, frame_count: u64) -> Endpoint {
     harness::frames(list, frame_count as u32, 0)
 }
 
 fn map_packet(page_count: u64, list: u64) -> Vec<u8> {
-    WddmGpuPacketMapAperture {
-        header: header(
-            WDDM_GPU_OP_MAP_APERTURE,
-            std::mem::size_of::<WddmGpuPacketMapAperture>(),
-        ),
-        segment_id: APERTURE_SEGMENT,
-        flags: 0,
-        first_page: 0,
+    dma(&build::map_aperture(
+        APERTURE_SEGMENT,
+        0,
+        0,
         page_count,
-        frame_list_address: list,
-        frame_count: page_count as u32,
-        frame_offset: 0,
-    }
-    .as_bytes()
-    .to_vec()
+        list,
+        page_count as u32,
+        0,
+    ))
 }
 
 fn unmap_packet(page_count: u64) -> Vec<u8> {
-    WddmGpuPacketUnmapAperture {
-        header: header(
-            WDDM_GPU_OP_UNMAP_APERTURE,
-            std::mem::size_of::<WddmGpuPacketUnmapAperture>(),
-        ),
-        segment_id: APERTURE_SEGMENT,
-        reserved: 0,
-        first_page: 0,
+    dma(&build::unmap_aperture(
+        APERTURE_SEGMENT,
+        0,
         page_count,
-        dummy_page: DUMMY_PAGE,
-    }
-    .as_bytes()
-    .to_vec()
+        DUMMY_PAGE,
+    ))
 }
 
 fn fence_packet(fence_id: u32) -> Vec<u8> {
-    WddmGpuPacketFence {
-        header: header(WDDM_GPU_OP_FENCE, std::mem::size_of::<WddmGpuPacketFence>()),
-        fence_id,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
+    dma(&build::fence(fence_id))
 }
 
 /// Every other frame of the pool, shuffled with a fixed seed (Fisher-Yates over xorshift): no
@@ -526,16 +491,24 @@ impl Bench {
             segment(APERTURE_SEGMENT, (MAP_PAGES - 1) * PAGE),
             segment(VRAM_SEGMENT, VRAM_PROBE),
         );
-        self.transfer(&probe, PAGE, "last aperture page -> VRAM");
-        check_bytes(
-            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+        let check_probe = |bench: &mut Self, copy: &str, expected: &[u8], what: &str| {
+            bench.transfer(&probe, PAGE, copy);
+            check_bytes(
+                &bench.h.read_vram(VRAM_PROBE, PAGE as usize),
+                expected,
+                what,
+            );
+        };
+        check_probe(
+            self,
+            "last aperture page -> VRAM",
             &last_page,
             "map: last aperture page",
         );
         self.device_unmap();
-        self.transfer(&probe, PAGE, "unmapped aperture page -> VRAM");
-        check_bytes(
-            &self.h.read_vram(VRAM_PROBE, PAGE as usize),
+        check_probe(
+            self,
+            "unmapped aperture page -> VRAM",
             &dummy,
             "unmap: last aperture page",
         );
@@ -946,11 +919,7 @@ fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
             .expect("RssAnon of the backend")
             / 1024
     };
-    let unknown = {
-        let mut packet = header(0x7777, 16).as_bytes().to_vec();
-        packet.resize(16, 0);
-        packet
-    };
+    let unknown = dma(&harness::unknown_packet(0x7777));
     let small_in = transfer(
         PAGE,
         frame_list(CONTIGUOUS_LIST, 1),

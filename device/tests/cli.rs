@@ -1,7 +1,7 @@
 //! The backend binary's command line: clear messages and non-zero exits for bad input.
 
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,25 @@ fn scratch(name: &str) -> PathBuf {
 
 fn run(args: &[&str]) -> Output {
     backend().args(args).output().unwrap()
+}
+
+/// The backend on `socket` with `vram_size` of VRAM at `vram`, run until it exits.
+fn run_backend(socket: impl AsRef<Path>, vram: impl AsRef<Path>, vram_size: &str) -> Output {
+    run(&[
+        "--socket-path",
+        socket.as_ref().to_str().unwrap(),
+        "--vram-path",
+        vram.as_ref().to_str().unwrap(),
+        "--vram-size",
+        vram_size,
+    ])
+}
+
+/// What the run said on stderr must contain `text`.
+#[track_caller]
+fn assert_said(output: &Output, text: &str) {
+    let message = stderr(output);
+    assert!(message.contains(text), "{message}");
 }
 
 fn stderr(output: &Output) -> String {
@@ -37,49 +56,30 @@ fn vram_size_must_be_a_power_of_two() {
     let dir = scratch("npot");
     let vram = dir.join("vram");
     let socket = dir.join("sock");
-    let output = run(&[
-        "--socket-path",
-        socket.to_str().unwrap(),
-        "--vram-path",
-        vram.to_str().unwrap(),
-        "--vram-size",
-        "96MiB",
-    ]);
+    let output = run_backend(socket, vram, "96MiB");
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("power of two"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "power of two");
 }
 
 #[test]
 fn unparsable_sizes_are_usage_errors() {
     let output = run(&["--socket-path", "/nonexistent/s", "--vram-size", "lots"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("--vram-size"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "--vram-size");
 }
 
 #[test]
 fn unwritable_vram_path_is_named() {
     let dir = scratch("unwritable");
-    let output = run(&[
-        "--socket-path",
-        dir.join("sock").to_str().unwrap(),
-        "--vram-path",
+    let output = run_backend(
+        dir.join("sock"),
         "/proc/wddm-gpu-cannot-create.vram",
-        "--vram-size",
         "16MiB",
-    ]);
+    );
     assert_eq!(output.status.code(), Some(1));
-    let message = stderr(&output);
-    assert!(
-        message.contains("cannot create the VRAM file /proc/wddm-gpu-cannot-create.vram"),
-        "{message}"
+    assert_said(
+        &output,
+        "cannot create the VRAM file /proc/wddm-gpu-cannot-create.vram",
     );
 }
 
@@ -88,16 +88,9 @@ fn a_socket_in_use_is_refused_and_left_alone() {
     let dir = scratch("inuse");
     let socket = dir.join("sock");
     let _owner = UnixListener::bind(&socket).unwrap();
-    let output = run(&[
-        "--socket-path",
-        socket.to_str().unwrap(),
-        "--vram-path",
-        dir.join("vram").to_str().unwrap(),
-        "--vram-size",
-        "16MiB",
-    ]);
+    let output = run_backend(&socket, dir.join("vram"), "16MiB");
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("in use"), "{}", stderr(&output));
+    assert_said(&output, "in use");
     assert!(socket.exists());
 }
 
@@ -211,7 +204,7 @@ fn a_broken_layout_exits_2_with_one_line_per_rule() {
     ]);
     assert_eq!(served.status.code(), Some(2));
     for line in lines {
-        assert!(stderr(&served).contains(line), "{}", stderr(&served));
+        assert_said(&served, line);
     }
     assert!(
         !socket.exists(),
@@ -327,20 +320,9 @@ fn a_second_backend_on_the_same_vram_file_is_refused() {
         &dir.join("a"),
         &["--vram-path", vram, "--vram-size", "1MiB"],
     );
-    let second = run(&[
-        "--socket-path",
-        dir.join("b").to_str().unwrap(),
-        "--vram-path",
-        vram,
-        "--vram-size",
-        "1MiB",
-    ]);
+    let second = run_backend(dir.join("b"), vram, "1MiB");
     assert!(!second.status.success());
-    assert!(
-        stderr(&second).contains("in use by another backend"),
-        "{}",
-        stderr(&second)
-    );
+    assert_said(&second, "in use by another backend");
     assert!(!dir.join("b").exists(), "the second backend listened");
     assert!(first.is_running(), "{}", first.log());
 }
@@ -350,20 +332,9 @@ fn an_existing_vram_file_of_another_size_is_refused_and_left_as_is() {
     let dir = scratch("vram-size");
     let vram = dir.join("vram");
     std::fs::write(&vram, vec![0x11; 2 << 20]).unwrap();
-    let output = run(&[
-        "--socket-path",
-        dir.join("s").to_str().unwrap(),
-        "--vram-path",
-        vram.to_str().unwrap(),
-        "--vram-size",
-        "4MiB",
-    ]);
+    let output = run_backend(dir.join("s"), &vram, "4MiB");
     assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("holds 0x200000 bytes, not the 0x400000"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "holds 0x200000 bytes, not the 0x400000");
     assert_eq!(std::fs::metadata(&vram).unwrap().len(), 2 << 20);
 }
 
@@ -382,19 +353,8 @@ fn a_socket_in_use_is_refused_before_any_vram_file_is_made() {
         ],
     );
     let second_vram = dir.join("v2");
-    let output = run(&[
-        "--socket-path",
-        socket.to_str().unwrap(),
-        "--vram-path",
-        second_vram.to_str().unwrap(),
-        "--vram-size",
-        "1MiB",
-    ]);
-    assert!(
-        stderr(&output).contains("in use by a running process"),
-        "{}",
-        stderr(&output)
-    );
+    let output = run_backend(&socket, &second_vram, "1MiB");
+    assert_said(&output, "in use by a running process");
     assert!(
         !second_vram.exists(),
         "a VRAM file was made for a backend that cannot serve"

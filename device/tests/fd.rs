@@ -117,7 +117,7 @@ fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
     h.write_ram(harness::DATA, &data);
     let frames: Vec<u64> = (0..3).map(|i| harness::DATA / harness::PAGE + i).collect();
     h.write_frame_list(harness::FRAME_LISTS, &frames);
-    let packet = harness::transfer(
+    let packet = wddm_gpu_abi::build::transfer(
         data.len() as u64,
         harness::frames(harness::FRAME_LISTS, 3, 0),
         harness::segment(1, 0x1000),

@@ -8,13 +8,14 @@ mod harness;
 use std::time::Duration;
 
 use harness::{
-    frames, pattern, segment, submit_command, transfer, Desc, Harness, BUFFER_SIZE, DATA,
+    frames, pattern, segment, status, submit_command, Desc, Harness, Reply, BUFFER_SIZE, DATA,
     DESC_TABLE, DMA_BUFFER, FRAME_LISTS, INDIRECT_TABLE, PAGE, RAM_SIZE, REQUEST, RESPONSE,
     RESPONSE_FILL, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VRAM_GPA,
     VRAM_SIZE,
 };
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::VhostBackend;
+use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED,
     WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC, WDDM_GPU_NO_BAR_OFFSET,
@@ -46,10 +47,6 @@ fn bit(n: u32) -> u64 {
     1 << n
 }
 
-fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
-    SubmitStatus::from_raw(response.status)
-}
-
 /// Checks a completion that ended with `expected` on the first packet, having done nothing.
 fn assert_faulted_at_first_packet(response: &WddmGpuRespSubmit, expected: SubmitStatus) {
     assert_eq!(response.hdr.type_, WDDM_GPU_RESP_SUBMIT);
@@ -57,6 +54,19 @@ fn assert_faulted_at_first_packet(response: &WddmGpuRespSubmit, expected: Submit
     assert_eq!(response.packets_completed, 0, "{response:?}");
     assert_eq!(response.bytes_transferred, 0, "{response:?}");
     assert_eq!(response.fault_packet_offset, 0, "{response:?}");
+}
+
+/// The device still serves: GET_CAPSET_INFO is answered and a transfer works.
+fn assert_still_serving_and_transferring(h: &mut Harness) {
+    h.assert_still_serving();
+    assert_valid_transfer_works(h);
+}
+
+/// An ERR_UNSPEC answer that is only a header.
+#[track_caller]
+fn assert_bare_err_unspec(reply: &Reply, what: &str) {
+    assert_eq!(reply.used.len as usize, HDR_SIZE, "{what}");
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_ERR_UNSPEC, "{what}");
 }
 
 /// A small VRAM→frame transfer that must succeed: the "a valid request still works" check.
@@ -380,8 +390,7 @@ fn frame_lists_pointing_into_the_vram_window_are_refused_as_frame_in_vram() {
     );
     assert_faulted_at_first_packet(&response, SubmitStatus::BadFrameList);
 
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }
 
 #[test]
@@ -404,8 +413,7 @@ fn dma_buffers_outside_guest_ram_are_refused_as_bad_dma_buffer() {
         assert_eq!(response.submission_fence_id, 20, "{what}");
         assert!(h.backend.is_running(), "{what}");
     }
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }
 
 #[test]
@@ -414,15 +422,9 @@ fn truncated_submit_commands_get_err_unspec() {
     let command = submit_command(DMA_BUFFER, 64, 30);
     for length in [0, 10, HDR_SIZE, 40, command.as_bytes().len() - 1] {
         let reply = h.request(&command.as_bytes()[..length], BUFFER_SIZE);
-        assert_eq!(reply.used.len as usize, HDR_SIZE, "length {length}");
-        assert_eq!(
-            reply.hdr().type_,
-            VIRTIO_GPU_RESP_ERR_UNSPEC,
-            "length {length}"
-        );
+        assert_bare_err_unspec(&reply, &format!("length {length}"));
     }
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }
 
 #[test]
@@ -433,15 +435,9 @@ fn unknown_command_types_get_err_unspec() {
         let mut request = vec![0u8; 64];
         request[..HDR_SIZE].copy_from_slice(WddmGpuCtrlHdr::with_type(type_).as_bytes());
         let reply = h.request(&request, BUFFER_SIZE);
-        assert_eq!(reply.used.len as usize, HDR_SIZE, "type {type_:#x}");
-        assert_eq!(
-            reply.hdr().type_,
-            VIRTIO_GPU_RESP_ERR_UNSPEC,
-            "type {type_:#x}"
-        );
+        assert_bare_err_unspec(&reply, &format!("type {type_:#x}"));
     }
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }
 
 #[test]
@@ -486,8 +482,7 @@ fn response_buffers_too_small_for_the_capset_still_complete() {
     let reply = h.request(request.as_bytes(), 0);
     assert_eq!(reply.used.len, 0);
 
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }
 
 #[test]
@@ -498,48 +493,18 @@ fn descriptors_outside_guest_memory_complete_with_nothing_written() {
     let cases: [(&str, Desc, Desc); 3] = [
         (
             "request past the end of RAM",
-            Desc {
-                addr: RAM_SIZE - 8,
-                len: 32,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: RESPONSE,
-                len: 64,
-                flags: VIRTQ_DESC_F_WRITE,
-                next: 0,
-            },
+            Desc::new(RAM_SIZE - 8, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response in unmapped memory",
-            Desc {
-                addr: REQUEST,
-                len: 32,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: 0x8000_0000,
-                len: 64,
-                flags: VIRTQ_DESC_F_WRITE,
-                next: 0,
-            },
+            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(0x8000_0000, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "4 GiB request",
-            Desc {
-                addr: 0,
-                len: u32::MAX,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: RESPONSE,
-                len: 64,
-                flags: VIRTQ_DESC_F_WRITE,
-                next: 0,
-            },
+            Desc::new(0, u32::MAX, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
     ];
     assert_completed_with_nothing_written(&mut h, &cases, |_, _| {});
@@ -554,18 +519,8 @@ fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
     h.write_descriptors(
         DESC_TABLE,
         &[
-            Desc {
-                addr: REQUEST,
-                len: 32,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: RESPONSE,
-                len: 64,
-                flags: VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE,
-                next: 0,
-            },
+            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 0),
         ],
     );
     h.publish(0);
@@ -584,34 +539,14 @@ fn requests_through_an_indirect_descriptor_table_are_answered() {
     h.write_descriptors(
         INDIRECT_TABLE,
         &[
-            Desc {
-                addr: REQUEST,
-                len: 10,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: REQUEST + 10,
-                len: 22,
-                flags: VIRTQ_DESC_F_NEXT,
-                next: 2,
-            },
-            Desc {
-                addr: RESPONSE,
-                len: 64,
-                flags: VIRTQ_DESC_F_WRITE,
-                next: 0,
-            },
+            Desc::new(REQUEST, 10, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(REQUEST + 10, 22, VIRTQ_DESC_F_NEXT, 2),
+            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ],
     );
     h.write_descriptors(
         DESC_TABLE,
-        &[Desc {
-            addr: INDIRECT_TABLE,
-            len: 3 * 16,
-            flags: VIRTQ_DESC_F_INDIRECT,
-            next: 0,
-        }],
+        &[Desc::new(INDIRECT_TABLE, 3 * 16, VIRTQ_DESC_F_INDIRECT, 0)],
     );
     h.publish(0);
     let used = h.expect_used();
@@ -679,24 +614,14 @@ fn backend_exits_with_status_zero_when_the_frontend_disconnects() {
     let mut h = Harness::ready("exit");
     assert_valid_transfer_works(&mut h);
     let mut backend = h.disconnect();
-    let status = backend.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.success(),
-        "backend exited with {status}:\n{}",
-        backend.log()
-    );
+    backend.assert_exits_cleanly(Duration::from_secs(10));
 }
 
 #[test]
 fn backend_exits_with_status_zero_when_the_frontend_disconnects_before_negotiating() {
     let h = Harness::spawn("exit-early");
     let mut backend = h.disconnect();
-    let status = backend.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.success(),
-        "backend exited with {status}:\n{}",
-        backend.log()
-    );
+    backend.assert_exits_cleanly(Duration::from_secs(10));
 }
 
 #[test]
@@ -762,27 +687,21 @@ fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
     // The same request also placed in VRAM, where the guest sees it through the BAR.
     h.write_vram(0x1000, request.as_bytes());
     h.write_vram(0x2000, &[0x5a; 64]);
-    let in_ram = |addr: u64, len: u32, flags: u16, next: u16| Desc {
-        addr,
-        len,
-        flags,
-        next,
-    };
     let cases = [
         (
             "request in the BAR window",
-            in_ram(VRAM_GPA + 0x1000, 32, VIRTQ_DESC_F_NEXT, 1),
-            in_ram(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+            Desc::new(VRAM_GPA + 0x1000, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response in the BAR window",
-            in_ram(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            in_ram(VRAM_GPA + 0x2000, 64, VIRTQ_DESC_F_WRITE, 0),
+            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(VRAM_GPA + 0x2000, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response straddling the window's start",
-            in_ram(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            in_ram(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
+            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Desc::new(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
     ];
     assert_completed_with_nothing_written(&mut h, &cases, |h, what| {
@@ -930,6 +849,5 @@ fn a_transfer_onto_the_drivers_own_avail_ring_never_holds_the_backend() {
     h.stop_device();
     assert!(h.backend.is_running(), "{}", h.backend.log());
     h.start_device_anew();
-    h.assert_still_serving();
-    assert_valid_transfer_works(&mut h);
+    assert_still_serving_and_transferring(&mut h);
 }

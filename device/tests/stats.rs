@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{frames, segment, transfer, Harness, SpawnOptions, DATA, FRAME_LISTS, PAGE};
+use harness::{frames, segment, Harness, SpawnOptions, DATA, FRAME_LISTS, PAGE};
 use prometheus_parse::{Scrape, Value};
 use serde_json::Value as Json;
+use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 fn binary() -> Command {

@@ -10,6 +10,7 @@ use std::path::Path;
 use vhost_user_wddm_gpu_fuzz::engine_world::{self, step, Submission};
 use vhost_user_wddm_gpu_fuzz::frontend::{header, Op, DATA, VRAM_GPA};
 use vhost_user_wddm_gpu_fuzz::input::Writer;
+use wddm_gpu_abi::build::{self, Adl, DmaBufferBuilder, Endpoint};
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
@@ -17,147 +18,68 @@ use wddm_gpu_abi::ctrl::{
     WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
     WDDM_GPU_CMD_WAIT_EVENT,
 };
-use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::packet::{
+    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+    WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL,
+};
 use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use zerocopy::{Immutable, IntoBytes};
 
 const PAGE: u64 = 4096;
 
-fn header_for<T>(opcode: u16) -> WddmGpuPacketHeader {
-    WddmGpuPacketHeader {
-        opcode,
-        flags: 0,
-        size: std::mem::size_of::<T>() as u32,
-    }
+fn segment(id: u32, address: u64) -> Endpoint {
+    Endpoint::Segment { id, address }
 }
 
-fn segment(id: u32, address: u64) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id: id,
-        address,
-        ..Default::default()
-    }
-}
-
-fn frames(address: u64, count: u32, byte_offset: u32) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id: 0,
-        frame_count: count,
-        address,
+fn frames(list_address: u64, frame_count: u32, byte_offset: u32) -> Endpoint {
+    Endpoint::Frames {
+        list_address,
+        frame_count,
         byte_offset,
-        reserved: 0,
     }
 }
 
-fn transfer(length: u64, source: WddmGpuEndpoint, destination: WddmGpuEndpoint) -> Vec<u8> {
-    WddmGpuPacketTransfer {
-        header: header_for::<WddmGpuPacketTransfer>(WDDM_GPU_OP_TRANSFER),
-        length,
-        source,
-        destination,
-    }
-    .as_bytes()
-    .to_vec()
+/// The bytes of a DMA buffer holding these packets back to back.
+macro_rules! dma {
+    ($($packet:expr),* $(,)?) => {{
+        let mut buffer = DmaBufferBuilder::new();
+        $(buffer.push(&$packet);)*
+        buffer.bytes().to_vec()
+    }};
 }
 
-fn fill(segment_id: u32, address: u64, length: u64, pattern: u32) -> Vec<u8> {
-    WddmGpuPacketFill {
-        header: header_for::<WddmGpuPacketFill>(WDDM_GPU_OP_FILL),
-        pattern,
-        reserved: 0,
-        length,
-        destination: segment(segment_id, address),
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn access(opcode: u16, segment_id: u32, flags_or_size: u32, address: u64) -> Vec<u8> {
-    WddmGpuPacketSegmentAccess {
-        header: header_for::<WddmGpuPacketSegmentAccess>(opcode),
+/// A cache-coherent MAP_APERTURE of `page_count` pages from the start of the list.
+fn map(
+    segment_id: u32,
+    first_page: u64,
+    page_count: u64,
+    list: u64,
+    count: u32,
+) -> WddmGpuPacketMapAperture {
+    build::map_aperture(
         segment_id,
-        flags_or_size,
-        address,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn map(segment_id: u32, first_page: u64, page_count: u64, list: u64, count: u32) -> Vec<u8> {
-    WddmGpuPacketMapAperture {
-        header: header_for::<WddmGpuPacketMapAperture>(WDDM_GPU_OP_MAP_APERTURE),
-        segment_id,
-        flags: WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+        WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
         first_page,
         page_count,
-        frame_list_address: list,
-        frame_count: count,
-        frame_offset: 0,
-    }
-    .as_bytes()
-    .to_vec()
+        list,
+        count,
+        0,
+    )
 }
 
-fn map2_contiguous(segment_id: u32, first_page: u64, page_count: u64, base_pfn: u64) -> Vec<u8> {
-    WddmGpuPacketMapAperture2 {
-        header: header_for::<WddmGpuPacketMapAperture2>(WDDM_GPU_OP_MAP_APERTURE2),
-        segment_id,
-        flags: 0,
-        first_page,
+/// MAP_APERTURE2 of `page_count` pages from the start of a contiguous ADL of as many pages.
+fn map2_contiguous(
+    segment_id: u32,
+    first_page: u64,
+    page_count: u32,
+    base_page: u64,
+) -> WddmGpuPacketMapAperture2 {
+    let adl = Adl::Contiguous {
+        base_page,
         page_count,
-        adl_flags: WDDM_GPU_ADL_FLAG_CONTIGUOUS,
-        adl_offset: 0,
-        adl_base: base_pfn,
-        adl_page_count: page_count as u32,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn map2_pages(segment_id: u32, first_page: u64, page_count: u64, array: u64) -> Vec<u8> {
-    WddmGpuPacketMapAperture2 {
-        header: header_for::<WddmGpuPacketMapAperture2>(WDDM_GPU_OP_MAP_APERTURE2),
-        segment_id,
-        flags: 0,
-        first_page,
-        page_count,
-        adl_flags: 0,
-        adl_offset: 0,
-        adl_base: array,
-        adl_page_count: page_count as u32,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn unmap(segment_id: u32, first_page: u64, page_count: u64, dummy_page: u64) -> Vec<u8> {
-    WddmGpuPacketUnmapAperture {
-        header: header_for::<WddmGpuPacketUnmapAperture>(WDDM_GPU_OP_UNMAP_APERTURE),
-        segment_id,
-        reserved: 0,
-        first_page,
-        page_count,
-        dummy_page,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn fence(fence_id: u32) -> Vec<u8> {
-    WddmGpuPacketFence {
-        header: header_for::<WddmGpuPacketFence>(WDDM_GPU_OP_FENCE),
-        fence_id,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
-fn concat(packets: &[Vec<u8>]) -> Vec<u8> {
-    packets.concat()
+    };
+    build::map_aperture2(segment_id, 0, first_page, page_count.into(), adl, 0)
 }
 
 fn bytes_of<T: IntoBytes + Immutable>(value: &T) -> Vec<u8> {
@@ -292,55 +214,50 @@ fn engine(dir: &Path) {
         .u32(pfn(RAM_HIGH) as u32)
         .u16(8)
         .u8(1);
-    let packets = concat(&[
-        transfer(0x4000, frames(list, 4, 0), segment(1, 0x1000)),
+    let packets = dma![
+        build::transfer(0x4000, frames(list, 4, 0), segment(1, 0x1000)),
         map(2, 0, 4, list, 4),
-        transfer(0x4000, segment(2, 0), segment(1, 0x8000)),
-        fill(1, 0x1_0000, 0x1000, 0xdead_beef),
-        fence(1),
+        build::transfer(0x4000, segment(2, 0), segment(1, 0x8000)),
+        build::fill(0xdead_beef, 0x1000, segment(1, 0x1_0000)),
+        build::fence(1),
         map2_contiguous(2, 16, 8, pfn(RAM_HIGH)),
-        map2_pages(2, 32, 8, list + 0x100),
-        transfer(0x2000, segment(2, 16 * PAGE), frames(list, 4, 0x800)),
-        transfer(0x3000, segment(1, 0x1000), segment(1, 0x1800)),
-        unmap(2, 0, 4, data),
-        access(WDDM_GPU_OP_DISCARD_CONTENT, 1, 0, 0),
-        access(WDDM_GPU_OP_READ_PHYSICAL, 1, 4, 0x100),
-        access(WDDM_GPU_OP_WRITE_PHYSICAL, 2, 8, 16 * PAGE),
-        fence(2),
-    ]);
-    Submission {
-        place: 0,
-        fence: 1,
-        stop: 0,
-        defer_every: 0,
-        at: 0,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+        build::map_aperture2(
+            2,
+            0,
+            32,
+            8,
+            Adl::Pages {
+                address: list + 0x100,
+                page_count: 8,
+            },
+            0,
+        ),
+        build::transfer(0x2000, segment(2, 16 * PAGE), frames(list, 4, 0x800)),
+        build::transfer(0x3000, segment(1, 0x1000), segment(1, 0x1800)),
+        build::unmap_aperture(2, 0, 4, data),
+        build::segment_access(WDDM_GPU_OP_DISCARD_CONTENT, 1, 0, 0),
+        build::segment_access(WDDM_GPU_OP_READ_PHYSICAL, 1, 0x100, 4),
+        build::segment_access(WDDM_GPU_OP_WRITE_PHYSICAL, 2, 16 * PAGE, 8),
+        build::fence(2),
+    ];
+    submit(&mut w, 0, 1, 0, 0, &packets);
     // A DMA buffer read through the aperture: pages 16.. map RAM_HIGH, which holds it.
-    let through_aperture = concat(&[fence(3), transfer(0x100, segment(2, 0), segment(1, 0))]);
+    let through_aperture = dma![
+        build::fence(3),
+        build::transfer(0x100, segment(2, 0), segment(1, 0))
+    ];
     w.u8(step::RAM).u32(RAM_HIGH as u32).blob(&through_aperture);
-    Submission {
-        place: 3,
-        fence: 3,
-        stop: 0,
-        defer_every: 0,
-        at: 16 * PAGE,
-        segment: 2,
-        packets: &through_aperture,
-    }
-    .write(&mut w);
+    submit(&mut w, 3, 3, 16 * PAGE, 2, &through_aperture);
     write(dir, "engine", "default-layout-every-packet", &w.bytes);
 
     // The same packets, preempted mid-transfer, and deferred every two packets.
-    let big = concat(&[
+    let big = dma![
         map2_contiguous(2, 0, 512, pfn(0)),
-        transfer(0x18_0000, segment(2, 0), segment(2, 0x8_0000)),
-        fence(4),
-        transfer(0x8_0000, segment(1, 0), segment(1, 0x1000)),
-        fence(5),
-    ]);
+        build::transfer(0x18_0000, segment(2, 0), segment(2, 0x8_0000)),
+        build::fence(4),
+        build::transfer(0x8_0000, segment(1, 0), segment(1, 0x1000)),
+        build::fence(5),
+    ];
     let mut w = Writer::new();
     w.u8(0);
     for (stop, defer_every) in [(4u8, 0u8), (0x82, 0), (0, 2)] {
@@ -368,39 +285,21 @@ fn engine(dir: &Path) {
         .u32(pfn(data) as u32)
         .u16(16)
         .u8(1);
-    let packets = concat(&[
-        transfer(0x1000, segment(1, 0x1000), segment(3, 0x1_0000_0000)),
-        transfer(0x2_0000, segment(3, 0x1_0000_0000), segment(2, 0x4000_0000)),
-        fill(3, 0x1_0000_8000, 0x8000, 0x0102_0304),
+    let packets = dma![
+        build::transfer(0x1000, segment(1, 0x1000), segment(3, 0x1_0000_0000)),
+        build::transfer(0x2_0000, segment(3, 0x1_0000_0000), segment(2, 0x4000_0000)),
+        build::fill(0x0102_0304, 0x8000, segment(3, 0x1_0000_8000)),
         map(4, 0, 16, list, 16),
-        transfer(0x1_0000, segment(4, 0), segment(3, 0x1_0001_0000)),
-        fence(10),
-    ]);
-    Submission {
-        place: 0,
-        fence: 10,
-        stop: 0,
-        defer_every: 0,
-        at: 0,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+        build::transfer(0x1_0000, segment(4, 0), segment(3, 0x1_0001_0000)),
+        build::fence(10),
+    ];
+    submit(&mut w, 0, 10, 0, 0, &packets);
     // A DMA buffer in VRAM segment 1.
-    let in_vram = concat(&[
-        fence(11),
-        access(WDDM_GPU_OP_READ_PHYSICAL, 3, 8, 0x1_0000_0000),
-    ]);
-    Submission {
-        place: 2,
-        fence: 11,
-        stop: 0,
-        defer_every: 0,
-        at: 0x4_0000,
-        segment: 1,
-        packets: &in_vram,
-    }
-    .write(&mut w);
+    let in_vram = dma![
+        build::fence(11),
+        build::segment_access(WDDM_GPU_OP_READ_PHYSICAL, 3, 0x1_0000_0000, 8),
+    ];
+    submit(&mut w, 2, 11, 0x4_0000, 1, &in_vram);
     // A malformed command: start past end.
     w.u8(step::SUBMIT_RAW)
         .u8(0)
@@ -408,7 +307,7 @@ fn engine(dir: &Path) {
         .u8(0)
         .u8(0)
         .u16(0)
-        .blob(&fence(12))
+        .blob(build::fence(12).as_bytes())
         .u32(16)
         .u32(16)
         .u32(8)
@@ -425,21 +324,12 @@ fn engine(dir: &Path) {
         .u32(pfn(0x1f_0000) as u32)
         .u16(32)
         .u8(1);
-    let packets = concat(&[
+    let packets = dma![
         map(2, 0, 32, list, 32),
-        transfer(0x2_0000, frames(list, 32, 0), segment(1, 0x1_0000)),
-        fence(20),
-    ]);
-    Submission {
-        place: 1,
-        fence: 20,
-        stop: 0,
-        defer_every: 0,
-        at: DMA + 0x8000,
-        segment: 0,
-        packets: &packets,
-    }
-    .write(&mut w);
+        build::transfer(0x2_0000, frames(list, 32, 0), segment(1, 0x1_0000)),
+        build::fence(20),
+    ];
+    submit(&mut w, 1, 20, DMA + 0x8000, 0, &packets);
     // The same from frames above the hole, deferred after every packet.
     w.u8(step::FRAMES)
         .u32(list as u32)
@@ -457,6 +347,21 @@ fn engine(dir: &Path) {
     }
     .write(&mut w);
     write(dir, "engine", "wddm2-hole", &w.bytes);
+}
+
+/// A submission that runs to its end undeferred (see [`Submission`] for `place`, `at` and
+/// `segment`), written as the next engine step.
+fn submit(w: &mut Writer, place: u8, fence: u32, at: u64, segment: u8, packets: &[u8]) {
+    Submission {
+        place,
+        fence,
+        stop: 0,
+        defer_every: 0,
+        at,
+        segment,
+        packets,
+    }
+    .write(w);
 }
 
 fn ops(bar_mode: u8, layout: u8, ops: &[Op]) -> Vec<u8> {
@@ -482,17 +387,17 @@ fn backend(dir: &Path) {
     for i in 0..4u64 {
         frame_list.extend_from_slice(&((DATA + 0x1_0000) / PAGE + i).to_le_bytes());
     }
-    let packets = concat(&[
-        transfer(0x4000, frames(list, 4, 0), segment(1, 0x1000)),
+    let packets = dma![
+        build::transfer(0x4000, frames(list, 4, 0), segment(1, 0x1000)),
         map(2, 0, 4, list, 4),
-        transfer(0x1000, segment(2, 0), segment(1, 0x8000)),
-        fence(1),
-    ]);
-    let big = concat(&[
+        build::transfer(0x1000, segment(2, 0), segment(1, 0x8000)),
+        build::fence(1),
+    ];
+    let big = dma![
         map2_contiguous(2, 0, 128, DATA / PAGE),
-        transfer(256 << 20, segment(2, 0), segment(2, 0x4000)),
-        fence(2),
-    ]);
+        build::transfer(256 << 20, segment(2, 0), segment(2, 0x4000)),
+        build::fence(2),
+    ];
     // A session as QEMU and a driver run it: start, capset, status page, a wait, submissions.
     let session = vec![
         Op::Start(1),
@@ -546,12 +451,12 @@ fn backend(dir: &Path) {
     write(dir, "backend", "lifecycle", &ops(1, 0, &lifecycle));
 
     // For the mixed layout: 3 is device-only VRAM at 4 GiB, 4 the aperture.
-    let mixed = concat(&[
+    let mixed = dma![
         map(4, 0, 4, list, 4),
-        transfer(0x4000, segment(4, 0), segment(3, 0x1_0000_0000)),
-        transfer(0x4000, segment(3, 0x1_0000_0000), segment(1, 0x1000)),
-        fence(3),
-    ]);
+        build::transfer(0x4000, segment(4, 0), segment(3, 0x1_0000_0000)),
+        build::transfer(0x4000, segment(3, 0x1_0000_0000), segment(1, 0x1000)),
+        build::fence(3),
+    ];
     // The BAR moves and disappears (memory tables and region messages) under a status page
     // and queued work; a response buffer inside the BAR window.
     let bar = vec![

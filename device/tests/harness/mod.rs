@@ -34,6 +34,7 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use wddm_gpu_abi::build::Endpoint;
 use wddm_gpu_abi::caps::{
     WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION,
 };
@@ -44,12 +45,14 @@ use wddm_gpu_abi::ctrl::{
     WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
     WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
-use wddm_gpu_abi::packet::{WddmGpuEndpoint, WddmGpuPacketTransfer, WDDM_GPU_OP_TRANSFER};
+use wddm_gpu_abi::packet::{WddmGpuPacketFence, WddmGpuPacketTransfer};
 use wddm_gpu_abi::status::{
     WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt,
     WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
 };
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::submit::{
+    SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
+};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Guest RAM: 64 MiB at GPA 0.
@@ -104,6 +107,21 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 static INSTANCE: AtomicU32 = AtomicU32::new(0);
 
+/// The end of a bounded wait that polls every 10 ms.
+struct Deadline(Instant);
+
+impl Deadline {
+    fn after(timeout: Duration) -> Self {
+        Self(Instant::now() + timeout)
+    }
+
+    /// Panics with `why` once the deadline has passed; otherwise waits before the next poll.
+    fn wait_or_panic(&self, why: impl FnOnce() -> String) {
+        assert!(Instant::now() < self.0, "{}", why());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// How to start a backend and size the guest: [`Default`] is what [`Harness::ready`] uses.
 #[derive(Clone, Debug)]
 pub struct SpawnOptions {
@@ -118,6 +136,16 @@ pub struct SpawnOptions {
     /// Hand the backend one end of a socketpair with `--fd` (as libvirt does) instead of a
     /// socket path: every message then goes through the backend's relay.
     pub via_fd: bool,
+}
+
+impl SpawnOptions {
+    /// The defaults with `vram_size` bytes of VRAM.
+    pub fn with_vram(vram_size: u64) -> Self {
+        Self {
+            vram_size,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for SpawnOptions {
@@ -146,23 +174,6 @@ pub struct BackendProcess {
 }
 
 impl BackendProcess {
-    /// Starts the backend with [`VRAM_SIZE`] of VRAM and waits until its socket exists.
-    pub fn spawn(name: &str) -> Self {
-        Self::spawn_with_vram(name, VRAM_SIZE)
-    }
-
-    /// Starts the backend with `vram_size` bytes of VRAM (a power of two) and waits until its
-    /// socket exists.
-    pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
-        Self::spawn_with_options(
-            name,
-            &SpawnOptions {
-                vram_size,
-                ..SpawnOptions::default()
-            },
-        )
-    }
-
     /// Starts the backend with `options` (its VRAM size, extra arguments and log filter) and
     /// waits until its socket exists.
     pub fn spawn_with_options(name: &str, options: &SpawnOptions) -> Self {
@@ -212,7 +223,7 @@ impl BackendProcess {
             log,
             paired: std::sync::Mutex::new(paired),
         };
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Deadline::after(TIMEOUT);
         // With --fd there is no socket to wait for: the backend says when it is ready.
         let ready = |process: &Self| {
             if via_fd {
@@ -228,13 +239,13 @@ impl BackendProcess {
                     process.log()
                 );
             }
-            assert!(
-                Instant::now() < deadline,
-                "backend never created {}:\n{}",
-                process.socket.display(),
-                process.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            deadline.wait_or_panic(|| {
+                format!(
+                    "backend never created {}:\n{}",
+                    process.socket.display(),
+                    process.log()
+                )
+            });
         }
         process
     }
@@ -247,19 +258,17 @@ impl BackendProcess {
             stream.set_write_timeout(Some(TIMEOUT)).unwrap();
             return Frontend::from_stream(stream, 2);
         }
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Deadline::after(TIMEOUT);
         let stream = loop {
             match UnixStream::connect(&self.socket) {
                 Ok(stream) => break stream,
-                Err(error) => {
-                    assert!(
-                        Instant::now() < deadline,
+                Err(error) => deadline.wait_or_panic(|| {
+                    format!(
                         "cannot connect to {}: {error}\n{}",
                         self.socket.display(),
                         self.log()
-                    );
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                    )
+                }),
             }
         };
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -301,18 +310,28 @@ impl BackendProcess {
 
     /// Waits (bounded) for the backend to exit and returns its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
+        let deadline = Deadline::after(timeout);
         loop {
             if let Some(status) = self.try_wait() {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "backend still running {timeout:?} after the frontend went away:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            deadline.wait_or_panic(|| {
+                format!(
+                    "backend still running {timeout:?} after the frontend went away:\n{}",
+                    self.log()
+                )
+            });
         }
+    }
+
+    /// Waits (bounded) for the backend to exit, which must be with status 0.
+    pub fn assert_exits_cleanly(&mut self, timeout: Duration) {
+        let status = self.wait_exit(timeout);
+        assert!(
+            status.success(),
+            "backend exited with {status}:\n{}",
+            self.log()
+        );
     }
 
     /// What the backend logged so far.
@@ -354,6 +373,17 @@ pub struct Desc {
     pub len: u32,
     pub flags: u16,
     pub next: u16,
+}
+
+impl Desc {
+    pub const fn new(addr: u64, len: u32, flags: u16, next: u16) -> Self {
+        Self {
+            addr,
+            len,
+            flags,
+            next,
+        }
+    }
 }
 
 /// A used-ring entry.
@@ -463,18 +493,7 @@ pub struct Harness {
 impl Harness {
     /// Starts a backend and connects; nothing negotiated yet.
     pub fn spawn(name: &str) -> Self {
-        Self::spawn_with_vram(name, VRAM_SIZE)
-    }
-
-    /// Like [`Self::spawn`] with `vram_size` bytes of VRAM (a power of two).
-    pub fn spawn_with_vram(name: &str, vram_size: u64) -> Self {
-        Self::spawn_with_options(
-            name,
-            &SpawnOptions {
-                vram_size,
-                ..SpawnOptions::default()
-            },
-        )
+        Self::spawn_with_options(name, &SpawnOptions::default())
     }
 
     /// Like [`Self::spawn`] with `options` (VRAM and RAM sizes, extra backend arguments).
@@ -491,12 +510,7 @@ impl Harness {
         // SAFETY: fd is a freshly created descriptor nobody else owns.
         let ram_file = unsafe { File::from_raw_fd(fd) };
         ram_file.set_len(ram_size).unwrap();
-        let ram = GuestMemoryMmap::from_ranges_with_files(&[(
-            GuestAddress(0),
-            ram_size as usize,
-            Some(FileOffset::new(ram_file, 0)),
-        )])
-        .unwrap();
+        let ram = map_file(ram_file, ram_size);
 
         let vram_file = OpenOptions::new()
             .read(true)
@@ -504,12 +518,7 @@ impl Harness {
             .open(&backend.vram_path)
             .unwrap();
         assert_eq!(vram_file.metadata().unwrap().len(), vram_size);
-        let vram = GuestMemoryMmap::from_ranges_with_files(&[(
-            GuestAddress(0),
-            vram_size as usize,
-            Some(FileOffset::new(vram_file, 0)),
-        )])
-        .unwrap();
+        let vram = map_file(vram_file, vram_size);
 
         Self {
             frontend,
@@ -542,13 +551,7 @@ impl Harness {
 
     /// Like [`Self::ready`] with `vram_size` bytes of VRAM (a power of two).
     pub fn ready_with_vram(name: &str, vram_size: u64) -> Self {
-        Self::ready_with_options(
-            name,
-            &SpawnOptions {
-                vram_size,
-                ..SpawnOptions::default()
-            },
-        )
+        Self::ready_with_options(name, &SpawnOptions::with_vram(vram_size))
     }
 
     /// Like [`Self::ready`] with `options` (VRAM and RAM sizes, extra backend arguments).
@@ -611,34 +614,12 @@ impl Harness {
 
     /// The memory-table entry for guest RAM.
     pub fn ram_region(&self) -> VhostUserMemoryRegionInfo {
-        let region = self.ram.find_region(GuestAddress(0)).unwrap();
-        let fd = vm_memory::GuestMemoryRegion::file_offset(region)
-            .unwrap()
-            .file()
-            .as_raw_fd();
-        VhostUserMemoryRegionInfo {
-            guest_phys_addr: 0,
-            memory_size: self.ram_size,
-            userspace_addr: self.ram.get_host_address(GuestAddress(0)).unwrap() as u64,
-            mmap_offset: 0,
-            mmap_handle: fd,
-        }
+        memory_region(&self.ram, 0, self.ram_size)
     }
 
     /// The memory-table entry for the VRAM BAR at `gpa` (backed by the backend's VRAM file).
     pub fn vram_region(&self, gpa: u64) -> VhostUserMemoryRegionInfo {
-        let region = self.vram.find_region(GuestAddress(0)).unwrap();
-        let fd = vm_memory::GuestMemoryRegion::file_offset(region)
-            .unwrap()
-            .file()
-            .as_raw_fd();
-        VhostUserMemoryRegionInfo {
-            guest_phys_addr: gpa,
-            memory_size: self.vram_size,
-            userspace_addr: self.vram.get_host_address(GuestAddress(0)).unwrap() as u64,
-            mmap_offset: 0,
-            mmap_handle: fd,
-        }
+        memory_region(&self.vram, gpa, self.vram_size)
     }
 
     /// SET_MEM_TABLE with guest RAM and, when `vram_gpa` is given, the VRAM BAR there.
@@ -857,25 +838,30 @@ impl Harness {
 
     /// Makes `head` available, asks for a notification on the next used entry, and kicks.
     pub fn publish(&mut self, head: u16) {
+        self.add_to_avail_ring(head);
+        // Forget stale notifications, so the one awaited is for this request.
+        let _ = self.call.read();
+        self.kick_queue();
+    }
+
+    /// Writes `head` into the next available slot and used_event (interrupt once the entry
+    /// after `last_used` is used), then advances the available index.
+    fn add_to_avail_ring(&mut self, head: u16) {
         let slot = u64::from(self.next_avail % QUEUE_SIZE);
         self.ram
             .write_obj(head.to_le(), GuestAddress(AVAIL_RING + 4 + 2 * slot))
             .unwrap();
-        // used_event (after the ring): interrupt once the entry after `last_used` is used.
-        self.ram
-            .write_obj(
-                self.last_used.to_le(),
-                GuestAddress(AVAIL_RING + 4 + 2 * u64::from(QUEUE_SIZE)),
-            )
-            .unwrap();
+        self.write_used_event();
         fence(Ordering::SeqCst);
         self.next_avail = self.next_avail.wrapping_add(1);
         self.ram
             .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
             .unwrap();
         fence(Ordering::SeqCst);
-        // Forget stale notifications, so the one awaited is for this request.
-        let _ = self.call.read();
+    }
+
+    /// Kicks queue 0, noting when (for [`Self::last_round_trip`]).
+    fn kick_queue(&mut self) {
         self.kicked_at = Some(Instant::now());
         self.kick.write(1).unwrap();
     }
@@ -1031,19 +1017,8 @@ impl Harness {
     /// Makes `head` available, asks for a notification on the next used entry, and kicks
     /// (without forgetting notifications: other requests may be pending).
     fn make_available(&mut self, head: u16) {
-        let slot = u64::from(self.next_avail % QUEUE_SIZE);
-        self.ram
-            .write_obj(head.to_le(), GuestAddress(AVAIL_RING + 4 + 2 * slot))
-            .unwrap();
-        self.write_used_event();
-        fence(Ordering::SeqCst);
-        self.next_avail = self.next_avail.wrapping_add(1);
-        self.ram
-            .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
-            .unwrap();
-        fence(Ordering::SeqCst);
-        self.kicked_at = Some(Instant::now());
-        self.kick.write(1).unwrap();
+        self.add_to_avail_ring(head);
+        self.kick_queue();
     }
 
     /// used_event (after the available ring): interrupt once the entry after `last_used` is
@@ -1281,12 +1256,14 @@ impl Harness {
         reply.exact()
     }
 
+    /// Posts a command that is only a header of `type_`.
+    fn post_bare(&mut self, type_: u32) -> Pending {
+        self.post(WddmGpuCtrlHdr::with_type(type_).as_bytes(), SLOT_ROOM)
+    }
+
     /// Posts a WAIT_EVENT with room for the event (and more, to see what is written).
     pub fn post_wait_event(&mut self) -> Pending {
-        self.post(
-            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT).as_bytes(),
-            SLOT_ROOM,
-        )
+        self.post_bare(WDDM_GPU_CMD_WAIT_EVENT)
     }
 
     /// Waits for a posted WAIT_EVENT to complete (an EVENT response of exactly its size).
@@ -1296,10 +1273,7 @@ impl Harness {
 
     /// Posts a PREEMPT.
     pub fn post_preempt(&mut self) -> Pending {
-        self.post(
-            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT).as_bytes(),
-            SLOT_ROOM,
-        )
+        self.post_bare(WDDM_GPU_CMD_PREEMPT)
     }
 
     /// Waits for the answer to a PREEMPT (a PREEMPT response of exactly its size).
@@ -1309,10 +1283,7 @@ impl Harness {
 
     /// Posts a RESET (the driver's, `DxgkDdiResetFromTimeout`).
     pub fn post_reset(&mut self) -> Pending {
-        self.post(
-            WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_RESET).as_bytes(),
-            SLOT_ROOM,
-        )
+        self.post_bare(WDDM_GPU_CMD_RESET)
     }
 
     /// Waits for the answer to a RESET, which must be a bare OK_NODATA header.
@@ -1380,6 +1351,32 @@ impl Harness {
     }
 }
 
+/// `size` bytes of `file` mapped here, at "guest address" 0 of the mapping.
+fn map_file(file: File, size: u64) -> GuestMemoryMmap<()> {
+    GuestMemoryMmap::from_ranges_with_files(&[(
+        GuestAddress(0),
+        size as usize,
+        Some(FileOffset::new(file, 0)),
+    )])
+    .unwrap()
+}
+
+/// The memory-table entry announcing the file-backed `memory` (all `size` bytes of it) at `gpa`.
+fn memory_region(memory: &GuestMemoryMmap<()>, gpa: u64, size: u64) -> VhostUserMemoryRegionInfo {
+    let region = memory.find_region(GuestAddress(0)).unwrap();
+    let fd = vm_memory::GuestMemoryRegion::file_offset(region)
+        .unwrap()
+        .file()
+        .as_raw_fd();
+    VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: memory.get_host_address(GuestAddress(0)).unwrap() as u64,
+        mmap_offset: 0,
+        mmap_handle: fd,
+    }
+}
+
 /// A paging submission of `[0, size)` of the DMA buffer at `address`.
 pub fn submit_command(address: u64, size: u32, fence_id: u32) -> WddmGpuCmdSubmit {
     WddmGpuCmdSubmit {
@@ -1396,43 +1393,31 @@ pub fn submit_command(address: u64, size: u32, fence_id: u32) -> WddmGpuCmdSubmi
     }
 }
 
+/// The status a completion reports (`None` for a value this build does not know).
+pub fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
+    SubmitStatus::from_raw(response.status)
+}
+
+/// A 16-byte packet with an opcode the device does not know: a FENCE's bytes (header, then
+/// zeros) under another opcode. Only tests need it, so it is not in `build`.
+pub fn unknown_packet(opcode: u16) -> WddmGpuPacketFence {
+    let mut packet = wddm_gpu_abi::build::fence(0);
+    packet.header.opcode = opcode;
+    packet
+}
+
 /// A segment endpoint.
-pub fn segment(segment_id: u32, address: u64) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id,
-        frame_count: 0,
-        address,
-        byte_offset: 0,
-        reserved: 0,
-    }
+pub fn segment(id: u32, address: u64) -> Endpoint {
+    Endpoint::Segment { id, address }
 }
 
 /// A frame-list endpoint.
-pub fn frames(list: u64, frame_count: u32, byte_offset: u32) -> WddmGpuEndpoint {
-    WddmGpuEndpoint {
-        segment_id: 0,
+pub fn frames(list_address: u64, frame_count: u32, byte_offset: u32) -> Endpoint {
+    Endpoint::Frames {
+        list_address,
         frame_count,
-        address: list,
         byte_offset,
-        reserved: 0,
     }
-}
-
-/// A TRANSFER packet.
-pub fn transfer(
-    length: u64,
-    source: WddmGpuEndpoint,
-    destination: WddmGpuEndpoint,
-) -> WddmGpuPacketTransfer {
-    let mut packet = WddmGpuPacketTransfer {
-        length,
-        source,
-        destination,
-        ..Default::default()
-    };
-    packet.header.opcode = WDDM_GPU_OP_TRANSFER;
-    packet.header.size = std::mem::size_of::<WddmGpuPacketTransfer>() as u32;
-    packet
 }
 
 /// Deterministic bytes that differ at every offset (xorshift), seeded per use.
