@@ -323,6 +323,3 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod tests_ops;

@@ -1,0 +1,320 @@
+//! A map or unmap request is checked whole before any table entry changes.
+
+use wddm_gpu_abi::packet::{
+    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketUnmapAperture,
+    WDDM_GPU_ADL_FLAG_CONTIGUOUS, WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+    WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
+};
+use wddm_gpu_abi::submit::SubmitStatus;
+
+use super::refusals::assert_refused;
+use crate::layout::SegmentKind;
+use crate::testkit::engine_rig::{df, dfs, Rig, AP_PAGES, DATA, PAGE, RAM_SIZE, VRAM_GPA};
+use crate::testkit::layouts::NON_COHERENT;
+use crate::testkit::packets::{b, map, map2_contiguous, map2_pages, unmap};
+
+#[test]
+fn a_map_request_is_checked_whole_before_any_entry_changes() {
+    let mut rig = Rig::new("map-checks");
+    // Something to preserve: pages 0..6 and the last two pages mapped.
+    let old = rig.list(0, &dfs(&[1, 2, 3, 4, 5, 6]));
+    rig.ok(&[
+        b(map(0, 6, old, 6, 0)),
+        b(map2_contiguous(AP_PAGES - 2, 2, df(50), 2, 0)),
+    ]
+    .concat());
+    let good: Vec<u64> = dfs(&[100, 101, 102, 103, 104, 105, 106, 107]);
+    let with_fifth = |rig: &Rig, frame: u64| {
+        let mut list = good.clone();
+        list[4] = frame;
+        rig.list(1, &list)
+    };
+    let beyond_ram = RAM_SIZE / PAGE + 3;
+    let in_vram = VRAM_GPA / PAGE + 2;
+    let list = with_fifth(&rig, beyond_ram);
+    assert_refused(
+        &mut rig,
+        "5th frame beyond RAM",
+        b(map(2, 8, list, 8, 0)),
+        SubmitStatus::FrameNotInRam,
+    );
+    let list = with_fifth(&rig, in_vram);
+    assert_refused(
+        &mut rig,
+        "5th frame in VRAM",
+        b(map(2, 8, list, 8, 0)),
+        SubmitStatus::FrameInVram,
+    );
+    let list = with_fifth(&rig, u64::MAX);
+    assert_refused(
+        &mut rig,
+        "5th frame overflows",
+        b(map(2, 8, list, 8, 0)),
+        SubmitStatus::FrameNotInRam,
+    );
+    // The list's own 5th entry is bad, but only entries [offset, offset + count) matter.
+    let list = with_fifth(&rig, in_vram);
+    rig.ok(&[b(map(10, 3, list, 8, 5)), b(map(20, 4, list, 8, 0))].concat());
+    assert_eq!(
+        rig.entries(10..13),
+        [Some(df(105)), Some(df(106)), Some(df(107))]
+    );
+    let list = with_fifth(&rig, in_vram);
+    assert_refused(
+        &mut rig,
+        "ADL page array 5th in VRAM",
+        b(map2_pages(2, 8, list, 8, 0)),
+        SubmitStatus::FrameInVram,
+    );
+    let list = rig.list(1, &good);
+    let past_end = b(map(AP_PAGES - 3, 8, list, 8, 0));
+    assert_refused(
+        &mut rig,
+        "range past the aperture end",
+        past_end,
+        SubmitStatus::SegmentRange,
+    );
+    assert_refused(
+        &mut rig,
+        "first page overflows",
+        b(map(u64::MAX, 2, list, 8, 0)),
+        SubmitStatus::SegmentRange,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL past the aperture end",
+        b(map2_contiguous(AP_PAGES - 1, 2, df(10), 2, 0)),
+        SubmitStatus::SegmentRange,
+    );
+    for (segment, expected) in [
+        (1, SubmitStatus::WrongSegmentKind),
+        (9, SubmitStatus::BadSegment),
+        (0, SubmitStatus::BadSegment),
+    ] {
+        let name = format!("MAP on segment {segment}");
+        assert_refused(
+            &mut rig,
+            &name,
+            b(WddmGpuPacketMapAperture {
+                segment_id: segment,
+                ..map(0, 1, list, 8, 0)
+            }),
+            expected,
+        );
+        let p = WddmGpuPacketMapAperture2 {
+            segment_id: segment,
+            ..map2_contiguous(0, 1, df(0), 1, 0)
+        };
+        assert_refused(
+            &mut rig,
+            &format!("MAP2 on segment {segment}"),
+            b(p),
+            expected,
+        );
+        let p = WddmGpuPacketUnmapAperture {
+            segment_id: segment,
+            ..unmap(0, 1, DATA)
+        };
+        assert_refused(
+            &mut rig,
+            &format!("UNMAP on segment {segment}"),
+            b(p),
+            expected,
+        );
+    }
+    assert_refused(
+        &mut rig,
+        "unknown map flag",
+        b(WddmGpuPacketMapAperture {
+            flags: 2,
+            ..map(0, 1, list, 8, 0)
+        }),
+        SubmitStatus::ReservedField,
+    );
+    let mut flagged = b(map(0, 1, list, 8, 0));
+    flagged[2] = 1; // header flags
+    assert_refused(
+        &mut rig,
+        "header flags",
+        flagged,
+        SubmitStatus::ReservedField,
+    );
+    assert_refused(
+        &mut rig,
+        "offset + count > frame_count",
+        b(map(0, 6, list, 8, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "offset alone > frame_count",
+        b(map(0, 0, list, 8, 9)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "frame_count above the maximum",
+        b(map(0, 1, list, WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1, 0)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "list outside RAM",
+        b(map(0, 2, RAM_SIZE - 8, 2, 0)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "list in VRAM",
+        b(map(0, 1, VRAM_GPA, 1, 0)),
+        SubmitStatus::BadFrameList,
+    );
+
+    // MAP_APERTURE2 rules.
+    assert_refused(
+        &mut rig,
+        "ADL too short",
+        b(map2_contiguous(0, 4, df(10), 6, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL pages too short",
+        b(map2_pages(0, 4, list, 6, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL crosses the RAM end",
+        b(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
+        SubmitStatus::FrameNotInRam,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL in VRAM",
+        b(map2_contiguous(0, 4, in_vram, 4, 0)),
+        SubmitStatus::FrameInVram,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL base overflows",
+        b(map2_contiguous(0, 1, u64::MAX, 4, 2)),
+        SubmitStatus::LengthOverflow,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        adl_flags: 2 | WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "unknown ADL flag",
+        b(p),
+        SubmitStatus::ReservedField,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        reserved: 1,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(&mut rig, "MAP2 reserved", b(p), SubmitStatus::ReservedField);
+    let p = WddmGpuPacketMapAperture2 {
+        flags: 4,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "MAP2 unknown map flag",
+        b(p),
+        SubmitStatus::ReservedField,
+    );
+
+    // UNMAP rules.
+    assert_refused(
+        &mut rig,
+        "unaligned dummy",
+        b(unmap(0, 2, DATA + 8)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "dummy in VRAM",
+        b(unmap(0, 2, VRAM_GPA + PAGE)),
+        SubmitStatus::FrameInVram,
+    );
+    assert_refused(
+        &mut rig,
+        "dummy beyond RAM",
+        b(unmap(0, 2, RAM_SIZE)),
+        SubmitStatus::FrameNotInRam,
+    );
+    assert_refused(
+        &mut rig,
+        "unmap reserved",
+        b(WddmGpuPacketUnmapAperture {
+            reserved: 1,
+            ..unmap(0, 1, DATA)
+        }),
+        SubmitStatus::ReservedField,
+    );
+    assert_refused(
+        &mut rig,
+        "unmap past the end",
+        b(unmap(AP_PAGES - 1, 2, DATA)),
+        SubmitStatus::SegmentRange,
+    );
+
+    // CacheCoherent is fine into the default (coherent) aperture.
+    let p = WddmGpuPacketMapAperture {
+        flags: WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+        ..map(30, 1, list, 8, 0)
+    };
+    rig.ok(&b(p));
+    assert_eq!(rig.entries(30..31), [Some(df(100))]);
+}
+
+#[test]
+fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
+    let mut rig = Rig::with_layout("non-coherent", NON_COHERENT);
+    assert_eq!(rig.layout.segments[1].kind, SegmentKind::Aperture);
+    let list = rig.list(0, &dfs(&[7, 8]));
+    let coherent = WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
+    let p = WddmGpuPacketMapAperture {
+        flags: coherent,
+        ..map(0, 2, list, 2, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "CacheCoherent MAP",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        flags: coherent,
+        ..map2_contiguous(0, 2, df(7), 2, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "CacheCoherent MAP2",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    // Without the flag the same mapping works; the device-only segment 3 is not an aperture.
+    rig.ok(&b(map(0, 2, list, 2, 0)));
+    assert_eq!(rig.entries(0..3), [Some(df(7)), Some(df(8)), None]);
+    let p = WddmGpuPacketMapAperture {
+        segment_id: 3,
+        ..map(0, 2, list, 2, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "MAP on device-only VRAM",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    // The aperture is 1 MiB here: 256 pages.
+    assert_refused(
+        &mut rig,
+        "past the 1 MiB aperture",
+        b(map(255, 2, list, 2, 0)),
+        SubmitStatus::SegmentRange,
+    );
+}
