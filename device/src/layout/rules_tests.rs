@@ -157,39 +157,9 @@ fn each_rule_is_reported_alone() {
         many2,
         &[whole(Rule::TooManySegments { count: 31, max: 30 })],
     );
-    check(
-        "reserved bits",
-        with_segment(2, |s| s.flags |= 0x0040_0000),
-        &[seg(3, Rule::ReservedBits(0x0040_0000))],
-    );
-    check(
-        "2.0 flag on 1.3",
-        with_segment(2, |s| s.flags |= names(&["LocalBudgetGroup"])),
-        &[seg(3, Rule::NeedsWddm2("LocalBudgetGroup".into()))],
-    );
     let mut sysmem = base_wddm2();
     sysmem.segments[2].flags |= names(&["ReservedSysMem"]);
     check("ReservedSysMem", sysmem, &[seg(3, Rule::ReservedSysMem)]);
-    check(
-        "Agp alone",
-        with_segment(2, |s| s.flags = names(&["Agp"])),
-        &[seg(3, Rule::AgpUnavailable)],
-    );
-    check(
-        "Agp with others",
-        with_segment(2, |s| s.flags = names(&["Agp", "PitchAlignment"])),
-        &[seg(3, Rule::AgpUnavailable), seg(3, Rule::AgpNotAlone)],
-    );
-    check(
-        "CacheCoherent on memory",
-        with_segment(2, |s| s.flags |= names(&["CacheCoherent"])),
-        &[seg(3, Rule::CacheCoherentWithoutAperture)],
-    );
-    check(
-        "PopulatedFromSystemMemory on aperture",
-        with_segment(1, |s| s.flags |= names(&["PopulatedFromSystemMemory"])),
-        &[seg(2, Rule::PopulatedFromSystemMemoryOnAperture)],
-    );
     for (bits, valid) in [
         ([false, false, false], true),
         ([true, false, false], true),
@@ -241,21 +211,6 @@ fn each_rule_is_reported_alone() {
         cached,
         &[seg(3, Rule::CachedHostApertureWithoutHostAperture)],
     );
-    check(
-        "Aperture + CpuVisible",
-        with_segment(1, |s| s.flags |= names(&["CpuVisible"])),
-        &[seg(2, Rule::ApertureCpuVisible)],
-    );
-    check(
-        "size 0",
-        with_segment(2, |s| s.size = 0),
-        &[seg(3, Rule::SizeZero)],
-    );
-    check(
-        "size not 4K",
-        with_segment(2, |s| s.size = 4097),
-        &[seg(3, Rule::SizeNotMultiple { unit: 4096 })],
-    );
     let mut big_pages = base_wddm2();
     big_pages.segments[2].flags |= names(&["Use64KBPages"]);
     big_pages.segments[2].size = 68 << 10;
@@ -263,11 +218,6 @@ fn each_rule_is_reported_alone() {
         "size not 64K",
         big_pages,
         &[seg(3, Rule::SizeNotMultiple { unit: 64 << 10 })],
-    );
-    check(
-        "base overflow",
-        with_segment(2, |s| s.base_address = u64::MAX - 4095),
-        &[seg(3, Rule::BaseAddressOverflow)],
     );
     check(
         "memory commit",
@@ -293,16 +243,6 @@ fn each_rule_is_reported_alone() {
                 commit_limit: 1024 * MIB,
             },
         )],
-    );
-    check(
-        "banks without UseBanking",
-        with_segment(2, |s| s.banks = Some(vec![32 * MIB])),
-        &[seg(3, Rule::BanksWithoutUseBanking)],
-    );
-    check(
-        "UseBanking without banks",
-        with_segment(2, |s| s.flags |= names(&["UseBanking"])),
-        &[seg(3, Rule::UseBankingWithoutBanks)],
     );
     let mut banks2 = base_wddm2();
     banks2.segments[2].flags |= names(&["UseBanking"]);
@@ -369,26 +309,6 @@ fn each_rule_is_reported_alone() {
             ])
         }),
         &[seg(3, Rule::PartialHibernateWithoutEndAddress)],
-    );
-    check(
-        "end address past size",
-        with_segment(2, |s| s.system_memory_end_address = 65 * MIB),
-        &[seg(3, Rule::SystemMemoryEndBeyondSize)],
-    );
-    check(
-        "bar_offset on aperture",
-        with_segment(1, |s| s.bar_offset = Some(0)),
-        &[seg(2, Rule::BarOffsetWithoutCpuVisible)],
-    );
-    check(
-        "bar_offset on hidden VRAM",
-        with_segment(2, |s| s.bar_offset = Some(0)),
-        &[seg(3, Rule::BarOffsetWithoutCpuVisible)],
-    );
-    check(
-        "bar_offset unaligned",
-        with_segment(0, |s| s.bar_offset = Some(100)),
-        &[seg(1, Rule::BarOffsetNotAligned { unit: 4096 })],
     );
     check(
         "outside BAR",
@@ -464,6 +384,106 @@ fn each_rule_is_reported_alone() {
         two_apertures,
         &[whole(Rule::Wddm2ApertureCount(2))],
     );
+    check(
+        "Agp with others",
+        with_segment(2, |s| s.flags = names(&["Agp", "PitchAlignment"])),
+        &[seg(3, Rule::AgpUnavailable), seg(3, Rule::AgpNotAlone)],
+    );
+    // One segment edited, one violation reported against it: (name, index, edit, rule).
+    let single: [(&str, usize, fn(&mut SegmentSpec), Rule); 15] = [
+        (
+            "reserved bits",
+            2,
+            |s| s.flags |= 0x0040_0000,
+            Rule::ReservedBits(0x0040_0000),
+        ),
+        (
+            "2.0 flag on 1.3",
+            2,
+            |s| s.flags |= names(&["LocalBudgetGroup"]),
+            Rule::NeedsWddm2("LocalBudgetGroup".into()),
+        ),
+        (
+            "Agp alone",
+            2,
+            |s| s.flags = names(&["Agp"]),
+            Rule::AgpUnavailable,
+        ),
+        (
+            "CacheCoherent on memory",
+            2,
+            |s| s.flags |= names(&["CacheCoherent"]),
+            Rule::CacheCoherentWithoutAperture,
+        ),
+        (
+            "PopulatedFromSystemMemory on aperture",
+            1,
+            |s| s.flags |= names(&["PopulatedFromSystemMemory"]),
+            Rule::PopulatedFromSystemMemoryOnAperture,
+        ),
+        (
+            "Aperture + CpuVisible",
+            1,
+            |s| s.flags |= names(&["CpuVisible"]),
+            Rule::ApertureCpuVisible,
+        ),
+        ("size 0", 2, |s| s.size = 0, Rule::SizeZero),
+        (
+            "size not 4K",
+            2,
+            |s| s.size = 4097,
+            Rule::SizeNotMultiple { unit: 4096 },
+        ),
+        (
+            "base overflow",
+            2,
+            |s| s.base_address = u64::MAX - 4095,
+            Rule::BaseAddressOverflow,
+        ),
+        (
+            "banks without UseBanking",
+            2,
+            |s| s.banks = Some(vec![32 * MIB]),
+            Rule::BanksWithoutUseBanking,
+        ),
+        (
+            "UseBanking without banks",
+            2,
+            |s| s.flags |= names(&["UseBanking"]),
+            Rule::UseBankingWithoutBanks,
+        ),
+        (
+            "end address past size",
+            2,
+            |s| s.system_memory_end_address = 65 * MIB,
+            Rule::SystemMemoryEndBeyondSize,
+        ),
+        (
+            "bar_offset on aperture",
+            1,
+            |s| s.bar_offset = Some(0),
+            Rule::BarOffsetWithoutCpuVisible,
+        ),
+        (
+            "bar_offset on hidden VRAM",
+            2,
+            |s| s.bar_offset = Some(0),
+            Rule::BarOffsetWithoutCpuVisible,
+        ),
+        (
+            "bar_offset unaligned",
+            0,
+            |s| s.bar_offset = Some(100),
+            Rule::BarOffsetNotAligned { unit: 4096 },
+        ),
+    ];
+    for (name, index, edit, rule) in single {
+        check(
+            name,
+            with_segment(index, edit),
+            &[seg(index as u32 + 1, rule)],
+        );
+    }
 }
 
 #[test]

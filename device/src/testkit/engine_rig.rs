@@ -8,9 +8,10 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::IntoBytes;
 
-use super::guest::{self, ScratchFile};
+use super::guest;
 use super::layouts;
 use super::packets::AP;
+use super::scratch::ScratchFile;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks};
 use crate::layout::{SegmentLayout, DEFAULT_APERTURE_SIZE};
 use crate::memory::guest_ram::GuestRam;

@@ -15,7 +15,8 @@ use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmG
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::guest::{self, ScratchFile};
+use super::guest;
+use super::scratch::ScratchFile;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;

@@ -1,42 +1,12 @@
-//! Guest memory for tests: a scratch file to back VRAM, RAM from address 0, and the VRAM file
-//! mapped at its BAR address as QEMU's memory table shows it.
+//! Guest memory for tests: RAM from address 0 and the VRAM file mapped at its BAR address, as
+//! QEMU's memory table shows them; VRAM read and written directly.
 
 use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 use crate::memory::vram::Vram;
-
-/// A path in the temporary directory that no other test of this process uses; the file is
-/// removed when this is dropped.
-pub struct ScratchFile {
-    path: PathBuf,
-}
-
-impl ScratchFile {
-    /// A fresh path; `what` names it for whoever finds it left behind.
-    pub fn new(what: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let number = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("wddm-test-{}-{number}-{what}", std::process::id());
-        let path = std::env::temp_dir().join(name);
-        let _ = std::fs::remove_file(&path);
-        Self { path }
-    }
-
-    /// Where the file is.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for ScratchFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
 
 /// The first `size` bytes of the file at `path`, mapped at guest-physical `address` (a BAR).
 pub fn file_region(path: &Path, size: u64, address: u64) -> GuestRegionMmap<()> {

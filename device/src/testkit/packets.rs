@@ -1,10 +1,8 @@
 //! Packet pieces for tests, over the ABI crate's builders ([`wddm_gpu_abi::build`]): endpoints,
-//! the default aperture's MAP/UNMAP forms, and a packet's bytes.
+//! the two MAP_APERTURE2 forms into the default aperture, and a packet's bytes.
 
 use wddm_gpu_abi::build::{self, Adl, Endpoint};
-use wddm_gpu_abi::packet::{
-    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketUnmapAperture,
-};
+use wddm_gpu_abi::packet::WddmGpuPacketMapAperture2;
 use zerocopy::{Immutable, IntoBytes};
 
 /// The default layout's BAR VRAM segment.
@@ -41,26 +39,6 @@ pub fn frames(list: u64, frame_count: u32, byte_offset: u32) -> Endpoint {
     }
 }
 
-/// MAP_APERTURE into the default aperture: pages `first_page..first_page + page_count` get the
-/// list's entries `frame_offset..`.
-pub fn map(
-    first_page: u64,
-    page_count: u64,
-    list: u64,
-    frame_count: u32,
-    frame_offset: u32,
-) -> WddmGpuPacketMapAperture {
-    build::map_aperture(
-        AP,
-        0,
-        first_page,
-        page_count,
-        list,
-        frame_count,
-        frame_offset,
-    )
-}
-
 /// MAP_APERTURE2 into the default aperture, contiguous form: pages `first_page..` get frames
 /// `base_page + adl_offset..`.
 pub fn map2_contiguous(
@@ -90,9 +68,4 @@ pub fn map2_pages(
         page_count: adl_page_count,
     };
     build::map_aperture2(AP, 0, first_page, page_count, adl, adl_offset)
-}
-
-/// UNMAP_APERTURE of the default aperture: the pages then map the page at `dummy_page`.
-pub fn unmap(first_page: u64, page_count: u64, dummy_page: u64) -> WddmGpuPacketUnmapAperture {
-    build::unmap_aperture(AP, first_page, page_count, dummy_page)
 }

@@ -2,14 +2,14 @@
 //! the aperture move exactly those bytes, and an unmapped page stops a transfer before it moves
 //! anything.
 
-use wddm_gpu_abi::build::{fence, transfer};
+use wddm_gpu_abi::build::{fence, map_aperture, transfer, unmap_aperture};
 use wddm_gpu_abi::packet::WDDM_GPU_OP_TRANSFER;
 
 use super::model::Model;
-use crate::engine::Fault;
+use super::unmapped_at;
 use crate::memory::gart::Run;
 use crate::testkit::engine_rig::{df, dfs, Rig, AP_PAGES, PAGE};
-use crate::testkit::packets::{ap, b, map, map2_contiguous, map2_pages, unmap, vr, AP};
+use crate::testkit::packets::{ap, b, map2_contiguous, map2_pages, vr, AP};
 
 #[test]
 fn map_places_each_frame_at_its_page_and_transfers_move_exactly_those_bytes() {
@@ -19,7 +19,7 @@ fn map_places_each_frame_at_its_page_and_transfers_move_exactly_those_bytes() {
     let list = dfs(&[500, 9, 8, 17, 18, 19, 3, 900, 901, 44, 45, 46, 700, 2]);
     let at = rig.list(0, &list);
     let before = rig.entries(0..AP_PAGES.min(1024));
-    let completion = rig.ok(&b(map(100, 10, at, 14, 3)));
+    let completion = rig.ok(&b(map_aperture(AP, 0, 100, 10, at, 14, 3)));
     assert_eq!(
         (completion.packets_completed, completion.bytes_transferred),
         (1, 0)
@@ -37,41 +37,15 @@ fn map_places_each_frame_at_its_page_and_transfers_move_exactly_those_bytes() {
     // Consecutive frames behind consecutive pages coalesce into one run.
     let gart = rig.engine.gart();
     let run = |offset| gart.run_at(AP, offset, u64::MAX).unwrap();
-    assert_eq!(
-        run(100 * PAGE + 0x10),
-        Run {
-            address: df(17) * PAGE + 0x10,
-            length: 3 * PAGE - 0x10
-        }
-    );
-    assert_eq!(
-        run(103 * PAGE + 1),
-        Run {
-            address: df(3) * PAGE + 1,
-            length: PAGE - 1
-        }
-    );
-    assert_eq!(
-        run(104 * PAGE + 5),
-        Run {
-            address: df(900) * PAGE + 5,
-            length: 2 * PAGE - 5
-        }
-    );
-    assert_eq!(
-        run(106 * PAGE),
-        Run {
-            address: df(44) * PAGE,
-            length: 3 * PAGE
-        }
-    );
-    assert_eq!(
-        run(109 * PAGE),
-        Run {
-            address: df(700) * PAGE,
-            length: PAGE
-        }
-    );
+    for (offset, address, length) in [
+        (100 * PAGE + 0x10, df(17) * PAGE + 0x10, 3 * PAGE - 0x10),
+        (103 * PAGE + 1, df(3) * PAGE + 1, PAGE - 1),
+        (104 * PAGE + 5, df(900) * PAGE + 5, 2 * PAGE - 5),
+        (106 * PAGE, df(44) * PAGE, 3 * PAGE),
+        (109 * PAGE, df(700) * PAGE, PAGE),
+    ] {
+        assert_eq!(run(offset), Run { address, length }, "{offset:#x}");
+    }
 
     // Unaligned offsets, lengths that are not page multiples; the second transfer writes frames
     // the first one read.
@@ -168,10 +142,10 @@ fn unmap_points_the_range_at_the_dummy_page() {
     let mut model = Model::new(&rig, 512);
     let list = dfs(&[5, 6, 7, 300, 301, 302, 303, 9]);
     let at = rig.list(0, &list);
-    rig.ok(&b(map(20, 8, at, 8, 0)));
+    rig.ok(&b(map_aperture(AP, 0, 20, 8, at, 8, 0)));
     model.map(20, &list);
     let dummy = df(1000);
-    let completion = rig.ok(&b(unmap(22, 3, dummy * PAGE)));
+    let completion = rig.ok(&b(unmap_aperture(AP, 22, 3, dummy * PAGE)));
     assert_eq!(completion.packets_completed, 1);
     model.map(22, &[dummy; 3]);
     assert_eq!(
@@ -226,7 +200,7 @@ fn unmap_points_the_range_at_the_dummy_page() {
     );
 
     // Unmapping pages that were never mapped makes them usable (they read the dummy page).
-    rig.ok(&b(unmap(40, 2, dummy * PAGE)));
+    rig.ok(&b(unmap_aperture(AP, 40, 2, dummy * PAGE)));
     model.map(40, &[dummy; 2]);
     rig.ok(&b(transfer(2 * PAGE, ap(40 * PAGE), vr(0x10_0000))));
     model.aperture_to_vram(40 * PAGE, 0x10_0000, 2 * PAGE);
@@ -240,7 +214,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
     let mut model = Model::new(&rig, 512);
     let list = dfs(&[60, 61, 900, 4]);
     let at = rig.list(0, &list);
-    rig.ok(&b(map(40, 4, at, 4, 0)));
+    rig.ok(&b(map_aperture(AP, 0, 40, 4, at, 4, 0)));
     model.map(40, &list);
     // Pages 40..44 mapped, 44 never: each transfer covers 40..=44.
     let length = 5 * PAGE - 0x20;
@@ -263,17 +237,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
         let completion = rig.submit(&[good.clone(), b(bad)].concat());
         // Pages 40..44 are mapped, 44 never was.
         let expected_page = 44;
-        assert_eq!(
-            completion.fault,
-            Some((
-                16,
-                Fault::UnmappedAperture {
-                    segment: AP,
-                    page: expected_page
-                }
-            )),
-            "{name}"
-        );
+        assert_eq!(completion.fault, unmapped_at(16, expected_page), "{name}");
         assert_eq!(completion.fault_opcode, WDDM_GPU_OP_TRANSFER, "{name}");
         assert_eq!(
             completion.fault.unwrap().1.address(),
@@ -291,15 +255,6 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
     rig.engine.reset();
     model.gart.fill(None);
     let completion = rig.submit(&b(transfer(16, ap(41 * PAGE), vr(0))));
-    assert_eq!(
-        completion.fault,
-        Some((
-            0,
-            Fault::UnmappedAperture {
-                segment: AP,
-                page: 41
-            }
-        ))
-    );
+    assert_eq!(completion.fault, unmapped_at(0, 41));
     model.check(&rig);
 }

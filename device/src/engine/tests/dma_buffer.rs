@@ -1,14 +1,15 @@
 //! DMA buffers in VRAM and in the aperture: executed through the segment, only their window.
 
-use wddm_gpu_abi::build::{fence, fill, transfer};
+use wddm_gpu_abi::build::{fence, fill, map_aperture, transfer};
 use wddm_gpu_abi::packet::{WddmGpuPacketFill, WddmGpuPacketTransfer};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::hooks::Hooks;
 use super::model::{Loc, Model};
+use super::unmapped_at;
 use crate::engine::Fault;
 use crate::testkit::engine_rig::{command, dfs, status, Rig, PAGE, VRAM_SIZE};
-use crate::testkit::packets::{b, map, vr, AP};
+use crate::testkit::packets::{b, vr, AP};
 
 /// 16 bytes of unknown opcode: faults if it ever executes.
 pub(super) fn poison() -> Vec<u8> {
@@ -68,7 +69,15 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     assert!(pages >= 3, "packets must cross page boundaries");
     let scattered = dfs(&[700, 12, 513, 99, 250, 251, 1]);
     let list = rig.list(0, &scattered);
-    rig.ok(&b(map(300, pages, list, scattered.len() as u32, 0)));
+    rig.ok(&b(map_aperture(
+        AP,
+        0,
+        300,
+        pages,
+        list,
+        scattered.len() as u32,
+        0,
+    )));
     model.map(300, &scattered[..pages as usize]);
     model.write_aperture(&rig, base, &bytes);
     model.check(&rig);
@@ -95,16 +104,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     // A buffer running into an unmapped page is refused before any packet.
     let to_next_page = (pages * PAGE - 0x7c8) as u32 + 1;
     let completion = rig.execute(&command(AP, base, to_next_page, 16, size - 16), &mut ());
-    assert_eq!(
-        completion.fault,
-        Some((
-            16,
-            Fault::UnmappedAperture {
-                segment: AP,
-                page: 300 + pages
-            }
-        ))
-    );
+    assert_eq!(completion.fault, unmapped_at(16, 300 + pages));
     assert_eq!(completion.packets_completed, 0);
 }
 

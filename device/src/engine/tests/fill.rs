@@ -1,7 +1,7 @@
 //! FILL: the pattern over exactly the range, in BAR and device-only VRAM, and nowhere else.
 
-use wddm_gpu_abi::build::{fill, segment_access, transfer};
-use wddm_gpu_abi::packet::{WddmGpuPacketFill, WDDM_GPU_OP_DISCARD_CONTENT};
+use wddm_gpu_abi::build::{fill, map_aperture, segment_access, transfer};
+use wddm_gpu_abi::packet::{WddmGpuEndpoint, WddmGpuPacketFill, WDDM_GPU_OP_DISCARD_CONTENT};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::model::Model;
@@ -9,7 +9,7 @@ use super::refusals::assert_refused;
 use crate::layout::SegmentKind;
 use crate::testkit::engine_rig::{dfs, Rig, VRAM_SIZE};
 use crate::testkit::layouts::NON_COHERENT;
-use crate::testkit::packets::{ap, b, frames, map, seg, vr, AP};
+use crate::testkit::packets::{ap, b, frames, seg, vr, AP};
 
 #[test]
 fn fill_repeats_the_pattern_over_exactly_the_range() {
@@ -61,7 +61,7 @@ fn fill_repeats_the_pattern_over_exactly_the_range() {
 fn fill_refuses_apertures_frame_lists_and_ranges_outside_the_segment() {
     let mut rig = Rig::new("fill-bad");
     let list = rig.list(0, &dfs(&[1, 2]));
-    rig.ok(&b(map(0, 2, list, 2, 0)));
+    rig.ok(&b(map_aperture(AP, 0, 0, 2, list, 2, 0)));
     assert_refused(
         &mut rig,
         "FILL on a mapped aperture",
@@ -103,22 +103,16 @@ fn fill_refuses_apertures_frame_lists_and_ranges_outside_the_segment() {
         ..fill(1, 16, vr(0))
     };
     assert_refused(&mut rig, "FILL reserved", b(p), SubmitStatus::ReservedField);
-    let mut p = fill(1, 16, vr(0));
-    p.destination.reserved = 1;
-    assert_refused(
-        &mut rig,
-        "FILL endpoint reserved",
-        b(p),
-        SubmitStatus::ReservedField,
-    );
-    let mut p = fill(1, 16, vr(0));
-    p.destination.frame_count = 1;
-    assert_refused(
-        &mut rig,
-        "FILL endpoint frame_count",
-        b(p),
-        SubmitStatus::ReservedField,
-    );
+    // A FILL destination is a segment address: the frame fields must stay zero.
+    let corruptions: [(&str, fn(&mut WddmGpuEndpoint)); 2] = [
+        ("FILL endpoint reserved", |e| e.reserved = 1),
+        ("FILL endpoint frame_count", |e| e.frame_count = 1),
+    ];
+    for (name, corrupt) in corruptions {
+        let mut p = fill(1, 16, vr(0));
+        corrupt(&mut p.destination);
+        assert_refused(&mut rig, name, b(p), SubmitStatus::ReservedField);
+    }
 }
 
 /// ENGINE BUG (reported): a FILL whose destination is an aperture range that is not (fully)

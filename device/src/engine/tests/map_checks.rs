@@ -1,9 +1,9 @@
 //! A map or unmap request is checked whole before any table entry changes.
 
+use wddm_gpu_abi::build::{map_aperture, unmap_aperture};
 use wddm_gpu_abi::packet::{
-    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketUnmapAperture,
-    WDDM_GPU_ADL_FLAG_CONTIGUOUS, WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
-    WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
+    WddmGpuPacketMapAperture2, WddmGpuPacketUnmapAperture, WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+    WDDM_GPU_MAP_FLAG_CACHE_COHERENT, WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 
@@ -11,7 +11,7 @@ use super::refusals::assert_refused;
 use crate::layout::SegmentKind;
 use crate::testkit::engine_rig::{df, dfs, Rig, AP_PAGES, DATA, PAGE, RAM_SIZE, VRAM_GPA};
 use crate::testkit::layouts::NON_COHERENT;
-use crate::testkit::packets::{b, map, map2_contiguous, map2_pages, unmap};
+use crate::testkit::packets::{b, map2_contiguous, map2_pages, AP};
 
 #[test]
 fn a_map_request_is_checked_whole_before_any_entry_changes() {
@@ -19,7 +19,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     // Something to preserve: pages 0..6 and the last two pages mapped.
     let old = rig.list(0, &dfs(&[1, 2, 3, 4, 5, 6]));
     rig.ok(&[
-        b(map(0, 6, old, 6, 0)),
+        b(map_aperture(AP, 0, 0, 6, old, 6, 0)),
         b(map2_contiguous(AP_PAGES - 2, 2, df(50), 2, 0)),
     ]
     .concat());
@@ -31,30 +31,26 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     };
     let beyond_ram = RAM_SIZE / PAGE + 3;
     let in_vram = VRAM_GPA / PAGE + 2;
-    let list = with_fifth(&rig, beyond_ram);
-    assert_refused(
-        &mut rig,
-        "5th frame beyond RAM",
-        b(map(2, 8, list, 8, 0)),
-        SubmitStatus::FrameNotInRam,
-    );
-    let list = with_fifth(&rig, in_vram);
-    assert_refused(
-        &mut rig,
-        "5th frame in VRAM",
-        b(map(2, 8, list, 8, 0)),
-        SubmitStatus::FrameInVram,
-    );
-    let list = with_fifth(&rig, u64::MAX);
-    assert_refused(
-        &mut rig,
-        "5th frame overflows",
-        b(map(2, 8, list, 8, 0)),
-        SubmitStatus::FrameNotInRam,
-    );
+    for (name, fifth, expected) in [
+        (
+            "5th frame beyond RAM",
+            beyond_ram,
+            SubmitStatus::FrameNotInRam,
+        ),
+        ("5th frame in VRAM", in_vram, SubmitStatus::FrameInVram),
+        ("5th frame overflows", u64::MAX, SubmitStatus::FrameNotInRam),
+    ] {
+        let list = with_fifth(&rig, fifth);
+        let bad = b(map_aperture(AP, 0, 2, 8, list, 8, 0));
+        assert_refused(&mut rig, name, bad, expected);
+    }
     // The list's own 5th entry is bad, but only entries [offset, offset + count) matter.
     let list = with_fifth(&rig, in_vram);
-    rig.ok(&[b(map(10, 3, list, 8, 5)), b(map(20, 4, list, 8, 0))].concat());
+    rig.ok(&[
+        b(map_aperture(AP, 0, 10, 3, list, 8, 5)),
+        b(map_aperture(AP, 0, 20, 4, list, 8, 0)),
+    ]
+    .concat());
     assert_eq!(
         rig.entries(10..13),
         [Some(df(105)), Some(df(106)), Some(df(107))]
@@ -67,7 +63,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         SubmitStatus::FrameInVram,
     );
     let list = rig.list(1, &good);
-    let past_end = b(map(AP_PAGES - 3, 8, list, 8, 0));
+    let past_end = b(map_aperture(AP, 0, AP_PAGES - 3, 8, list, 8, 0));
     assert_refused(
         &mut rig,
         "range past the aperture end",
@@ -77,7 +73,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "first page overflows",
-        b(map(u64::MAX, 2, list, 8, 0)),
+        b(map_aperture(AP, 0, u64::MAX, 2, list, 8, 0)),
         SubmitStatus::SegmentRange,
     );
     assert_refused(
@@ -95,10 +91,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         assert_refused(
             &mut rig,
             &name,
-            b(WddmGpuPacketMapAperture {
-                segment_id: segment,
-                ..map(0, 1, list, 8, 0)
-            }),
+            b(map_aperture(segment, 0, 0, 1, list, 8, 0)),
             expected,
         );
         let p = WddmGpuPacketMapAperture2 {
@@ -111,10 +104,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
             b(p),
             expected,
         );
-        let p = WddmGpuPacketUnmapAperture {
-            segment_id: segment,
-            ..unmap(0, 1, DATA)
-        };
+        let p = unmap_aperture(segment, 0, 1, DATA);
         assert_refused(
             &mut rig,
             &format!("UNMAP on segment {segment}"),
@@ -125,13 +115,10 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "unknown map flag",
-        b(WddmGpuPacketMapAperture {
-            flags: 2,
-            ..map(0, 1, list, 8, 0)
-        }),
+        b(map_aperture(AP, 2, 0, 1, list, 8, 0)),
         SubmitStatus::ReservedField,
     );
-    let mut flagged = b(map(0, 1, list, 8, 0));
+    let mut flagged = b(map_aperture(AP, 0, 0, 1, list, 8, 0));
     flagged[2] = 1; // header flags
     assert_refused(
         &mut rig,
@@ -142,31 +129,39 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "offset + count > frame_count",
-        b(map(0, 6, list, 8, 3)),
+        b(map_aperture(AP, 0, 0, 6, list, 8, 3)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "offset alone > frame_count",
-        b(map(0, 0, list, 8, 9)),
+        b(map_aperture(AP, 0, 0, 0, list, 8, 9)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "frame_count above the maximum",
-        b(map(0, 1, list, WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1, 0)),
+        b(map_aperture(
+            AP,
+            0,
+            0,
+            1,
+            list,
+            WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1,
+            0,
+        )),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "list outside RAM",
-        b(map(0, 2, RAM_SIZE - 8, 2, 0)),
+        b(map_aperture(AP, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "list in VRAM",
-        b(map(0, 1, VRAM_GPA, 1, 0)),
+        b(map_aperture(AP, 0, 0, 1, VRAM_GPA, 1, 0)),
         SubmitStatus::BadFrameList,
     );
 
@@ -231,19 +226,19 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "unaligned dummy",
-        b(unmap(0, 2, DATA + 8)),
+        b(unmap_aperture(AP, 0, 2, DATA + 8)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "dummy in VRAM",
-        b(unmap(0, 2, VRAM_GPA + PAGE)),
+        b(unmap_aperture(AP, 0, 2, VRAM_GPA + PAGE)),
         SubmitStatus::FrameInVram,
     );
     assert_refused(
         &mut rig,
         "dummy beyond RAM",
-        b(unmap(0, 2, RAM_SIZE)),
+        b(unmap_aperture(AP, 0, 2, RAM_SIZE)),
         SubmitStatus::FrameNotInRam,
     );
     assert_refused(
@@ -251,22 +246,19 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         "unmap reserved",
         b(WddmGpuPacketUnmapAperture {
             reserved: 1,
-            ..unmap(0, 1, DATA)
+            ..unmap_aperture(AP, 0, 1, DATA)
         }),
         SubmitStatus::ReservedField,
     );
     assert_refused(
         &mut rig,
         "unmap past the end",
-        b(unmap(AP_PAGES - 1, 2, DATA)),
+        b(unmap_aperture(AP, AP_PAGES - 1, 2, DATA)),
         SubmitStatus::SegmentRange,
     );
 
     // CacheCoherent is fine into the default (coherent) aperture.
-    let p = WddmGpuPacketMapAperture {
-        flags: WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
-        ..map(30, 1, list, 8, 0)
-    };
+    let p = map_aperture(AP, WDDM_GPU_MAP_FLAG_CACHE_COHERENT, 30, 1, list, 8, 0);
     rig.ok(&b(p));
     assert_eq!(rig.entries(30..31), [Some(df(100))]);
 }
@@ -277,10 +269,7 @@ fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
     assert_eq!(rig.layout.segments[1].kind, SegmentKind::Aperture);
     let list = rig.list(0, &dfs(&[7, 8]));
     let coherent = WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
-    let p = WddmGpuPacketMapAperture {
-        flags: coherent,
-        ..map(0, 2, list, 2, 0)
-    };
+    let p = map_aperture(AP, coherent, 0, 2, list, 2, 0);
     assert_refused(
         &mut rig,
         "CacheCoherent MAP",
@@ -298,12 +287,9 @@ fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
         SubmitStatus::WrongSegmentKind,
     );
     // Without the flag the same mapping works; the device-only segment 3 is not an aperture.
-    rig.ok(&b(map(0, 2, list, 2, 0)));
+    rig.ok(&b(map_aperture(AP, 0, 0, 2, list, 2, 0)));
     assert_eq!(rig.entries(0..3), [Some(df(7)), Some(df(8)), None]);
-    let p = WddmGpuPacketMapAperture {
-        segment_id: 3,
-        ..map(0, 2, list, 2, 0)
-    };
+    let p = map_aperture(3, 0, 0, 2, list, 2, 0);
     assert_refused(
         &mut rig,
         "MAP on device-only VRAM",
@@ -314,7 +300,7 @@ fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
     assert_refused(
         &mut rig,
         "past the 1 MiB aperture",
-        b(map(255, 2, list, 2, 0)),
+        b(map_aperture(AP, 0, 255, 2, list, 2, 0)),
         SubmitStatus::SegmentRange,
     );
 }

@@ -19,3 +19,12 @@ mod random;
 mod refusals;
 mod segment_access;
 mod transfer;
+
+use crate::engine::Fault;
+use crate::testkit::packets::AP;
+
+/// How a submission stops when the packet at `offset` reaches page `page` of the default
+/// aperture, which nothing maps.
+fn unmapped_at(offset: u32, page: u64) -> Option<(u32, Fault)> {
+    Some((offset, Fault::UnmappedAperture { segment: AP, page }))
+}

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use proptest::prelude::*;
-use wddm_gpu_abi::build::{fence, fill, transfer};
-use wddm_gpu_abi::packet::{WddmGpuPacketFence, WddmGpuPacketMapAperture};
+use wddm_gpu_abi::build::{fence, fill, map_aperture, transfer, unmap_aperture};
+use wddm_gpu_abi::packet::WddmGpuPacketFence;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::dma_buffer::poison;
@@ -14,7 +14,7 @@ use crate::testkit::bytes::pattern;
 use crate::testkit::engine_rig::{
     df, dfs, Rig, AP_PAGES, DATA, DATA_SIZE, PAGE, RAM_SIZE, VRAM_GPA, VRAM_SIZE,
 };
-use crate::testkit::packets::{ap, b, frames, map, map2_contiguous, map2_pages, unmap, vr};
+use crate::testkit::packets::{ap, b, frames, map2_contiguous, map2_pages, vr, AP};
 
 // ---------------------------------------------------------------------------------------------
 // TRANSFERs between VRAM and scattered frames.
@@ -167,7 +167,7 @@ fn broken(kind: u8, rig: &Rig, slot: u64) -> (Vec<u8>, SubmitStatus) {
             };
             let list = rig.list(slot, &listed);
             (
-                b(map(0, 6, list, 6, 0)),
+                b(map_aperture(AP, 0, 0, 6, list, 6, 0)),
                 if kind == 0 {
                     S::FrameNotInRam
                 } else {
@@ -175,31 +175,19 @@ fn broken(kind: u8, rig: &Rig, slot: u64) -> (Vec<u8>, SubmitStatus) {
                 },
             )
         }
-        2 => (b(map(AP_PAGES - 2, 4, valid, 6, 0)), S::SegmentRange),
+        2 => (
+            b(map_aperture(AP, 0, AP_PAGES - 2, 4, valid, 6, 0)),
+            S::SegmentRange,
+        ),
         3 => (
-            b(WddmGpuPacketMapAperture {
-                segment_id: 1,
-                ..map(0, 1, valid, 6, 0)
-            }),
+            b(map_aperture(1, 0, 0, 1, valid, 6, 0)),
             S::WrongSegmentKind,
         ),
-        4 => (
-            b(WddmGpuPacketMapAperture {
-                segment_id: 3,
-                ..map(0, 1, valid, 6, 0)
-            }),
-            S::BadSegment,
-        ),
-        5 => (
-            b(WddmGpuPacketMapAperture {
-                flags: 4,
-                ..map(0, 1, valid, 6, 0)
-            }),
-            S::ReservedField,
-        ),
-        6 => (b(map(0, 4, valid, 6, 3)), S::BadFrameList),
-        7 => (b(unmap(0, 2, DATA + 8)), S::BadFrameList),
-        8 => (b(unmap(0, 2, VRAM_GPA)), S::FrameInVram),
+        4 => (b(map_aperture(3, 0, 0, 1, valid, 6, 0)), S::BadSegment),
+        5 => (b(map_aperture(AP, 4, 0, 1, valid, 6, 0)), S::ReservedField),
+        6 => (b(map_aperture(AP, 0, 0, 4, valid, 6, 3)), S::BadFrameList),
+        7 => (b(unmap_aperture(AP, 0, 2, DATA + 8)), S::BadFrameList),
+        8 => (b(unmap_aperture(AP, 0, 2, VRAM_GPA)), S::FrameInVram),
         9 => (b(fill(1, 16, vr(VRAM_SIZE - 8))), S::SegmentRange),
         10 => (b(fill(1, 16, frames(valid, 6, 0))), S::WrongSegmentKind),
         11 => (poison(), S::UnknownOpcode),
@@ -236,7 +224,15 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             let (at, list) = list_with(pages, lead);
             let count = pages.len() as u64;
             let packet = match op {
-                Op::Map { .. } => b(map(first, count, at, list.len() as u32, lead)),
+                Op::Map { .. } => b(map_aperture(
+                    AP,
+                    0,
+                    first,
+                    count,
+                    at,
+                    list.len() as u32,
+                    lead,
+                )),
                 _ => b(map2_pages(first, count, at, list.len() as u32, lead)),
             };
             model.map(first, &list[lead as usize..(lead as u64 + count) as usize]);
@@ -268,7 +264,15 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             dummy,
         } => {
             model.map(first, &vec![df(u64::from(dummy)); count as usize]);
-            (b(unmap(first, count, df(u64::from(dummy)) * PAGE)), Ok(0))
+            (
+                b(unmap_aperture(
+                    AP,
+                    first,
+                    count,
+                    df(u64::from(dummy)) * PAGE,
+                )),
+                Ok(0),
+            )
         }
         Op::ToAperture {
             vram,
@@ -321,7 +325,7 @@ proptest! {
         let mut model = Model::new(&rig, WINDOW);
         let setup: Vec<u64> = (0..WINDOW - 4).map(|i| df((i * 7919) % 1024)).collect();
         let list = rig.list(0, &setup);
-        rig.ok(&b(map(0, WINDOW - 4, list, setup.len() as u32, 0)));
+        rig.ok(&b(map_aperture(AP, 0, 0, WINDOW - 4, list, setup.len() as u32, 0)));
         model.map(0, &setup);
         for ops in &submissions {
             let mut packets = Vec::new();

@@ -1,7 +1,7 @@
 //! DISCARD_CONTENT, READ_PHYSICAL and WRITE_PHYSICAL check the location and move nothing;
 //! FENCE reaches the hooks in order with the other packets.
 
-use wddm_gpu_abi::build::{fence, fill, segment_access, transfer};
+use wddm_gpu_abi::build::{fence, fill, map_aperture, segment_access, transfer};
 use wddm_gpu_abi::packet::{
     WddmGpuPacketSegmentAccess, WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE,
     WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_READ_PHYSICAL,
@@ -15,14 +15,14 @@ use super::model::Model;
 use super::refusals::assert_refused;
 use crate::engine::Fault;
 use crate::testkit::engine_rig::{df, dfs, status, Rig, PAGE, VRAM_GPA, VRAM_SIZE};
-use crate::testkit::packets::{b, frames, map, vr, AP};
+use crate::testkit::packets::{b, frames, vr, AP};
 
 #[test]
 fn segment_access_packets_check_the_location_and_move_nothing() {
     let mut rig = Rig::new("access");
     let mut model = Model::new(&rig, 16);
     let list = rig.list(0, &dfs(&[3, 4]));
-    rig.ok(&b(map(2, 2, list, 2, 0)));
+    rig.ok(&b(map_aperture(AP, 0, 2, 2, list, 2, 0)));
     model.map(2, &dfs(&[3, 4]));
     let mut good = Vec::new();
     for flags in [0, WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE] {
