@@ -27,11 +27,11 @@ fn no_echo() -> Arc<EchoPort> {
     port
 }
 
-/// A server of fresh counters, no echo worker, at `stats` in a scratch directory.
-fn serve(name: &str) -> (ScratchDir, PathBuf, StatsServer) {
+/// A server of these counters and this echo port at `stats` in a scratch directory.
+fn serve(name: &str, stats: Arc<Stats>, echo: Arc<EchoPort>) -> (ScratchDir, PathBuf, StatsServer) {
     let dir = ScratchDir::new(name);
     let path = dir.join("stats");
-    let server = start(&path, stats(), no_echo()).unwrap();
+    let server = start(&path, stats, echo).unwrap();
     (dir, path, server)
 }
 
@@ -83,7 +83,7 @@ fn answers_every_rendering_and_removes_its_socket() {
 
 #[test]
 fn malformed_requests_get_one_error_line() {
-    let (dir, path, _server) = serve("malformed");
+    let (dir, path, _server) = serve("malformed", stats(), no_echo());
     let cases: [(&[u8], &str); 6] = [
         (b"tables\n", "unknown request \"tables\""),
         (b"", "empty request"),
@@ -111,7 +111,7 @@ fn malformed_requests_get_one_error_line() {
 
 #[test]
 fn a_request_line_sent_in_pieces_is_read_whole() {
-    let (dir, path, _server) = serve("pieces");
+    let (dir, path, _server) = serve("pieces", stats(), no_echo());
     let mut stream = UnixStream::connect(&path).unwrap();
     stream.write_all(b"prom").unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -124,7 +124,7 @@ fn a_request_line_sent_in_pieces_is_read_whole() {
 
 #[test]
 fn descriptors_are_refused_except_with_echo() {
-    let (dir, path, _server) = serve("fds");
+    let (dir, path, _server) = serve("fds", stats(), no_echo());
     let event = EventFd::new(EFD_NONBLOCK).unwrap();
 
     let answer = send_with_fds(&path, b"table\n", &[event.as_raw_fd()]);
@@ -158,11 +158,9 @@ fn descriptors_are_refused_except_with_echo() {
 
 #[test]
 fn echo_gets_both_eventfds_and_answers_kicks() {
-    let dir = ScratchDir::new("echo");
-    let path = dir.join("stats");
     let echo = no_echo();
     crate::observe::echo::spawn_test_worker(&echo);
-    let _server = start(&path, stats(), echo).unwrap();
+    let (dir, path, _server) = serve("echo", stats(), echo);
     let peer = crate::observe::echo::connect(&path).unwrap();
     for _ in 0..3 {
         peer.kick.write(1).unwrap();
@@ -189,7 +187,7 @@ fn echo_gets_both_eventfds_and_answers_kicks() {
 
 #[test]
 fn echo_without_a_vring_worker_is_refused_with_a_reason() {
-    let (dir, path, _server) = serve("echo-none");
+    let (dir, path, _server) = serve("echo-none", stats(), no_echo());
     let peer = crate::observe::echo::connect(&path).unwrap();
     let mut answer = String::new();
     peer.stream().read_to_string(&mut answer).unwrap();
@@ -202,10 +200,8 @@ fn echo_without_a_vring_worker_is_refused_with_a_reason() {
 
 #[test]
 fn a_silent_client_blocks_neither_others_nor_the_recorder() {
-    let dir = ScratchDir::new("slow");
-    let path = dir.join("stats");
     let stats = stats();
-    let _server = start(&path, stats.clone(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("slow", stats.clone(), no_echo());
     // Connected, never sends, never reads.
     let _silent: Vec<UnixStream> = (0..3)
         .map(|_| UnixStream::connect(&path).unwrap())

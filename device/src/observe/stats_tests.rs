@@ -395,7 +395,8 @@ fn prometheus_output_parses_with_the_right_values() {
     assert!(empty.iter().all(|q| q.count.is_nan()));
 
     // Plain counters, gauges and counts: (metric, labels, value).
-    let expected: [(&str, &[(&str, &str)], Value); 13] = [
+    type Labels = &'static [(&'static str, &'static str)];
+    let expected: [(&str, Labels, Value); 13] = [
         (
             "wddm_gpu_packets_total",
             &[("kind", "transfer")],

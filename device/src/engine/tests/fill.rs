@@ -104,7 +104,8 @@ fn fill_refuses_apertures_frame_lists_and_ranges_outside_the_segment() {
     };
     assert_refused(&mut rig, "FILL reserved", b(p), SubmitStatus::ReservedField);
     // A FILL destination is a segment address: the frame fields must stay zero.
-    let corruptions: [(&str, fn(&mut WddmGpuEndpoint)); 2] = [
+    type Corruption = fn(&mut WddmGpuEndpoint);
+    let corruptions: [(&str, Corruption); 2] = [
         ("FILL endpoint reserved", |e| e.reserved = 1),
         ("FILL endpoint frame_count", |e| e.frame_count = 1),
     ];
