@@ -26,6 +26,9 @@ mod transport;
 pub mod daemon;
 pub mod support;
 
+#[cfg(test)]
+mod testkit;
+
 pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;

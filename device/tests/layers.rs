@@ -29,16 +29,20 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module a file is, as `layer::name`; `None` for test files and the crate roots.
+/// The module a file is, as `layer::name`; `None` for test files (and files in test folders),
+/// the test toolkit and the crate roots.
 fn module_of(relative: &Path) -> Option<String> {
     let text = relative.with_extension("");
     let mut name = text.to_str()?.replace('/', "::");
     if let Some(stripped) = name.strip_suffix("::mod") {
         name = stripped.to_owned();
     }
-    let last = name.rsplit("::").next()?;
-    let is_test = last == "tests" || last.ends_with("_tests") || last.starts_with("tests_");
-    (!is_test && name != "lib" && name != "main").then_some(name)
+    let is_test = name
+        .split("::")
+        .any(|part| part == "tests" || part.ends_with("_tests") || part.starts_with("tests_"));
+    // The test toolkit is test-only code (`#[cfg(test)]`): it may reach every layer.
+    let is_toolkit = name == "testkit" || name.starts_with("testkit::");
+    (!is_test && !is_toolkit && name != "lib" && name != "main").then_some(name)
 }
 
 /// The code of a file up to its test module, without comment lines.
@@ -185,6 +189,9 @@ fn the_checks_see_an_upward_import_and_a_cycle() {
         Some("engine")
     );
     assert_eq!(module_of(Path::new("model/gpu_tests.rs")), None);
+    assert_eq!(module_of(Path::new("engine/tests/fill.rs")), None);
+    assert_eq!(module_of(Path::new("testkit/engine_rig.rs")), None);
+    assert_eq!(module_of(Path::new("testkit/mod.rs")), None);
     assert!(layer_rank("transport::backend") > layer_rank("model::gpu"));
     let text = "use crate::a;\n// crate::b\n#[cfg(test)]\nuse crate::c;";
     let lines: Vec<usize> = code(text).map(|(number, _)| number).collect();

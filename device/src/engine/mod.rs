@@ -327,6 +327,3 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod tests_ops;

@@ -157,39 +157,6 @@ fn each_rule_is_reported_alone() {
         many2,
         &[whole(Rule::TooManySegments { count: 31, max: 30 })],
     );
-    check(
-        "reserved bits",
-        with_segment(2, |s| s.flags |= 0x0040_0000),
-        &[seg(3, Rule::ReservedBits(0x0040_0000))],
-    );
-    check(
-        "2.0 flag on 1.3",
-        with_segment(2, |s| s.flags |= names(&["LocalBudgetGroup"])),
-        &[seg(3, Rule::NeedsWddm2("LocalBudgetGroup".into()))],
-    );
-    let mut sysmem = base_wddm2();
-    sysmem.segments[2].flags |= names(&["ReservedSysMem"]);
-    check("ReservedSysMem", sysmem, &[seg(3, Rule::ReservedSysMem)]);
-    check(
-        "Agp alone",
-        with_segment(2, |s| s.flags = names(&["Agp"])),
-        &[seg(3, Rule::AgpUnavailable)],
-    );
-    check(
-        "Agp with others",
-        with_segment(2, |s| s.flags = names(&["Agp", "PitchAlignment"])),
-        &[seg(3, Rule::AgpUnavailable), seg(3, Rule::AgpNotAlone)],
-    );
-    check(
-        "CacheCoherent on memory",
-        with_segment(2, |s| s.flags |= names(&["CacheCoherent"])),
-        &[seg(3, Rule::CacheCoherentWithoutAperture)],
-    );
-    check(
-        "PopulatedFromSystemMemory on aperture",
-        with_segment(1, |s| s.flags |= names(&["PopulatedFromSystemMemory"])),
-        &[seg(2, Rule::PopulatedFromSystemMemoryOnAperture)],
-    );
     for (bits, valid) in [
         ([false, false, false], true),
         ([true, false, false], true),
@@ -227,48 +194,6 @@ fn each_rule_is_reported_alone() {
         };
         check(&format!("power {bits:?}"), spec, &expected);
     }
-    let mut host = base_wddm2();
-    host.segments[0].flags |= names(&["SupportsCpuHostAperture"]);
-    check(
-        "host aperture + CpuVisible",
-        host,
-        &[seg(1, Rule::CpuHostApertureWithCpuVisible)],
-    );
-    let mut cached = base_wddm2();
-    cached.segments[2].flags |= names(&["SupportsCachedCpuHostAperture"]);
-    check(
-        "cached host aperture alone",
-        cached,
-        &[seg(3, Rule::CachedHostApertureWithoutHostAperture)],
-    );
-    check(
-        "Aperture + CpuVisible",
-        with_segment(1, |s| s.flags |= names(&["CpuVisible"])),
-        &[seg(2, Rule::ApertureCpuVisible)],
-    );
-    check(
-        "size 0",
-        with_segment(2, |s| s.size = 0),
-        &[seg(3, Rule::SizeZero)],
-    );
-    check(
-        "size not 4K",
-        with_segment(2, |s| s.size = 4097),
-        &[seg(3, Rule::SizeNotMultiple { unit: 4096 })],
-    );
-    let mut big_pages = base_wddm2();
-    big_pages.segments[2].flags |= names(&["Use64KBPages"]);
-    big_pages.segments[2].size = 68 << 10;
-    check(
-        "size not 64K",
-        big_pages,
-        &[seg(3, Rule::SizeNotMultiple { unit: 64 << 10 })],
-    );
-    check(
-        "base overflow",
-        with_segment(2, |s| s.base_address = u64::MAX - 4095),
-        &[seg(3, Rule::BaseAddressOverflow)],
-    );
     check(
         "memory commit",
         with_segment(2, |s| s.commit_limit = Some(32 * MIB)),
@@ -294,20 +219,6 @@ fn each_rule_is_reported_alone() {
             },
         )],
     );
-    check(
-        "banks without UseBanking",
-        with_segment(2, |s| s.banks = Some(vec![32 * MIB])),
-        &[seg(3, Rule::BanksWithoutUseBanking)],
-    );
-    check(
-        "UseBanking without banks",
-        with_segment(2, |s| s.flags |= names(&["UseBanking"])),
-        &[seg(3, Rule::UseBankingWithoutBanks)],
-    );
-    let mut banks2 = base_wddm2();
-    banks2.segments[2].flags |= names(&["UseBanking"]);
-    banks2.segments[2].banks = Some(vec![32 * MIB]);
-    check("banks on 2.0", banks2, &[seg(3, Rule::BanksOnWddm2)]);
     let banking = |banks: Vec<u64>| {
         with_segment(2, |s| {
             s.flags |= names(&["UseBanking"]);
@@ -369,26 +280,6 @@ fn each_rule_is_reported_alone() {
             ])
         }),
         &[seg(3, Rule::PartialHibernateWithoutEndAddress)],
-    );
-    check(
-        "end address past size",
-        with_segment(2, |s| s.system_memory_end_address = 65 * MIB),
-        &[seg(3, Rule::SystemMemoryEndBeyondSize)],
-    );
-    check(
-        "bar_offset on aperture",
-        with_segment(1, |s| s.bar_offset = Some(0)),
-        &[seg(2, Rule::BarOffsetWithoutCpuVisible)],
-    );
-    check(
-        "bar_offset on hidden VRAM",
-        with_segment(2, |s| s.bar_offset = Some(0)),
-        &[seg(3, Rule::BarOffsetWithoutCpuVisible)],
-    );
-    check(
-        "bar_offset unaligned",
-        with_segment(0, |s| s.bar_offset = Some(100)),
-        &[seg(1, Rule::BarOffsetNotAligned { unit: 4096 })],
     );
     check(
         "outside BAR",
@@ -464,6 +355,161 @@ fn each_rule_is_reported_alone() {
         two_apertures,
         &[whole(Rule::Wddm2ApertureCount(2))],
     );
+    check(
+        "Agp with others",
+        with_segment(2, |s| s.flags = names(&["Agp", "PitchAlignment"])),
+        &[seg(3, Rule::AgpUnavailable), seg(3, Rule::AgpNotAlone)],
+    );
+    // One segment of a base layout edited, one violation reported against that segment.
+    type Edit = fn(&mut SegmentSpec);
+    type Layout = fn() -> LayoutSpec;
+    let single: [(&str, Layout, usize, Edit, Rule); 20] = [
+        (
+            "reserved bits",
+            base,
+            2,
+            |s| s.flags |= 0x0040_0000,
+            Rule::ReservedBits(0x0040_0000),
+        ),
+        (
+            "2.0 flag on 1.3",
+            base,
+            2,
+            |s| s.flags |= names(&["LocalBudgetGroup"]),
+            Rule::NeedsWddm2("LocalBudgetGroup".into()),
+        ),
+        (
+            "ReservedSysMem",
+            base_wddm2,
+            2,
+            |s| s.flags |= names(&["ReservedSysMem"]),
+            Rule::ReservedSysMem,
+        ),
+        (
+            "Agp alone",
+            base,
+            2,
+            |s| s.flags = names(&["Agp"]),
+            Rule::AgpUnavailable,
+        ),
+        (
+            "CacheCoherent on memory",
+            base,
+            2,
+            |s| s.flags |= names(&["CacheCoherent"]),
+            Rule::CacheCoherentWithoutAperture,
+        ),
+        (
+            "PopulatedFromSystemMemory on aperture",
+            base,
+            1,
+            |s| s.flags |= names(&["PopulatedFromSystemMemory"]),
+            Rule::PopulatedFromSystemMemoryOnAperture,
+        ),
+        (
+            "host aperture + CpuVisible",
+            base_wddm2,
+            0,
+            |s| s.flags |= names(&["SupportsCpuHostAperture"]),
+            Rule::CpuHostApertureWithCpuVisible,
+        ),
+        (
+            "cached host aperture alone",
+            base_wddm2,
+            2,
+            |s| s.flags |= names(&["SupportsCachedCpuHostAperture"]),
+            Rule::CachedHostApertureWithoutHostAperture,
+        ),
+        (
+            "Aperture + CpuVisible",
+            base,
+            1,
+            |s| s.flags |= names(&["CpuVisible"]),
+            Rule::ApertureCpuVisible,
+        ),
+        ("size 0", base, 2, |s| s.size = 0, Rule::SizeZero),
+        (
+            "size not 4K",
+            base,
+            2,
+            |s| s.size = 4097,
+            Rule::SizeNotMultiple { unit: 4096 },
+        ),
+        (
+            "size not 64K",
+            base_wddm2,
+            2,
+            |s| {
+                s.flags |= names(&["Use64KBPages"]);
+                s.size = 68 << 10
+            },
+            Rule::SizeNotMultiple { unit: 64 << 10 },
+        ),
+        (
+            "base overflow",
+            base,
+            2,
+            |s| s.base_address = u64::MAX - 4095,
+            Rule::BaseAddressOverflow,
+        ),
+        (
+            "banks without UseBanking",
+            base,
+            2,
+            |s| s.banks = Some(vec![32 * MIB]),
+            Rule::BanksWithoutUseBanking,
+        ),
+        (
+            "UseBanking without banks",
+            base,
+            2,
+            |s| s.flags |= names(&["UseBanking"]),
+            Rule::UseBankingWithoutBanks,
+        ),
+        (
+            "banks on 2.0",
+            base_wddm2,
+            2,
+            |s| {
+                s.flags |= names(&["UseBanking"]);
+                s.banks = Some(vec![32 * MIB])
+            },
+            Rule::BanksOnWddm2,
+        ),
+        (
+            "end address past size",
+            base,
+            2,
+            |s| s.system_memory_end_address = 65 * MIB,
+            Rule::SystemMemoryEndBeyondSize,
+        ),
+        (
+            "bar_offset on aperture",
+            base,
+            1,
+            |s| s.bar_offset = Some(0),
+            Rule::BarOffsetWithoutCpuVisible,
+        ),
+        (
+            "bar_offset on hidden VRAM",
+            base,
+            2,
+            |s| s.bar_offset = Some(0),
+            Rule::BarOffsetWithoutCpuVisible,
+        ),
+        (
+            "bar_offset unaligned",
+            base,
+            0,
+            |s| s.bar_offset = Some(100),
+            Rule::BarOffsetNotAligned { unit: 4096 },
+        ),
+    ];
+    for (name, layout, index, edit, rule) in single {
+        let mut spec = layout();
+        edit(&mut spec.segments[index]);
+        check(name, spec, &[seg(index as u32 + 1, rule)]);
+    }
 }
 
 #[test]

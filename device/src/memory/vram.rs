@@ -396,6 +396,7 @@ pub fn copy_slices<A: BitmapSlice, B: BitmapSlice>(src: VolatileSlice<A>, dst: V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::guest::file_region;
     use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
 
     fn temp_path(name: &str) -> PathBuf {
@@ -416,16 +417,7 @@ mod tests {
         let path = temp_path("learn");
         let vram = Vram::create(&path, 1 << 20, 0, BarMode::Ivshmem).unwrap();
         let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), 1 << 20, None).unwrap();
-        let bar_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let bar = GuestRegionMmap::new(
-            MmapRegion::from_file(FileOffset::new(bar_file, 0), 1 << 20).unwrap(),
-            GuestAddress(0xf800_0000),
-        )
-        .unwrap();
+        let bar = file_region(&path, 1 << 20, 0xf800_0000);
         let mem = GuestMemoryMmap::from_regions(vec![ram, bar]).unwrap();
         assert_eq!(
             vram.observe_memory_table(&mem),

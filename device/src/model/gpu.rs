@@ -288,5 +288,5 @@ impl Drop for Gpu {
 }
 
 #[cfg(test)]
-#[path = "gpu_tests.rs"]
+#[path = "gpu_tests/mod.rs"]
 mod tests;

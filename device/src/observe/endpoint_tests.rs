@@ -1,7 +1,7 @@
 //! Tests of the stats endpoint over real sockets.
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,13 +13,7 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use super::*;
 use crate::layout::SegmentLayout;
 use crate::observe::stats::Stats;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wddm-stats-srv-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::testkit::scratch::ScratchDir;
 
 fn stats() -> Arc<Stats> {
     Arc::new(Stats::new(&SegmentLayout::default_for_vram(16 << 20)))
@@ -31,6 +25,23 @@ fn no_echo() -> Arc<EchoPort> {
     let port = Arc::<EchoPort>::default();
     port.enable();
     port
+}
+
+/// A server of these counters and this echo port at `stats` in a scratch directory.
+fn serve(name: &str, stats: Arc<Stats>, echo: Arc<EchoPort>) -> (ScratchDir, PathBuf, StatsServer) {
+    let dir = ScratchDir::new(name);
+    let path = dir.join("stats");
+    let server = start(&path, stats, echo).unwrap();
+    (dir, path, server)
+}
+
+/// Sends `request` with descriptors `fds`; returns everything the server wrote.
+fn send_with_fds(path: &Path, request: &[u8], fds: &[RawFd]) -> String {
+    let stream = UnixStream::connect(path).unwrap();
+    stream.send_with_fds(&[request], fds).unwrap();
+    let mut answer = String::new();
+    (&stream).read_to_string(&mut answer).unwrap();
+    answer
 }
 
 /// Sends raw bytes, closes the write side, returns everything the server wrote.
@@ -45,7 +56,7 @@ fn raw(path: &Path, bytes: &[u8]) -> String {
 
 #[test]
 fn answers_every_rendering_and_removes_its_socket() {
-    let dir = scratch("render");
+    let dir = ScratchDir::new("render");
     let path = dir.join("gpu.sock.stats");
     let stats = stats();
     stats.request(true);
@@ -67,14 +78,12 @@ fn answers_every_rendering_and_removes_its_socket() {
     server.shutdown();
     assert!(!path.exists());
     assert!(query(&path, "table").is_err());
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn malformed_requests_get_one_error_line() {
-    let dir = scratch("malformed");
-    let path = dir.join("stats");
-    let _server = start(&path, stats(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("malformed", stats(), no_echo());
     let cases: [(&[u8], &str); 6] = [
         (b"tables\n", "unknown request \"tables\""),
         (b"", "empty request"),
@@ -97,14 +106,12 @@ fn malformed_requests_get_one_error_line() {
     assert!(raw(&path, b"table").starts_with("uptime"));
     // The server still answers after all that.
     assert!(query(&path, "table").is_ok());
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn a_request_line_sent_in_pieces_is_read_whole() {
-    let dir = scratch("pieces");
-    let path = dir.join("stats");
-    let _server = start(&path, stats(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("pieces", stats(), no_echo());
     let mut stream = UnixStream::connect(&path).unwrap();
     stream.write_all(b"prom").unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -112,41 +119,24 @@ fn a_request_line_sent_in_pieces_is_read_whole() {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("# HELP"), "{answer}");
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn descriptors_are_refused_except_with_echo() {
-    let dir = scratch("fds");
-    let path = dir.join("stats");
-    let _server = start(&path, stats(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("fds", stats(), no_echo());
     let event = EventFd::new(EFD_NONBLOCK).unwrap();
 
-    let stream = UnixStream::connect(&path).unwrap();
-    stream
-        .send_with_fds(&[&b"table\n"[..]], &[event.as_raw_fd()])
-        .unwrap();
-    let mut answer = String::new();
-    (&stream).read_to_string(&mut answer).unwrap();
+    let answer = send_with_fds(&path, b"table\n", &[event.as_raw_fd()]);
     assert!(answer.contains("only echo takes descriptors"), "{answer}");
 
     // Echo with something other than eventfds.
     let file = std::fs::File::open("/dev/null").unwrap();
-    let stream = UnixStream::connect(&path).unwrap();
-    stream
-        .send_with_fds(&[&b"echo\n"[..]], &[file.as_raw_fd(), file.as_raw_fd()])
-        .unwrap();
-    let mut answer = String::new();
-    (&stream).read_to_string(&mut answer).unwrap();
+    let answer = send_with_fds(&path, b"echo\n", &[file.as_raw_fd(), file.as_raw_fd()]);
     assert!(answer.contains("must be eventfds"), "{answer}");
 
     // One eventfd only.
-    let stream = UnixStream::connect(&path).unwrap();
-    stream
-        .send_with_fds(&[&b"echo\n"[..]], &[event.as_raw_fd()])
-        .unwrap();
-    let mut answer = String::new();
-    (&stream).read_to_string(&mut answer).unwrap();
+    let answer = send_with_fds(&path, b"echo\n", &[event.as_raw_fd()]);
     assert!(answer.contains("got 1 descriptors"), "{answer}");
 
     // Eventfds the vring worker could block or spin on: blocking ones, or one eventfd twice.
@@ -157,25 +147,20 @@ fn descriptors_are_refused_except_with_echo() {
         [other.as_raw_fd(), blocking.as_raw_fd()],
         [event.as_raw_fd(), event.as_raw_fd()],
     ] {
-        let stream = UnixStream::connect(&path).unwrap();
-        stream.send_with_fds(&[&b"echo\n"[..]], &fds).unwrap();
-        let mut answer = String::new();
-        (&stream).read_to_string(&mut answer).unwrap();
+        let answer = send_with_fds(&path, b"echo\n", &fds);
         assert!(
             answer.contains("two different non-blocking eventfds"),
             "{answer}"
         );
     }
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn echo_gets_both_eventfds_and_answers_kicks() {
-    let dir = scratch("echo");
-    let path = dir.join("stats");
     let echo = no_echo();
     crate::observe::echo::spawn_test_worker(&echo);
-    let _server = start(&path, stats(), echo).unwrap();
+    let (dir, path, _server) = serve("echo", stats(), echo);
     let peer = crate::observe::echo::connect(&path).unwrap();
     for _ in 0..3 {
         peer.kick.write(1).unwrap();
@@ -197,14 +182,12 @@ fn echo_gets_both_eventfds_and_answers_kicks() {
     drop(peer);
     // Other requests are still served.
     assert!(query(&path, "table").is_ok());
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn echo_without_a_vring_worker_is_refused_with_a_reason() {
-    let dir = scratch("echo-none");
-    let path = dir.join("stats");
-    let _server = start(&path, stats(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("echo-none", stats(), no_echo());
     let peer = crate::observe::echo::connect(&path).unwrap();
     let mut answer = String::new();
     peer.stream().read_to_string(&mut answer).unwrap();
@@ -212,15 +195,13 @@ fn echo_without_a_vring_worker_is_refused_with_a_reason() {
         answer.starts_with("error: echo: no vring worker"),
         "{answer}"
     );
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn a_silent_client_blocks_neither_others_nor_the_recorder() {
-    let dir = scratch("slow");
-    let path = dir.join("stats");
     let stats = stats();
-    let _server = start(&path, stats.clone(), no_echo()).unwrap();
+    let (dir, path, _server) = serve("slow", stats.clone(), no_echo());
     // Connected, never sends, never reads.
     let _silent: Vec<UnixStream> = (0..3)
         .map(|_| UnixStream::connect(&path).unwrap())
@@ -229,12 +210,12 @@ fn a_silent_client_blocks_neither_others_nor_the_recorder() {
     stats.request(false);
     assert!(query(&path, "json").unwrap().contains("\"requests\": 1"));
     assert!(started.elapsed() < Duration::from_secs(2));
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]
 fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
-    let dir = scratch("stale");
+    let dir = ScratchDir::new("stale");
     let stale = dir.join("stale");
     drop(UnixListener::bind(&stale).unwrap());
     let server = start(&stale, stats(), no_echo()).unwrap();
@@ -252,7 +233,7 @@ fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
     let error = start(&file, stats(), no_echo()).err().unwrap();
     assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
-    std::fs::remove_dir_all(dir).unwrap();
+    dir.remove();
 }
 
 #[test]

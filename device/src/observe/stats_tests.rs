@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use prometheus_parse::{LineInfo, Scrape, Value};
+use prometheus_parse::{LineInfo, Scrape, SummaryCount, Value};
 use wddm_gpu_abi::packet::{WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::SubmitStatus;
 
@@ -354,6 +354,14 @@ fn value_of(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Value {
         .clone()
 }
 
+/// The latency summary's quantiles of one packet kind.
+fn latency_quantiles(scrape: &Scrape, kind: &str) -> Vec<SummaryCount> {
+    match value_of(scrape, "wddm_gpu_packet_latency_seconds", &[("kind", kind)]) {
+        Value::Summary(quantiles) => quantiles,
+        other => panic!("not a summary: {other:?}"),
+    }
+}
+
 #[test]
 fn prometheus_output_parses_with_the_right_values() {
     let text = busy_snapshot().to_prometheus();
@@ -362,29 +370,7 @@ fn prometheus_output_parses_with_the_right_values() {
     assert!(text.contains("# TYPE wddm_gpu_packet_latency_seconds summary"));
     assert!(scrape.docs.contains_key("wddm_gpu_packets_total"));
 
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_packets_total", &[("kind", "transfer")]),
-        Value::Counter(4.0)
-    );
-    assert_eq!(
-        value_of(
-            &scrape,
-            "wddm_gpu_packet_bytes_total",
-            &[("kind", "transfer")]
-        ),
-        Value::Counter(4.0 * 1048576.0)
-    );
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_packets_total", &[("kind", "fill")]),
-        Value::Counter(0.0)
-    );
-    let Value::Summary(quantiles) = value_of(
-        &scrape,
-        "wddm_gpu_packet_latency_seconds",
-        &[("kind", "transfer")],
-    ) else {
-        panic!("not a summary");
-    };
+    let quantiles = latency_quantiles(&scrape, "transfer");
     assert_eq!(quantiles.len(), 2);
     assert_eq!(quantiles[0].quantile, 0.5);
     assert!(
@@ -404,76 +390,74 @@ fn prometheus_output_parses_with_the_right_values() {
         panic!("sum");
     };
     assert!((sum - 100e-6).abs() < 1e-12, "{sum}");
-    assert_eq!(
-        value_of(
-            &scrape,
-            "wddm_gpu_packet_latency_seconds_count",
-            &[("kind", "transfer")]
-        ),
-        Value::Untyped(4.0)
-    );
     // No samples yet: NaN quantiles, zero count.
-    let Value::Summary(empty) = value_of(
-        &scrape,
-        "wddm_gpu_packet_latency_seconds",
-        &[("kind", "fence")],
-    ) else {
-        panic!("not a summary");
-    };
+    let empty = latency_quantiles(&scrape, "fence");
     assert!(empty.iter().all(|q| q.count.is_nan()));
 
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_submissions_total", &[("status", "ok")]),
-        Value::Counter(1.0)
-    );
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_submission_faults_total", &[]),
-        Value::Counter(1.0)
-    );
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_submissions_inline_total", &[]),
-        Value::Counter(1.0)
-    );
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_control_requests_total", &[]),
-        Value::Counter(1.0)
-    );
-    assert_eq!(
-        value_of(&scrape, "wddm_gpu_queue_depth_max", &[]),
-        Value::Gauge(1.0)
-    );
-    assert_eq!(
-        value_of(
-            &scrape,
+    // Plain counters, gauges and counts: (metric, labels, value).
+    type Labels = &'static [(&'static str, &'static str)];
+    let expected: [(&str, Labels, Value); 13] = [
+        (
+            "wddm_gpu_packets_total",
+            &[("kind", "transfer")],
+            Value::Counter(4.0),
+        ),
+        (
+            "wddm_gpu_packet_bytes_total",
+            &[("kind", "transfer")],
+            Value::Counter(4.0 * 1048576.0),
+        ),
+        (
+            "wddm_gpu_packets_total",
+            &[("kind", "fill")],
+            Value::Counter(0.0),
+        ),
+        (
+            "wddm_gpu_packet_latency_seconds_count",
+            &[("kind", "transfer")],
+            Value::Untyped(4.0),
+        ),
+        (
+            "wddm_gpu_submissions_total",
+            &[("status", "ok")],
+            Value::Counter(1.0),
+        ),
+        ("wddm_gpu_submission_faults_total", &[], Value::Counter(1.0)),
+        (
+            "wddm_gpu_submissions_inline_total",
+            &[],
+            Value::Counter(1.0),
+        ),
+        ("wddm_gpu_control_requests_total", &[], Value::Counter(1.0)),
+        ("wddm_gpu_queue_depth_max", &[], Value::Gauge(1.0)),
+        (
             "wddm_gpu_segment_bytes_total",
-            &[("segment", "0"), ("direction", "read")]
+            &[("segment", "0"), ("direction", "read")],
+            Value::Counter(4.0 * 1048576.0),
         ),
-        Value::Counter(4.0 * 1048576.0)
-    );
-    assert_eq!(
-        value_of(
-            &scrape,
+        (
             "wddm_gpu_segment_bytes_total",
-            &[("segment", "1"), ("direction", "write")]
+            &[("segment", "1"), ("direction", "write")],
+            Value::Counter(4.0 * 1048576.0),
         ),
-        Value::Counter(4.0 * 1048576.0)
-    );
-    assert_eq!(
-        value_of(
-            &scrape,
+        (
             "wddm_gpu_bank_bytes_total",
-            &[("segment", "1"), ("bank", "0"), ("direction", "write")]
+            &[("segment", "1"), ("bank", "0"), ("direction", "write")],
+            Value::Counter(4.0 * 1048576.0),
         ),
-        Value::Counter(4.0 * 1048576.0)
-    );
-    assert_eq!(
-        value_of(
-            &scrape,
+        (
             "wddm_gpu_bank_bytes_total",
-            &[("segment", "1"), ("bank", "1"), ("direction", "read")]
+            &[("segment", "1"), ("bank", "1"), ("direction", "read")],
+            Value::Counter(0.0),
         ),
-        Value::Counter(0.0)
-    );
+    ];
+    for (metric, labels, value) in expected {
+        assert_eq!(
+            value_of(&scrape, metric, labels),
+            value,
+            "{metric} {labels:?}"
+        );
+    }
 }
 
 #[test]

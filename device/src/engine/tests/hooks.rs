@@ -1,0 +1,61 @@
+//! Engine hooks for the tests: counting interruption checks, stopping on request, recording
+//! fences, and rewriting guest memory while a packet executes.
+
+use std::cell::Cell;
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::engine::{EngineHooks, Interruption};
+
+/// Counts interruption checks (stopping with `stop` from call `stop.0` on) and records fences,
+/// sampling guest memory (RAM or, through the window, VRAM) at each.
+#[derive(Default)]
+pub(super) struct Hooks {
+    pub(super) calls: Cell<u32>,
+    pub(super) stop: Option<(u32, Interruption)>,
+    pub(super) fences: Vec<u32>,
+    pub(super) sample: Option<(GuestMemoryMmap<()>, Vec<u64>)>,
+    pub(super) samples: Vec<Vec<u8>>,
+}
+
+impl EngineHooks for Hooks {
+    fn interruption(&self) -> Option<Interruption> {
+        let call = self.calls.get() + 1;
+        self.calls.set(call);
+        match self.stop {
+            Some((from, fault)) if call >= from => Some(fault),
+            _ => None,
+        }
+    }
+
+    fn fence(&mut self, fence_id: u32) {
+        self.fences.push(fence_id);
+        if let Some((mem, addresses)) = &self.sample {
+            let bytes = addresses
+                .iter()
+                .map(|&a| mem.read_obj::<u8>(GuestAddress(a)).unwrap())
+                .collect();
+            self.samples.push(bytes);
+        }
+    }
+}
+
+/// From its second interruption check on (the first one inside the first packet, which the
+/// engine has copied by then), writes `writes` into guest memory.
+pub(super) struct Rewriter {
+    pub(super) mem: GuestMemoryMmap<()>,
+    pub(super) calls: Cell<u32>,
+    pub(super) writes: Vec<(u64, Vec<u8>)>,
+}
+
+impl EngineHooks for Rewriter {
+    fn interruption(&self) -> Option<Interruption> {
+        self.calls.set(self.calls.get() + 1);
+        if self.calls.get() >= 2 {
+            for (address, bytes) in &self.writes {
+                self.mem.write_slice(bytes, GuestAddress(*address)).unwrap();
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,306 @@
+//! A map or unmap request is checked whole before any table entry changes.
+
+use wddm_gpu_abi::build::{map_aperture, unmap_aperture};
+use wddm_gpu_abi::packet::{
+    WddmGpuPacketMapAperture2, WddmGpuPacketUnmapAperture, WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+    WDDM_GPU_MAP_FLAG_CACHE_COHERENT, WDDM_GPU_MAX_FRAME_LIST_ENTRIES,
+};
+use wddm_gpu_abi::submit::SubmitStatus;
+
+use super::refusals::assert_refused;
+use crate::layout::SegmentKind;
+use crate::testkit::engine_rig::{df, dfs, Rig, AP_PAGES, DATA, PAGE, RAM_SIZE, VRAM_GPA};
+use crate::testkit::layouts::NON_COHERENT;
+use crate::testkit::packets::{b, map2_contiguous, map2_pages, AP};
+
+#[test]
+fn a_map_request_is_checked_whole_before_any_entry_changes() {
+    let mut rig = Rig::new("map-checks");
+    // Something to preserve: pages 0..6 and the last two pages mapped.
+    let old = rig.list(0, &dfs(&[1, 2, 3, 4, 5, 6]));
+    rig.ok(&[
+        b(map_aperture(AP, 0, 0, 6, old, 6, 0)),
+        b(map2_contiguous(AP_PAGES - 2, 2, df(50), 2, 0)),
+    ]
+    .concat());
+    let good: Vec<u64> = dfs(&[100, 101, 102, 103, 104, 105, 106, 107]);
+    let with_fifth = |rig: &Rig, frame: u64| {
+        let mut list = good.clone();
+        list[4] = frame;
+        rig.list(1, &list)
+    };
+    let beyond_ram = RAM_SIZE / PAGE + 3;
+    let in_vram = VRAM_GPA / PAGE + 2;
+    for (name, fifth, expected) in [
+        (
+            "5th frame beyond RAM",
+            beyond_ram,
+            SubmitStatus::FrameNotInRam,
+        ),
+        ("5th frame in VRAM", in_vram, SubmitStatus::FrameInVram),
+        ("5th frame overflows", u64::MAX, SubmitStatus::FrameNotInRam),
+    ] {
+        let list = with_fifth(&rig, fifth);
+        let bad = b(map_aperture(AP, 0, 2, 8, list, 8, 0));
+        assert_refused(&mut rig, name, bad, expected);
+    }
+    // The list's own 5th entry is bad, but only entries [offset, offset + count) matter.
+    let list = with_fifth(&rig, in_vram);
+    rig.ok(&[
+        b(map_aperture(AP, 0, 10, 3, list, 8, 5)),
+        b(map_aperture(AP, 0, 20, 4, list, 8, 0)),
+    ]
+    .concat());
+    assert_eq!(
+        rig.entries(10..13),
+        [Some(df(105)), Some(df(106)), Some(df(107))]
+    );
+    let list = with_fifth(&rig, in_vram);
+    assert_refused(
+        &mut rig,
+        "ADL page array 5th in VRAM",
+        b(map2_pages(2, 8, list, 8, 0)),
+        SubmitStatus::FrameInVram,
+    );
+    let list = rig.list(1, &good);
+    let past_end = b(map_aperture(AP, 0, AP_PAGES - 3, 8, list, 8, 0));
+    assert_refused(
+        &mut rig,
+        "range past the aperture end",
+        past_end,
+        SubmitStatus::SegmentRange,
+    );
+    assert_refused(
+        &mut rig,
+        "first page overflows",
+        b(map_aperture(AP, 0, u64::MAX, 2, list, 8, 0)),
+        SubmitStatus::SegmentRange,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL past the aperture end",
+        b(map2_contiguous(AP_PAGES - 1, 2, df(10), 2, 0)),
+        SubmitStatus::SegmentRange,
+    );
+    for (segment, expected) in [
+        (1, SubmitStatus::WrongSegmentKind),
+        (9, SubmitStatus::BadSegment),
+        (0, SubmitStatus::BadSegment),
+    ] {
+        let name = format!("MAP on segment {segment}");
+        assert_refused(
+            &mut rig,
+            &name,
+            b(map_aperture(segment, 0, 0, 1, list, 8, 0)),
+            expected,
+        );
+        let p = WddmGpuPacketMapAperture2 {
+            segment_id: segment,
+            ..map2_contiguous(0, 1, df(0), 1, 0)
+        };
+        assert_refused(
+            &mut rig,
+            &format!("MAP2 on segment {segment}"),
+            b(p),
+            expected,
+        );
+        let p = unmap_aperture(segment, 0, 1, DATA);
+        assert_refused(
+            &mut rig,
+            &format!("UNMAP on segment {segment}"),
+            b(p),
+            expected,
+        );
+    }
+    assert_refused(
+        &mut rig,
+        "unknown map flag",
+        b(map_aperture(AP, 2, 0, 1, list, 8, 0)),
+        SubmitStatus::ReservedField,
+    );
+    let mut flagged = b(map_aperture(AP, 0, 0, 1, list, 8, 0));
+    flagged[2] = 1; // header flags
+    assert_refused(
+        &mut rig,
+        "header flags",
+        flagged,
+        SubmitStatus::ReservedField,
+    );
+    assert_refused(
+        &mut rig,
+        "offset + count > frame_count",
+        b(map_aperture(AP, 0, 0, 6, list, 8, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "offset alone > frame_count",
+        b(map_aperture(AP, 0, 0, 0, list, 8, 9)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "frame_count above the maximum",
+        b(map_aperture(
+            AP,
+            0,
+            0,
+            1,
+            list,
+            WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1,
+            0,
+        )),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "list outside RAM",
+        b(map_aperture(AP, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "list in VRAM",
+        b(map_aperture(AP, 0, 0, 1, VRAM_GPA, 1, 0)),
+        SubmitStatus::BadFrameList,
+    );
+
+    // MAP_APERTURE2 rules.
+    assert_refused(
+        &mut rig,
+        "ADL too short",
+        b(map2_contiguous(0, 4, df(10), 6, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL pages too short",
+        b(map2_pages(0, 4, list, 6, 3)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL crosses the RAM end",
+        b(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
+        SubmitStatus::FrameNotInRam,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL in VRAM",
+        b(map2_contiguous(0, 4, in_vram, 4, 0)),
+        SubmitStatus::FrameInVram,
+    );
+    assert_refused(
+        &mut rig,
+        "ADL base overflows",
+        b(map2_contiguous(0, 1, u64::MAX, 4, 2)),
+        SubmitStatus::LengthOverflow,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        adl_flags: 2 | WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "unknown ADL flag",
+        b(p),
+        SubmitStatus::ReservedField,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        reserved: 1,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(&mut rig, "MAP2 reserved", b(p), SubmitStatus::ReservedField);
+    let p = WddmGpuPacketMapAperture2 {
+        flags: 4,
+        ..map2_contiguous(0, 1, df(0), 1, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "MAP2 unknown map flag",
+        b(p),
+        SubmitStatus::ReservedField,
+    );
+
+    // UNMAP rules.
+    assert_refused(
+        &mut rig,
+        "unaligned dummy",
+        b(unmap_aperture(AP, 0, 2, DATA + 8)),
+        SubmitStatus::BadFrameList,
+    );
+    assert_refused(
+        &mut rig,
+        "dummy in VRAM",
+        b(unmap_aperture(AP, 0, 2, VRAM_GPA + PAGE)),
+        SubmitStatus::FrameInVram,
+    );
+    assert_refused(
+        &mut rig,
+        "dummy beyond RAM",
+        b(unmap_aperture(AP, 0, 2, RAM_SIZE)),
+        SubmitStatus::FrameNotInRam,
+    );
+    assert_refused(
+        &mut rig,
+        "unmap reserved",
+        b(WddmGpuPacketUnmapAperture {
+            reserved: 1,
+            ..unmap_aperture(AP, 0, 1, DATA)
+        }),
+        SubmitStatus::ReservedField,
+    );
+    assert_refused(
+        &mut rig,
+        "unmap past the end",
+        b(unmap_aperture(AP, AP_PAGES - 1, 2, DATA)),
+        SubmitStatus::SegmentRange,
+    );
+
+    // CacheCoherent is fine into the default (coherent) aperture.
+    let p = map_aperture(AP, WDDM_GPU_MAP_FLAG_CACHE_COHERENT, 30, 1, list, 8, 0);
+    rig.ok(&b(p));
+    assert_eq!(rig.entries(30..31), [Some(df(100))]);
+}
+
+#[test]
+fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
+    let mut rig = Rig::with_layout("non-coherent", NON_COHERENT);
+    assert_eq!(rig.layout.segments[1].kind, SegmentKind::Aperture);
+    let list = rig.list(0, &dfs(&[7, 8]));
+    let coherent = WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
+    let p = map_aperture(AP, coherent, 0, 2, list, 2, 0);
+    assert_refused(
+        &mut rig,
+        "CacheCoherent MAP",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    let p = WddmGpuPacketMapAperture2 {
+        flags: coherent,
+        ..map2_contiguous(0, 2, df(7), 2, 0)
+    };
+    assert_refused(
+        &mut rig,
+        "CacheCoherent MAP2",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    // Without the flag the same mapping works; the device-only segment 3 is not an aperture.
+    rig.ok(&b(map_aperture(AP, 0, 0, 2, list, 2, 0)));
+    assert_eq!(rig.entries(0..3), [Some(df(7)), Some(df(8)), None]);
+    let p = map_aperture(3, 0, 0, 2, list, 2, 0);
+    assert_refused(
+        &mut rig,
+        "MAP on device-only VRAM",
+        b(p),
+        SubmitStatus::WrongSegmentKind,
+    );
+    // The aperture is 1 MiB here: 256 pages.
+    assert_refused(
+        &mut rig,
+        "past the 1 MiB aperture",
+        b(map_aperture(AP, 0, 255, 2, list, 2, 0)),
+        SubmitStatus::SegmentRange,
+    );
+}

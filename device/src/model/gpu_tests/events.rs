@@ -1,0 +1,165 @@
+//! Completions, faults, fences and BAR changes reach the status page and posted events.
+
+use wddm_gpu_abi::build::{fence, fill};
+use wddm_gpu_abi::ctrl::{VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, WDDM_GPU_CMD_PREEMPT};
+use wddm_gpu_abi::status::*;
+use wddm_gpu_abi::submit::SubmitStatus;
+use zerocopy::IntoBytes;
+
+use super::seconds_of_copying;
+use crate::testkit::gpu_rig::*;
+use crate::testkit::packets::{b, vr};
+
+#[test]
+fn submissions_complete_on_the_engine_thread_after_the_status_page() {
+    let mut rig = GpuRig::new("complete");
+    rig.register_status_page();
+    let page = rig.status_page();
+    assert_eq!(page.magic, WDDM_GPU_STATUS_MAGIC);
+    assert_eq!((page.bar_state, page.bar_address), (1, VRAM_GPA));
+    let (fence, rx) = rig.submit(&b(fill(0xa5a5_5a5a, 4096, vr(0x1000))), 0);
+    let response = submit_response(&rx);
+    assert_eq!(
+        (response.status, response.submission_fence_id),
+        (SubmitStatus::Ok as u32, fence)
+    );
+    assert_eq!(rig.vram(0x1000, 4), 0xa5a5_5a5au32.to_le_bytes());
+    let page = rig.status_page();
+    assert_eq!(
+        (page.completed_fence, page.submissions_completed),
+        (fence, 1)
+    );
+    let stats = rig.gpu.stats().snapshot();
+    assert_eq!(stats.submissions.count, 1);
+    assert_eq!(stats.requests, 2, "the registration and the submission");
+    assert_eq!(stats.refused_requests, 0);
+}
+
+#[test]
+fn faults_go_to_the_status_page_ring_and_a_posted_event() {
+    let mut rig = GpuRig::new("fault");
+    rig.register_status_page();
+    let events = rig.post_event();
+    let mut bad = b(fill(1, 16, vr(0)));
+    bad[0] = 0x77;
+    let packets = [b(fill(1, 16, vr(0))), bad].concat();
+    let (fence, rx) = rig.submit(&packets, 0);
+    let response = submit_response(&rx);
+    assert_eq!(response.status, SubmitStatus::UnknownOpcode as u32);
+    let delivered = event(&events);
+    assert_eq!(delivered.kind, WDDM_GPU_EVENT_FAULT);
+    assert_eq!(
+        (
+            delivered.fault.fence_id,
+            delivered.fault.packet_offset,
+            delivered.fault.opcode
+        ),
+        (fence, 48, 0x77)
+    );
+    let page = rig.status_page();
+    assert_eq!((page.fault_head, page.completed_fence), (1, fence));
+    let mut record = WddmGpuFaultRecord::default();
+    let ring = STATUS + u64::from(WDDM_GPU_FAULT_RING_OFFSET);
+    rig.ram_read_into(ring, record.as_mut_bytes());
+    assert_eq!(record, delivered.fault);
+    // Nothing posted: the next fault is counted as a dropped event.
+    let (_, rx) = rig.submit(&packets, 1);
+    submit_response(&rx);
+    assert_eq!(rig.status_page().events_dropped, 1);
+    assert_eq!(rig.status_page().fault_head, 2);
+}
+
+#[test]
+fn the_fault_ring_never_overwrites_unconsumed_records() {
+    let mut rig = GpuRig::new("ring");
+    rig.register_status_page();
+    let mut bad = b(fill(1, 16, vr(0)));
+    bad[0] = 0x77;
+    for slot in 0..=u64::from(WDDM_GPU_FAULT_RING_ENTRIES) {
+        let (_, rx) = rig.submit(&bad, slot % 4);
+        submit_response(&rx);
+    }
+    let page = rig.status_page();
+    assert_eq!(
+        (page.fault_head, page.faults_dropped),
+        (WDDM_GPU_FAULT_RING_ENTRIES, 1)
+    );
+}
+
+#[test]
+fn fence_packets_complete_posted_events_in_order() {
+    let mut rig = GpuRig::new("fence");
+    rig.register_status_page();
+    let events = [rig.post_event(), rig.post_event()];
+    let packets = [b(fence(700)), b(fill(3, 64, vr(0))), b(fence(701))].concat();
+    let (_, rx) = rig.submit(&packets, 0);
+    submit_response(&rx);
+    let fences: Vec<u32> = events
+        .iter()
+        .map(event)
+        .map(|e| {
+            assert_eq!(e.kind, WDDM_GPU_EVENT_FENCE);
+            e.fence_id
+        })
+        .collect();
+    assert_eq!(fences, [700, 701]);
+}
+
+#[test]
+fn bar_changes_update_the_status_page_and_complete_an_event() {
+    let rig = GpuRig::new("bar");
+    rig.register_status_page();
+    let events = rig.post_event();
+    rig.map_bar(0);
+    let gone = event(&events);
+    assert_eq!(
+        (gone.kind, gone.bar_state, gone.bar_generation),
+        (WDDM_GPU_EVENT_BAR_CHANGED, 0, 2)
+    );
+    let events = rig.post_event();
+    rig.map_bar(0xd000_0000);
+    let moved = event(&events);
+    assert_eq!(
+        (moved.bar_state, moved.bar_generation, moved.bar_address),
+        (1, 3, 0xd000_0000)
+    );
+    let page = rig.status_page();
+    assert_eq!(
+        (page.bar_state, page.bar_generation, page.bar_address),
+        (1, 3, 0xd000_0000)
+    );
+}
+
+#[test]
+fn status_pages_outside_ram_or_unaligned_are_refused() {
+    let rig = GpuRig::new("badpage");
+    for address in [STATUS + 8, RAM, VRAM_GPA] {
+        assert_eq!(
+            rig.register_status_page_at(address),
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+            "{address:#x}"
+        );
+    }
+}
+
+#[test]
+fn a_fence_packet_is_reported_while_the_rest_of_the_buffer_runs() {
+    let mut rig = GpuRig::new("fence-early");
+    rig.register_status_page();
+    let events = rig.post_event();
+    // A fence, then seconds of copying.
+    let mut packets = b(fence(900));
+    packets.extend(seconds_of_copying(0));
+    let (_, rx) = rig.submit(&packets, 0);
+    let fenced = event(&events);
+    assert_eq!((fenced.kind, fenced.fence_id), (WDDM_GPU_EVENT_FENCE, 900));
+    assert_eq!(rig.status_page().completed_fence, 900);
+    assert!(
+        rx.try_recv().is_err(),
+        "the submission is still running when its fence is reported"
+    );
+    // End the long tail quickly.
+    let preempt = rig.command(WDDM_GPU_CMD_PREEMPT);
+    preempt.recv_timeout(WAIT).unwrap();
+    assert_eq!(submit_response(&rx).status, SubmitStatus::Preempted as u32);
+}
