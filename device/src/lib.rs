@@ -1,6 +1,9 @@
 //! vhost-user-wddm-gpu: a virtual GPU for bringing up WDDM kernel-mode drivers under QEMU.
 //!
-//! The source tree is its layers; each imports only from the layers listed before it:
+//! The source tree is its layers (a folder each, `daemon.rs` a file); a module imports only from
+//! its own layer and those listed before it (`device/tests/layers.rs` fails on an upward import
+//! or a cycle). `docs/architecture.md` draws them, with the threads, the locks and the path of
+//! one request:
 //! - [`support`]: locking, rate-limited guest warnings, size parsing, socket paths.
 //! - `layout`: segments and address resolution, the `--layout` file, the WDDM rules, the
 //!   `DXGK_QUERYSEGMENTOUT3`/`4` report, the capability-set blob, DXGK value decoding.
@@ -8,8 +11,8 @@
 //! - `observe`: counters and histograms, the `--trace` timeline, the stats endpoint, the
 //!   benchmark's echo.
 //! - `engine`: the paging engine executing DMA buffers of paging packets.
-//! - `model`: the device model answering control requests, and the scheduler of the engine
-//!   thread.
+//! - `model`: the device model answering control requests, how answers and events go out, the
+//!   status page, and the scheduler of the engine thread.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
 //! - [`daemon`]: one configuration and one start function for the binary.
 //!
