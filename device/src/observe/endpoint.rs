@@ -112,7 +112,7 @@ pub struct StatsServer {
 /// Binds the stats socket at `path` (replacing a stale socket file) and starts serving.
 pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<StatsServer> {
     socket_path::claim(path)?;
-    let listener = UnixListener::bind(path)?;
+    let listener = bind_ready(path)?;
     let accepting = listener.try_clone()?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -128,6 +128,27 @@ pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<
         listener,
         thread: Some(thread),
     })
+}
+
+/// Binds a listening socket that appears at `path` only once it accepts: bound and listening
+/// under a temporary name beside it, then renamed into place, so a client that sees the path
+/// never gets "connection refused".
+fn bind_ready(path: &Path) -> io::Result<UnixListener> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".{}.new", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let _ = fs::remove_file(&temporary);
+    let listener = match UnixListener::bind(&temporary) {
+        Ok(listener) => listener,
+        // The longer name may pass the socket-address limit where `path` does not.
+        Err(error) if error.kind() == ErrorKind::InvalidInput => return UnixListener::bind(path),
+        Err(error) => return Err(error),
+    };
+    if let Err(error) = fs::rename(&temporary, path) {
+        let _ = fs::remove_file(&temporary);
+        return Err(error);
+    }
+    Ok(listener)
 }
 
 impl StatsServer {

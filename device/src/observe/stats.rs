@@ -416,7 +416,11 @@ impl Stats {
 
     /// Submissions waiting or running changed to `depth`.
     pub fn queue_depth(&self, depth: usize) {
-        let now = Instant::now();
+        self.queue_depth_at(depth, Instant::now());
+    }
+
+    /// [`Self::queue_depth`] at a given instant (tests replay a timeline with it).
+    pub(crate) fn queue_depth_at(&self, depth: usize, now: Instant) {
         let depth = u64::try_from(depth).unwrap_or(u64::MAX);
         let mut inner = self.lock();
         let queue = &mut inner.queue;
@@ -445,7 +449,11 @@ impl Stats {
 
     /// Everything so far, as plain values.
     pub fn snapshot(&self) -> StatsSnapshot {
-        let now = Instant::now();
+        self.snapshot_at(Instant::now())
+    }
+
+    /// [`Self::snapshot`] as of a given instant.
+    pub(crate) fn snapshot_at(&self, now: Instant) -> StatsSnapshot {
         let inner = self.lock();
         let uptime_ns = nanos(now.saturating_duration_since(self.started));
         let buckets = PacketKind::ALL

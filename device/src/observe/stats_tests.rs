@@ -252,16 +252,19 @@ fn submissions_count_statuses_faults_paths_and_waits() {
 fn queue_depth_keeps_current_max_changes_and_a_time_weighted_mean() {
     let stats = Stats::new(&SegmentLayout::default_for_vram(16 << 20));
     assert_eq!(stats.snapshot().queue_depth.p50, None);
-    for depth in [1, 2, 3, 2, 1, 0] {
-        stats.queue_depth(depth);
+    // A replayed timeline, so a test thread descheduled for a while cannot skew the mean.
+    let start = Instant::now();
+    for (step, depth) in [1, 2, 3, 2, 1, 0].into_iter().enumerate() {
+        stats.queue_depth_at(depth, start + Duration::from_micros(step as u64));
     }
-    stats.queue_depth(4);
-    std::thread::sleep(Duration::from_millis(20));
-    let q = stats.snapshot().queue_depth;
+    stats.queue_depth_at(4, start + Duration::from_millis(1));
+    let q = stats
+        .snapshot_at(start + Duration::from_secs(10))
+        .queue_depth;
     assert_eq!((q.current, q.max, q.changes), (4, 4, 7));
     assert_eq!(q.p50, Some(2));
     assert_eq!(q.p99, Some(4));
-    // Depth 4 for nearly all of the uptime.
+    // Depth 4 for nearly all of the uptime (which began a moment before `start`).
     assert!(q.mean > 3.0 && q.mean <= 4.0, "mean {}", q.mean);
 }
 

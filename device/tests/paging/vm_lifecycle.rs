@@ -103,9 +103,11 @@ fn a_bar_change_while_stopped_reaches_the_status_page_and_events_only_after_cont
 fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_work() {
     let mut h = ready_with_vram("vm-stop-transfer", BIG_VRAM);
     register_status_page(&mut h);
-    // A few packets: long enough to be caught running, short enough to finish after `cont`.
+    // Long enough (2.5 GiB) to be caught running by a stop even on a loaded machine, where
+    // the stop can take tens of milliseconds to arrive; short enough to finish after `cont`.
+    const PACKETS: u64 = 160;
     let mut dma = Dma::default();
-    for _ in 0..24 {
+    for _ in 0..PACKETS {
         dma.push(&transfer(
             LONG_LENGTH,
             segment(VRAM_SEGMENT, LONG_SOURCE),
@@ -148,7 +150,11 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
     let response = h.wait_submit(long);
     assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
     assert_eq!(response.packets_completed, dma.packets, "{response:?}");
-    assert_eq!(response.bytes_transferred, 24 * LONG_LENGTH, "{response:?}");
+    assert_eq!(
+        response.bytes_transferred,
+        PACKETS * LONG_LENGTH,
+        "{response:?}"
+    );
     assert_bytes(
         &h.read_vram(LONG_DESTINATION, LONG_LENGTH as usize),
         &source,
