@@ -90,15 +90,20 @@ gpu_start_backend() {
     wait_for_socket "$SOCKET" 20 "$pid" || { cat "$BACKEND_LOG" >&2; die "the backend did not start"; }
 }
 
-# gpu_stop_backend: waits (up to 10 s) for the backend to exit, as it does once QEMU has gone;
-# stops it otherwise.
-gpu_stop_backend() {
+# stop_within PID: waits up to 10 s for PID to exit on its own; stops it otherwise.
+stop_within() {
     local waited=0
-    while kill -0 "$BACKEND_PID" 2>/dev/null && ((waited < 100)); do
+    while kill -0 "$1" 2>/dev/null && ((waited < 100)); do
         sleep 0.1
         waited=$((waited + 1))
     done
-    kill "$BACKEND_PID" 2>/dev/null || true
+    kill "$1" 2>/dev/null || true
+}
+
+# gpu_stop_backend: waits (up to 10 s) for the backend to exit, as it does once QEMU has gone;
+# stops it otherwise.
+gpu_stop_backend() {
+    stop_within "$BACKEND_PID"
 }
 
 # gpu_run_guest ARGS [QEMU_ARG...]: boot the guest with the GPU (GPU_QEMU, GPU_BAR_MODE), running
@@ -147,12 +152,7 @@ gpu_run_guest_vmctl() {
     on_exit "kill ${vmctl_pid} 2>/dev/null; wait ${vmctl_pid} 2>/dev/null"
     gpu_run_guest "$guest_args" "${extra[@]}" || rc=$?
     # vmctl ends when QEMU closes QMP; give it a moment, then stop it (it reports why).
-    local waited=0
-    while kill -0 "$vmctl_pid" 2>/dev/null && ((waited < 100)); do
-        sleep 0.1
-        waited=$((waited + 1))
-    done
-    kill "$vmctl_pid" 2>/dev/null || true
+    stop_within "$vmctl_pid"
     VMCTL_RC=0
     wait "$vmctl_pid" || VMCTL_RC=$?
     return "$rc"
