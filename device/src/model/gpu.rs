@@ -25,7 +25,7 @@ use crate::model::control::{decode, ControlRequest};
 use crate::model::reply::{respond, Mem, Notify, Reply};
 use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
-use crate::observe::stats::Stats;
+use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
 
@@ -147,12 +147,12 @@ impl Gpu {
 
     /// Answers one control request through `reply`, now or (submissions, events) later.
     pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
-        let refused = self.dispatch(request, reply, mem);
-        self.stats.request(refused);
+        let outcome = self.dispatch(request, reply, mem);
+        self.stats.request(outcome);
     }
 
     /// [`Self::handle`]; returns whether the request was refused.
-    fn dispatch(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) -> bool {
+    fn dispatch(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) -> RequestOutcome {
         let request = match decode(request) {
             Ok(request) => request,
             Err(error) => {
@@ -173,7 +173,7 @@ impl Gpu {
                     return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
                 }
                 self.scheduler.submit(cmd, reply, mem);
-                return false;
+                return RequestOutcome::Taken;
             }
             ControlRequest::WaitEvent => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
@@ -184,7 +184,7 @@ impl Gpu {
                     return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
                 }
                 lock(&self.notify).events.push_back(reply);
-                return false;
+                return RequestOutcome::Taken;
             }
             ControlRequest::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
             ControlRequest::Reset => {
@@ -244,13 +244,13 @@ impl Gpu {
             }
         };
         respond(reply, &response);
-        false
+        RequestOutcome::Taken
     }
 
-    /// Answers with an error; returns `true` (refused).
-    fn refuse(&self, reply: Box<dyn Reply>, type_: u32) -> bool {
+    /// Answers with an error.
+    fn refuse(&self, reply: Box<dyn Reply>, type_: u32) -> RequestOutcome {
         respond(reply, &header(type_));
-        true
+        RequestOutcome::Refused
     }
 
     /// Virtio reset (the frontend stops the rings): running work stops within one chunk,

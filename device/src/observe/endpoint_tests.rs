@@ -12,7 +12,7 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 use super::*;
 use crate::layout::SegmentLayout;
-use crate::observe::stats::Stats;
+use crate::observe::stats::{RequestOutcome, Stats};
 use crate::testkit::scratch::ScratchDir;
 
 fn stats() -> Arc<Stats> {
@@ -59,7 +59,7 @@ fn answers_every_rendering_and_removes_its_socket() {
     let dir = ScratchDir::new("render");
     let path = dir.join("gpu.sock.stats");
     let stats = stats();
-    stats.request(true);
+    stats.request(RequestOutcome::Refused);
     let server = start(&path, stats.clone(), no_echo()).unwrap();
     assert_eq!(server.path(), path);
 
@@ -71,7 +71,7 @@ fn answers_every_rendering_and_removes_its_socket() {
     let json: serde_json::Value = serde_json::from_str(&query(&path, "json").unwrap()).unwrap();
     assert_eq!(json["refused_requests"], 1);
     // Values are live.
-    stats.request(false);
+    stats.request(RequestOutcome::Taken);
     let json: serde_json::Value = serde_json::from_str(&query(&path, "json").unwrap()).unwrap();
     assert_eq!(json["requests"], 2);
 
@@ -207,7 +207,7 @@ fn a_silent_client_blocks_neither_others_nor_the_recorder() {
         .map(|_| UnixStream::connect(&path).unwrap())
         .collect();
     let started = Instant::now();
-    stats.request(false);
+    stats.request(RequestOutcome::Taken);
     assert!(query(&path, "json").unwrap().contains("\"requests\": 1"));
     assert!(started.elapsed() < Duration::from_secs(2));
     dir.remove();

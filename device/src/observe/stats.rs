@@ -288,6 +288,15 @@ struct Inner {
     refused: u64,
 }
 
+/// What became of one control request, as the request counters see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// Answered, or taken to be answered later.
+    Taken,
+    /// Answered with an error response.
+    Refused,
+}
+
 /// Shared measurement state. All methods take `&self`: the engine thread, the control-queue
 /// thread and the stats endpoint use it concurrently.
 ///
@@ -438,11 +447,11 @@ impl Stats {
         inner.submissions.preemptions = inner.submissions.preemptions.saturating_add(count);
     }
 
-    /// A control request was answered (`refused`: with an error response).
-    pub fn request(&self, refused: bool) {
+    /// A control request was taken: answered, or (for submissions and events) to be answered.
+    pub fn request(&self, outcome: RequestOutcome) {
         let mut inner = self.lock();
         inner.requests = inner.requests.saturating_add(1);
-        if refused {
+        if outcome == RequestOutcome::Refused {
             inner.refused = inner.refused.saturating_add(1);
         }
     }

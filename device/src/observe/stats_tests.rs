@@ -217,9 +217,9 @@ fn submissions_count_statuses_faults_paths_and_waits() {
     stats.record_submission(&submission(SubmitStatus::Preempted, false, 10, 5));
     stats.record_submission(&submission(SubmitStatus::Reset, false, 10, 5));
     stats.preempted(2);
-    stats.request(false);
-    stats.request(true);
-    stats.request(false);
+    stats.request(RequestOutcome::Taken);
+    stats.request(RequestOutcome::Refused);
+    stats.request(RequestOutcome::Taken);
 
     let snapshot = stats.snapshot();
     let s = &snapshot.submissions;
@@ -307,7 +307,7 @@ fn busy_snapshot() -> StatsSnapshot {
     stats.record_submission(&submission(SubmitStatus::BadSegment, true, 1, 3));
     stats.queue_depth(1);
     stats.queue_depth(0);
-    stats.request(false);
+    stats.request(RequestOutcome::Taken);
     stats.snapshot()
 }
 

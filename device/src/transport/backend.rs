@@ -40,6 +40,7 @@ use crate::model::control::MAX_REQUEST_SIZE;
 use crate::model::gpu::Gpu;
 use crate::model::reply::Reply;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
+use crate::observe::stats::RequestOutcome;
 use crate::support::sync::lock;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
@@ -310,7 +311,7 @@ impl WddmGpuBackend {
                     Some(claim) => Some(claim),
                     None => {
                         crate::guest_warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
-                        self.gpu.stats().request(true);
+                        self.gpu.stats().request(RequestOutcome::Refused);
                         let reply = ChainReply::new(
                             chain,
                             mem.clone(),
