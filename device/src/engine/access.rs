@@ -119,6 +119,8 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
 ) -> Result<Location, Fault> {
     let run = match side {
         Side::Vram(range) => return Ok(Location::Vram(range.sub(position, limit))),
+        // A transfer stays inside the bytes its list was loaded for: past them is a device bug,
+        // reported rather than panicked on.
         Side::Frames { list } => {
             frame_lists[list]
                 .run_at(position, limit)
