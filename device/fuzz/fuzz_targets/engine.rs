@@ -122,10 +122,10 @@ fn submit(world: &mut World, layout: usize, input: &mut Reader<'_>, raw: bool, d
     if place % 4 != 3 {
         if segment == 0 {
             let _ = world.mem.write_slice(dma, GuestAddress(buffer_address));
-        } else if let Ok(Resolved::Vram { offset }) =
+        } else if let Ok(Resolved::Vram(range)) =
             layout_ref.resolve(segment, buffer_address, dma.len() as u64)
         {
-            if let Some(slice) = world.vram.slice(offset, dma.len()) {
+            if let Some(slice) = world.vram.slice(range.start(), dma.len()) {
                 slice.copy_from(dma);
             }
         }

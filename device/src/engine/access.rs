@@ -1,38 +1,96 @@
 //! How the engine reaches bytes: an endpoint resolved to a [`Side`] (VRAM, a frame list, or an
 //! aperture through the GART) is walked in maximal runs of contiguous bytes, and runs are copied
-//! with vm-memory volatile slices.
+//! with vm-memory volatile slices. Every run is a checked range ([`VramRange`] or [`RamRange`]),
+//! so walking it needs no overflow checks.
 
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{GuestMemoryBackend, VolatileSlice};
-use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
+use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::{DeviceMemory, Fault};
+use crate::layout::SegmentRange;
+use crate::memory::frames::FrameList;
 use crate::memory::gart::Gart;
-use crate::memory::vram::copy_slices;
+use crate::memory::guest_ram::RamRange;
+use crate::memory::vram::{copy_slices, VramRange};
+use crate::support::span::Span;
 
 /// Bytes copied through the bounce buffer per step when source and destination overlap.
 const BOUNCE_SIZE: usize = 64 << 10;
 
-/// Where one byte lives.
+/// A run of bytes contiguous in one store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Location {
-    /// An offset in the VRAM address space.
-    Vram(u64),
-    /// A guest-physical address in RAM.
-    Guest(u64),
+    /// Bytes of the VRAM address space.
+    Vram(VramRange),
+    /// Guest-physical bytes that were checked as RAM.
+    Guest(RamRange),
 }
 
 impl Location {
-    fn offset(self, by: u64) -> Self {
+    /// An empty run.
+    pub(super) const EMPTY: Location = Location::Guest(RamRange::EMPTY);
+
+    /// Bytes in the run.
+    #[inline]
+    pub(super) fn len(self) -> u64 {
         match self {
-            Location::Vram(a) => Location::Vram(a + by),
-            Location::Guest(a) => Location::Guest(a + by),
+            Location::Vram(range) => range.len(),
+            Location::Guest(range) => range.len(),
         }
     }
 
-    fn address(self) -> u64 {
+    /// `length` bytes from `skip` bytes in, both clamped to the run.
+    #[inline]
+    pub(super) fn sub(self, skip: u64, length: u64) -> Self {
         match self {
-            Location::Vram(a) | Location::Guest(a) => a,
+            Location::Vram(range) => Location::Vram(range.sub(skip, length)),
+            Location::Guest(range) => Location::Guest(range.sub(skip, length)),
+        }
+    }
+
+    /// The run without its first `step` bytes.
+    #[inline]
+    pub(super) fn advance(&mut self, step: u64) {
+        *self = self.sub(step, u64::MAX);
+    }
+
+    /// Whether both runs are in the same store and share a byte.
+    fn overlaps(self, other: Self) -> bool {
+        match (self, other) {
+            (Location::Vram(a), Location::Vram(b)) => a.overlaps(b),
+            (Location::Guest(a), Location::Guest(b)) => a.overlaps(b),
+            _ => false,
+        }
+    }
+
+    /// Takes `len` bytes off the front, or the back: `(taken, rest)`.
+    fn take(self, len: u64, from_back: bool) -> (Self, Self) {
+        fn split<K: Copy>(span: Span<K>, len: u64, from_back: bool) -> (Span<K>, Span<K>) {
+            if from_back {
+                let (rest, last) = span.split_last(len);
+                (last, rest)
+            } else {
+                (span.head(len), span.tail(len))
+            }
+        }
+        match self {
+            Location::Vram(range) => {
+                let (taken, rest) = split(range, len, from_back);
+                (Location::Vram(taken), Location::Vram(rest))
+            }
+            Location::Guest(range) => {
+                let (taken, rest) = split(range, len, from_back);
+                (Location::Guest(taken), Location::Guest(rest))
+            }
+        }
+    }
+
+    /// Where the run starts in its store.
+    fn start(self) -> u64 {
+        match self {
+            Location::Vram(range) => range.start(),
+            Location::Guest(range) => range.start(),
         }
     }
 }
@@ -40,31 +98,12 @@ impl Location {
 /// One endpoint, resolved and checked.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Side {
-    /// Bytes from this VRAM offset on.
-    Vram { offset: u64 },
-    /// Bytes of the frames in `frame_lists[list]`, starting `byte_offset` into the first one.
-    Frames { list: usize, byte_offset: u64 },
-    /// Bytes of an aperture from this segment offset on, through the GART.
-    Aperture { segment: u32, offset: u64 },
-}
-
-/// The current run of one side.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Cursor {
-    pub(super) location: Location,
-    pub(super) run_left: u64,
-}
-
-impl Cursor {
-    pub(super) const EMPTY: Cursor = Cursor {
-        location: Location::Vram(0),
-        run_left: 0,
-    };
-
-    pub(super) fn advance(&mut self, step: u64) {
-        self.run_left -= step;
-        self.location = self.location.offset(step);
-    }
+    /// Bytes of VRAM.
+    Vram(VramRange),
+    /// Bytes of the checked frames in `frame_lists[list]`.
+    Frames { list: usize },
+    /// Bytes of an aperture, through the GART.
+    Aperture { segment: u32, range: SegmentRange },
 }
 
 /// The run of contiguous bytes of `side` starting `position` bytes in, at most `limit` long.
@@ -74,83 +113,68 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
     side: Side,
     position: u64,
     limit: u64,
-    frame_lists: &[Vec<u64>; 2],
+    frame_lists: &[FrameList; 2],
     gart: &Gart,
     mem: &DeviceMemory<'_, M>,
-) -> Result<Cursor, Fault> {
-    let (address, run) = match side {
-        Side::Vram { offset } => {
-            return Ok(Cursor {
-                location: Location::Vram(offset + position),
-                run_left: limit,
-            });
+) -> Result<Location, Fault> {
+    let run = match side {
+        Side::Vram(range) => return Ok(Location::Vram(range.sub(position, limit))),
+        // A transfer stays inside the bytes its list was loaded for: past them is a device bug,
+        // reported rather than panicked on.
+        Side::Frames { list } => {
+            frame_lists[list]
+                .run_at(position, limit)
+                .ok_or(Fault::BadFrameList {
+                    address: 0,
+                    reason: "a run past the checked frames",
+                })?
         }
-        Side::Frames { list, byte_offset } => {
-            let frames = &frame_lists[list];
-            let first = byte_offset >> WDDM_GPU_PAGE_SHIFT;
-            let at = byte_offset + position;
-            let index = ((at >> WDDM_GPU_PAGE_SHIFT) - first) as usize;
-            let in_page = at & (WDDM_GPU_PAGE_SIZE - 1);
-            let mut run = WDDM_GPU_PAGE_SIZE - in_page;
-            let mut next = index + 1;
-            while run < limit && next < frames.len() && frames[next] == frames[next - 1] + 1 {
-                run += WDDM_GPU_PAGE_SIZE;
-                next += 1;
-            }
-            (frames[index] * WDDM_GPU_PAGE_SIZE + in_page, run)
-        }
-        Side::Aperture { segment, offset } => {
-            let run = gart.run_at(segment, offset + position, limit)?;
-            (run.address, run.length)
-        }
+        Side::Aperture { segment, range } => gart.ram_run_at(segment, range.at(position), limit)?,
     };
-    let run = run.min(limit);
     // A run inside one page cannot cross a memory-table region (regions are whole pages; a
     // frontend's odd region makes the copy's slice lookup fault instead): only longer runs
     // pay for a region lookup here. That lookup is most of the per-page cost of scattered
     // frames.
+    let address = run.start();
     let in_page_room = WDDM_GPU_PAGE_SIZE - (address & (WDDM_GPU_PAGE_SIZE - 1));
-    let run = if run <= in_page_room {
+    let run = if run.len() <= in_page_room {
         run
     } else {
-        run.min(mem.ram.contiguous_len(address))
+        run.head(mem.ram.contiguous_len(address))
     };
-    if run == 0 {
+    if run.is_empty() {
         // Checked ranges always have a run: the frame is no longer RAM (the memory table
         // changed since the mapping was checked).
         return Err(Fault::FrameNotInRam { address });
     }
-    Ok(Cursor {
-        location: Location::Guest(address),
-        run_left: run,
-    })
+    Ok(Location::Guest(run))
 }
 
-/// A VRAM slice, or the range fault when it is outside VRAM.
+/// A VRAM slice, or the range fault when it straddles the BAR and device-only memory.
 fn vram_slice<'a, M: GuestMemoryBackend>(
     mem: &DeviceMemory<'a, M>,
-    offset: u64,
-    len: usize,
+    range: VramRange,
 ) -> Result<VolatileSlice<'a, ()>, Fault> {
-    mem.vram.slice(offset, len).ok_or(Fault::SegmentRange {
+    mem.vram.range_slice(range).ok_or(Fault::SegmentRange {
         segment: 0,
-        address: offset,
-        length: len as u64,
+        address: range.start(),
+        length: range.len(),
     })
 }
 
-/// A guest RAM slice (one memory-table region), or the frame fault when it is not RAM.
-fn ram_slice<'a, M: GuestMemoryBackend>(
+/// A slice of bytes that were RAM when checked. The memory table may have changed since: when
+/// they are no longer RAM (their region went away, or the VRAM window now covers them) the
+/// fault is `FrameNotInRam` in both cases, the status the device has always reported here.
+fn slice_of_checked_ram<'a, M: GuestMemoryBackend>(
     mem: &DeviceMemory<'a, M>,
-    address: u64,
-    len: usize,
+    range: RamRange,
 ) -> Result<VolatileSlice<'a, impl BitmapSlice + 'a>, Fault> {
-    mem.ram
-        .slice(address, len)
-        .map_err(|_| Fault::FrameNotInRam { address })
+    mem.ram.slice(range).map_err(|_| Fault::FrameNotInRam {
+        address: range.start(),
+    })
 }
 
-/// Copies `length` bytes; overlapping ranges behave as memmove.
+/// Copies the first `length` bytes of `src` to `dst`; overlapping ranges behave as memmove.
 pub(super) fn copy<M: GuestMemoryBackend>(
     src: Location,
     dst: Location,
@@ -158,28 +182,24 @@ pub(super) fn copy<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
     bounce: &mut Vec<u8>,
 ) -> Result<(), Fault> {
-    let len = usize::try_from(length).map_err(|_| Fault::LengthOverflow(length))?;
-    let overlap = match (src, dst) {
-        (Location::Vram(a), Location::Vram(b)) | (Location::Guest(a), Location::Guest(b)) => {
-            a < b + length && b < a + length
-        }
-        _ => false,
-    };
-    if overlap {
-        return copy_overlapping(src, dst, len, mem, bounce);
+    // Slices are usize long.
+    usize::try_from(length).map_err(|_| Fault::LengthOverflow(length))?;
+    let (src, dst) = (src.sub(0, length), dst.sub(0, length));
+    if src.overlaps(dst) {
+        return copy_overlapping(src, dst, mem, bounce);
     }
     match (src, dst) {
         (Location::Vram(s), Location::Vram(d)) => {
-            copy_slices(vram_slice(mem, s, len)?, vram_slice(mem, d, len)?)
+            copy_slices(vram_slice(mem, s)?, vram_slice(mem, d)?)
         }
         (Location::Vram(s), Location::Guest(d)) => {
-            copy_slices(vram_slice(mem, s, len)?, ram_slice(mem, d, len)?)
+            copy_slices(vram_slice(mem, s)?, slice_of_checked_ram(mem, d)?)
         }
         (Location::Guest(s), Location::Vram(d)) => {
-            copy_slices(ram_slice(mem, s, len)?, vram_slice(mem, d, len)?)
+            copy_slices(slice_of_checked_ram(mem, s)?, vram_slice(mem, d)?)
         }
         (Location::Guest(s), Location::Guest(d)) => {
-            copy_slices(ram_slice(mem, s, len)?, ram_slice(mem, d, len)?)
+            copy_slices(slice_of_checked_ram(mem, s)?, slice_of_checked_ram(mem, d)?)
         }
     }
     Ok(())
@@ -189,47 +209,69 @@ pub(super) fn copy<M: GuestMemoryBackend>(
 fn copy_overlapping<M: GuestMemoryBackend>(
     src: Location,
     dst: Location,
-    len: usize,
     mem: &DeviceMemory<'_, M>,
     bounce: &mut Vec<u8>,
 ) -> Result<(), Fault> {
     bounce.resize(BOUNCE_SIZE, 0);
-    let forward = dst.address() <= src.address();
-    let mut done = 0usize;
-    while done < len {
-        let chunk = (len - done).min(BOUNCE_SIZE);
-        let at = if forward { done } else { len - done - chunk } as u64;
-        read_location(src.offset(at), &mut bounce[..chunk], mem)?;
-        write_location(dst.offset(at), &bounce[..chunk], mem)?;
-        done += chunk;
+    let from_back = dst.start() > src.start();
+    let (mut src, mut dst) = (src, dst);
+    while src.len() > 0 {
+        let chunk = src.len().min(BOUNCE_SIZE as u64);
+        let (src_piece, src_rest) = src.take(chunk, from_back);
+        let (dst_piece, dst_rest) = dst.take(chunk, from_back);
+        let buf = &mut bounce[..src_piece.len() as usize];
+        read_location(src_piece, buf, mem)?;
+        write_location(dst_piece, buf, mem)?;
+        (src, dst) = (src_rest, dst_rest);
     }
     Ok(())
 }
 
-/// Reads `buf.len()` bytes at a location that holds them contiguously.
-pub(super) fn read_location<M: GuestMemoryBackend>(
+/// Reads a run into `buf`, which is as long as the run.
+fn read_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &mut [u8],
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
+    debug_assert_eq!(location.len(), buf.len() as u64);
     match location {
-        Location::Vram(offset) => vram_slice(mem, offset, buf.len())?.copy_to(buf),
-        Location::Guest(address) => ram_slice(mem, address, buf.len())?.copy_to(buf),
+        Location::Vram(range) => vram_slice(mem, range)?.copy_to(buf),
+        Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_to(buf),
     };
     Ok(())
 }
 
-/// Writes `buf` at a location that holds it contiguously.
+/// Writes `buf` over a run as long as it.
 fn write_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &[u8],
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
+    debug_assert_eq!(location.len(), buf.len() as u64);
     match location {
-        Location::Vram(offset) => vram_slice(mem, offset, buf.len())?.copy_from(buf),
-        Location::Guest(address) => ram_slice(mem, address, buf.len())?.copy_from(buf),
+        Location::Vram(range) => vram_slice(mem, range)?.copy_from(buf),
+        Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_from(buf),
     }
     Ok(())
+}
+
+/// Reads `buf.len()` bytes at `offset` of the VRAM address space, which the layout placed but
+/// nothing checked against the VRAM file (a DMA buffer in a memory segment): bytes outside it
+/// are the range fault.
+pub(super) fn read_vram<M: GuestMemoryBackend>(
+    offset: u64,
+    buf: &mut [u8],
+    mem: &DeviceMemory<'_, M>,
+) -> Result<(), Fault> {
+    let range = mem
+        .vram
+        .range(offset, buf.len() as u64)
+        .ok_or(Fault::SegmentRange {
+            segment: 0,
+            address: offset,
+            length: buf.len() as u64,
+        })?;
+    read_location(Location::Vram(range), buf, mem)
 }
 
 /// Reads `buf.len()` bytes of `side` from `position` on, run by run.
@@ -237,17 +279,19 @@ pub(super) fn read_side<M: GuestMemoryBackend>(
     side: Side,
     position: u64,
     buf: &mut [u8],
-    frame_lists: &[Vec<u64>; 2],
+    frame_lists: &[FrameList; 2],
     gart: &Gart,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let left = (buf.len() - done) as u64;
-        let cursor = run_at(side, position + done as u64, left, frame_lists, gart, mem)?;
-        let step = cursor.run_left.min(left) as usize;
-        read_location(cursor.location, &mut buf[done..done + step], mem)?;
-        done += step;
+    let (mut rest, mut at) = (buf, position);
+    while !rest.is_empty() {
+        let run = run_at(side, at, rest.len() as u64, frame_lists, gart, mem)?;
+        let (now, later) = rest.split_at_mut(run.len().min(rest.len() as u64) as usize);
+        read_location(run.sub(0, now.len() as u64), now, mem)?;
+        at = at
+            .checked_add(now.len() as u64)
+            .ok_or(Fault::LengthOverflow(position))?;
+        rest = later;
     }
     Ok(())
 }

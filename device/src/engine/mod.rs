@@ -25,12 +25,13 @@ use wddm_gpu_abi::submit::{
     WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
 };
 
-use self::access::{read_side, Side};
+use self::access::{read_side, read_vram, Side};
 use self::describe::declared;
 pub use self::fault::{Fault, Interruption, Stop};
-use crate::layout::{ResolveError, Resolved, SegmentLayout};
+use crate::layout::{ResolveError, Resolved, SegmentLayout, SegmentRange};
+use crate::memory::frames::FrameList;
 use crate::memory::gart::Gart;
-use crate::memory::guest_ram::GuestRam;
+use crate::memory::guest_ram::{GuestRam, RamRange};
 use crate::memory::vram::Vram;
 use crate::observe::stats::PacketRecord;
 
@@ -104,17 +105,19 @@ impl EngineHooks for () {}
 /// Where the DMA buffer is.
 #[derive(Clone, Copy, Debug)]
 enum DmaBuffer {
-    /// Physically contiguous guest RAM at this address.
-    Guest(u64),
-    /// In a segment (VRAM or, through the GART, an aperture).
-    Segment(Side),
+    /// Physically contiguous guest RAM.
+    Guest(RamRange),
+    /// In a memory segment, at these offsets of the VRAM address space.
+    Vram(SegmentRange),
+    /// In an aperture, through the GART.
+    Aperture(Side),
 }
 
 /// Executes DMA buffers. Owns the GART and scratch space reused across submissions, so the hot
 /// path does not allocate.
 pub struct Engine {
     gart: Gart,
-    frame_lists: [Vec<u64>; 2],
+    frame_lists: [FrameList; 2],
     bounce: Vec<u8>,
     fill: Vec<u8>,
 }
@@ -124,7 +127,7 @@ impl Engine {
     pub fn new(layout: &SegmentLayout) -> Self {
         Self {
             gart: Gart::new(layout),
-            frame_lists: [Vec::new(), Vec::new()],
+            frame_lists: [FrameList::new(), FrameList::new()],
             bounce: Vec::new(),
             fill: Vec::new(),
         }
@@ -249,17 +252,19 @@ impl Engine {
         };
         let size = u64::from(cmd.dma_buffer_size);
         if cmd.dma_buffer_segment_id == 0 {
-            mem.ram
+            let range = mem
+                .ram
                 .check(cmd.dma_buffer_address, size)
                 .map_err(|_| bad_buffer)?;
-            return Ok(DmaBuffer::Guest(cmd.dma_buffer_address));
+            return Ok(DmaBuffer::Guest(range));
         }
         let segment = cmd.dma_buffer_segment_id;
         match mem.layout.resolve(segment, cmd.dma_buffer_address, size) {
-            Ok(Resolved::Vram { offset }) => Ok(DmaBuffer::Segment(Side::Vram { offset })),
-            Ok(Resolved::Aperture { offset }) => {
-                self.gart.check_mapped(segment, offset, size)?;
-                Ok(DmaBuffer::Segment(Side::Aperture { segment, offset }))
+            // Checked against the VRAM file as packets are read.
+            Ok(Resolved::Vram(range)) => Ok(DmaBuffer::Vram(range)),
+            Ok(Resolved::Aperture(range)) => {
+                self.gart.check_mapped(segment, range)?;
+                Ok(DmaBuffer::Aperture(Side::Aperture { segment, range }))
             }
             Err(ResolveError::NoSuchSegment(id)) => Err(Fault::BadSegment(id)),
             Err(_) => Err(bad_buffer),
@@ -276,7 +281,7 @@ impl Engine {
         packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
     ) -> Result<u32, Fault> {
         let header_size = std::mem::size_of::<WddmGpuPacketHeader>() as u32;
-        let available = cmd.end_offset - offset;
+        let available = cmd.end_offset.saturating_sub(offset);
         packet[..2].fill(0);
         if available < header_size {
             return Err(Fault::BadPacketHeader {
@@ -284,24 +289,20 @@ impl Engine {
                 reason: "header runs past end_offset",
             });
         }
-        // check_command proved the whole buffer is reachable and offset < end <= size.
+        let position = u64::from(offset);
         let read = |buf: &mut [u8]| match buffer {
-            DmaBuffer::Guest(base) => {
+            DmaBuffer::Guest(range) => {
                 mem.ram
-                    .read(base + u64::from(offset), buf)
+                    .read(range.at(position), buf)
                     .map_err(|_| Fault::BadDmaBuffer {
                         address: cmd.dma_buffer_address,
                         size: cmd.dma_buffer_size,
                     })
             }
-            DmaBuffer::Segment(side) => read_side(
-                side,
-                u64::from(offset),
-                buf,
-                &self.frame_lists,
-                &self.gart,
-                mem,
-            ),
+            DmaBuffer::Vram(range) => read_vram(range.at(position), buf, mem),
+            DmaBuffer::Aperture(side) => {
+                read_side(side, position, buf, &self.frame_lists, &self.gart, mem)
+            }
         };
         read(&mut packet[..header_size as usize])?;
         let size = read_header(&packet[..])?.size;

@@ -1,16 +1,16 @@
 //! One function per packet kind.
 
+use super::access::{copy, run_at, Location, Side};
+use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
+use crate::layout::{Resolved, SegmentKind};
+use crate::memory::frames::{FrameError, FrameListError, FrameRun};
+use crate::memory::gart::AperturePages;
+use crate::memory::guest_ram::RamError;
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::decode::Packet;
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
-use zerocopy::IntoBytes;
-
-use super::access::{copy, run_at, Cursor, Location, Side};
-use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
-use crate::layout::{Resolved, SegmentKind};
-use crate::memory::guest_ram::RamError;
 
 /// Bytes of pattern prepared for FILL (a multiple of 4, so every chunk starts in phase).
 const FILL_BUFFER: usize = 64 << 10;
@@ -54,41 +54,36 @@ impl Engine {
         let destination = self.resolve_endpoint(1, &packet.destination, length, mem)?;
         // An upward move inside VRAM must run back to front, chunk by chunk, or each chunk
         // would overwrite source bytes a later chunk still has to read.
-        if let (Side::Vram { offset: from }, Side::Vram { offset: to }) = (source, destination) {
-            if from < to && to < from + length {
-                let mut left = length;
-                while left > 0 {
+        if let (Side::Vram(from), Side::Vram(to)) = (source, destination) {
+            if from.start() < to.start() && to.start() < from.end() {
+                let (mut from, mut to) = (from, to);
+                while !from.is_empty() {
                     if let Some(stop) = hooks.interruption() {
                         return Err(stop.into());
                     }
-                    let step = left.min(CHUNK);
-                    left -= step;
+                    let (from_rest, from_last) = from.split_last(CHUNK);
+                    let (to_rest, to_last) = to.split_last(CHUNK);
                     copy(
-                        Location::Vram(from + left),
-                        Location::Vram(to + left),
-                        step,
+                        Location::Vram(from_last),
+                        Location::Vram(to_last),
+                        from_last.len(),
                         mem,
                         &mut self.bounce,
                     )?;
+                    (from, to) = (from_rest, to_rest);
                 }
                 return Ok(length);
             }
         }
-        let (mut src, mut dst) = (Cursor::EMPTY, Cursor::EMPTY);
-        let mut done = 0u64;
-        while done < length {
-            if done.is_multiple_of(CHUNK) {
-                if let Some(stop) = hooks.interruption() {
-                    return Err(stop.into());
-                }
-            }
-            let remaining = length - done;
-            // Steps end at chunk boundaries so the interruption check above sees each one.
-            let limit = remaining.min(CHUNK - done % CHUNK);
-            if src.run_left == 0 {
+        let (mut src, mut dst) = (Location::EMPTY, Location::EMPTY);
+        let mut progress = Progress::new(length);
+        while !progress.is_finished() {
+            progress.interruption_point(hooks)?;
+            let (done, remaining) = (progress.done(), progress.remaining());
+            if src.len() == 0 {
                 src = run_at(source, done, remaining, &self.frame_lists, &self.gart, mem)?;
             }
-            if dst.run_left == 0 {
+            if dst.len() == 0 {
                 dst = run_at(
                     destination,
                     done,
@@ -98,11 +93,11 @@ impl Engine {
                     mem,
                 )?;
             }
-            let step = src.run_left.min(dst.run_left).min(limit);
-            copy(src.location, dst.location, step, mem, &mut self.bounce)?;
+            let step = src.len().min(dst.len()).min(progress.chunk_left());
+            copy(src, dst, step, mem, &mut self.bounce)?;
             src.advance(step);
             dst.advance(step);
-            done += step;
+            progress.advance(step);
         }
         Ok(length)
     }
@@ -133,7 +128,7 @@ impl Engine {
             );
         }
         let length = packet.length;
-        let Side::Vram { offset } = self.resolve_endpoint(0, destination, length, mem)? else {
+        let Side::Vram(range) = self.resolve_endpoint(0, destination, length, mem)? else {
             return Err(
                 Fault::WrongSegmentKind("FILL writes a memory segment, not an aperture").into(),
             );
@@ -144,24 +139,17 @@ impl Engine {
             self.fill
                 .extend(pattern.iter().copied().cycle().take(FILL_BUFFER));
         }
-        let mut done = 0u64;
-        while done < length {
-            if done.is_multiple_of(CHUNK) {
-                if let Some(stop) = hooks.interruption() {
-                    return Err(stop.into());
-                }
-            }
-            let step = (length - done).min(FILL_BUFFER as u64) as usize;
-            let slice = mem
-                .vram
-                .slice(offset + done, step)
-                .ok_or(Fault::SegmentRange {
-                    segment: destination.segment_id,
-                    address: destination.address,
-                    length,
-                })?;
-            slice.copy_from(&self.fill[..step]);
-            done += step as u64;
+        let mut progress = Progress::new(range.len());
+        while !progress.is_finished() {
+            progress.interruption_point(hooks)?;
+            let step = range.sub(progress.done(), FILL_BUFFER as u64);
+            let slice = mem.vram.range_slice(step).ok_or(Fault::SegmentRange {
+                segment: destination.segment_id,
+                address: destination.address,
+                length,
+            })?;
+            slice.copy_from(&self.fill[..step.len() as usize]);
+            progress.advance(step.len());
         }
         Ok(length)
     }
@@ -190,13 +178,11 @@ impl Engine {
             .layout
             .resolve(packet.segment_id, packet.address, length)?
         {
-            Resolved::Aperture { .. } if discard => Err(Fault::WrongSegmentKind(
+            Resolved::Aperture(_) if discard => Err(Fault::WrongSegmentKind(
                 "DISCARD_CONTENT names a memory-segment location",
             )),
-            Resolved::Aperture { offset } => {
-                Ok(self.gart.check_mapped(packet.segment_id, offset, length)?)
-            }
-            Resolved::Vram { .. } => Ok(()),
+            Resolved::Aperture(range) => Ok(self.gart.check_mapped(packet.segment_id, range)?),
+            Resolved::Vram(_) => Ok(()),
         }
     }
 
@@ -207,7 +193,7 @@ impl Engine {
         first_page: u64,
         page_count: u64,
         mem: &DeviceMemory<'_, M>,
-    ) -> Result<(), Fault> {
+    ) -> Result<AperturePages, Fault> {
         let target = mem
             .layout
             .segment(segment)
@@ -235,7 +221,7 @@ impl Engine {
         packet: &WddmGpuPacketMapAperture,
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
-        self.check_aperture(
+        let pages = self.check_aperture(
             packet.segment_id,
             packet.flags,
             packet.first_page,
@@ -249,8 +235,7 @@ impl Engine {
             packet.page_count,
             mem,
         )?;
-        self.gart
-            .map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
+        self.gart.map(pages, &self.frame_lists[0])?;
         Ok(())
     }
 
@@ -262,7 +247,7 @@ impl Engine {
         if packet.reserved != 0 || packet.adl_flags & !WDDM_GPU_ADL_FLAG_CONTIGUOUS != 0 {
             return Err(Fault::ReservedField("ADL flags or reserved"));
         }
-        self.check_aperture(
+        let pages = self.check_aperture(
             packet.segment_id,
             packet.flags,
             packet.first_page,
@@ -277,8 +262,7 @@ impl Engine {
                 packet.page_count,
                 mem,
             )?;
-            self.gart
-                .map(packet.segment_id, packet.first_page, &self.frame_lists[0])?;
+            self.gart.map(pages, &self.frame_lists[0])?;
             return Ok(());
         }
         let short = Fault::BadFrameList {
@@ -295,22 +279,8 @@ impl Engine {
             .adl_base
             .checked_add(u64::from(packet.adl_offset))
             .ok_or(Fault::LengthOverflow(packet.adl_base))?;
-        let address = first_frame
-            .checked_mul(WDDM_GPU_PAGE_SIZE)
-            .ok_or(Fault::FrameNotInRam {
-                address: first_frame,
-            })?;
-        let bytes = packet
-            .page_count
-            .checked_mul(WDDM_GPU_PAGE_SIZE)
-            .ok_or(Fault::LengthOverflow(packet.page_count))?;
-        check_ram(mem, address, bytes)?;
-        self.gart.map_contiguous(
-            packet.segment_id,
-            packet.first_page,
-            packet.page_count,
-            first_frame,
-        )?;
+        let run = FrameRun::check(&mem.ram, first_frame, packet.page_count).map_err(frame_fault)?;
+        self.gart.map_contiguous(pages, run)?;
         Ok(())
     }
 
@@ -322,7 +292,7 @@ impl Engine {
         if packet.reserved != 0 {
             return Err(Fault::ReservedField("unmap.reserved"));
         }
-        self.check_aperture(
+        let pages = self.check_aperture(
             packet.segment_id,
             0,
             packet.first_page,
@@ -335,13 +305,9 @@ impl Engine {
                 reason: "the dummy page is not 4 KiB aligned",
             });
         }
-        check_ram(mem, packet.dummy_page, WDDM_GPU_PAGE_SIZE)?;
-        self.gart.unmap(
-            packet.segment_id,
-            packet.first_page,
-            packet.page_count,
-            packet.dummy_page >> WDDM_GPU_PAGE_SHIFT,
-        )?;
+        let dummy = FrameRun::check(&mem.ram, packet.dummy_page >> WDDM_GPU_PAGE_SHIFT, 1)
+            .map_err(frame_fault)?;
+        self.gart.unmap(pages, dummy);
         Ok(())
     }
 
@@ -359,32 +325,26 @@ impl Engine {
         }
         if endpoint.segment_id == 0 {
             self.load_frame_list(slot, endpoint, length, mem)?;
-            return Ok(Side::Frames {
-                list: slot,
-                byte_offset: u64::from(endpoint.byte_offset),
-            });
+            return Ok(Side::Frames { list: slot });
         }
         if endpoint.frame_count != 0 || endpoint.byte_offset != 0 {
             return Err(Fault::ReservedField("endpoint.frame_count/byte_offset"));
         }
         let segment = endpoint.segment_id;
+        // `resolve` refuses a VRAM offset whose end overflows (LENGTH_OVERFLOW).
         match mem.layout.resolve(segment, endpoint.address, length)? {
-            Resolved::Vram { offset } => {
-                let end = offset
-                    .checked_add(length)
-                    .ok_or(Fault::LengthOverflow(length))?;
-                if end > mem.vram.total_size() {
-                    return Err(Fault::SegmentRange {
-                        segment,
-                        address: endpoint.address,
-                        length,
-                    });
-                }
-                Ok(Side::Vram { offset })
-            }
-            Resolved::Aperture { offset } => {
-                self.gart.check_mapped(segment, offset, length)?;
-                Ok(Side::Aperture { segment, offset })
+            Resolved::Vram(range) => mem
+                .vram
+                .range(range.start(), range.len())
+                .map(Side::Vram)
+                .ok_or(Fault::SegmentRange {
+                    segment,
+                    address: endpoint.address,
+                    length,
+                }),
+            Resolved::Aperture(range) => {
+                self.gart.check_mapped(segment, range)?;
+                Ok(Side::Aperture { segment, range })
             }
         }
     }
@@ -409,7 +369,7 @@ impl Engine {
         let end = start
             .checked_add(length)
             .ok_or(Fault::LengthOverflow(length))?;
-        if end > u64::from(count) * WDDM_GPU_PAGE_SIZE {
+        if end > page_bytes(count) {
             return Err(Fault::BadFrameList {
                 address,
                 reason: "too few frames for offset + length",
@@ -419,16 +379,21 @@ impl Engine {
             self.frame_lists[slot].clear();
             return Ok(());
         }
-        let first = start >> WDDM_GPU_PAGE_SHIFT;
-        let last = (end - 1) >> WDDM_GPU_PAGE_SHIFT;
-        read_frames(
-            &mut self.frame_lists[slot],
-            address,
-            first,
-            last - first + 1,
-            mem,
-        )?;
-        check_frames(&self.frame_lists[slot], mem)
+        // Only the frames the bytes touch are read: from the one holding `start` on.
+        let in_first = start & (WDDM_GPU_PAGE_SIZE - 1);
+        let pages = in_first
+            .checked_add(length)
+            .ok_or(Fault::LengthOverflow(length))?
+            .div_ceil(WDDM_GPU_PAGE_SIZE);
+        self.frame_lists[slot]
+            .load(
+                &mem.ram,
+                address,
+                start >> WDDM_GPU_PAGE_SHIFT,
+                pages,
+                in_first,
+            )
+            .map_err(|error| frame_list_fault(address, error))
     }
 
     /// Copies `page_count` entries from index `offset` of a `count`-entry page array into
@@ -456,82 +421,97 @@ impl Engine {
                 reason: "too few frames for MdlOffset + NumberOfPages",
             });
         }
-        read_frames(
-            &mut self.frame_lists[0],
-            address,
-            u64::from(offset),
-            page_count,
-            mem,
-        )?;
-        check_frames(&self.frame_lists[0], mem)
+        self.frame_lists[0]
+            .load(&mem.ram, address, u64::from(offset), page_count, 0)
+            .map_err(|error| frame_list_fault(address, error))
     }
 }
 
-/// Reads `count` little-endian u64 frame numbers from index `first` of the array at `address`.
-fn read_frames<M: GuestMemoryBackend>(
-    list: &mut Vec<u64>,
-    address: u64,
-    first: u64,
-    count: u64,
-    mem: &DeviceMemory<'_, M>,
-) -> Result<(), Fault> {
-    // Callers bound `first + count` by WDDM_GPU_MAX_FRAME_LIST_ENTRIES.
-    list.clear();
-    list.resize(count as usize, 0);
-    let at = address
-        .checked_add(first * 8)
-        .ok_or(Fault::LengthOverflow(first))?;
-    mem.ram
-        .read(at, list.as_mut_slice().as_mut_bytes())
-        .map_err(|_| Fault::BadFrameList {
+/// Bytes of `count` pages (a 32-bit count always fits).
+fn page_bytes(count: u32) -> u64 {
+    u64::from(count) << WDDM_GPU_PAGE_SHIFT
+}
+
+/// The fault for a frame list at `address` that was refused.
+fn frame_list_fault(address: u64, error: FrameListError) -> Fault {
+    match error {
+        FrameListError::ArrayOverflow { first } => Fault::LengthOverflow(first),
+        FrameListError::ArrayNotRam => Fault::BadFrameList {
             address,
             reason: "not inside guest RAM",
-        })?;
-    for frame in list.iter_mut() {
-        *frame = u64::from_le(*frame);
+        },
+        // The frame number itself is reported, as the device always has.
+        FrameListError::FrameOverflow { frame } => Fault::FrameNotInRam { address: frame },
+        FrameListError::Frame(error) => ram_fault(error),
     }
-    Ok(())
 }
 
-/// Checks that every frame is guest RAM and not VRAM, one run of consecutive frames at a time.
-/// Runs inside the RAM extent the previous lookup found need no lookup of their own, which
-/// keeps a 262,144-frame map at a few nanoseconds per frame.
-fn check_frames<M: GuestMemoryBackend>(
-    frames: &[u64],
-    mem: &DeviceMemory<'_, M>,
-) -> Result<(), Fault> {
-    let mut known_ram = 0..0;
-    let mut index = 0;
-    while index < frames.len() {
-        let mut end = index + 1;
-        while end < frames.len() && frames[end] == frames[end - 1].wrapping_add(1) {
-            end += 1;
-        }
-        let bytes = WDDM_GPU_PAGE_SIZE * (end - index) as u64;
-        let (address, last) = frames[index]
-            .checked_mul(WDDM_GPU_PAGE_SIZE)
-            .and_then(|a| Some((a, a.checked_add(bytes)?)))
-            .ok_or(Fault::FrameNotInRam {
-                address: frames[index],
-            })?;
-        if address < known_ram.start || last > known_ram.end {
-            check_ram(mem, address, bytes)?;
-            known_ram = mem.ram.ram_extent(address).unwrap_or(0..0);
-        }
-        index = end;
+/// The fault for a refused run of frames.
+fn frame_fault(error: FrameError) -> Fault {
+    match error {
+        // The frame number itself is reported, as the device always has.
+        FrameError::FrameOverflow { frame } => Fault::FrameNotInRam { address: frame },
+        FrameError::LengthOverflow { pages } => Fault::LengthOverflow(pages),
+        FrameError::Ram(error) => ram_fault(error),
     }
-    Ok(())
 }
 
-fn check_ram<M: GuestMemoryBackend>(
-    mem: &DeviceMemory<'_, M>,
-    address: u64,
-    length: u64,
-) -> Result<(), Fault> {
-    mem.ram.check(address, length).map_err(|error| match error {
+/// The fault for frame bytes that are not guest RAM.
+fn ram_fault(error: RamError) -> Fault {
+    match error {
         RamError::InVram { address } => Fault::FrameInVram { address },
         RamError::NotRam { address } | RamError::Overflow { address, .. } => {
             Fault::FrameNotInRam { address }
         }
-    })
+    }
+}
+
+// FILL steps of FILL_BUFFER bytes meet every chunk boundary.
+const _: () = assert!(CHUNK.is_multiple_of(FILL_BUFFER as u64));
+
+/// How far a packet of `length` bytes has got: `done <= length` always, so the arithmetic
+/// below needs no checks.
+#[derive(Clone, Copy, Debug)]
+struct Progress {
+    done: u64,
+    length: u64,
+}
+
+impl Progress {
+    fn new(length: u64) -> Self {
+        Self { done: 0, length }
+    }
+
+    fn done(self) -> u64 {
+        self.done
+    }
+
+    fn remaining(self) -> u64 {
+        self.length - self.done
+    }
+
+    fn is_finished(self) -> bool {
+        self.done == self.length
+    }
+
+    /// What is left of the current chunk: steps end at chunk boundaries so that
+    /// [`Self::interruption_point`] sees each one.
+    fn chunk_left(self) -> u64 {
+        self.remaining().min(CHUNK - self.done % CHUNK)
+    }
+
+    fn advance(&mut self, step: u64) {
+        self.done += step.min(self.remaining());
+    }
+
+    /// At a chunk boundary, asks whether to stop (preemption or reset).
+    fn interruption_point(self, hooks: &impl EngineHooks) -> Result<(), Stop> {
+        if !self.done.is_multiple_of(CHUNK) {
+            return Ok(());
+        }
+        match hooks.interruption() {
+            Some(interruption) => Err(interruption.into()),
+            None => Ok(()),
+        }
+    }
 }

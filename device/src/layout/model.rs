@@ -4,6 +4,8 @@
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 
+use crate::support::span::Span;
+
 /// Default aperture size.
 pub const DEFAULT_APERTURE_SIZE: u64 = 512 << 20;
 /// Default `PagingBufferSize`.
@@ -61,19 +63,32 @@ pub struct SegmentLayout {
     pub paging_buffer_private_data_size: u32,
 }
 
+/// Proof that [`SegmentLayout::resolve`] found a span inside one segment (only this module
+/// makes one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InSegment(());
+
+/// Bytes of one segment's storage (offsets in the VRAM address space, or inside the aperture),
+/// checked to lie inside the segment.
+pub type SegmentRange = Span<InSegment>;
+
 /// A segment range resolved to its backing storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resolved {
-    /// Bytes in the VRAM file starting at this offset.
-    Vram {
-        /// Offset in the VRAM file.
-        offset: u64,
-    },
-    /// An aperture range starting at this segment offset.
-    Aperture {
-        /// Offset inside the aperture segment.
-        offset: u64,
-    },
+    /// Bytes of the VRAM address space (offsets in it).
+    Vram(SegmentRange),
+    /// An aperture range (offsets inside the aperture segment).
+    Aperture(SegmentRange),
+}
+
+impl Resolved {
+    /// The range, whatever backs it.
+    #[inline]
+    pub fn range(self) -> SegmentRange {
+        match self {
+            Resolved::Vram(range) | Resolved::Aperture(range) => range,
+        }
+    }
 }
 
 /// Why a segment range does not resolve.
@@ -187,10 +202,13 @@ impl SegmentLayout {
             return Err(out_of_range);
         }
         Ok(match segment.kind {
-            SegmentKind::Memory { vram_offset, .. } => Resolved::Vram {
-                offset: vram_offset.checked_add(offset).ok_or(overflow)?,
-            },
-            SegmentKind::Aperture => Resolved::Aperture { offset },
+            SegmentKind::Memory { vram_offset, .. } => {
+                let start = vram_offset.checked_add(offset).ok_or(overflow)?;
+                Resolved::Vram(Span::new(InSegment(()), start, length).ok_or(overflow)?)
+            }
+            SegmentKind::Aperture => {
+                Resolved::Aperture(Span::new(InSegment(()), offset, length).ok_or(overflow)?)
+            }
         })
     }
 }
@@ -214,12 +232,54 @@ mod tests {
         let layout = layout_with_base(0x8000_0000);
         assert_eq!(
             layout.resolve(1, 0x8000_2000, 0x100),
-            Ok(Resolved::Vram { offset: 0x3000 })
+            Ok(Resolved::Vram(
+                Span::new(InSegment(()), 0x3000, 0x100).unwrap()
+            ))
         );
         assert_eq!(
             layout.resolve(2, 0x10, 0x10),
-            Ok(Resolved::Aperture { offset: 0x10 })
+            Ok(Resolved::Aperture(
+                Span::new(InSegment(()), 0x10, 0x10).unwrap()
+            ))
         );
+    }
+
+    #[test]
+    fn segment_ranges_accept_the_segment_edges() {
+        let layout = layout_with_base(0x8000_0000);
+        let whole = layout.resolve(1, 0x8000_0000, 1 << 24).unwrap().range();
+        assert_eq!((whole.start(), whole.len()), (0x1000, 1 << 24));
+        assert_eq!(whole.end(), 0x1000 + (1 << 24));
+        assert_eq!(whole.at(5), 0x1005);
+        assert_eq!(whole.at(u64::MAX), whole.end());
+        let empty_at_end = layout.resolve(1, 0x8000_0000 + (1 << 24), 0).unwrap();
+        assert!(empty_at_end.range().is_empty());
+        assert_eq!(empty_at_end.range().start(), 0x1000 + (1 << 24));
+        let aperture_end = DEFAULT_APERTURE_SIZE;
+        assert_eq!(
+            layout.resolve(2, aperture_end - 1, 1).map(Resolved::range),
+            Ok(Span::new(InSegment(()), aperture_end - 1, 1).unwrap())
+        );
+        assert!(matches!(
+            layout.resolve(2, aperture_end, 1),
+            Err(ResolveError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn storage_offsets_past_64_bits_are_refused() {
+        let mut layout = SegmentLayout::default_for_vram(1 << 24);
+        layout.segments[0].kind = SegmentKind::Memory {
+            vram_offset: u64::MAX - 0x10,
+            bar_offset: None,
+        };
+        assert!(layout.resolve(1, 0, 0x10).is_ok());
+        for (address, length) in [(0, 0x11), (0x11, 0)] {
+            assert!(matches!(
+                layout.resolve(1, address, length),
+                Err(ResolveError::Overflow { .. })
+            ));
+        }
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! Tables are flat arrays (one u64 per aperture page, so a 1 GiB aperture costs 2 MiB) and
 //! start with every entry unmapped. UNMAP points entries at a dummy page, so device accesses
 //! through an unmapped range keep working; only an entry that was never mapped (or was cleared
-//! by a reset) faults. Callers check a whole request before calling [`Gart::map`]: these
-//! methods only refuse what would break the table itself.
+//! by a reset) faults. Callers check a whole request before calling [`Gart::map`]: the page
+//! range comes as [`AperturePages`] (built by [`Gart::check_range`]) and the frames as checked
+//! [`FrameList`] or [`FrameRun`], so every entry holds a checked frame and walking entries needs
+//! no overflow checks.
 
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
-use crate::layout::{SegmentKind, SegmentLayout};
+use super::frames::{checked_frames_run, FrameList, FrameRun};
+use super::guest_ram::RamRange;
+use crate::layout::{SegmentKind, SegmentLayout, SegmentRange};
 
 /// Entry value of a page that was never mapped.
 const NEVER_MAPPED: u64 = u64::MAX;
@@ -51,6 +55,53 @@ struct Table {
 pub struct Gart {
     /// Indexed by segment id - 1; `None` for memory segments.
     tables: Vec<Option<Table>>,
+}
+
+/// `count` pages from `first` of aperture `segment`, checked by [`Gart::check_range`] to lie
+/// inside its table: `first + count` fits and is at most the table's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AperturePages {
+    segment: u32,
+    first: u64,
+    count: u64,
+}
+
+impl AperturePages {
+    /// The aperture segment id.
+    #[inline]
+    pub fn segment(self) -> u32 {
+        self.segment
+    }
+
+    /// First page.
+    #[inline]
+    pub fn first(self) -> u64 {
+        self.first
+    }
+
+    /// Pages in the range.
+    #[inline]
+    pub fn count(self) -> u64 {
+        self.count
+    }
+
+    /// One past the last page.
+    #[inline]
+    pub fn end(self) -> u64 {
+        self.first + self.count
+    }
+
+    /// The page `index` pages in, clamped to the end.
+    #[inline]
+    fn page(self, index: usize) -> u64 {
+        self.first + (index as u64).min(self.count)
+    }
+
+    /// The table indices (they fit: the table holds them).
+    #[inline]
+    fn indices(self) -> std::ops::Range<usize> {
+        self.first as usize..self.end() as usize
+    }
 }
 
 /// A run of guest-physically contiguous bytes behind an aperture range.
@@ -96,31 +147,40 @@ impl Gart {
             .ok_or(GartError::NotAnAperture(segment))
     }
 
-    fn range(&mut self, segment: u32, first: u64, count: u64) -> Result<&mut [u64], GartError> {
-        let out_of_range = GartError::OutOfRange {
-            segment,
-            first,
-            count,
-        };
-        let index = usize::try_from(segment.wrapping_sub(1))
-            .map_err(|_| GartError::NotAnAperture(segment))?;
-        let table = self
-            .tables
-            .get_mut(index)
-            .and_then(Option::as_mut)
-            .ok_or(GartError::NotAnAperture(segment))?;
-        let end = first.checked_add(count).ok_or(out_of_range)?;
-        if end > table.entries.len() as u64 {
-            return Err(out_of_range);
+    /// The entries of checked pages (their table exists and holds them).
+    fn entries(&self, pages: AperturePages) -> &[u64] {
+        match self.table(pages.segment) {
+            Ok(table) => &table.entries[pages.indices()],
+            Err(_) => &[],
         }
-        Ok(&mut table.entries[first as usize..end as usize])
+    }
+
+    /// The entries of checked pages, to write.
+    fn entries_mut(&mut self, pages: AperturePages) -> &mut [u64] {
+        let table = usize::try_from(pages.segment.wrapping_sub(1))
+            .ok()
+            .and_then(|index| self.tables.get_mut(index))
+            .and_then(Option::as_mut);
+        match table {
+            Some(table) => &mut table.entries[pages.indices()],
+            None => &mut [],
+        }
     }
 
     /// Checks that `count` pages from `first` lie inside aperture `segment`.
-    pub fn check_range(&self, segment: u32, first: u64, count: u64) -> Result<(), GartError> {
+    pub fn check_range(
+        &self,
+        segment: u32,
+        first: u64,
+        count: u64,
+    ) -> Result<AperturePages, GartError> {
         let table = self.table(segment)?;
         match first.checked_add(count) {
-            Some(end) if end <= table.entries.len() as u64 => Ok(()),
+            Some(end) if end <= table.entries.len() as u64 => Ok(AperturePages {
+                segment,
+                first,
+                count,
+            }),
             _ => Err(GartError::OutOfRange {
                 segment,
                 first,
@@ -129,67 +189,58 @@ impl Gart {
         }
     }
 
-    /// Maps `frames[i]` at page `first + i`.
-    pub fn map(&mut self, segment: u32, first: u64, frames: &[u64]) -> Result<(), GartError> {
-        self.range(segment, first, frames.len() as u64)?
-            .copy_from_slice(frames);
+    /// Maps `frames[i]` at page `pages.first() + i`; the list must hold `pages.count()` frames.
+    pub fn map(&mut self, pages: AperturePages, frames: &FrameList) -> Result<(), GartError> {
+        let frames = frames.frames();
+        let entries = self.entries_mut(pages);
+        if entries.len() != frames.len() {
+            return Err(GartError::OutOfRange {
+                segment: pages.segment,
+                first: pages.first,
+                count: frames.len() as u64,
+            });
+        }
+        entries.copy_from_slice(frames);
         Ok(())
     }
 
-    /// Maps `count` consecutive frames from `base` at page `first` (a contiguous ADL).
-    pub fn map_contiguous(
-        &mut self,
-        segment: u32,
-        first: u64,
-        count: u64,
-        base: u64,
-    ) -> Result<(), GartError> {
-        for (i, entry) in self.range(segment, first, count)?.iter_mut().enumerate() {
-            *entry = base + i as u64;
+    /// Maps the frames of `run` at `pages` (a contiguous ADL); the run must hold
+    /// `pages.count()` frames.
+    pub fn map_contiguous(&mut self, pages: AperturePages, run: FrameRun) -> Result<(), GartError> {
+        if run.pages() != pages.count {
+            return Err(GartError::OutOfRange {
+                segment: pages.segment,
+                first: pages.first,
+                count: run.pages(),
+            });
+        }
+        for (entry, frame) in self.entries_mut(pages).iter_mut().zip(run.frames()) {
+            *entry = frame;
         }
         Ok(())
     }
 
-    /// Points `count` pages from `first` at the dummy frame.
-    pub fn unmap(
-        &mut self,
-        segment: u32,
-        first: u64,
-        count: u64,
-        dummy: u64,
-    ) -> Result<(), GartError> {
-        self.range(segment, first, count)?.fill(dummy);
-        Ok(())
+    /// Points `pages` at the dummy frame (the first of `dummy`).
+    pub fn unmap(&mut self, pages: AperturePages, dummy: FrameRun) {
+        self.entries_mut(pages).fill(dummy.first());
     }
 
-    /// Checks that every page holding `[offset, offset + length)` of the aperture is mapped.
-    pub fn check_mapped(&self, segment: u32, offset: u64, length: u64) -> Result<(), GartError> {
-        if length == 0 {
+    /// Checks that every page holding the bytes of `range` in aperture `segment` is mapped.
+    pub fn check_mapped(&self, segment: u32, range: SegmentRange) -> Result<(), GartError> {
+        let Some(last) = range.last() else {
             return Ok(());
-        }
-        let table = self.table(segment)?;
-        let first = offset >> WDDM_GPU_PAGE_SHIFT;
-        let last = offset
-            .checked_add(length - 1)
-            .ok_or(GartError::OutOfRange {
-                segment,
-                first,
-                count: 0,
-            })?
-            >> WDDM_GPU_PAGE_SHIFT;
-        let entries =
-            table
-                .entries
-                .get(first as usize..=last as usize)
-                .ok_or(GartError::OutOfRange {
-                    segment,
-                    first,
-                    count: last - first + 1,
-                })?;
-        match entries.iter().position(|&entry| entry == NEVER_MAPPED) {
+        };
+        let first = range.start() >> WDDM_GPU_PAGE_SHIFT;
+        // The last byte is at or after the first: the page count is at least 1.
+        let pages = self.check_range(segment, first, (last >> WDDM_GPU_PAGE_SHIFT) - first + 1)?;
+        match self
+            .entries(pages)
+            .iter()
+            .position(|&entry| entry == NEVER_MAPPED)
+        {
             Some(index) => Err(GartError::Unmapped {
                 segment,
-                page: first + index as u64,
+                page: pages.page(index),
             }),
             None => Ok(()),
         }
@@ -198,31 +249,37 @@ impl Gart {
     /// The run of contiguous guest bytes behind aperture `offset`, at most `limit` long:
     /// consecutive pages mapping consecutive frames coalesce into one run.
     pub fn run_at(&self, segment: u32, offset: u64, limit: u64) -> Result<Run, GartError> {
+        let run = self.ram_run_at(segment, offset, limit)?;
+        Ok(Run {
+            address: run.start(),
+            length: run.len(),
+        })
+    }
+
+    /// [`Self::run_at`] as a range of the checked frames the entries hold.
+    #[inline]
+    pub fn ram_run_at(&self, segment: u32, offset: u64, limit: u64) -> Result<RamRange, GartError> {
         let table = self.table(segment)?;
         let page = offset >> WDDM_GPU_PAGE_SHIFT;
-        let entries = &table.entries;
-        let frame = *entries.get(page as usize).ok_or(GartError::OutOfRange {
+        let out_of_range = GartError::OutOfRange {
             segment,
             first: page,
             count: 1,
-        })?;
-        if frame == NEVER_MAPPED {
-            return Err(GartError::Unmapped { segment, page });
+        };
+        let index = usize::try_from(page).map_err(|_| out_of_range)?;
+        match table.entries.get(index) {
+            None => Err(out_of_range),
+            Some(&NEVER_MAPPED) => Err(GartError::Unmapped { segment, page }),
+            // Mapped entries hold checked frames (never NEVER_MAPPED, which no checked frame
+            // reaches), so the run's sums fit.
+            Some(_) => checked_frames_run(
+                &table.entries,
+                index,
+                offset & (WDDM_GPU_PAGE_SIZE - 1),
+                limit,
+            )
+            .ok_or(out_of_range),
         }
-        let in_page = offset & (WDDM_GPU_PAGE_SIZE - 1);
-        let mut length = WDDM_GPU_PAGE_SIZE - in_page;
-        let mut next = page as usize + 1;
-        while length < limit
-            && next < entries.len()
-            && entries[next] == entries[next - 1].wrapping_add(1)
-        {
-            length += WDDM_GPU_PAGE_SIZE;
-            next += 1;
-        }
-        Ok(Run {
-            address: (frame << WDDM_GPU_PAGE_SHIFT) + in_page,
-            length: length.min(limit),
-        })
     }
 
     /// The frame an aperture page maps, `None` if never mapped (for tests and diagnostics).
@@ -244,18 +301,52 @@ impl Gart {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::guest_ram::GuestRam;
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+    const PAGES: u64 = (512u64 << 20) >> 12;
 
     fn gart() -> Gart {
         Gart::new(&SegmentLayout::default_for_vram(1 << 24))
+    }
+
+    /// `length` bytes at `offset` of segment `segment`, resolved by the default layout.
+    fn bytes(segment: u32, offset: u64, length: u64) -> SegmentRange {
+        SegmentLayout::default_for_vram(1 << 24)
+            .resolve(segment, offset, length)
+            .unwrap()
+            .range()
+    }
+
+    fn mem() -> GuestMemoryMmap<()> {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 24)]).unwrap()
+    }
+
+    /// Maps `frames` at `first` of aperture 2 through a checked list.
+    fn map(gart: &mut Gart, mem: &GuestMemoryMmap<()>, first: u64, frames: &[u64]) {
+        let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_le_bytes()).collect();
+        mem.write_slice(&bytes, GuestAddress(0)).unwrap();
+        let ram = GuestRam::new(mem, None);
+        let mut list = FrameList::new();
+        list.load(&ram, 0, 0, frames.len() as u64, 0).unwrap();
+        let pages = gart.check_range(2, first, frames.len() as u64).unwrap();
+        gart.map(pages, &list).unwrap();
+    }
+
+    fn run(mem: &GuestMemoryMmap<()>, first: u64, pages: u64) -> FrameRun {
+        FrameRun::check(&GuestRam::new(mem, None), first, pages).unwrap()
     }
 
     #[test]
     fn only_apertures_have_tables_and_they_start_unmapped() {
         let gart = gart();
         assert_eq!(gart.apertures().collect::<Vec<_>>(), [2]);
-        assert_eq!(gart.check_mapped(1, 0, 1), Err(GartError::NotAnAperture(1)));
         assert_eq!(
-            gart.check_mapped(2, 0x1000, 1),
+            gart.check_mapped(1, bytes(1, 0, 1)),
+            Err(GartError::NotAnAperture(1))
+        );
+        assert_eq!(
+            gart.check_mapped(2, bytes(2, 0x1000, 1)),
             Err(GartError::Unmapped {
                 segment: 2,
                 page: 1
@@ -267,7 +358,8 @@ mod tests {
     #[test]
     fn runs_coalesce_consecutive_frames_and_stop_at_gaps() {
         let mut gart = gart();
-        gart.map(2, 4, &[100, 101, 102, 200]).unwrap();
+        let mem = mem();
+        map(&mut gart, &mem, 4, &[100, 101, 102, 200]);
         assert_eq!(
             gart.run_at(2, 4 * 4096 + 10, u64::MAX),
             Ok(Run {
@@ -296,9 +388,9 @@ mod tests {
                 page: 8
             })
         );
-        assert_eq!(gart.check_mapped(2, 4 * 4096, 4 * 4096), Ok(()));
+        assert_eq!(gart.check_mapped(2, bytes(2, 4 * 4096, 4 * 4096)), Ok(()));
         assert_eq!(
-            gart.check_mapped(2, 4 * 4096, 4 * 4096 + 1),
+            gart.check_mapped(2, bytes(2, 4 * 4096, 4 * 4096 + 1)),
             Err(GartError::Unmapped {
                 segment: 2,
                 page: 8
@@ -309,8 +401,10 @@ mod tests {
     #[test]
     fn unmap_points_at_the_dummy_page_and_reset_clears() {
         let mut gart = gart();
-        gart.map_contiguous(2, 0, 8, 1000).unwrap();
-        gart.unmap(2, 2, 3, 77).unwrap();
+        let mem = mem();
+        let all = gart.check_range(2, 0, 8).unwrap();
+        gart.map_contiguous(all, run(&mem, 1000, 8)).unwrap();
+        gart.unmap(gart.check_range(2, 2, 3).unwrap(), run(&mem, 77, 1));
         let entries: Vec<_> = (0..8).map(|p| gart.entry(2, p)).collect();
         assert_eq!(
             entries,
@@ -325,20 +419,69 @@ mod tests {
                 Some(1007)
             ]
         );
-        assert_eq!(gart.check_mapped(2, 0, 8 * 4096), Ok(()));
+        assert_eq!(gart.check_mapped(2, bytes(2, 0, 8 * 4096)), Ok(()));
         gart.clear();
         assert_eq!(gart.entry(2, 0), None);
     }
 
     #[test]
     fn ranges_outside_the_aperture_are_refused() {
+        let gart = gart();
+        assert!(gart.check_range(2, PAGES - 1, 2).is_err());
+        assert!(gart.check_range(2, u64::MAX, 2).is_err());
+        assert!(gart.check_range(2, PAGES, 1).is_err());
+        assert!(gart.check_range(3, 0, 1).is_err());
+        // A range running past 64 bits cannot even be built; one from a larger aperture runs
+        // past the table.
+        assert!(SegmentLayout::default_for_vram(1 << 24)
+            .resolve(2, u64::MAX - 10, 100)
+            .is_err());
+        let mut larger = SegmentLayout::default_for_vram(1 << 24);
+        larger.segments[1].size *= 2;
+        let past = larger.resolve(2, (PAGES << 12) - 1, 2).unwrap().range();
+        assert_eq!(
+            gart.check_mapped(2, past),
+            Err(GartError::OutOfRange {
+                segment: 2,
+                first: PAGES - 1,
+                count: 2
+            })
+        );
+        assert!(gart.run_at(2, PAGES << 12, 1).is_err());
+        assert!(gart.run_at(2, u64::MAX, 1).is_err());
+    }
+
+    #[test]
+    fn page_ranges_accept_the_edges() {
+        let gart = gart();
+        let last = gart.check_range(2, PAGES - 1, 1).unwrap();
+        assert_eq!(
+            (last.segment(), last.first(), last.count()),
+            (2, PAGES - 1, 1)
+        );
+        assert_eq!(last.end(), PAGES);
+        assert_eq!(
+            gart.check_range(2, 0, PAGES).map(AperturePages::end),
+            Ok(PAGES)
+        );
+        assert_eq!(
+            gart.check_range(2, PAGES, 0).map(AperturePages::count),
+            Ok(0)
+        );
+        assert_eq!(gart.check_range(1, 0, 0), Err(GartError::NotAnAperture(1)));
+    }
+
+    #[test]
+    fn maps_need_as_many_frames_as_pages() {
         let mut gart = gart();
-        let pages = (512u64 << 20) >> 12;
-        assert!(gart.map(2, pages - 1, &[1, 2]).is_err());
-        assert!(gart.unmap(2, u64::MAX, 2, 1).is_err());
-        assert!(gart.check_range(2, pages, 1).is_err());
-        assert_eq!(gart.check_range(2, pages - 1, 1), Ok(()));
-        assert!(gart.map_contiguous(3, 0, 1, 0).is_err());
-        assert!(gart.check_mapped(2, u64::MAX - 10, 100).is_err());
+        let mem = mem();
+        let pages = gart.check_range(2, 0, 2).unwrap();
+        assert!(gart.map_contiguous(pages, run(&mem, 5, 3)).is_err());
+        assert_eq!(gart.entry(2, 0), None);
+        let ram = GuestRam::new(&mem, None);
+        let mut list = FrameList::new();
+        list.load(&ram, 0, 0, 1, 0).unwrap();
+        assert!(gart.map(pages, &list).is_err());
+        assert_eq!(gart.entry(2, 0), None);
     }
 }

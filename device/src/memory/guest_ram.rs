@@ -8,6 +8,8 @@ use vm_memory::{
     Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress, VolatileSlice,
 };
 
+use crate::support::span::Span;
+
 /// Why a guest range is not usable as system memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RamError {
@@ -33,6 +35,28 @@ pub enum RamError {
     },
 }
 
+/// Proof that [`GuestRam::check`] found a span to be guest RAM outside the VRAM window (only
+/// this module makes one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InRam(());
+
+/// Bytes that were checked as guest RAM: `address + length` fits in 64 bits, so its arithmetic
+/// needs no overflow checks. The memory table may change after the check; the copy that finally
+/// slices the bytes looks them up again.
+pub type RamRange = Span<InRam>;
+
+impl RamRange {
+    /// No bytes.
+    pub const EMPTY: RamRange = Span::empty(InRam(()));
+
+    /// Bytes a memory module checked before, directly or as part of checked frames (a frame
+    /// list, the GART's entries); `None` if they would run past 64 bits.
+    #[inline]
+    pub(in crate::memory) fn checked_before(address: u64, length: u64) -> Option<Self> {
+        Span::new(InRam(()), address, length)
+    }
+}
+
 /// Guest RAM with the VRAM window excluded.
 pub struct GuestRam<'a, M> {
     mem: &'a M,
@@ -46,8 +70,10 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
     }
 
     /// Checks that `[address, address + length)` is entirely guest RAM.
-    pub fn check(&self, address: u64, length: u64) -> Result<(), RamError> {
+    pub fn check(&self, address: u64, length: u64) -> Result<RamRange, RamError> {
         let end = self.outside_vram(address, length)?;
+        let range =
+            Span::new(InRam(()), address, length).ok_or(RamError::Overflow { address, length })?;
         let mut cursor = address;
         while cursor < end {
             let region = self
@@ -56,7 +82,7 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
                 .ok_or(RamError::NotRam { address: cursor })?;
             cursor = region.start_addr().0.saturating_add(region.len());
         }
-        Ok(())
+        Ok(range)
     }
 
     /// Checks that `[address, address + length)` does not overflow or touch the VRAM window;
@@ -99,8 +125,8 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
     /// Bytes from `address` to the end of its memory-table region (0 if not RAM).
     pub fn contiguous_len(&self, address: u64) -> u64 {
         self.mem
-            .find_region(GuestAddress(address))
-            .map(|region| region.start_addr().0 + region.len() - address)
+            .to_region_addr(GuestAddress(address))
+            .map(|(region, offset)| region.len() - offset.0)
             .unwrap_or(0)
     }
 
@@ -120,16 +146,21 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
             .map_err(|_| RamError::NotRam { address })
     }
 
-    /// A slice of `length` bytes at `address`, which must lie in one region (callers clamp with
-    /// [`Self::contiguous_len`]).
+    /// A slice of the bytes of `range`, which must lie in one region (callers clamp with
+    /// [`Self::contiguous_len`]). The range is checked again: the memory table may have changed
+    /// since (the VRAM window moved over it, or its region went away).
     pub fn slice(
         &self,
-        address: u64,
-        length: usize,
+        range: RamRange,
     ) -> Result<VolatileSlice<'a, impl BitmapSlice + 'a>, RamError> {
+        let address = range.start();
+        let length = usize::try_from(range.len()).map_err(|_| RamError::Overflow {
+            address,
+            length: range.len(),
+        })?;
         // One region lookup: the slice itself proves the range lies in that region (this is
         // once per page of a scattered copy).
-        self.outside_vram(address, length as u64)?;
+        self.outside_vram(address, range.len())?;
         let (region, offset): (&'a M::R, MemoryRegionAddress) = self
             .mem
             .to_region_addr(GuestAddress(address))
@@ -158,7 +189,10 @@ mod tests {
     fn accepts_ranges_spanning_adjacent_regions() {
         let mem = mem();
         let ram = GuestRam::new(&mem, None);
-        assert_eq!(ram.check(0xf_f000, 0x2000), Ok(()));
+        assert_eq!(
+            ram.check(0xf_f000, 0x2000).map(|r| (r.start(), r.len())),
+            Ok((0xf_f000, 0x2000))
+        );
         assert_eq!(ram.contiguous_len(0xf_f000), 0x1000);
     }
 
@@ -190,6 +224,58 @@ mod tests {
             ram.check(u64::MAX, 2),
             Err(RamError::Overflow { .. })
         ));
-        assert_eq!(ram.check(0x20_0000, 0), Ok(()));
+        assert_eq!(ram.check(0x20_0000, 0).map(RamRange::len), Ok(0));
+    }
+
+    #[test]
+    fn ram_ranges_accept_the_edges_of_ram_and_the_vram_window() {
+        let mem = mem();
+        let ram = GuestRam::new(&mem, Some(0x100_0000..0x100_8000));
+        // The whole of adjacent regions, and RAM right after the window.
+        let whole = ram.check(0, 0x20_0000).unwrap();
+        assert_eq!(
+            (whole.start(), whole.len(), whole.end()),
+            (0, 0x20_0000, 0x20_0000)
+        );
+        let after = ram.check(0x100_8000, 0xf_8000).unwrap();
+        assert_eq!(after.end(), 0x110_0000);
+        assert!(ram.check(0x100_7fff, 1).is_err());
+        assert!(ram.check(0x10f_ffff, 2).is_err());
+        // An empty range is RAM anywhere it does not overflow.
+        assert!(ram.check(u64::MAX, 0).is_ok());
+        assert!(matches!(
+            ram.check(1, u64::MAX),
+            Err(RamError::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn ranges_rebuilt_from_checked_frames_still_refuse_overflow() {
+        assert!(RamRange::checked_before(u64::MAX, 1).is_none());
+        assert_eq!(
+            RamRange::checked_before(u64::MAX - 1, 1).map(RamRange::end),
+            Some(u64::MAX)
+        );
+        assert!(RamRange::EMPTY.is_empty());
+    }
+
+    #[test]
+    fn slices_recheck_the_table() {
+        let mem = mem();
+        let range = GuestRam::new(&mem, None).check(0x100_0000, 0x1000).unwrap();
+        assert!(GuestRam::new(&mem, None).slice(range).is_ok());
+        // The window moved over the bytes since they were checked.
+        let moved = GuestRam::new(&mem, Some(0x100_0000..0x110_0000));
+        assert_eq!(
+            moved.slice(range).err(),
+            Some(RamError::InVram {
+                address: 0x100_0000
+            })
+        );
+        assert_eq!(
+            GuestRam::new(&mem, None).contiguous_len(0x100_0800),
+            0xf_f800
+        );
+        assert_eq!(GuestRam::new(&mem, None).contiguous_len(0x20_0000), 0);
     }
 }

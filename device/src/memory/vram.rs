@@ -21,6 +21,7 @@ use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_STATE_NOT_MAPPED,
 };
 
+use crate::support::span::Span;
 use crate::support::sync::lock;
 
 /// Errors creating the VRAM file.
@@ -313,6 +314,18 @@ impl Vram {
             .unwrap_or(false)
     }
 
+    /// `length` bytes at `offset` of the VRAM address space, if they lie inside it.
+    pub fn range(&self, offset: u64, length: u64) -> Option<VramRange> {
+        Span::new(InVram(()), offset, length).filter(|range| range.end() <= self.total_size())
+    }
+
+    /// The bytes of `range`; `None` when it straddles the BAR and device-only memory (no
+    /// segment does).
+    #[inline]
+    pub fn range_slice(&self, range: VramRange) -> Option<VolatileSlice<'_, ()>> {
+        self.slice(range.start(), usize::try_from(range.len()).ok()?)
+    }
+
     /// A slice of the VRAM address space; `None` when the range is outside it or straddles
     /// the BAR and device-only memory (no segment does).
     pub fn slice(&self, offset: u64, len: usize) -> Option<VolatileSlice<'_, ()>> {
@@ -326,6 +339,14 @@ impl Vram {
         }
     }
 }
+
+/// Proof that [`Vram::range`] found a span inside the VRAM address space (only this module
+/// makes one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InVram(());
+
+/// Bytes of the VRAM address space, checked to lie inside it.
+pub type VramRange = Span<InVram>;
 
 /// Mode of the files the backend creates unless told otherwise: the owner's only.
 pub const OWNER_ONLY: u32 = 0o600;
@@ -401,6 +422,30 @@ mod tests {
 
     fn temp_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("wddm-vram-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn ranges_stay_inside_the_vram_address_space() {
+        let path = temp_path("range");
+        let vram = Vram::create(&path, 1 << 20, 1 << 20, BarMode::Ivshmem).unwrap();
+        let total = 2 << 20;
+        let whole = vram.range(0, total).unwrap();
+        assert_eq!((whole.start(), whole.len(), whole.end()), (0, total, total));
+        assert_eq!(vram.range(total, 0).map(VramRange::end), Some(total));
+        assert_eq!(vram.range(total - 1, 2), None);
+        assert_eq!(vram.range(total + 1, 0), None);
+        assert_eq!(vram.range(u64::MAX, 2), None);
+        assert_eq!(vram.range(1, u64::MAX), None);
+        // Sub-ranges stay inside; only a range straddling the BAR end has no slice.
+        let part = whole.sub(0x10, 0x20);
+        assert_eq!((part.start(), part.len()), (0x10, 0x20));
+        assert_eq!(whole.tail(total + 5).len(), 0);
+        assert_eq!(whole.tail(total + 5).start(), total);
+        assert!(vram.range_slice(whole.sub(0, 1 << 20)).is_some());
+        assert!(vram.range_slice(whole.sub(1 << 20, 1 << 20)).is_some());
+        assert!(vram.range_slice(whole.sub((1 << 20) - 1, 2)).is_none());
+        drop(vram);
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
