@@ -172,14 +172,15 @@ impl Engine {
                 completion.stop = Some((offset, interruption.into()));
                 break;
             }
-            let size = match self.read_packet(cmd, buffer, offset, mem, &mut packet) {
-                Ok(size) => size,
-                Err(fault) => {
-                    completion.stop = Some((offset, fault.into()));
-                    completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
-                    break;
-                }
-            };
+            let PacketAt { size, next } =
+                match self.read_packet(cmd, buffer, offset, mem, &mut packet) {
+                    Ok(read) => read,
+                    Err(fault) => {
+                        completion.stop = Some((offset, fault.into()));
+                        completion.fault_opcode = u16::from_le_bytes([packet[0], packet[1]]);
+                        break;
+                    }
+                };
             let packet = &packet[..size as usize];
             let declared = declared(packet);
             if hooks.defer(declared.work) {
@@ -207,9 +208,9 @@ impl Engine {
             match result {
                 Ok(bytes) => {
                     completion.packets_completed += 1;
-                    completion.bytes_transferred += bytes;
-                    // read_packet checked offset + size <= end_offset.
-                    offset += size;
+                    completion.bytes_transferred =
+                        completion.bytes_transferred.saturating_add(bytes);
+                    offset = next;
                 }
                 Err(stop) => {
                     completion.stop = Some((offset, stop));
@@ -279,7 +280,7 @@ impl Engine {
         offset: u32,
         mem: &DeviceMemory<'_, M>,
         packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
-    ) -> Result<u32, Fault> {
+    ) -> Result<PacketAt, Fault> {
         let header_size = std::mem::size_of::<WddmGpuPacketHeader>() as u32;
         let available = cmd.end_offset.saturating_sub(offset);
         packet[..2].fill(0);
@@ -320,10 +321,22 @@ impl Engine {
         if let Some(reason) = reason {
             return Err(Fault::BadPacketHeader { size, reason });
         }
+        // `size <= available` above, so the next offset is at most `end_offset`.
+        let next = offset.checked_add(size).ok_or(Fault::BadPacketHeader {
+            size,
+            reason: "runs past end_offset",
+        })?;
         // One read of the whole packet: what executes is this copy.
         read(&mut packet[..size as usize])?;
-        Ok(size)
+        Ok(PacketAt { size, next })
     }
+}
+
+/// Where a packet read from the DMA buffer sits: its size, and the offset of the next packet.
+#[derive(Clone, Copy)]
+struct PacketAt {
+    size: u32,
+    next: u32,
 }
 
 #[cfg(test)]
