@@ -228,13 +228,28 @@ impl Engine {
             packet.page_count,
             mem,
         )?;
-        self.load_page_array(
+        self.map_page_array(
+            pages,
             packet.frame_list_address,
             packet.frame_count,
             packet.frame_offset,
             packet.page_count,
             mem,
-        )?;
+        )
+    }
+
+    /// Points aperture `pages` at the entries from `frame_offset` on of the `frame_count`-entry
+    /// PFN array at `list_address` (MAP_APERTURE, and MAP_APERTURE2 with a page-array ADL).
+    fn map_page_array<M: GuestMemoryBackend>(
+        &mut self,
+        pages: AperturePages,
+        list_address: u64,
+        frame_count: u32,
+        frame_offset: u32,
+        page_count: u64,
+        mem: &DeviceMemory<'_, M>,
+    ) -> Result<(), Fault> {
+        self.load_page_array(list_address, frame_count, frame_offset, page_count, mem)?;
         self.gart.map(pages, &self.frame_lists[0])?;
         Ok(())
     }
@@ -255,15 +270,14 @@ impl Engine {
             mem,
         )?;
         if packet.adl_flags & WDDM_GPU_ADL_FLAG_CONTIGUOUS == 0 {
-            self.load_page_array(
+            return self.map_page_array(
+                pages,
                 packet.adl_base,
                 packet.adl_page_count,
                 packet.adl_offset,
                 packet.page_count,
                 mem,
-            )?;
-            self.gart.map(pages, &self.frame_lists[0])?;
-            return Ok(());
+            );
         }
         let short = Fault::BadFrameList {
             address: packet.adl_base,
