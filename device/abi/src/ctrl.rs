@@ -56,13 +56,14 @@ pub const VIRTIO_GPU_MAX_SCANOUTS: usize = 16;
 pub struct WddmGpuCtrlHdr {
     /// Command or response type.
     pub type_: u32,
-    /// `VIRTIO_GPU_FLAG_*`; this device ignores them and answers 0.
+    /// `VIRTIO_GPU_FLAG_*`; a response echoes the request's FENCE and INFO_RING_IDX flags.
     pub flags: u32,
-    /// virtio-gpu fence id (unused; WDDM fences travel in the submission command).
+    /// virtio-gpu fence id, echoed in the response (WDDM fences travel in the submission
+    /// command).
     pub fence_id: u64,
-    /// virtio-gpu context id (unused).
+    /// virtio-gpu context id, echoed in the response.
     pub ctx_id: u32,
-    /// virtio-gpu ring index (unused).
+    /// virtio-gpu ring index, echoed in the response.
     pub ring_idx: u8,
     /// Must be zero.
     pub padding: [u8; 3],

@@ -22,7 +22,7 @@ use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
 use crate::model::control::{decode, ControlRequest};
-use crate::model::reply::{respond, Mem, Notify, Reply};
+use crate::model::reply::{respond, FenceEcho, Mem, Notify, Reply};
 use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
 use crate::observe::stats::{RequestOutcome, Stats};
@@ -147,6 +147,10 @@ impl Gpu {
 
     /// Answers one control request through `reply`, now or (submissions, events) later.
     pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
+        let reply = match FenceEcho::of(request) {
+            Some(echo) => echo.wrap(reply),
+            None => reply,
+        };
         let outcome = self.dispatch(request, reply, mem);
         self.stats.request(outcome);
     }
