@@ -18,6 +18,7 @@ use crate::layout::report::LayoutReport;
 use crate::layout::rules::validate;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram, VramError};
+use crate::model::display::DisplayConfig;
 use crate::model::gpu::Gpu;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
 use crate::observe::endpoint;
@@ -52,6 +53,8 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// Where the timeline stops growing.
     pub trace_max_size: u64,
+    /// Scanouts, their preferred size and the host memory of 2D resources.
+    pub display: DisplayConfig,
 }
 
 /// Errors that end the program before or while serving.
@@ -141,7 +144,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         }
         None => None,
     };
-    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace)
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace, args.display)
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
     let backend = WddmGpuBackend::new(gpu, args.bar_mode);
     let echo = backend.echo_port();

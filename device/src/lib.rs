@@ -42,6 +42,7 @@ pub use layout::{Resolved, SegmentKind, SegmentLayout};
 pub use memory::guest_ram::GuestRam;
 pub use memory::vram::{BarMode, Vram, VramError};
 pub use model::control;
+pub use model::display;
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;

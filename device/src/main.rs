@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use vhost_user_wddm_gpu::daemon::{self, Config};
+use vhost_user_wddm_gpu::display::edid::MAX_EDID_DIMENSION;
+use vhost_user_wddm_gpu::display::DisplayConfig;
 use vhost_user_wddm_gpu::support::size::parse_size;
 use vhost_user_wddm_gpu::{dxgk_values, endpoint, BarModeRequest, LayoutReport};
 
@@ -73,6 +75,18 @@ struct RunArgs {
     /// decides how many packets there are.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     trace_max_size: u64,
+    /// Scanouts (displays) of the standard virtio-gpu 2D device, 1 to 16. QEMU shows as many
+    /// as its `max_outputs` property allows (1 by default).
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
+    scanouts: u32,
+    /// Preferred size of every scanout, WIDTHxHEIGHT (each 16 to 4095): what GET_DISPLAY_INFO
+    /// and each scanout's EDID report.
+    #[arg(long, default_value = "1024x768", value_parser = parse_display_size)]
+    display_size: (u32, u32),
+    /// Host memory all 2D resources may take together; RESOURCE_CREATE_2D past it is answered
+    /// ERR_OUT_OF_MEMORY.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    max_2d_memory: u64,
 }
 
 impl RunArgs {
@@ -90,6 +104,12 @@ impl RunArgs {
             stats_socket: self.stats_socket.clone(),
             trace: self.trace.clone(),
             trace_max_size: self.trace_max_size,
+            display: DisplayConfig {
+                scanouts: self.scanouts,
+                width: self.display_size.0,
+                height: self.display_size.1,
+                max_memory: self.max_2d_memory,
+            },
         }
     }
 }
@@ -177,6 +197,22 @@ fn main() -> ExitCode {
         }
         None => serve(&cli.run),
     }
+}
+
+/// `WIDTHxHEIGHT`, each within what an EDID detailed timing holds.
+fn parse_display_size(text: &str) -> Result<(u32, u32), String> {
+    let (width, height) = text
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("{text}: expected WIDTHxHEIGHT, e.g. 1024x768"))?;
+    let dimension = |value: &str| {
+        value
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|v| (16..=MAX_EDID_DIMENSION).contains(v))
+            .ok_or_else(|| format!("{text}: each side must be 16 to {MAX_EDID_DIMENSION}"))
+    };
+    Ok((dimension(width)?, dimension(height)?))
 }
 
 fn serve(args: &RunArgs) -> ExitCode {

@@ -430,8 +430,8 @@ fn truncated_submit_commands_get_err_unspec() {
 #[test]
 fn unknown_command_types_get_err_unspec() {
     let mut h = Harness::ready("unknown");
-    // RESOURCE_CREATE_2D, CTX_CREATE, SUBMIT_3D, the response type of SUBMIT, garbage.
-    for type_ in [0x0101, 0x0200, 0x0207, WDDM_GPU_RESP_SUBMIT, 0xdead_beef] {
+    // CTX_CREATE, SUBMIT_3D, RESOURCE_CREATE_BLOB, the response type of SUBMIT, garbage.
+    for type_ in [0x0200, 0x0207, 0x010c, WDDM_GPU_RESP_SUBMIT, 0xdead_beef] {
         let mut request = vec![0u8; 64];
         request[..HDR_SIZE].copy_from_slice(WddmGpuCtrlHdr::with_type(type_).as_bytes());
         let reply = h.request(&request, BUFFER_SIZE);

@@ -394,19 +394,20 @@ typedef struct WddmGpuCtrlHdr {
    */
   uint32_t type_;
   /**
-   * `VIRTIO_GPU_FLAG_*`; this device ignores them and answers 0.
+   * `VIRTIO_GPU_FLAG_*`; a response echoes the request's FENCE and INFO_RING_IDX flags.
    */
   uint32_t flags;
   /**
-   * virtio-gpu fence id (unused; WDDM fences travel in the submission command).
+   * virtio-gpu fence id, echoed in the response (WDDM fences travel in the submission
+   * command).
    */
   uint64_t fence_id;
   /**
-   * virtio-gpu context id (unused).
+   * virtio-gpu context id, echoed in the response.
    */
   uint32_t ctx_id;
   /**
-   * virtio-gpu ring index (unused).
+   * virtio-gpu ring index, echoed in the response.
    */
   uint8_t ring_idx;
   /**

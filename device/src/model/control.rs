@@ -10,14 +10,19 @@ use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
 use zerocopy::FromBytes;
 
-/// `VIRTIO_GPU_CMD_GET_EDID`.
-const VIRTIO_GPU_CMD_GET_EDID: u32 = 0x010a;
+use crate::model::decode::body;
+pub use crate::model::decode::DecodeError;
+use crate::model::display::command::{self as display_command, DisplayCommand};
+use crate::model::display::resource::MAX_BACKING_ENTRIES;
+use crate::model::display::wire::{MemEntry, ResourceAttachBacking};
 
-/// Largest request the device reads from a control descriptor chain.
-pub const MAX_REQUEST_SIZE: usize = 4096;
+/// Largest request the device reads from a control descriptor chain: an ATTACH_BACKING with
+/// its most entries.
+pub const MAX_REQUEST_SIZE: usize = std::mem::size_of::<ResourceAttachBacking>()
+    + MAX_BACKING_ENTRIES as usize * std::mem::size_of::<MemEntry>();
 
 /// A decoded control request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControlRequest {
     /// `GET_DISPLAY_INFO`.
     GetDisplayInfo,
@@ -30,8 +35,8 @@ pub enum ControlRequest {
         /// Version.
         version: u32,
     },
-    /// `GET_EDID` (no display is attached).
-    GetEdid,
+    /// A 2D command of the standard device (GET_EDID, resources, scanouts, flushes).
+    Display(DisplayCommand),
     /// The device's submission command.
     Submit(WddmGpuCmdSubmit),
     /// Register (non-zero) or unregister (0) the status page at this address.
@@ -46,21 +51,6 @@ pub enum ControlRequest {
     Unknown(u32),
 }
 
-/// Why a request could not be decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    /// Shorter than its command's structure.
-    #[error("request type {type_:#x} is {len} bytes, shorter than its {needed}-byte structure")]
-    Truncated {
-        /// Command type (0 if even the header is missing).
-        type_: u32,
-        /// Bytes received.
-        len: usize,
-        /// Bytes needed.
-        needed: usize,
-    },
-}
-
 /// Decodes a request.
 pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
     let (hdr, _) = WddmGpuCtrlHdr::read_from_prefix(bytes).map_err(|_| DecodeError::Truncated {
@@ -68,14 +58,8 @@ pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
         len: bytes.len(),
         needed: std::mem::size_of::<WddmGpuCtrlHdr>(),
     })?;
-    fn body<T: FromBytes>(type_: u32, bytes: &[u8]) -> Result<T, DecodeError> {
-        T::read_from_prefix(bytes)
-            .map(|(value, _)| value)
-            .map_err(|_| DecodeError::Truncated {
-                type_,
-                len: bytes.len(),
-                needed: std::mem::size_of::<T>(),
-            })
+    if let Some(command) = display_command::decode(hdr.type_, bytes) {
+        return command.map(ControlRequest::Display);
     }
     Ok(match hdr.type_ {
         VIRTIO_GPU_CMD_GET_DISPLAY_INFO => ControlRequest::GetDisplayInfo,
@@ -89,7 +73,6 @@ pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
                 version: cmd.capset_version,
             }
         }
-        VIRTIO_GPU_CMD_GET_EDID => ControlRequest::GetEdid,
         WDDM_GPU_CMD_SUBMIT => ControlRequest::Submit(body(hdr.type_, bytes)?),
         WDDM_GPU_CMD_REGISTER_STATUS_PAGE => ControlRequest::RegisterStatusPage(
             body::<WddmGpuCmdRegisterStatusPage>(hdr.type_, bytes)?.address,
@@ -132,8 +115,8 @@ mod tests {
         assert!(decode(&submit.as_bytes()[..63]).is_err());
         assert!(decode(&[0u8; 10]).is_err());
         assert_eq!(
-            decode(WddmGpuCtrlHdr::with_type(0x0101).as_bytes()),
-            Ok(ControlRequest::Unknown(0x0101))
+            decode(WddmGpuCtrlHdr::with_type(0x0200).as_bytes()),
+            Ok(ControlRequest::Unknown(0x0200))
         );
     }
 }

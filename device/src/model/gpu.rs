@@ -9,9 +9,9 @@ use log::info;
 use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
-    WddmGpuConfig, WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, WddmGpuRespDisplayInfo,
-    VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET,
-    VIRTIO_GPU_RESP_OK_CAPSET_INFO, VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
+    WddmGpuConfig, WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+    VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
+    VIRTIO_GPU_RESP_OK_NODATA,
 };
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
@@ -22,16 +22,15 @@ use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
 use crate::model::control::{decode, ControlRequest};
+use crate::model::display::command::decode_cursor;
+use crate::model::display::sink::DisplaySink;
+use crate::model::display::{Display, DisplayConfig};
 use crate::model::reply::{respond, FenceEcho, Mem, Notify, Reply};
 use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
-
-/// `VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID`: the answer to GET_EDID on a device without
-/// displays.
-const VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
 
 fn header(type_: u32) -> Vec<u8> {
     WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
@@ -44,6 +43,8 @@ pub struct Gpu {
     notify: Arc<Mutex<Notify>>,
     stats: Arc<Stats>,
     scheduler: Scheduler,
+    /// The standard 2D device: scanouts, resources, cursor.
+    display: Mutex<Display>,
 }
 
 impl Gpu {
@@ -51,16 +52,17 @@ impl Gpu {
     /// thread.
     pub fn new(layout: SegmentLayout, vram: Vram) -> std::io::Result<Self> {
         let stats = Arc::new(Stats::new(&layout));
-        Self::with_telemetry(layout, vram, stats, None)
+        Self::with_telemetry(layout, vram, stats, None, DisplayConfig::default())
     }
 
     /// A GPU recording into `stats` and, when given, writing every submission and packet to
-    /// `trace`; starts its engine thread.
+    /// `trace`, with the scanouts and 2D memory of `display`; starts its engine thread.
     pub fn with_telemetry(
         layout: SegmentLayout,
         vram: Vram,
         stats: Arc<Stats>,
         trace: Option<Trace>,
+        display: DisplayConfig,
     ) -> std::io::Result<Self> {
         let layout = Arc::new(layout);
         let vram = Arc::new(vram);
@@ -81,12 +83,14 @@ impl Gpu {
             notify,
             stats,
             scheduler,
+            display: Mutex::new(Display::new(display)),
         })
     }
 
     /// The virtio-gpu config space (QEMU keeps only `num_capsets` from it).
     pub fn config(&self) -> WddmGpuConfig {
         WddmGpuConfig {
+            num_scanouts: lock(&self.display).scanout_count(),
             num_capsets: 1,
             ..Default::default()
         }
@@ -208,13 +212,19 @@ impl Gpu {
                     }
                 }
             }
-            // Render-only: no scanout is enabled.
-            ControlRequest::GetDisplayInfo => WddmGpuRespDisplayInfo {
-                hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_DISPLAY_INFO),
-                ..Default::default()
+            ControlRequest::GetDisplayInfo => lock(&self.display).display_info(),
+            ControlRequest::Display(command) => {
+                let ram = GuestRam::new(&*mem, self.vram.guest_window());
+                // Bound first: the lock must be released before `refuse`.
+                let answer = lock(&self.display).handle(command, &ram);
+                match answer {
+                    Ok(response) => response,
+                    Err(error) => {
+                        crate::guest_warn!("{error}");
+                        return self.refuse(reply, error.response_type());
+                    }
+                }
             }
-            .as_bytes()
-            .to_vec(),
             ControlRequest::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
                 hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
                 capset_id: WDDM_GPU_CAPSET_ID,
@@ -239,9 +249,6 @@ impl Gpu {
                 crate::guest_warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
-            ControlRequest::GetEdid => {
-                return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID)
-            }
             ControlRequest::Unknown(type_) => {
                 crate::guest_warn!("unsupported control command {type_:#x}");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
@@ -249,6 +256,32 @@ impl Gpu {
         };
         respond(reply, &response);
         RequestOutcome::Taken
+    }
+
+    /// Carries out one cursor-queue request (the cursor queue has no responses).
+    pub fn handle_cursor(&self, request: &[u8]) {
+        let command = match decode_cursor(request) {
+            Some(Ok(command)) => command,
+            Some(Err(error)) => {
+                crate::guest_warn!("malformed cursor request: {error}");
+                return;
+            }
+            None => {
+                let type_ = request
+                    .get(..4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                crate::guest_warn!("unsupported cursor command {type_:x?}");
+                return;
+            }
+        };
+        if let Err(error) = lock(&self.display).cursor(command) {
+            crate::guest_warn!("cursor command refused: {error}");
+        }
+    }
+
+    /// The display to drive from now on (QEMU's display socket), or none.
+    pub fn attach_display(&self, sink: Option<Box<dyn DisplaySink>>) {
+        lock(&self.display).attach_sink(sink);
     }
 
     /// Answers with an error.
@@ -262,6 +295,7 @@ impl Gpu {
     /// registration are cleared. VRAM keeps its contents.
     pub fn device_reset(&self) {
         self.scheduler.reset(ResetBy::Frontend);
+        lock(&self.display).reset();
     }
 
     /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step

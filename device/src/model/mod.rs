@@ -2,6 +2,8 @@
 //! scheduler that runs submissions on the engine, the status page and posted events.
 
 pub mod control;
+pub mod decode;
+pub mod display;
 pub mod gpu;
 pub mod reply;
 pub mod scheduler;

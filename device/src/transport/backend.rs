@@ -42,6 +42,7 @@ use crate::model::reply::Reply;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
 use crate::observe::stats::RequestOutcome;
 use crate::support::sync::lock;
+use crate::transport::display::QemuDisplay;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
 const CONTROL_QUEUE: u16 = 0;
@@ -108,9 +109,6 @@ pub struct WddmGpuBackend {
     broken_ring: [bool; 2],
     /// A memory table was refused: the session is ending and guest memory is not touched.
     memory_refused: bool,
-    /// The display socket QEMU hands over at DRIVER_OK. This device has no scanout, but closing
-    /// the socket makes QEMU log read errors, so it is kept open.
-    display: Option<GpuBackend>,
 }
 
 impl WddmGpuBackend {
@@ -131,7 +129,6 @@ impl WddmGpuBackend {
             stopped_at: None,
             broken_ring: [false; 2],
             memory_refused: false,
-            display: None,
         }
     }
 
@@ -195,11 +192,6 @@ impl WddmGpuBackend {
     /// The echo the vring worker answers (see [`crate::observe::echo`]).
     pub fn echo_port(&self) -> Arc<EchoPort> {
         self.echo.clone()
-    }
-
-    /// Whether the frontend handed over its display socket.
-    pub fn has_display_socket(&self) -> bool {
-        self.display.is_some()
     }
 
     /// The first event after a pause: the rings run again. The control ring's restart index
@@ -334,8 +326,13 @@ impl WddmGpuBackend {
             ));
             match queue {
                 CONTROL_QUEUE => self.answer(chain, reply, mem),
-                // Cursor commands have no response; there is no cursor to move.
-                _ => reply.send(&[]),
+                // Cursor commands have no response.
+                _ => {
+                    if let Some(request) = read_request(&chain, mem) {
+                        self.gpu.handle_cursor(&request);
+                    }
+                    reply.send(&[]);
+                }
             }
         }
         Drained::Done
@@ -348,20 +345,28 @@ impl WddmGpuBackend {
         reply: Box<ChainReply>,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
     ) {
-        let mut reader = match chain.reader(mem) {
-            Ok(reader) => reader,
-            Err(error) => {
-                crate::guest_warn!("control descriptor chain refused: {error}");
-                return reply.send(&[]);
-            }
-        };
-        let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
-        if let Err(error) = reader.read_exact(&mut request) {
-            crate::guest_warn!("control request unreadable: {error}");
-            return reply.send(&[]);
+        match read_request(&chain, mem) {
+            Some(request) => self.gpu.handle(&request, reply, mem.clone()),
+            None => reply.send(&[]),
         }
-        self.gpu.handle(&request, reply, mem.clone());
     }
+}
+
+/// The readable bytes of a chain, up to [`MAX_REQUEST_SIZE`]; `None` (logged) when unreadable.
+fn read_request(chain: &Chain, mem: &GuestMemoryLoadGuard<GuestMemoryMmap>) -> Option<Vec<u8>> {
+    let mut reader = match chain.clone().reader(mem) {
+        Ok(reader) => reader,
+        Err(error) => {
+            crate::guest_warn!("descriptor chain refused: {error}");
+            return None;
+        }
+    };
+    let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
+    if let Err(error) = reader.read_exact(&mut request) {
+        crate::guest_warn!("request unreadable: {error}");
+        return None;
+    }
+    Some(request)
 }
 
 impl Drop for WddmGpuBackend {
@@ -705,9 +710,12 @@ impl VhostUserBackendMut for WddmGpuBackend {
         Ok(VhostUserShMemConfig::new(1, &[size]))
     }
 
+    /// QEMU's display socket, new at every device start: the display is shown through it from
+    /// now on (scanouts already set are announced to it).
     fn set_gpu_socket(&mut self, gpu_backend: GpuBackend) -> io::Result<()> {
-        debug!("display socket received (kept open; render-only device)");
-        self.display = Some(gpu_backend);
+        info!("display socket received from the frontend");
+        self.gpu
+            .attach_display(Some(Box::new(QemuDisplay::start(gpu_backend))));
         Ok(())
     }
 
@@ -724,7 +732,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
     fn reset_device(&mut self) {
         info!("device reset (RESET_DEVICE)");
         self.reset_state();
-        self.display = None;
+        self.gpu.attach_display(None);
         self.shmem_mapped = false;
     }
 

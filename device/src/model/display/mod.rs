@@ -1,0 +1,508 @@
+//! The standard virtio-gpu 2D device (virtio 1.2 device 16): scanouts with their EDID, 2D
+//! resources with guest backing, transfers, flushes to the display and the cursor. Every guest
+//! value is checked; a refused command is answered with the spec's error and a rate-limited
+//! warning. The display itself is a [`DisplaySink`] the transport provides.
+
+pub mod command;
+pub mod edid;
+pub mod format;
+pub mod rect;
+pub mod resource;
+pub mod sink;
+pub mod wire;
+
+use std::collections::HashMap;
+
+use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuDisplayOne, WddmGpuRespDisplayInfo, VIRTIO_GPU_MAX_SCANOUTS,
+    VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
+    VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
+};
+use zerocopy::IntoBytes;
+
+use self::command::{CursorCommand, DisplayCommand};
+use self::edid::{edid, EDID_SIZE};
+use self::format::{PixelFormat, BYTES_PER_PIXEL};
+use self::rect::{Rect, RectError};
+use self::resource::{Backing, BackingError, Resource, TransferError};
+use self::sink::{CursorImage, DisplaySink, ScanoutState, CURSOR_BYTES, CURSOR_SIZE};
+use self::wire::{
+    RespEdid, WireRect, RESP_ERR_INVALID_RESOURCE_ID, RESP_ERR_INVALID_SCANOUT_ID,
+    RESP_ERR_OUT_OF_MEMORY, RESP_OK_EDID,
+};
+use crate::memory::guest_ram::GuestRam;
+
+/// Largest payload of one display update: a bigger flush goes as several bands of rows.
+const MAX_UPDATE_BYTES: usize = 4 << 20;
+
+/// The displays and the host memory of 2D resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DisplayConfig {
+    /// Scanouts, 1 to 16.
+    pub scanouts: u32,
+    /// Preferred width and height of every scanout (its EDID and display info).
+    pub width: u32,
+    pub height: u32,
+    /// Host bytes all 2D resources may take together.
+    pub max_memory: u64,
+}
+
+impl Default for DisplayConfig {
+    fn default() -> Self {
+        Self {
+            scanouts: 1,
+            width: 1024,
+            height: 768,
+            max_memory: 256 << 20,
+        }
+    }
+}
+
+/// Why a command was refused; each maps to a spec error response.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DisplayError {
+    #[error("scanout {0} does not exist")]
+    NoScanout(u32),
+    #[error("resource {0} does not exist")]
+    NoResource(u32),
+    #[error("resource id {0} is 0 or already in use")]
+    ResourceIdTaken(u32),
+    #[error("format {0} is not a 2D format")]
+    BadFormat(u32),
+    #[error(
+        "a {width}x{height} resource needs {needed:#x} bytes; {used:#x} of {limit:#x} are in use"
+    )]
+    OutOfMemory {
+        width: u32,
+        height: u32,
+        needed: u64,
+        used: u64,
+        limit: u64,
+    },
+    #[error("resource {0}: {1}")]
+    Rect(u32, RectError),
+    #[error("resource {0} already has a backing")]
+    BackingAttached(u32),
+    #[error("resource {0} has no backing to detach")]
+    NoBacking(u32),
+    #[error("resource {0}: {1}")]
+    Backing(u32, BackingError),
+    #[error("resource {0}: transfer refused: {1}")]
+    Transfer(u32, TransferError),
+}
+
+impl DisplayError {
+    /// The response type answering it.
+    pub fn response_type(&self) -> u32 {
+        match self {
+            Self::NoScanout(_) => RESP_ERR_INVALID_SCANOUT_ID,
+            Self::NoResource(_) | Self::ResourceIdTaken(_) => RESP_ERR_INVALID_RESOURCE_ID,
+            Self::OutOfMemory { .. } => RESP_ERR_OUT_OF_MEMORY,
+            Self::BadFormat(_) | Self::Rect(..) | Self::Transfer(..) => {
+                VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
+            }
+            Self::BackingAttached(_) | Self::NoBacking(_) | Self::Backing(..) => {
+                VIRTIO_GPU_RESP_ERR_UNSPEC
+            }
+        }
+    }
+}
+
+/// What one scanout shows: part of a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Binding {
+    resource_id: u32,
+    rect: Rect,
+}
+
+/// The 2D device state.
+pub struct Display {
+    config: DisplayConfig,
+    resources: HashMap<u32, Resource>,
+    /// Host bytes the resources take.
+    used: u64,
+    scanouts: Vec<Option<Binding>>,
+    sink: Option<Box<dyn DisplaySink>>,
+}
+
+fn nodata() -> Vec<u8> {
+    WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_NODATA)
+        .as_bytes()
+        .to_vec()
+}
+
+impl Display {
+    /// No resources, every scanout disabled, no display attached.
+    pub fn new(config: DisplayConfig) -> Self {
+        let count = config.scanouts.clamp(1, VIRTIO_GPU_MAX_SCANOUTS as u32);
+        Self {
+            config: DisplayConfig {
+                scanouts: count,
+                ..config
+            },
+            resources: HashMap::new(),
+            used: 0,
+            scanouts: vec![None; count as usize],
+            sink: None,
+        }
+    }
+
+    /// The scanout count.
+    pub fn scanout_count(&self) -> u32 {
+        self.config.scanouts
+    }
+
+    /// Host bytes the resources take now.
+    pub fn used_memory(&self) -> u64 {
+        self.used
+    }
+
+    /// The display to drive from now on (QEMU's new socket), or none. Scanouts already set are
+    /// announced to it.
+    pub fn attach_sink(&mut self, sink: Option<Box<dyn DisplaySink>>) {
+        self.sink = sink;
+        for scanout in 0..self.scanouts.len() {
+            if let Some(binding) = self.scanouts[scanout] {
+                self.announce(scanout as u32, binding);
+            }
+        }
+    }
+
+    /// A guest-visible reset: every resource goes and every scanout is disabled.
+    pub fn reset(&mut self) {
+        for scanout in 0..self.scanouts.len() {
+            if self.scanouts[scanout].take().is_some() {
+                if let Some(sink) = &mut self.sink {
+                    sink.scanout(scanout as u32, ScanoutState::Disabled);
+                }
+            }
+        }
+        self.resources.clear();
+        self.used = 0;
+    }
+
+    /// GET_DISPLAY_INFO: every configured scanout enabled at the preferred size.
+    pub fn display_info(&self) -> Vec<u8> {
+        let mut info = WddmGpuRespDisplayInfo {
+            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_DISPLAY_INFO),
+            ..Default::default()
+        };
+        for mode in info.pmodes.iter_mut().take(self.scanouts.len()) {
+            *mode = WddmGpuDisplayOne {
+                rect: [0, 0, self.config.width, self.config.height],
+                enabled: 1,
+                flags: 0,
+            };
+        }
+        info.as_bytes().to_vec()
+    }
+
+    /// Answers a 2D command: the response bytes, or why it was refused.
+    pub fn handle<M: GuestMemoryBackend>(
+        &mut self,
+        command: DisplayCommand,
+        ram: &GuestRam<'_, M>,
+    ) -> Result<Vec<u8>, DisplayError> {
+        match command {
+            DisplayCommand::GetEdid { scanout } => self.get_edid(scanout),
+            DisplayCommand::ResourceCreate2d {
+                resource_id,
+                format,
+                width,
+                height,
+            } => self.create(resource_id, format, width, height),
+            DisplayCommand::ResourceUnref { resource_id } => self.unref(resource_id),
+            DisplayCommand::SetScanout {
+                scanout_id,
+                resource_id,
+                rect,
+            } => self.set_scanout(scanout_id, resource_id, rect),
+            DisplayCommand::ResourceFlush { resource_id, rect } => self.flush(resource_id, rect),
+            DisplayCommand::TransferToHost2d {
+                resource_id,
+                rect,
+                offset,
+            } => {
+                let resource = self.resource_mut(resource_id)?;
+                let rect = Rect::inside(rect, resource.width, resource.height)
+                    .map_err(|error| DisplayError::Rect(resource_id, error))?;
+                resource
+                    .transfer_to_host(rect, offset, ram)
+                    .map_err(|error| DisplayError::Transfer(resource_id, error))?;
+                Ok(nodata())
+            }
+            DisplayCommand::AttachBacking {
+                resource_id,
+                entries,
+            } => {
+                let resource = self.resource_mut(resource_id)?;
+                if resource.backing.is_some() {
+                    return Err(DisplayError::BackingAttached(resource_id));
+                }
+                let backing = Backing::attach(entries, ram)
+                    .map_err(|error| DisplayError::Backing(resource_id, error))?;
+                resource.backing = Some(backing);
+                Ok(nodata())
+            }
+            DisplayCommand::DetachBacking { resource_id } => {
+                let resource = self.resource_mut(resource_id)?;
+                resource
+                    .backing
+                    .take()
+                    .ok_or(DisplayError::NoBacking(resource_id))?;
+                Ok(nodata())
+            }
+        }
+    }
+
+    fn resource_mut(&mut self, resource_id: u32) -> Result<&mut Resource, DisplayError> {
+        self.resources
+            .get_mut(&resource_id)
+            .ok_or(DisplayError::NoResource(resource_id))
+    }
+
+    fn get_edid(&self, scanout: u32) -> Result<Vec<u8>, DisplayError> {
+        if scanout >= self.config.scanouts {
+            return Err(DisplayError::NoScanout(scanout));
+        }
+        let mut response = RespEdid {
+            hdr: WddmGpuCtrlHdr::with_type(RESP_OK_EDID),
+            size: EDID_SIZE as u32,
+            padding: 0,
+            edid: [0; 1024],
+        };
+        response.edid[..EDID_SIZE].copy_from_slice(&edid(
+            self.config.width,
+            self.config.height,
+            scanout + 1,
+        ));
+        Ok(response.as_bytes().to_vec())
+    }
+
+    fn create(
+        &mut self,
+        resource_id: u32,
+        format: u32,
+        width: u32,
+        height: u32,
+    ) -> Result<Vec<u8>, DisplayError> {
+        if resource_id == 0 || self.resources.contains_key(&resource_id) {
+            return Err(DisplayError::ResourceIdTaken(resource_id));
+        }
+        let pixel_format = PixelFormat::from_wire(format).ok_or(DisplayError::BadFormat(format))?;
+        if width == 0 || height == 0 {
+            return Err(DisplayError::Rect(
+                resource_id,
+                RectError::Empty(WireRect {
+                    x: 0,
+                    y: 0,
+                    width,
+                    height,
+                }),
+            ));
+        }
+        let out_of_memory = |needed| DisplayError::OutOfMemory {
+            width,
+            height,
+            needed,
+            used: self.used,
+            limit: self.config.max_memory,
+        };
+        let needed = Resource::host_size(width, height).unwrap_or(u64::MAX);
+        let total = self
+            .used
+            .checked_add(needed)
+            .filter(|total| *total <= self.config.max_memory);
+        let (Some(total), Ok(len)) = (total, usize::try_from(needed)) else {
+            return Err(out_of_memory(needed));
+        };
+        let mut pixels = Vec::new();
+        if pixels.try_reserve_exact(len).is_err() {
+            return Err(out_of_memory(needed));
+        }
+        pixels.resize(len, 0);
+        self.resources.insert(
+            resource_id,
+            Resource {
+                format: pixel_format,
+                width,
+                height,
+                pixels,
+                backing: None,
+            },
+        );
+        self.used = total;
+        Ok(nodata())
+    }
+
+    fn unref(&mut self, resource_id: u32) -> Result<Vec<u8>, DisplayError> {
+        let resource = self
+            .resources
+            .remove(&resource_id)
+            .ok_or(DisplayError::NoResource(resource_id))?;
+        self.used -= Resource::host_size(resource.width, resource.height).unwrap_or(0);
+        // A scanout showing it is disabled, as QEMU does.
+        for scanout in 0..self.scanouts.len() {
+            if self.scanouts[scanout].is_some_and(|binding| binding.resource_id == resource_id) {
+                self.scanouts[scanout] = None;
+                if let Some(sink) = &mut self.sink {
+                    sink.scanout(scanout as u32, ScanoutState::Disabled);
+                }
+            }
+        }
+        Ok(nodata())
+    }
+
+    fn set_scanout(
+        &mut self,
+        scanout_id: u32,
+        resource_id: u32,
+        rect: WireRect,
+    ) -> Result<Vec<u8>, DisplayError> {
+        if scanout_id >= self.config.scanouts {
+            return Err(DisplayError::NoScanout(scanout_id));
+        }
+        let scanout = scanout_id as usize;
+        if resource_id == 0 {
+            if self.scanouts[scanout].take().is_some() {
+                if let Some(sink) = &mut self.sink {
+                    sink.scanout(scanout_id, ScanoutState::Disabled);
+                }
+            }
+            return Ok(nodata());
+        }
+        let resource = self
+            .resources
+            .get(&resource_id)
+            .ok_or(DisplayError::NoResource(resource_id))?;
+        let rect = Rect::inside(rect, resource.width, resource.height)
+            .map_err(|error| DisplayError::Rect(resource_id, error))?;
+        let binding = Binding { resource_id, rect };
+        self.scanouts[scanout] = Some(binding);
+        self.announce(scanout_id, binding);
+        Ok(nodata())
+    }
+
+    /// Tells the display a scanout's size.
+    fn announce(&mut self, scanout: u32, binding: Binding) {
+        if let Some(sink) = &mut self.sink {
+            let (width, height) = (binding.rect.width, binding.rect.height);
+            sink.scanout(scanout, ScanoutState::Enabled { width, height });
+        }
+    }
+
+    fn flush(&mut self, resource_id: u32, rect: WireRect) -> Result<Vec<u8>, DisplayError> {
+        let resource = self
+            .resources
+            .get(&resource_id)
+            .ok_or(DisplayError::NoResource(resource_id))?;
+        let rect = Rect::inside(rect, resource.width, resource.height)
+            .map_err(|error| DisplayError::Rect(resource_id, error))?;
+        let Some(sink) = &mut self.sink else {
+            return Ok(nodata());
+        };
+        for (scanout, binding) in self.scanouts.iter().enumerate() {
+            let Some(binding) = binding.filter(|b| b.resource_id == resource_id) else {
+                continue;
+            };
+            let Some(shown) = rect.intersect(binding.rect) else {
+                continue;
+            };
+            let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
+            let band_rows = (MAX_UPDATE_BYTES / row_bytes).max(1) as u32;
+            let mut y = shown.y;
+            while y < shown.bottom() {
+                let band = Rect {
+                    y,
+                    height: band_rows.min(shown.bottom() - y),
+                    ..shown
+                };
+                let mut pixels = Vec::with_capacity(row_bytes * band.height as usize);
+                for row in resource.rows(band) {
+                    resource.format.to_display(row, &mut pixels);
+                }
+                sink.update(scanout as u32, band.relative_to(binding.rect), pixels);
+                y = band.bottom();
+            }
+        }
+        Ok(nodata())
+    }
+
+    /// A cursor-queue command (no response: the cursor queue has none). Refused commands are
+    /// described in the error.
+    pub fn cursor(&mut self, command: CursorCommand) -> Result<(), DisplayError> {
+        match command {
+            CursorCommand::Move { scanout_id, x, y } => {
+                self.check_scanout(scanout_id)?;
+                if let Some(sink) = &mut self.sink {
+                    sink.cursor(scanout_id, x, y, None);
+                }
+            }
+            CursorCommand::Update {
+                scanout_id,
+                resource_id: 0,
+                ..
+            } => {
+                self.check_scanout(scanout_id)?;
+                if let Some(sink) = &mut self.sink {
+                    sink.hide_cursor(scanout_id);
+                }
+            }
+            CursorCommand::Update {
+                scanout_id,
+                x,
+                y,
+                resource_id,
+                hot_x,
+                hot_y,
+            } => {
+                self.check_scanout(scanout_id)?;
+                let resource = self
+                    .resources
+                    .get(&resource_id)
+                    .ok_or(DisplayError::NoResource(resource_id))?;
+                // The image is the resource's top-left 64x64 pixels (Linux makes them 64x64).
+                let size = Rect::inside(
+                    WireRect {
+                        x: 0,
+                        y: 0,
+                        width: resource.width.min(CURSOR_SIZE),
+                        height: resource.height.min(CURSOR_SIZE),
+                    },
+                    resource.width,
+                    resource.height,
+                )
+                .map_err(|error| DisplayError::Rect(resource_id, error))?;
+                let mut pixels = Box::new([0u8; CURSOR_BYTES]);
+                let row_bytes = (CURSOR_SIZE * BYTES_PER_PIXEL) as usize;
+                let mut converted = Vec::with_capacity(row_bytes);
+                for (y, row) in resource.rows(size).enumerate() {
+                    converted.clear();
+                    resource.format.to_display(row, &mut converted);
+                    pixels[y * row_bytes..y * row_bytes + converted.len()]
+                        .copy_from_slice(&converted);
+                }
+                let image = CursorImage {
+                    hot_x,
+                    hot_y,
+                    pixels,
+                };
+                if let Some(sink) = &mut self.sink {
+                    sink.cursor(scanout_id, x, y, Some(&image));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_scanout(&self, scanout_id: u32) -> Result<(), DisplayError> {
+        if scanout_id >= self.config.scanouts {
+            return Err(DisplayError::NoScanout(scanout_id));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,43 @@
+//! Where the display goes: the model says what to show through [`DisplaySink`]; the transport
+//! implements it over QEMU's vhost-user-gpu socket (and tests record it).
+
+use super::rect::Rect;
+
+/// Side of the square cursor image, in pixels.
+pub const CURSOR_SIZE: u32 = 64;
+/// Bytes of a cursor image (B, G, R, A per pixel).
+pub const CURSOR_BYTES: usize = (CURSOR_SIZE * CURSOR_SIZE * 4) as usize;
+
+/// A cursor image with its hot spot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorImage {
+    pub hot_x: u32,
+    pub hot_y: u32,
+    /// [`CURSOR_SIZE`] rows of B, G, R, A pixels.
+    pub pixels: Box<[u8; CURSOR_BYTES]>,
+}
+
+/// What a scanout shows from now on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanoutState {
+    /// A surface of this size.
+    Enabled {
+        width: u32,
+        height: u32,
+    },
+    Disabled,
+}
+
+/// The display the model drives. Calls do not fail: an implementation that loses its display
+/// handles that itself (QEMU's socket closes at a device stop).
+pub trait DisplaySink: Send {
+    /// A scanout was set to a new size, or disabled.
+    fn scanout(&mut self, scanout: u32, state: ScanoutState);
+    /// `rect` of the scanout (scanout coordinates) now holds `pixels`: B, G, R, A bytes,
+    /// `rect.width * 4` a row.
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: Vec<u8>);
+    /// The cursor on `scanout` moved to (`x`, `y`), with a new image when given.
+    fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>);
+    /// The cursor on `scanout` is hidden.
+    fn hide_cursor(&mut self, scanout: u32);
+}

@@ -1,0 +1,166 @@
+//! The display through QEMU: [`QemuDisplay`] turns what the model shows ([`DisplaySink`]) into
+//! vhost-user-gpu messages on the socket QEMU hands over with VHOST_USER_GPU_SET_SOCKET
+//! (QEMU's vhost-user-gpu protocol document, interop/vhost-user-gpu): SCANOUT (a size, or 0x0 to disable), UPDATE (a
+//! rectangle with its PIXMAN x8r8g8b8 pixels), CURSOR_UPDATE, CURSOR_POS and CURSOR_POS_HIDE.
+//! None of these is answered, so the backend never negotiates protocol features: it needs
+//! neither QEMU's EDID nor DMABUF.
+//!
+//! Messages are written by a thread of their own: QEMU reads the socket in its main loop, which
+//! may be waiting for a vhost-user reply from this backend, so a vring worker blocked on a full
+//! socket could deadlock both. Pending bytes are bounded; past the bound updates are dropped
+//! (the next flush repaints). When QEMU closes the socket (a device stop or reset) the write
+//! fails with EPIPE (SIGPIPE is ignored by the Rust runtime): the thread logs once and ends, and
+//! later messages are dropped until the next SET_SOCKET brings a new socket.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+use log::{info, warn};
+use vhost::vhost_user::gpu_message::{
+    VhostUserGpuCursorPos, VhostUserGpuCursorUpdate, VhostUserGpuScanout, VhostUserGpuUpdate,
+};
+use vhost::vhost_user::GpuBackend;
+
+use crate::model::display::rect::Rect;
+use crate::model::display::sink::{CursorImage, DisplaySink, ScanoutState, CURSOR_BYTES};
+
+/// Most bytes of messages waiting for the writer thread.
+const MAX_PENDING_BYTES: usize = 64 << 20;
+
+/// One message for QEMU.
+enum Message {
+    Scanout(VhostUserGpuScanout),
+    Update(VhostUserGpuUpdate, Vec<u8>),
+    Cursor(VhostUserGpuCursorUpdate, Box<[u8; CURSOR_BYTES]>),
+    CursorPos(VhostUserGpuCursorPos),
+    CursorHide(VhostUserGpuCursorPos),
+}
+
+impl Message {
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Update(_, pixels) => pixels.len(),
+            Self::Cursor(..) => CURSOR_BYTES,
+            _ => 0,
+        }
+    }
+}
+
+/// The display socket QEMU handed over, written by a thread of its own.
+pub struct QemuDisplay {
+    messages: Option<Sender<Message>>,
+    pending: Arc<AtomicUsize>,
+    dropped_logged: bool,
+}
+
+impl QemuDisplay {
+    /// Starts the writer thread for `socket`.
+    pub fn start(socket: GpuBackend) -> Self {
+        let (sender, receiver) = channel();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let writer_pending = pending.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wddm-gpu-display".into())
+            .spawn(move || write_messages(&socket, &receiver, &writer_pending));
+        let messages = match spawned {
+            Ok(_) => Some(sender),
+            Err(error) => {
+                warn!("cannot start the display thread: {error}; nothing will be shown");
+                None
+            }
+        };
+        Self {
+            messages,
+            pending,
+            dropped_logged: false,
+        }
+    }
+
+    fn send(&mut self, message: Message) {
+        let Some(messages) = &self.messages else {
+            return;
+        };
+        let bytes = message.bytes();
+        if bytes > 0 && self.pending.load(Ordering::Acquire) + bytes > MAX_PENDING_BYTES {
+            if !std::mem::replace(&mut self.dropped_logged, true) {
+                warn!("QEMU is not reading the display socket: display updates dropped");
+            }
+            return;
+        }
+        self.pending.fetch_add(bytes, Ordering::AcqRel);
+        if messages.send(message).is_err() {
+            // The writer ended (the socket failed, logged there).
+            self.messages = None;
+        }
+    }
+}
+
+fn write_messages(socket: &GpuBackend, receiver: &Receiver<Message>, pending: &AtomicUsize) {
+    while let Ok(message) = receiver.recv() {
+        pending.fetch_sub(message.bytes(), Ordering::AcqRel);
+        let sent = match &message {
+            Message::Scanout(scanout) => socket.set_scanout(scanout),
+            Message::Update(update, pixels) => socket.update_scanout(update, pixels),
+            Message::Cursor(update, image) => socket.cursor_update(update, image),
+            Message::CursorPos(pos) => socket.cursor_pos(pos),
+            Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
+        };
+        if let Err(error) = sent {
+            info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
+            return;
+        }
+    }
+}
+
+impl DisplaySink for QemuDisplay {
+    fn scanout(&mut self, scanout: u32, state: ScanoutState) {
+        let (width, height) = match state {
+            ScanoutState::Enabled { width, height } => (width, height),
+            ScanoutState::Disabled => (0, 0),
+        };
+        self.send(Message::Scanout(VhostUserGpuScanout {
+            scanout_id: scanout,
+            width,
+            height,
+        }));
+    }
+
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: Vec<u8>) {
+        let update = VhostUserGpuUpdate {
+            scanout_id: scanout,
+            x: rect.x,
+            y: rect.y,
+            width: rect.width,
+            height: rect.height,
+        };
+        self.send(Message::Update(update, pixels));
+    }
+
+    fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>) {
+        let pos = VhostUserGpuCursorPos {
+            scanout_id: scanout,
+            x,
+            y,
+        };
+        match image {
+            Some(image) => self.send(Message::Cursor(
+                VhostUserGpuCursorUpdate {
+                    pos,
+                    hot_x: image.hot_x,
+                    hot_y: image.hot_y,
+                },
+                image.pixels.clone(),
+            )),
+            None => self.send(Message::CursorPos(pos)),
+        }
+    }
+
+    fn hide_cursor(&mut self, scanout: u32) {
+        self.send(Message::CursorHide(VhostUserGpuCursorPos {
+            scanout_id: scanout,
+            x: 0,
+            y: 0,
+        }));
+    }
+}
