@@ -4,7 +4,7 @@
 
 mod harness;
 
-use harness::{submit_command, Harness, BUFFER_SIZE, DMA_BUFFER};
+use harness::{submit_command, Harness, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_RESP_SUBMIT,
@@ -57,4 +57,110 @@ fn responses_echo_the_request_fence_flag_id_context_and_ring() {
     let reply = h.request(request.as_bytes(), BUFFER_SIZE);
     assert_eq!(reply.hdr().flags, 0);
     assert!(reply.bytes.len() > HDR_SIZE);
+}
+
+const RESOURCE_CREATE_2D: u32 = 0x0101;
+const SET_SCANOUT: u32 = 0x0103;
+const RESOURCE_FLUSH: u32 = 0x0104;
+const TRANSFER_TO_HOST_2D: u32 = 0x0105;
+const ATTACH_BACKING: u32 = 0x0106;
+const GET_EDID: u32 = 0x010a;
+const OK_NODATA: u32 = 0x1100;
+const OK_EDID: u32 = 0x1104;
+const ERR_OUT_OF_MEMORY: u32 = 0x1201;
+const ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
+const ERR_INVALID_RESOURCE_ID: u32 = 0x1203;
+
+/// A request: a header of `type_`, then little-endian words.
+fn command(type_: u32, words: &[u64]) -> Vec<u8> {
+    let mut bytes = WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec();
+    for word in words {
+        bytes.extend_from_slice(&(*word as u32).to_le_bytes());
+    }
+    bytes
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+/// A 4x2 R8G8B8A8 resource `id` backed at DATA, its pixels transferred, shown on scanout 0 and
+/// flushed; returns its pixels.
+fn show_resource(h: &mut Harness, id: u64) -> Vec<u8> {
+    let pixels: Vec<u8> = (0..8u8)
+        .flat_map(|i| [i, 0x10 + i, 0x20 + i, 0xff])
+        .collect();
+    h.write_ram(DATA, &pixels);
+    let steps = [
+        command(RESOURCE_CREATE_2D, &[id, 67, 4, 2]),
+        command(ATTACH_BACKING, &[id, 1, DATA, 0, pixels.len() as u64, 0]),
+        command(TRANSFER_TO_HOST_2D, &[0, 0, 4, 2, 0, 0, id, 0]),
+        command(SET_SCANOUT, &[0, 0, 4, 2, 0, id]),
+        command(RESOURCE_FLUSH, &[0, 0, 4, 2, id, 0]),
+    ];
+    for step in steps {
+        let reply = h.request(&step, BUFFER_SIZE);
+        assert_eq!(
+            reply.hdr().type_,
+            OK_NODATA,
+            "{step:x?}\n{}",
+            h.backend.log()
+        );
+    }
+    pixels
+}
+
+#[test]
+fn edid_hostile_2d_requests_and_a_reset_dropping_resources() {
+    let mut h = Harness::ready("display-hostile");
+    let reply = h.request(&command(GET_EDID, &[0, 0]), BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, OK_EDID);
+    let edid = &reply.bytes[HDR_SIZE + 8..HDR_SIZE + 8 + 128];
+    assert_eq!(words(&reply.bytes[HDR_SIZE..HDR_SIZE + 4]), vec![128]);
+    assert_eq!(edid.iter().fold(0u8, |s, b| s.wrapping_add(*b)), 0);
+    assert_eq!(&edid[..8], &[0, 255, 255, 255, 255, 255, 255, 0]);
+    let refused = [
+        (command(GET_EDID, &[1, 0]), ERR_INVALID_SCANOUT_ID),
+        (
+            command(RESOURCE_CREATE_2D, &[5, 1, 65535, 65535]),
+            ERR_OUT_OF_MEMORY,
+        ),
+        (command(RESOURCE_CREATE_2D, &[5, 1, 16, 16]), OK_NODATA),
+        // Backing in the VRAM window.
+        (
+            command(ATTACH_BACKING, &[5, 1, VRAM_GPA, VRAM_GPA >> 32, 4096, 0]),
+            VIRTIO_GPU_RESP_ERR_UNSPEC,
+        ),
+        // More entries than the request holds.
+        (
+            command(ATTACH_BACKING, &[5, 1000]),
+            VIRTIO_GPU_RESP_ERR_UNSPEC,
+        ),
+        (
+            command(SET_SCANOUT, &[0, 0, 16, 16, 3, 5]),
+            ERR_INVALID_SCANOUT_ID,
+        ),
+        (
+            command(RESOURCE_FLUSH, &[0, 0, 16, 16, 6, 0]),
+            ERR_INVALID_RESOURCE_ID,
+        ),
+    ];
+    for (request, expected) in refused {
+        let reply = h.request(&request, BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, expected, "{request:x?}");
+    }
+    // The whole path answers OK: create, backing, transfer, scanout, flush.
+    show_resource(&mut h, 1);
+    // A reset drops every resource.
+    h.stop_device();
+    h.reset_device();
+    h.start_device_anew();
+    for id in [1, 5] {
+        let reply = h.request(&command(RESOURCE_FLUSH, &[0, 0, 1, 1, id, 0]), BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, ERR_INVALID_RESOURCE_ID);
+    }
+    assert!(h.backend.is_running());
 }
