@@ -14,6 +14,10 @@
 #   vhost-user-test-device-pci with a shared-memory BAR, qemu-configs/linux-guest-shmem-qemu11.args).
 #   The backend gets the matching --bar-mode (BACKEND_BAR_MODE overrides it: auto, ivshmem or
 #   shmem).
+# GPU_BACKEND: which vhost-user GPU backend gpu_start_backend starts: ours (default; the backend
+#   built here) or c-peer (QEMU's C vhost-user-gpu, /usr/lib/qemu/vhost-user-gpu from Debian's
+#   qemu-system-gui: the reference the external-driver display tests are validated against; it
+#   serves a standard virtio-gpu only, so only scripts/display-test uses it).
 # Variables set: GPU_RUN_DIR, SOCKET, VRAM_PATH, BACKEND_LOG, BACKEND_PID, QEMU_LOG;
 # gpu_run_guest_vmctl also VMCTL_LOG and VMCTL_RC.
 
@@ -26,6 +30,7 @@ _WDDM_GPU_SH=1
 source "$(dirname "${BASH_SOURCE[0]}")/qemu.sh"
 
 BACKEND_BIN="${REPO_ROOT}/target/release/vhost-user-wddm-gpu"
+C_PEER_BIN=/usr/lib/qemu/vhost-user-gpu
 GUEST_TARGET=x86_64-unknown-linux-gnu
 GUEST_BIN="${REPO_ROOT}/target/${GUEST_TARGET}/release/wddm-guest"
 
@@ -67,8 +72,20 @@ gpu_build() {
     "${REPO_ROOT}/scripts/build-guest" --binary "$GUEST_BIN" >&2
 }
 
-# gpu_start_backend: start the backend on a fresh socket and VRAM file; stopped on exit.
+# ensure_c_peer: QEMU's C vhost-user-gpu, installed from the package that ships it.
+ensure_c_peer() {
+    [[ -x "$C_PEER_BIN" ]] || ensure_debian_packages qemu-system-gui
+    [[ -x "$C_PEER_BIN" ]] || die "${C_PEER_BIN} is missing after installing qemu-system-gui"
+}
+
+# gpu_start_backend: start the backend GPU_BACKEND names on a fresh socket (ours also on a fresh
+# VRAM file); stopped on exit.
 gpu_start_backend() {
+    case "${GPU_BACKEND:-ours}" in
+        ours) ;;
+        c-peer) _gpu_start_c_peer; return ;;
+        *) die "GPU_BACKEND must be ours or c-peer, not '${GPU_BACKEND}'" ;;
+    esac
     gpu_check_modes
     export VRAM_SIZE="${VRAM_SIZE:-256M}"
     GPU_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wddm-gpu.XXXXXX")"
@@ -88,6 +105,20 @@ gpu_start_backend() {
     BACKEND_PID=$pid
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"
     wait_for_socket "$SOCKET" 20 "$pid" || { cat "$BACKEND_LOG" >&2; die "the backend did not start"; }
+}
+
+# _gpu_start_c_peer: QEMU's C vhost-user-gpu on a fresh socket, the same variables set.
+_gpu_start_c_peer() {
+    ensure_c_peer
+    GPU_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wddm-gpu.XXXXXX")"
+    export SOCKET="${GPU_RUN_DIR}/gpu.sock"
+    BACKEND_LOG="${GPU_RUN_DIR}/backend.log"
+    export QEMU_LOG="${GPU_RUN_DIR}/qemu.log"
+    G_MESSAGES_DEBUG="${C_PEER_DEBUG:-}" "$C_PEER_BIN" --socket-path="$SOCKET" >"$BACKEND_LOG" 2>&1 &
+    local pid=$!
+    BACKEND_PID=$pid
+    on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -rf '${GPU_RUN_DIR}'"
+    wait_for_socket "$SOCKET" 20 "$pid" || { cat "$BACKEND_LOG" >&2; die "the C peer did not start"; }
 }
 
 # stop_within PID: waits up to 10 s for PID to exit on its own; stops it otherwise.

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Host side of the external-driver display tests (scripts/display-test): started before QEMU,
+it answers the display guest (guest-tests/display/init.sh) on its second serial port, takes QMP
+screendumps, collects the guest's checks and prints one verdict line per check:
+
+  DISPLAY-RESULT <name> PASS|FAIL|XFAIL|XPASS <detail>
+
+then "DISPLAY-SUMMARY <n> passed, <m> failed". Exit 0 iff nothing FAILed or XPASSed (an expected
+failure that passes means the expectation is stale). Every check of the plan gets a line: one
+the guest never reported is a FAIL ("never reported"), never a skip.
+
+Plans:
+  linux-reboot  the Linux guest with the kernel's virtio_gpu; after its checks the host answers
+                "reboot" (the guest's own `reboot -f`, which QEMU turns into a reset with -action
+                reboot=reset) and the second boot runs every check again (after_reboot:*).
+  ovmf          OVMF firmware, -vga none, the GPU the only display: a screendump while the
+                firmware shows its screen (at its "BdsDxe: starting" console line, or after
+                --firmware-wait seconds, default 8: Debian's OVMF prints nothing on the serial console and the kernel starts after ~15 s under TCG) must not be a single colour; then the Linux guest it
+                boots runs its checks once (ovmf:*) and powers off.
+
+Expectations (--backend): the C peer (QEMU's vhost-user-gpu) does not come back after the
+guest's reset (it is reported to die of SIGPIPE; QEMU 10.0.2's stays alive but asserts
+'g->sock_fd == -1' at the second VHOST_USER_GPU_SET_SOCKET and no fence completes after), so with
+c-peer reboot:second_init is expected to fail (XFAIL) and the after_reboot:* failures are folded
+into it. A boot that does not reach its "done" point within --boot-timeout seconds ends the run
+(QEMU is told to quit); its missing checks are FAILs. Standard library only.
+"""
+
+import argparse
+import os
+import re
+import select
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import display_pattern  # noqa: E402
+from vmctl import LineTail, Qmp, QemuGone, StepError, connect_unix  # noqa: E402
+
+START = time.monotonic()
+SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
+CHECK_RE = re.compile(r"DISPLAY-CHECK (\S+) (PASS|FAIL) ?(.*)")
+FB_RE = re.compile(r"DISPLAY-FB (\d+)x(\d+)")
+FIRMWARE_BOOTING = "BdsDxe: starting"
+
+# What the guest reports on every boot (init.sh and display-check.c), and what the host adds.
+GUEST_CHECKS = [
+    "modules_loaded", "fb0_present", "drm_card0_present", "fb_pattern_drawn",
+    "drm_open_card0", "virtgpu_resource_create", "virtgpu_create_fence_wait",
+    "virtgpu_transfer_fence_wait", "kms_resources", "kms_connector_connected", "kms_modeset",
+    "kms_page_flip_event", "fences_all_signalled",
+]
+HOST_CHECKS = ["screendump_matches_pattern", "dmesg_no_driver_errors"]
+BOOT_CHECKS = GUEST_CHECKS + HOST_CHECKS
+
+# Kernel lines that mean the driver or the device went wrong.
+DMESG_ERROR_RE = re.compile(
+    r"error|fail|invalid|timed? ?out|bug|warn|oops|call trace|unknown", re.IGNORECASE)
+
+# Checks expected to fail with a backend, and why.
+EXPECTED_FAILURES = {
+    "c-peer": {
+        "reboot:second_init": "the C peer does not start again after the guest's reset",
+    },
+}
+
+
+def log(msg):
+    print(f"DISPLAY-HOST [{time.monotonic() - START:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def process_alive(pid):
+    """True while pid runs (a zombie, dead but not yet reaped by its parent, is not alive)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class DisplayHost:
+    def __init__(self, args):
+        self.args = args
+        self.results = {}  # name -> (ok, detail)
+        self.boots = 0
+        self.fb_size = None
+        self.dmesg = []
+        self.firmware_shot = False
+        self.boot_deadline = None
+        self.console = LineTail(args.console_log)
+        deadline = time.monotonic() + args.connect_timeout
+        self.qmp = Qmp(args.qmp, deadline)
+        self.sync = connect_unix(args.sync, deadline, "sync")
+        self.sync.setblocking(False)
+
+    def prefix(self):
+        if self.args.plan == "ovmf":
+            return "ovmf:"
+        return "after_reboot:" if self.boots >= 2 else ""
+
+    def record(self, name, ok, detail):
+        self.results[name] = (ok, detail)
+        log(f"{name}: {'PASS' if ok else 'FAIL'} {detail}")
+
+    def answer(self, word):
+        self.sync.setblocking(True)
+        try:
+            self.sync.sendall(word.encode() + b"\n")
+        finally:
+            self.sync.setblocking(False)
+
+    def drain_sync(self):
+        try:
+            while self.sync.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def screendump(self, name):
+        path = os.path.join(self.args.out_dir, f"{name}.ppm")
+        if os.path.exists(path):
+            os.unlink(path)
+        self.qmp.sock.sendall(
+            ('{"execute": "screendump", "arguments": {"filename": "%s", "format": "ppm"}}\n'
+             % path).encode())
+        deadline = time.monotonic() + 30
+        while True:
+            msg = self.qmp.read(max(deadline - time.monotonic(), 0))
+            if msg is None:
+                raise StepError("QMP screendump: no answer in 30s")
+            if "error" in msg:
+                raise StepError(f"QMP screendump failed: {msg['error'].get('desc')}")
+            if "return" in msg:
+                return path
+
+    def firmware_screendump(self):
+        self.firmware_shot = True
+        name = "ovmf:firmware_screen_not_blank"
+        try:
+            path = self.screendump("firmware")
+            ok, detail = display_pattern.colour_stats(path)
+            self.record(name, ok, detail)
+        except (StepError, OSError, display_pattern.PpmError) as err:
+            self.record(name, False, str(err))
+
+    def on_fb_drawn(self):
+        prefix = self.prefix()
+        name = prefix + "screendump_matches_pattern"
+        if self.fb_size is None:
+            self.record(name, False, "the guest drew nothing (no DISPLAY-FB line)")
+            return
+        try:
+            path = self.screendump(f"{prefix.rstrip(':') or 'boot1'}-pattern")
+            ok, detail = display_pattern.compare(path, *self.fb_size)
+            self.record(name, ok, detail)
+        except (StepError, OSError, display_pattern.PpmError) as err:
+            self.record(name, False, str(err))
+
+    def on_done(self):
+        prefix = self.prefix()
+        dmesg_path = os.path.join(self.args.out_dir, f"{prefix.rstrip(':') or 'boot1'}-dmesg.txt")
+        with open(dmesg_path, "w") as f:
+            f.write("\n".join(self.dmesg) + "\n")
+        bad = [line for line in self.dmesg if DMESG_ERROR_RE.search(line)]
+        detail = f"{len(self.dmesg)} lines kept in {os.path.basename(dmesg_path)}"
+        if bad:
+            detail += "; " + " | ".join(bad[:4])
+        self.record(prefix + "dmesg_no_driver_errors", not bad and bool(self.dmesg), detail)
+        self.dmesg = []
+
+    def handle_sync(self, point):
+        if point == "boot":
+            self.boots += 1
+            self.boot_deadline = time.monotonic() + self.args.boot_timeout
+            self.fb_size = None
+            if self.boots == 2 and self.args.plan == "linux-reboot":
+                alive = process_alive(self.args.backend_pid)
+                self.record("reboot:backend_survives", alive,
+                            f"backend pid {self.args.backend_pid} "
+                            + ("still running at the second boot" if alive else "has exited"))
+            if self.args.plan == "ovmf" and not self.firmware_shot:
+                # The kernel runs already: the firmware's screen was not caught in time.
+                self.record("ovmf:firmware_screen_not_blank", False,
+                            "the kernel booted before the firmware screendump")
+                self.firmware_shot = True
+            if self.boots > self.args.max_boots:
+                log(f"boot #{self.boots}: more boots than the plan has; quitting QEMU")
+                self.qmp.execute("quit")
+                return
+            self.answer("go")
+        elif point == "fb-drawn":
+            self.on_fb_drawn()
+
+            self.answer("go")
+        elif point == "done":
+            self.boot_deadline = None
+            self.on_done()
+            word = "reboot" if self.args.plan == "linux-reboot" and self.boots == 1 else "poweroff"
+            log(f"boot {self.boots} done: answered {word}")
+            self.answer(word)
+        else:
+            log(f"unknown point {point}: answered go")
+            self.answer("go")
+
+    def handle_line(self, line):
+        m = SYNC_RE.search(line)
+        if m:
+            self.handle_sync(m.group(1))
+            return
+        m = CHECK_RE.search(line)
+        if m:
+            self.record(self.prefix() + m.group(1), m.group(2) == "PASS", m.group(3).strip())
+            return
+        m = FB_RE.search(line)
+        if m:
+            self.fb_size = (int(m.group(1)), int(m.group(2)))
+            return
+        if line.startswith("DISPLAY-DMESG "):
+            self.dmesg.append(line[len("DISPLAY-DMESG "):])
+        elif FIRMWARE_BOOTING in line and self.args.plan == "ovmf" and not self.firmware_shot:
+            self.firmware_screendump()
+
+    def run(self):
+        deadline = time.monotonic() + self.args.timeout
+        firmware_at = time.monotonic() + self.args.firmware_wait
+        try:
+            while time.monotonic() < deadline:
+                for line in self.console.lines():
+                    self.handle_line(line)
+                if (self.args.plan == "ovmf" and not self.firmware_shot and self.boots == 0
+                        and time.monotonic() > firmware_at):
+                    log(f"no '{FIRMWARE_BOOTING}' line after {self.args.firmware_wait:.0f}s")
+                    self.firmware_screendump()
+                if self.boot_deadline is not None and time.monotonic() > self.boot_deadline:
+                    log(f"boot {self.boots} did not finish within {self.args.boot_timeout:.0f}s:"
+                        " quitting QEMU")
+                    if self.boots == 1:
+                        self.results["run_completed"] = (
+                            False, f"boot 1 did not finish within {self.args.boot_timeout:.0f}s")
+                    self.boot_deadline = None
+                    self.qmp.execute("quit", timeout=5)
+                self.drain_sync()
+                ready, _, _ = select.select([self.qmp], [], [], 0.1)
+                if ready:
+                    self.qmp.poll_events()
+            log(f"QEMU still running after {self.args.timeout:.0f}s: quitting it")
+            self.results.setdefault("run_completed", (False, f"timed out after {self.args.timeout:.0f}s"))
+            try:
+                self.qmp.execute("quit", timeout=5)
+            except (StepError, QemuGone, OSError):
+                pass
+        except QemuGone:
+            for line in self.console.lines():
+                self.handle_line(line)
+            log("QEMU exited")
+        except StepError as err:
+            self.results["run_completed"] = (False, str(err))
+        return self.finish()
+
+    def expected_names(self):
+        if self.args.plan == "ovmf":
+            return ["ovmf:firmware_screen_not_blank"] + ["ovmf:" + c for c in BOOT_CHECKS]
+        return (BOOT_CHECKS + ["reboot:backend_survives", "reboot:second_init"]
+                + ["after_reboot:" + c for c in BOOT_CHECKS])
+
+    def finish(self):
+        if self.args.plan == "linux-reboot":
+            second = ["after_reboot:" + c for c in BOOT_CHECKS]
+            bad = [n for n in second if not self.results.get(n, (False, ""))[0]]
+            self.results["reboot:second_init"] = (
+                not bad and self.boots >= 2,
+                f"second boot reached: {'yes' if self.boots >= 2 else 'no'}; "
+                + (f"{len(bad)} of {len(second)} checks failed or missing: {', '.join(bad[:5])}"
+                   if bad else f"all {len(second)} checks passed"))
+            self.results.setdefault("reboot:backend_survives", (False, "no second boot"))
+        expected = EXPECTED_FAILURES.get(self.args.backend, {})
+        passed = failed = 0
+        for name in self.expected_names() + [n for n in self.results if n == "run_completed"]:
+            ok, detail = self.results.get(name, (False, "never reported"))
+            if name in expected:
+                verdict = "XPASS" if ok else "XFAIL"
+                detail += f" (expected to fail: {expected[name]})"
+            elif name.startswith("after_reboot:") and "reboot:second_init" in expected and not ok:
+                # Folded into reboot:second_init, which is the expected failure.
+                verdict = "XFAIL"
+            else:
+                verdict = "PASS" if ok else "FAIL"
+            if verdict in ("PASS", "XFAIL"):
+                passed += 1
+            else:
+                failed += 1
+            print(f"DISPLAY-RESULT {name} {verdict} {detail}", flush=True)
+        print(f"DISPLAY-SUMMARY {passed} passed, {failed} failed", flush=True)
+        return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qmp", required=True)
+    ap.add_argument("--sync", required=True)
+    ap.add_argument("--console-log", required=True)
+    ap.add_argument("--out-dir", required=True, help="where screendumps and dmesg lines are kept")
+    ap.add_argument("--plan", required=True, choices=["linux-reboot", "ovmf"])
+    ap.add_argument("--backend", required=True, choices=["ours", "c-peer"])
+    ap.add_argument("--backend-pid", type=int, required=True)
+    ap.add_argument("--boot-timeout", type=float, default=45.0,
+                    help="seconds from a boot's first sync point to its done point")
+    ap.add_argument("--firmware-wait", type=float, default=8.0)
+    ap.add_argument("--connect-timeout", type=float, default=30.0)
+    ap.add_argument("--timeout", type=float, default=120.0)
+    args = ap.parse_args()
+    args.max_boots = 2 if args.plan == "linux-reboot" else 1
+    try:
+        host = DisplayHost(args)
+    except QemuGone:
+        print("DISPLAY-HOST error: QEMU closed QMP during the handshake", file=sys.stderr)
+        return 2
+    return host.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
