@@ -176,9 +176,8 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         .or_else(|| args.socket_path.as_deref().map(endpoint::default_path));
     let _stats_server = match stats_path {
         Some(path) => {
-            let server = endpoint::start(&path, stats, echo)
+            let server = endpoint::start(&path, args.file_mode, stats, echo)
                 .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
-            set_mode(&path, args.file_mode)?;
             Some(server)
         }
         None => None,

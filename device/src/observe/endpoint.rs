@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -110,9 +111,14 @@ pub struct StatsServer {
 }
 
 /// Binds the stats socket at `path` (replacing a stale socket file) and starts serving.
-pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<StatsServer> {
+pub fn start(
+    path: &Path,
+    mode: u32,
+    stats: Arc<Stats>,
+    echo: Arc<EchoPort>,
+) -> io::Result<StatsServer> {
     socket_path::claim(path)?;
-    let listener = bind_ready(path)?;
+    let listener = bind_ready(path, mode)?;
     let accepting = listener.try_clone()?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -130,10 +136,10 @@ pub fn start(path: &Path, stats: Arc<Stats>, echo: Arc<EchoPort>) -> io::Result<
     })
 }
 
-/// Binds a listening socket that appears at `path` only once it accepts: bound and listening
-/// under a temporary name beside it, then renamed into place, so a client that sees the path
-/// never gets "connection refused".
-fn bind_ready(path: &Path) -> io::Result<UnixListener> {
+/// Binds a listening socket that appears at `path` only once it accepts, with permission bits
+/// `mode`: bound, listening and given its mode under a temporary name beside it, then renamed
+/// into place, so a client that sees the path never gets "connection refused" or a wrong mode.
+fn bind_ready(path: &Path, mode: u32) -> io::Result<UnixListener> {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(format!(".{}.new", std::process::id()));
     let temporary = PathBuf::from(temporary);
@@ -141,10 +147,16 @@ fn bind_ready(path: &Path) -> io::Result<UnixListener> {
     let listener = match UnixListener::bind(&temporary) {
         Ok(listener) => listener,
         // The longer name may pass the socket-address limit where `path` does not.
-        Err(error) if error.kind() == ErrorKind::InvalidInput => return UnixListener::bind(path),
+        Err(error) if error.kind() == ErrorKind::InvalidInput => {
+            let listener = UnixListener::bind(path)?;
+            fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+            return Ok(listener);
+        }
         Err(error) => return Err(error),
     };
-    if let Err(error) = fs::rename(&temporary, path) {
+    let placed = fs::set_permissions(&temporary, fs::Permissions::from_mode(mode))
+        .and_then(|()| fs::rename(&temporary, path));
+    if let Err(error) = placed {
         let _ = fs::remove_file(&temporary);
         return Err(error);
     }

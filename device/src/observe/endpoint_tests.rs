@@ -31,7 +31,7 @@ fn no_echo() -> Arc<EchoPort> {
 fn serve(name: &str, stats: Arc<Stats>, echo: Arc<EchoPort>) -> (ScratchDir, PathBuf, StatsServer) {
     let dir = ScratchDir::new(name);
     let path = dir.join("stats");
-    let server = start(&path, stats, echo).unwrap();
+    let server = start(&path, 0o600, stats, echo).unwrap();
     (dir, path, server)
 }
 
@@ -60,7 +60,7 @@ fn answers_every_rendering_and_removes_its_socket() {
     let path = dir.join("gpu.sock.stats");
     let stats = stats();
     stats.request(RequestOutcome::Refused);
-    let server = start(&path, stats.clone(), no_echo()).unwrap();
+    let server = start(&path, 0o600, stats.clone(), no_echo()).unwrap();
     assert_eq!(server.path(), path);
 
     let table = query(&path, "table").unwrap();
@@ -218,11 +218,11 @@ fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
     let dir = ScratchDir::new("stale");
     let stale = dir.join("stale");
     drop(UnixListener::bind(&stale).unwrap());
-    let server = start(&stale, stats(), no_echo()).unwrap();
+    let server = start(&stale, 0o600, stats(), no_echo()).unwrap();
     assert!(query(&stale, "table").is_ok());
 
     // Served by the running server: refused, and left alone.
-    let error = start(&stale, stats(), no_echo()).err().unwrap();
+    let error = start(&stale, 0o600, stats(), no_echo()).err().unwrap();
     assert_eq!(error.kind(), io::ErrorKind::AddrInUse);
     assert!(query(&stale, "table").is_ok());
     drop(server);
@@ -230,7 +230,7 @@ fn a_stale_socket_is_replaced_and_a_live_or_foreign_path_refused() {
 
     let file = dir.join("file");
     std::fs::write(&file, b"keep").unwrap();
-    let error = start(&file, stats(), no_echo()).err().unwrap();
+    let error = start(&file, 0o600, stats(), no_echo()).err().unwrap();
     assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
     dir.remove();
