@@ -223,6 +223,7 @@ static void check_virtgpu_fences(int fd)
     struct drm_virtgpu_resource_create rc2d = {
         .target = PIPE_TEXTURE_2D, .format = VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
         .bind = PIPE_BIND_RENDER_TARGET, .width = 64, .height = 64, .depth = 1, .array_size = 1,
+        .size = 64 * 64 * 4, /* the backing: without it the kernel attaches one page */
     };
     double t0 = now_ms();
     rc = ioctl(fd, IOCTL_VIRTGPU_RESOURCE_CREATE, &rc2d);

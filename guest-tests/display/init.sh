@@ -21,10 +21,13 @@ check() { # check NAME OK(0/1) DETAIL
 
 # sync POINT: tell the host, wait for its one-word answer (in $answer).
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+# Opened once for the whole run: an answer arriving while no process held the port open would be
+# dropped when it is opened again.
+exec 3</dev/ttyS1
 sync_point() {
     echo "GUEST-SYNC $1"
     answer=""
-    read -r answer </dev/ttyS1
+    read -r answer <&3
     answer="$(echo "$answer" | tr -d '\r')"
 }
 

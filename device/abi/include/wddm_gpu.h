@@ -18,9 +18,10 @@
 #define WDDM_GPU_PAGE_SHIFT 12
 
 /**
- * Capability-set id: far above the registered virtio-gpu capset ids (which are small integers).
+ * Capability-set id: the top of the range Linux's `virtio_gpu` accepts (1..=63; it logs
+ * `invalid capset id` for anything larger), far from the registered ids (1 VIRGL .. 6 DRM).
  */
-#define WDDM_GPU_CAPSET_ID 1464092417
+#define WDDM_GPU_CAPSET_ID 63
 
 /**
  * Blob version this crate describes.

@@ -189,6 +189,6 @@ _Static_assert(offsetof(WddmGpuRespPreempt, preempted_fence) == 24, "WddmGpuResp
 _Static_assert(offsetof(WddmGpuRespPreempt, last_completed_fence) == 28, "WddmGpuRespPreempt.last_completed_fence offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, preempted_count) == 32, "WddmGpuRespPreempt.preempted_count offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, reserved) == 36, "WddmGpuRespPreempt.reserved offset");
-_Static_assert(WDDM_GPU_CAPSET_ID == 1464092417u, "capset id");
+_Static_assert(WDDM_GPU_CAPSET_ID == 63u, "capset id");
 _Static_assert(WDDM_GPU_CMD_SUBMIT == 32769, "submit");
 _Static_assert(WDDM_GPU_OP_TRANSFER == 1, "transfer");

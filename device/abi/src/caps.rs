@@ -15,8 +15,9 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-/// Capability-set id: far above the registered virtio-gpu capset ids (which are small integers).
-pub const WDDM_GPU_CAPSET_ID: u32 = 0x5744_4701;
+/// Capability-set id: the top of the range Linux's `virtio_gpu` accepts (1..=63; it logs
+/// `invalid capset id` for anything larger), far from the registered ids (1 VIRGL .. 6 DRM).
+pub const WDDM_GPU_CAPSET_ID: u32 = 63;
 /// Blob version this crate describes.
 pub const WDDM_GPU_CAPSET_VERSION: u32 = 1;
 /// `magic`: the bytes "WDGC".
