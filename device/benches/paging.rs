@@ -11,6 +11,9 @@
 //! cargo bench -p vhost-user-wddm-gpu --bench paging -- [--json] [--rounds N] [--no-pin]
 //! ```
 //!
+//! With `--display` it runs the display benchmark instead (`paging/display.rs`): QEMU's C
+//! vhost-user-gpu and ours on the virtio-gpu 2D command set.
+//!
 //! The bench pins itself, and so the backend it starts, to the CPU it starts on: the limits and
 //! the device then run on the same core. The CPUs of a shared virtual machine differ by several
 //! percent (their neighbours differ), which unpinned would show up as device overhead or gain.
@@ -18,6 +21,9 @@
 //! Figures are reported, never asserted: the run exits 0 whether a target is met or not, and
 //! non-zero only when the run is broken (a device error, wrong bytes, no echo to compare with).
 
+/// `--display`: QEMU's C vhost-user-gpu against ours on the 2D command set.
+#[path = "paging/display.rs"]
+mod display;
 #[path = "../tests/harness/mod.rs"]
 mod harness;
 
@@ -585,6 +591,8 @@ struct Options {
     pin: bool,
     /// `--soak N`: run N mixed submissions instead of the rounds.
     soak: Option<u64>,
+    /// `--display`: run the display benchmark (`display.rs`) instead.
+    display: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -593,12 +601,14 @@ fn options() -> Result<Options, String> {
         rounds: DEFAULT_ROUNDS,
         pin: true,
         soak: None,
+        display: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => options.json = true,
             "--no-pin" => options.pin = false,
+            "--display" => options.display = true,
             "--rounds" => {
                 let value = args.next().ok_or("--rounds needs a number")?;
                 options.rounds = value
@@ -634,11 +644,14 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(why) => {
             eprintln!(
-                "paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin] [--soak N]"
+                "paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin] [--soak N | --display]"
             );
             return ExitCode::from(2);
         }
     };
+    if options.display {
+        return display::run(options.json, options.rounds);
+    }
     let rounds = options.rounds;
     let cpu = if options.pin {
         match pin_to_current_cpu() {

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+pub mod display_peer;
+
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
