@@ -82,7 +82,10 @@ impl QemuDisplay {
             return;
         };
         let bytes = message.bytes();
-        if bytes > 0 && self.pending.load(Ordering::Acquire) + bytes > MAX_PENDING_BYTES {
+        // One message of any size may wait (a whole 4095x4095 frame is 64 MiB); more only
+        // within the bound.
+        let pending = self.pending.load(Ordering::Acquire);
+        if bytes > 0 && pending > 0 && pending.saturating_add(bytes) > MAX_PENDING_BYTES {
             if !std::mem::replace(&mut self.dropped_logged, true) {
                 warn!("QEMU is not reading the display socket: display updates dropped");
             }

@@ -73,7 +73,9 @@ impl PixelFormat {
     /// without alpha become opaque.
     pub fn to_display(self, pixels: &[u8], out: &mut Vec<u8>) {
         let c = self.channels();
-        if self == Self::B8G8R8A8 {
+        // Already the display's byte order (its fourth byte is alpha or ignored padding, as
+        // QEMU's x8r8g8b8 surface and its own C backend treat it): one copy.
+        if matches!(self, Self::B8G8R8A8 | Self::B8G8R8X8) {
             out.extend_from_slice(pixels);
             return;
         }
@@ -114,8 +116,10 @@ mod tests {
             ),
             (
                 PixelFormat::B8G8R8X8,
+                // The display's own order: copied as is, padding included (QEMU's x8r8g8b8
+                // surface ignores the fourth byte, and its C backend passes it on too).
                 [0x33, 0x22, 0x11, 0x44],
-                [0x33, 0x22, 0x11, 0xff],
+                [0x33, 0x22, 0x11, 0x44],
             ),
             (
                 PixelFormat::A8R8G8B8,

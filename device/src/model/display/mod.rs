@@ -33,9 +33,6 @@ use self::wire::{
 };
 use crate::memory::guest_ram::GuestRam;
 
-/// Largest payload of one display update: a bigger flush goes as several bands of rows.
-const MAX_UPDATE_BYTES: usize = 4 << 20;
-
 /// The displays and the host memory of 2D resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DisplayConfig {
@@ -409,22 +406,14 @@ impl Display {
             let Some(shown) = rect.intersect(binding.rect) else {
                 continue;
             };
+            // One UPDATE per flushed rectangle, as QEMU's display and its own C backend expect
+            // (the largest is a 4095x4095 scanout, 64 MiB; QEMU reads any payload size).
             let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
-            let band_rows = (MAX_UPDATE_BYTES / row_bytes).max(1) as u32;
-            let mut y = shown.y;
-            while y < shown.bottom() {
-                let band = Rect {
-                    y,
-                    height: band_rows.min(shown.bottom() - y),
-                    ..shown
-                };
-                let mut pixels = Vec::with_capacity(row_bytes * band.height as usize);
-                for row in resource.rows(band) {
-                    resource.format.to_display(row, &mut pixels);
-                }
-                sink.update(scanout as u32, band.relative_to(binding.rect), pixels);
-                y = band.bottom();
+            let mut pixels = Vec::with_capacity(row_bytes * shown.height as usize);
+            for row in resource.rows(shown) {
+                resource.format.to_display(row, &mut pixels);
             }
+            sink.update(scanout as u32, shown.relative_to(binding.rect), pixels);
         }
         Ok(nodata())
     }

@@ -27,6 +27,9 @@ pub enum BackingError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Backing {
     entries: Vec<MemEntry>,
+    /// Where each entry starts within the backing, so a read finds its first entry by a binary
+    /// search instead of a walk (a 1080-row frame over 2,025 pages would walk 2 million times).
+    starts: Vec<u64>,
     len: u64,
 }
 
@@ -41,14 +44,20 @@ impl Backing {
             return Err(BackingError::TooManyEntries { count });
         }
         let mut len = 0u64;
+        let mut starts = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
             ram.check(entry.addr, u64::from(entry.length))
                 .map_err(|error| BackingError::Entry { index, error })?;
+            starts.push(len);
             len = len
                 .checked_add(u64::from(entry.length))
                 .ok_or(BackingError::TooLarge(len))?;
         }
-        Ok(Self { entries, len })
+        Ok(Self {
+            entries,
+            starts,
+            len,
+        })
     }
 
     /// Bytes in all.
@@ -61,10 +70,16 @@ impl Backing {
     pub fn read<M: GuestMemoryBackend>(
         &self,
         ram: &GuestRam<'_, M>,
-        mut offset: u64,
+        offset: u64,
         mut buf: &mut [u8],
     ) -> Result<(), RamError> {
-        for entry in &self.entries {
+        // The last entry starting at or before `offset`.
+        let first = self
+            .starts
+            .partition_point(|&start| start <= offset)
+            .saturating_sub(1);
+        let mut offset = offset - self.starts.get(first).copied().unwrap_or(0);
+        for entry in &self.entries[first..] {
             if buf.is_empty() {
                 break;
             }
@@ -140,6 +155,14 @@ impl Resource {
                 offset,
                 backing: backing.byte_len(),
             });
+        }
+        if row_bytes == stride {
+            // Whole rows: one copy of the block (the rectangle lies inside the resource).
+            let host = (u64::from(rect.y) * stride) as usize;
+            let target = &mut self.pixels[host..host + (u64::from(rect.height) * stride) as usize];
+            return backing
+                .read(ram, offset, target)
+                .map_err(TransferError::Unreadable);
         }
         for row in 0..u64::from(rect.height) {
             // In range of the host copy: the rectangle lies inside the resource.
