@@ -23,7 +23,9 @@ use vhost::vhost_user::gpu_message::{
 use vhost::vhost_user::GpuBackend;
 
 use crate::model::display::rect::Rect;
-use crate::model::display::sink::{CursorImage, DisplaySink, ScanoutState, CURSOR_BYTES};
+use crate::model::display::sink::{
+    CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES,
+};
 
 /// Most bytes of messages waiting for the writer thread.
 const MAX_PENDING_BYTES: usize = 64 << 20;
@@ -31,7 +33,7 @@ const MAX_PENDING_BYTES: usize = 64 << 20;
 /// One message for QEMU.
 enum Message {
     Scanout(VhostUserGpuScanout),
-    Update(VhostUserGpuUpdate, Vec<u8>),
+    Update(VhostUserGpuUpdate, DisplayPixels),
     Cursor(VhostUserGpuCursorUpdate, Box<[u8; CURSOR_BYTES]>),
     CursorPos(VhostUserGpuCursorPos),
     CursorHide(VhostUserGpuCursorPos),
@@ -40,7 +42,7 @@ enum Message {
 impl Message {
     fn bytes(&self) -> usize {
         match self {
-            Self::Update(_, pixels) => pixels.len(),
+            Self::Update(_, pixels) => pixels.as_slice().len(),
             Self::Cursor(..) => CURSOR_BYTES,
             _ => 0,
         }
@@ -104,7 +106,7 @@ fn write_messages(socket: &GpuBackend, receiver: &Receiver<Message>, pending: &A
         pending.fetch_sub(message.bytes(), Ordering::AcqRel);
         let sent = match &message {
             Message::Scanout(scanout) => socket.set_scanout(scanout),
-            Message::Update(update, pixels) => socket.update_scanout(update, pixels),
+            Message::Update(update, pixels) => socket.update_scanout(update, pixels.as_slice()),
             Message::Cursor(update, image) => socket.cursor_update(update, image),
             Message::CursorPos(pos) => socket.cursor_pos(pos),
             Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
@@ -129,7 +131,7 @@ impl DisplaySink for QemuDisplay {
         }));
     }
 
-    fn update(&mut self, scanout: u32, rect: Rect, pixels: Vec<u8>) {
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels) {
         let update = VhostUserGpuUpdate {
             scanout_id: scanout,
             x: rect.x,

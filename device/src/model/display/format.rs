@@ -71,11 +71,16 @@ impl PixelFormat {
 
     /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`]; formats
     /// without alpha become opaque.
+    /// Whether the bytes are already in the display's order (B, G, R, then alpha or padding).
+    pub fn is_display_order(self) -> bool {
+        matches!(self, Self::B8G8R8A8 | Self::B8G8R8X8)
+    }
+
     pub fn to_display(self, pixels: &[u8], out: &mut Vec<u8>) {
         let c = self.channels();
         // Already the display's byte order (its fourth byte is alpha or ignored padding, as
         // QEMU's x8r8g8b8 surface and its own C backend treat it): one copy.
-        if matches!(self, Self::B8G8R8A8 | Self::B8G8R8X8) {
+        if self.is_display_order() {
             out.extend_from_slice(pixels);
             return;
         }

@@ -12,6 +12,7 @@ pub mod sink;
 pub mod wire;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::ctrl::{
@@ -26,7 +27,9 @@ use self::edid::{edid, EDID_SIZE};
 use self::format::{PixelFormat, BYTES_PER_PIXEL};
 use self::rect::{Rect, RectError};
 use self::resource::{Backing, BackingError, Resource, TransferError};
-use self::sink::{CursorImage, DisplaySink, ScanoutState, CURSOR_BYTES, CURSOR_SIZE};
+use self::sink::{
+    CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES, CURSOR_SIZE,
+};
 use self::wire::{
     RespEdid, WireRect, RESP_ERR_INVALID_RESOURCE_ID, RESP_ERR_INVALID_SCANOUT_ID,
     RESP_ERR_OUT_OF_MEMORY, RESP_OK_EDID,
@@ -325,7 +328,7 @@ impl Display {
                 format: pixel_format,
                 width,
                 height,
-                pixels,
+                pixels: Arc::new(pixels),
                 backing: None,
             },
         );
@@ -408,11 +411,17 @@ impl Display {
             };
             // One UPDATE per flushed rectangle, as QEMU's display and its own C backend expect
             // (the largest is a 4095x4095 scanout, 64 MiB; QEMU reads any payload size).
-            let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
-            let mut pixels = Vec::with_capacity(row_bytes * shown.height as usize);
-            for row in resource.rows(shown) {
-                resource.format.to_display(row, &mut pixels);
-            }
+            let pixels = if resource.format.is_display_order() && shown == resource.whole() {
+                // A whole frame already in the display's order: shared, not copied.
+                DisplayPixels::Frame(resource.pixels.clone())
+            } else {
+                let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
+                let mut packed = Vec::with_capacity(row_bytes * shown.height as usize);
+                for row in resource.rows(shown) {
+                    resource.format.to_display(row, &mut packed);
+                }
+                DisplayPixels::Packed(packed)
+            };
             sink.update(scanout as u32, shown.relative_to(binding.rect), pixels);
         }
         Ok(nodata())

@@ -1,6 +1,8 @@
 //! 2D resources: host copies of guest images, their guest backing pages, and the host memory
 //! they may use in all.
 
+use std::sync::Arc;
+
 use vm_memory::GuestMemoryBackend;
 
 use super::format::{PixelFormat, BYTES_PER_PIXEL};
@@ -116,12 +118,22 @@ pub struct Resource {
     pub format: PixelFormat,
     pub width: u32,
     pub height: u32,
-    /// The host copy, `width * 4` bytes a row.
-    pub pixels: Vec<u8>,
+    /// The host copy, `width * 4` bytes a row; shared with the display while it sends a frame.
+    pub pixels: Arc<Vec<u8>>,
     pub backing: Option<Backing>,
 }
 
 impl Resource {
+    /// The whole resource as a rectangle (a resource is never empty).
+    pub fn whole(&self) -> Rect {
+        Rect {
+            x: 0,
+            y: 0,
+            width: self.width,
+            height: self.height,
+        }
+    }
+
     /// Host bytes of a `width` x `height` resource; `None` when that overflows.
     pub fn host_size(width: u32, height: u32) -> Option<u64> {
         u64::from(width)
@@ -159,7 +171,8 @@ impl Resource {
         if row_bytes == stride {
             // Whole rows: one copy of the block (the rectangle lies inside the resource).
             let host = (u64::from(rect.y) * stride) as usize;
-            let target = &mut self.pixels[host..host + (u64::from(rect.height) * stride) as usize];
+            let pixels = Arc::make_mut(&mut self.pixels);
+            let target = &mut pixels[host..host + (u64::from(rect.height) * stride) as usize];
             return backing
                 .read(ram, offset, target)
                 .map_err(TransferError::Unreadable);
@@ -169,7 +182,7 @@ impl Resource {
             let host =
                 (u64::from(rect.y) + row) * stride + u64::from(rect.x) * u64::from(BYTES_PER_PIXEL);
             let host = host as usize;
-            let target = &mut self.pixels[host..host + row_bytes as usize];
+            let target = &mut Arc::make_mut(&mut self.pixels)[host..host + row_bytes as usize];
             backing
                 .read(ram, offset + row * stride, target)
                 .map_err(TransferError::Unreadable)?;
@@ -247,7 +260,7 @@ mod tests {
             format: PixelFormat::B8G8R8X8,
             width: 4,
             height: 2,
-            pixels: vec![0; 32],
+            pixels: Arc::new(vec![0; 32]),
             backing: Some(backing),
         };
         let whole = Rect::inside(
@@ -262,9 +275,9 @@ mod tests {
         )
         .unwrap();
         resource.transfer_to_host(whole, 0, &ram).unwrap();
-        assert_eq!(resource.pixels, bytes);
+        assert_eq!(*resource.pixels, bytes);
         // Pixel (1, 1) only: its source byte offset is 16 + 4.
-        resource.pixels.fill(0);
+        Arc::make_mut(&mut resource.pixels).fill(0);
         let one = Rect::inside(
             WireRect {
                 x: 1,

@@ -1,6 +1,8 @@
 //! Where the display goes: the model says what to show through [`DisplaySink`]; the transport
 //! implements it over QEMU's vhost-user-gpu socket (and tests record it).
 
+use std::sync::Arc;
+
 use super::rect::Rect;
 
 /// Side of the square cursor image, in pixels.
@@ -15,6 +17,30 @@ pub struct CursorImage {
     pub hot_y: u32,
     /// [`CURSOR_SIZE`] rows of B, G, R, A pixels.
     pub pixels: Box<[u8; CURSOR_BYTES]>,
+}
+
+/// The pixels of an update: packed for the rectangle, or a whole resource's frame shared with
+/// it (no copy: the resource copies on its next write while the display still holds it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DisplayPixels {
+    Packed(Vec<u8>),
+    Frame(Arc<Vec<u8>>),
+}
+
+impl DisplayPixels {
+    /// The bytes, `rect.width * 4` a row.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Packed(bytes) => bytes,
+            Self::Frame(frame) => frame,
+        }
+    }
+}
+
+impl From<Vec<u8>> for DisplayPixels {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self::Packed(bytes)
+    }
 }
 
 /// What a scanout shows from now on.
@@ -35,7 +61,7 @@ pub trait DisplaySink: Send {
     fn scanout(&mut self, scanout: u32, state: ScanoutState);
     /// `rect` of the scanout (scanout coordinates) now holds `pixels`: B, G, R, A bytes,
     /// `rect.width * 4` a row.
-    fn update(&mut self, scanout: u32, rect: Rect, pixels: Vec<u8>);
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels);
     /// The cursor on `scanout` moved to (`x`, `y`), with a new image when given.
     fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>);
     /// The cursor on `scanout` is hidden.

@@ -23,11 +23,11 @@ impl DisplaySink for Recorder {
     fn scanout(&mut self, scanout: u32, state: ScanoutState) {
         self.0.lock().unwrap().push(Event::Scanout(scanout, state));
     }
-    fn update(&mut self, scanout: u32, rect: Rect, pixels: Vec<u8>) {
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels) {
         self.0
             .lock()
             .unwrap()
-            .push(Event::Update(scanout, rect, pixels));
+            .push(Event::Update(scanout, rect, pixels.as_slice().to_vec()));
     }
     fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>) {
         self.0
