@@ -87,6 +87,11 @@ struct RunArgs {
     /// ERR_OUT_OF_MEMORY.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     max_2d_memory: u64,
+    /// Vblanks a second of a scanout showing VRAM (WDDM_GPU_CMD_SET_SCANOUT_VRAM): flips take
+    /// effect, changed VRAM is shown and a VBLANK event completes a posted WAIT_EVENT at each.
+    /// 0 to 240; 0 = no vblanks: a flip shows at once, and only then.
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(0..=240))]
+    vblank_hz: u32,
 }
 
 impl RunArgs {
@@ -109,6 +114,7 @@ impl RunArgs {
                 width: self.display_size.0,
                 height: self.display_size.1,
                 max_memory: self.max_2d_memory,
+                vblank_hz: self.vblank_hz,
             },
         }
     }

@@ -4,11 +4,18 @@
 
 mod harness;
 
-use harness::{submit_command, Harness, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA};
+use std::time::{Duration, Instant};
+
+use harness::{submit_command, Harness, SpawnOptions, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA};
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCmdSetScanoutVram, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_OK_NODATA,
+    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_WAIT_EVENT,
+};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_RESP_SUBMIT,
 };
+use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_VBLANK};
 use zerocopy::IntoBytes;
 
 const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();
@@ -162,5 +169,98 @@ fn edid_hostile_2d_requests_and_a_reset_dropping_resources() {
         let reply = h.request(&command(RESOURCE_FLUSH, &[0, 0, 1, 1, id, 0]), BUFFER_SIZE);
         assert_eq!(reply.hdr().type_, ERR_INVALID_RESOURCE_ID);
     }
+    assert!(h.backend.is_running());
+}
+
+fn set_scanout_vram(scanout_id: u32, segment_id: u32, address: u64, pitch: u32) -> Vec<u8> {
+    WddmGpuCmdSetScanoutVram {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SET_SCANOUT_VRAM),
+        scanout_id,
+        segment_id,
+        address,
+        format: 2,
+        width: 64,
+        height: 16,
+        pitch,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn next_vblank(h: &mut Harness) -> WddmGpuRespEvent {
+    let wait = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT);
+    let pending = h.post(wait.as_bytes(), 256);
+    let event: WddmGpuRespEvent = h.wait_reply(pending).exact();
+    assert_eq!(event.kind, WDDM_GPU_EVENT_VBLANK, "{event:?}");
+    event
+}
+
+#[test]
+fn a_vram_scanout_flips_at_vblanks_reported_at_the_configured_rate() {
+    let options = SpawnOptions {
+        args: vec!["--vblank-hz".into(), "30".into()],
+        ..SpawnOptions::default()
+    };
+    let mut h = Harness::ready_with_options("vram-scanout", &options);
+    let vram_size = 16 << 20;
+    let refused = [
+        (set_scanout_vram(1, 1, 0, 256), ERR_INVALID_SCANOUT_ID),
+        // The aperture is not VRAM.
+        (
+            set_scanout_vram(0, 2, 0, 256),
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+        ),
+        (
+            set_scanout_vram(0, 1, vram_size - 2048, 256),
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+        ),
+        (
+            set_scanout_vram(0, 1, 0, 255),
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+        ),
+        (
+            set_scanout_vram(0, 7, 0, 256),
+            VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+        ),
+    ];
+    for (request, expected) in refused {
+        let reply = h.request(&request, BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, expected, "{request:x?}");
+    }
+    assert!(h.backend.log().contains("SET_SCANOUT_VRAM on scanout 0"));
+    let first_at = 0x1_0000;
+    let reply = h.request(&set_scanout_vram(0, 1, first_at, 256), BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_NODATA);
+    let first = next_vblank(&mut h);
+    assert_eq!(
+        (
+            first.scanout_id,
+            first.scanout_segment_id,
+            first.scanout_address
+        ),
+        (0, 1, first_at)
+    );
+    // 15 more at 30 Hz: about half a second, counters rising.
+    let started = Instant::now();
+    let mut last = first.vblank_count;
+    for _ in 0..15 {
+        let event = next_vblank(&mut h);
+        assert!(event.vblank_count > last);
+        last = event.vblank_count;
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(400) && elapsed < Duration::from_secs(5),
+        "15 vblanks at 30 Hz took {elapsed:?}"
+    );
+    // The flip shows in the event of the vblank it takes effect at.
+    let second_at = 0x40_0000;
+    let reply = h.request(&set_scanout_vram(0, 1, second_at, 256), BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_NODATA);
+    let flipped = (0..3)
+        .map(|_| next_vblank(&mut h))
+        .find(|event| event.scanout_address == second_at)
+        .expect("the flip within 3 vblanks");
+    assert!(flipped.vblank_count > last);
     assert!(h.backend.is_running());
 }

@@ -24,6 +24,8 @@ commands:
           packet kind, every result checked
   lifecycle  the GPU in use across VM stop/cont and system_reset, synchronised with a host
           helper: GUEST-SYNC <point> on the console, the answer read from /dev/ttyS1
+  scanout the primary surface from VRAM: flips between two surfaces, VBLANK events counted,
+          each surface checked by the host's screendump (GUEST-SYNC as lifecycle)
 options:
   --json          (slice, bench) also print one WDDM-GUEST-JSON line
   --bench         (slice) run the benchmark after the slice, in the same report
@@ -65,6 +67,8 @@ pub enum Command {
     Probe,
     /// The VM lifecycle tests (stop/cont, reset) with the host helper.
     Lifecycle,
+    /// The VRAM scanout tests with the host helper's screendumps.
+    Scanout,
     /// Print usage.
     Help,
 }
@@ -117,6 +121,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         Some("paging") => Command::Paging { only: Vec::new() },
         Some("probe") => Command::Probe,
         Some("lifecycle") => Command::Lifecycle,
+        Some("scanout") => Command::Scanout,
         Some("help" | "-h" | "--help") => Command::Help,
         Some(other) => return Err(CliError::UnknownCommand(other.to_string())),
     };
@@ -235,6 +240,7 @@ mod tests {
         assert_eq!(args("probe").unwrap().command, Command::Probe);
         let o = args("lifecycle --seed 7 --timeout 20").unwrap();
         assert_eq!(o.command, Command::Lifecycle);
+        assert_eq!(args("scanout").unwrap().command, Command::Scanout);
         assert_eq!((o.seed, o.timeout), (7, Duration::from_secs(20)));
         assert_eq!(
             args("paging paging_reset --only paging_fill")

@@ -43,25 +43,28 @@ def read_ppm(path):
     return width, height, pixels
 
 
-def pattern_row(y, width):
-    """Row y of the pattern as RGB bytes (display-check.c: pattern_rgb)."""
+def pattern_row(y, width, variant="a"):
+    """Row y of the pattern as RGB bytes (display-check.c: pattern_rgb); variant "b" is "a" with
+    every byte inverted (guest-tests/src/scenario/scanout.rs draws both)."""
     row = bytearray(width * 3)
     for x in range(width):
         row[3 * x] = (x ^ y) & 0xFF
         row[3 * x + 1] = ((x + y) >> 2) & 0xFF
         row[3 * x + 2] = (7 * x + 13 * y) & 0xFF
+    if variant == "b":
+        row = bytearray(b ^ 0xFF for b in row)
     return row
 
 
-def compare(path, width, height):
-    """(ok, detail): is the screendump exactly the width x height pattern?"""
+def compare(path, width, height, variant="a"):
+    """(ok, detail): is the screendump exactly the width x height pattern (variant a or b)?"""
     got_w, got_h, pixels = read_ppm(path)
     if (got_w, got_h) != (width, height):
         return False, f"screendump is {got_w}x{got_h}, the guest drew {width}x{height}"
     stride = width * 3
     bad, first = 0, None
     for y in range(height):
-        want = pattern_row(y, width)
+        want = pattern_row(y, width, variant)
         got = pixels[y * stride:(y + 1) * stride]
         if got == want:
             continue
@@ -72,9 +75,10 @@ def compare(path, width, height):
                     first = (x, y, tuple(got[3 * x:3 * x + 3]), tuple(want[3 * x:3 * x + 3]))
     total = width * height
     if bad == 0:
-        return True, f"{width}x{height}: all {total} pixels match the pattern"
+        return True, f"{width}x{height}: all {total} pixels match pattern {variant}"
     x, y, got, want = first
-    return False, (f"{width}x{height}: {bad} of {total} pixels differ; first at ({x},{y}):"
+    return False, (f"{width}x{height}: {bad} of {total} pixels differ from pattern {variant};"
+                   f" first at ({x},{y}):"
                    f" rgb{got}, expected rgb{want}")
 
 

@@ -18,6 +18,13 @@ Plan "pause-only" is the same up to reset-point, which it answers "no-reset" (th
 ends its run): for QEMU 11.1.3 with the shared-memory VRAM BAR, which segfaults at the first
 device start after any reset once the VRAM was mapped (docs/lifecycle.md).
 
+Plan "scanout" (the guest's `wddm-guest scanout`: a surface in VRAM on the scanout):
+
+  scanout-a, scanout-b, scanout-a-again
+                    QMP screendump of device gpu0 (PPM, kept in --out-dir); compare it pixel for pixel with
+                    pattern a or b of 320x240 (display_pattern.py); answer "match", or
+                    "mismatch" (a failure, with the first differing pixel in the log)
+
 Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
 and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
 unexpected reboot); 2 for bad arguments or sockets that never appeared. Standard library only.
@@ -33,13 +40,20 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import display_pattern  # noqa: E402
+
 START = time.monotonic()
 SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
 ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 PLAN_POINTS = {
     "lifecycle": ["boot", "paused-after-map", "transfer-running", "reset-point"],
     "pause-only": ["boot", "paused-after-map", "transfer-running", "reset-point"],
+    "scanout": ["scanout-a", "scanout-b", "scanout-a-again"],
 }
+# What each scanout point shows: the pattern variant, and the surface's size (scanout.rs).
+SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a"}
+SCANOUT_SIZE = (320, 240)
 
 
 def log(msg):
@@ -122,9 +136,12 @@ class Qmp:
             self.events.append(msg)
             log(f"QMP event {msg['event']} {json.dumps(msg.get('data', {}))}")
 
-    def execute(self, command, timeout=30.0):
+    def execute(self, command, timeout=30.0, arguments=None):
         """Run a command; return its "return" value; StepError on an error or a timeout."""
-        self.sock.sendall(json.dumps({"execute": command}).encode() + b"\n")
+        request = {"execute": command}
+        if arguments is not None:
+            request["arguments"] = arguments
+        self.sock.sendall(json.dumps(request).encode() + b"\n")
         deadline = time.monotonic() + timeout
         while True:
             msg = self.read(max(deadline - time.monotonic(), 0))
@@ -245,8 +262,34 @@ class Vmctl:
         steps.append("answered go")
         log(f"{point}: " + ", ".join(steps))
 
+    def compare_screen(self, point):
+        """Screendump, compared with the surface the guest shows at point; answers the guest."""
+        variant = SCANOUT_POINTS[point]
+        path = os.path.join(self.args.out_dir, f"{point}.ppm")
+        try:
+            if os.path.exists(path):
+                os.unlink(path)
+            # The GPU's console: the guest machine also has QEMU's default VGA (console 0).
+            self.qmp.execute("screendump", arguments={
+                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            ok, detail = display_pattern.compare(path, *SCANOUT_SIZE, variant)
+        except (StepError, OSError, display_pattern.PpmError) as err:
+            ok, detail = False, str(err)
+        if ok:
+            log(f"{point}: {detail}")
+        else:
+            self.fail(point, detail)
+        self.answer("match" if ok else "mismatch")
+
     def handle(self, point):
         self.seen[point] = self.seen.get(point, 0) + 1
+        if self.args.plan == "scanout":
+            if point in SCANOUT_POINTS:
+                self.compare_screen(point)
+            else:
+                log(f"WARNING: {point}: not a point of plan scanout; answered go")
+                self.answer("go")
+            return
         if point == "boot":
             if self.seen[point] == 1:
                 self.answer("first")
@@ -328,6 +371,7 @@ def main():
     ap.add_argument("--console-log", required=True, help="file QEMU's stdout (the guest's ttyS0) goes to")
     ap.add_argument("--backend-log", required=True, help="the backend's log file")
     ap.add_argument("--plan", default="lifecycle", choices=sorted(PLAN_POINTS))
+    ap.add_argument("--out-dir", default=".", help="where screendumps are kept (plan scanout)")
     ap.add_argument("--step-timeout", type=float, default=30.0, help="seconds to wait for a backend line")
     ap.add_argument("--connect-timeout", type=float, default=60.0, help="seconds for QEMU to create the sockets")
     ap.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")

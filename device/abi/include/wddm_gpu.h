@@ -147,6 +147,13 @@
 #define WDDM_GPU_CMD_RESET 32773
 
 /**
+ * Scan out a VRAM range on a scanout (`DxgkDdiSetVidPnSourceAddress`,
+ * [`WddmGpuCmdSetScanoutVram`]); answered `VIRTIO_GPU_RESP_OK_NODATA`. The new address is shown
+ * from the next vblank on.
+ */
+#define WDDM_GPU_CMD_SET_SCANOUT_VRAM 32774
+
+/**
  * Response type of a completed WAIT_EVENT.
  */
 #define WDDM_GPU_RESP_EVENT 36866
@@ -160,6 +167,11 @@
  * Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
  */
 #define VIRTIO_GPU_MAX_SCANOUTS 16
+
+/**
+ * [`WddmGpuCmdSetScanoutVram::segment_id`] 0: the scanout stops showing VRAM (it is disabled).
+ */
+#define WDDM_GPU_SCANOUT_VRAM_OFF 0
 
 /**
  * TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
@@ -279,6 +291,14 @@
  * `WddmGpuRespEvent::kind`: a device reset returned the posted request unused.
  */
 #define WDDM_GPU_EVENT_CANCELLED 4
+
+/**
+ * `WddmGpuRespEvent::kind`: a vertical blank of a scanout showing VRAM; `scanout_id`,
+ * `vblank_count`, `scanout_segment_id` and `scanout_address` hold it. Only delivered to a
+ * posted WAIT_EVENT (a vblank nobody waits for is not counted in `events_dropped`: the next
+ * one's `vblank_count` says how many were missed).
+ */
+#define WDDM_GPU_EVENT_VBLANK 5
 
 /**
  * Offset of the fault ring in the status page.
@@ -1177,6 +1197,23 @@ typedef struct WddmGpuRespEvent {
    * FAULT events: the record (also in the status page's fault ring).
    */
   struct WddmGpuFaultRecord fault;
+  /**
+   * VBLANK events: the scanout.
+   */
+  uint32_t scanout_id;
+  /**
+   * VBLANK events: the segment shown from this vblank on (0 when the scanout was turned off).
+   */
+  uint32_t scanout_segment_id;
+  /**
+   * VBLANK events: vblanks of this scanout since its VRAM scanout was set (1 at the first).
+   */
+  uint64_t vblank_count;
+  /**
+   * VBLANK events: the GPU address shown from this vblank on (what
+   * `DXGKARGCB_NOTIFY_INTERRUPT_DATA.CrtcVsync.PhysicalAddress` reports).
+   */
+  uint64_t scanout_address;
 } WddmGpuRespEvent;
 
 /**
@@ -1206,6 +1243,48 @@ typedef struct WddmGpuRespPreempt {
    */
   uint32_t reserved;
 } WddmGpuRespPreempt;
+
+/**
+ * `WDDM_GPU_CMD_SET_SCANOUT_VRAM`: show `height` rows of `width` pixels, `pitch` bytes apart,
+ * read from VRAM segment `segment_id` at GPU `address` (a CPU-visible or device-only memory
+ * segment; `pitch * height` bytes must lie inside it). `format` is a 2D
+ * `VIRTIO_GPU_FORMAT_*` (4 bytes per pixel). `segment_id` [`WDDM_GPU_SCANOUT_VRAM_OFF`] turns
+ * the scanout off; the other fields must then be zero.
+ */
+typedef struct WddmGpuCmdSetScanoutVram {
+  /**
+   * Header, type [`WDDM_GPU_CMD_SET_SCANOUT_VRAM`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * Scanout index, below the config's `num_scanouts` (`VidPnSourceId`).
+   */
+  uint32_t scanout_id;
+  /**
+   * Memory segment holding the surface, or [`WDDM_GPU_SCANOUT_VRAM_OFF`].
+   */
+  uint32_t segment_id;
+  /**
+   * GPU address of the first pixel in that segment (`PrimarySegment`/`PrimaryAddress`).
+   */
+  uint64_t address;
+  /**
+   * `VIRTIO_GPU_FORMAT_*` of the surface.
+   */
+  uint32_t format;
+  /**
+   * Visible width in pixels.
+   */
+  uint32_t width;
+  /**
+   * Visible height in pixels.
+   */
+  uint32_t height;
+  /**
+   * Bytes from one row to the next, at least `width * 4`.
+   */
+  uint32_t pitch;
+} WddmGpuCmdSetScanoutVram;
 
 /**
  * Every status, in value order.

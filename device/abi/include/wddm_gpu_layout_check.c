@@ -175,7 +175,7 @@ _Static_assert(offsetof(WddmGpuStatusPage, reserved) == 68, "WddmGpuStatusPage.r
 _Static_assert(sizeof(WddmGpuCmdRegisterStatusPage) == 32, "WddmGpuCmdRegisterStatusPage size");
 _Static_assert(offsetof(WddmGpuCmdRegisterStatusPage, hdr) == 0, "WddmGpuCmdRegisterStatusPage.hdr offset");
 _Static_assert(offsetof(WddmGpuCmdRegisterStatusPage, address) == 24, "WddmGpuCmdRegisterStatusPage.address offset");
-_Static_assert(sizeof(WddmGpuRespEvent) == 80, "WddmGpuRespEvent size");
+_Static_assert(sizeof(WddmGpuRespEvent) == 104, "WddmGpuRespEvent size");
 _Static_assert(offsetof(WddmGpuRespEvent, hdr) == 0, "WddmGpuRespEvent.hdr offset");
 _Static_assert(offsetof(WddmGpuRespEvent, kind) == 24, "WddmGpuRespEvent.kind offset");
 _Static_assert(offsetof(WddmGpuRespEvent, fence_id) == 28, "WddmGpuRespEvent.fence_id offset");
@@ -183,6 +183,19 @@ _Static_assert(offsetof(WddmGpuRespEvent, bar_state) == 32, "WddmGpuRespEvent.ba
 _Static_assert(offsetof(WddmGpuRespEvent, bar_generation) == 36, "WddmGpuRespEvent.bar_generation offset");
 _Static_assert(offsetof(WddmGpuRespEvent, bar_address) == 40, "WddmGpuRespEvent.bar_address offset");
 _Static_assert(offsetof(WddmGpuRespEvent, fault) == 48, "WddmGpuRespEvent.fault offset");
+_Static_assert(offsetof(WddmGpuRespEvent, scanout_id) == 80, "WddmGpuRespEvent.scanout_id offset");
+_Static_assert(offsetof(WddmGpuRespEvent, scanout_segment_id) == 84, "WddmGpuRespEvent.scanout_segment_id offset");
+_Static_assert(offsetof(WddmGpuRespEvent, vblank_count) == 88, "WddmGpuRespEvent.vblank_count offset");
+_Static_assert(offsetof(WddmGpuRespEvent, scanout_address) == 96, "WddmGpuRespEvent.scanout_address offset");
+_Static_assert(sizeof(WddmGpuCmdSetScanoutVram) == 56, "WddmGpuCmdSetScanoutVram size");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, hdr) == 0, "WddmGpuCmdSetScanoutVram.hdr offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, scanout_id) == 24, "WddmGpuCmdSetScanoutVram.scanout_id offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, segment_id) == 28, "WddmGpuCmdSetScanoutVram.segment_id offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, address) == 32, "WddmGpuCmdSetScanoutVram.address offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, format) == 40, "WddmGpuCmdSetScanoutVram.format offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, width) == 44, "WddmGpuCmdSetScanoutVram.width offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, height) == 48, "WddmGpuCmdSetScanoutVram.height offset");
+_Static_assert(offsetof(WddmGpuCmdSetScanoutVram, pitch) == 52, "WddmGpuCmdSetScanoutVram.pitch offset");
 _Static_assert(sizeof(WddmGpuRespPreempt) == 40, "WddmGpuRespPreempt size");
 _Static_assert(offsetof(WddmGpuRespPreempt, hdr) == 0, "WddmGpuRespPreempt.hdr offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, preempted_fence) == 24, "WddmGpuRespPreempt.preempted_fence offset");

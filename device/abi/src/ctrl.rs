@@ -40,6 +40,10 @@ pub const WDDM_GPU_CMD_PREEMPT: u32 = 0x8004;
 /// `DxgkDdiResetFromTimeout`: drop all work, clear the GART and the status-page registration,
 /// keep VRAM (header only; answered `VIRTIO_GPU_RESP_OK_NODATA` once done).
 pub const WDDM_GPU_CMD_RESET: u32 = 0x8005;
+/// Scan out a VRAM range on a scanout (`DxgkDdiSetVidPnSourceAddress`,
+/// [`WddmGpuCmdSetScanoutVram`]); answered `VIRTIO_GPU_RESP_OK_NODATA`. The new address is shown
+/// from the next vblank on.
+pub const WDDM_GPU_CMD_SET_SCANOUT_VRAM: u32 = 0x8006;
 /// Response type of a completed WAIT_EVENT.
 pub const WDDM_GPU_RESP_EVENT: u32 = 0x9002;
 /// Response type of PREEMPT.
@@ -166,4 +170,35 @@ pub struct WddmGpuConfig {
     pub num_scanouts: u32,
     /// Number of capability sets: 1, the segment layout.
     pub num_capsets: u32,
+}
+
+/// [`WddmGpuCmdSetScanoutVram::segment_id`] 0: the scanout stops showing VRAM (it is disabled).
+pub const WDDM_GPU_SCANOUT_VRAM_OFF: u32 = 0;
+
+/// `WDDM_GPU_CMD_SET_SCANOUT_VRAM`: show `height` rows of `width` pixels, `pitch` bytes apart,
+/// read from VRAM segment `segment_id` at GPU `address` (a CPU-visible or device-only memory
+/// segment; `pitch * height` bytes must lie inside it). `format` is a 2D
+/// `VIRTIO_GPU_FORMAT_*` (4 bytes per pixel). `segment_id` [`WDDM_GPU_SCANOUT_VRAM_OFF`] turns
+/// the scanout off; the other fields must then be zero.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCmdSetScanoutVram {
+    /// Header, type [`WDDM_GPU_CMD_SET_SCANOUT_VRAM`].
+    pub hdr: WddmGpuCtrlHdr,
+    /// Scanout index, below the config's `num_scanouts` (`VidPnSourceId`).
+    pub scanout_id: u32,
+    /// Memory segment holding the surface, or [`WDDM_GPU_SCANOUT_VRAM_OFF`].
+    pub segment_id: u32,
+    /// GPU address of the first pixel in that segment (`PrimarySegment`/`PrimaryAddress`).
+    pub address: u64,
+    /// `VIRTIO_GPU_FORMAT_*` of the surface.
+    pub format: u32,
+    /// Visible width in pixels.
+    pub width: u32,
+    /// Visible height in pixels.
+    pub height: u32,
+    /// Bytes from one row to the next, at least `width * 4`.
+    pub pitch: u32,
 }

@@ -30,6 +30,11 @@ pub const WDDM_GPU_EVENT_BAR_CHANGED: u32 = 2;
 pub const WDDM_GPU_EVENT_FENCE: u32 = 3;
 /// `WddmGpuRespEvent::kind`: a device reset returned the posted request unused.
 pub const WDDM_GPU_EVENT_CANCELLED: u32 = 4;
+/// `WddmGpuRespEvent::kind`: a vertical blank of a scanout showing VRAM; `scanout_id`,
+/// `vblank_count`, `scanout_segment_id` and `scanout_address` hold it. Only delivered to a
+/// posted WAIT_EVENT (a vblank nobody waits for is not counted in `events_dropped`: the next
+/// one's `vblank_count` says how many were missed).
+pub const WDDM_GPU_EVENT_VBLANK: u32 = 5;
 /// Offset of the fault ring in the status page.
 pub const WDDM_GPU_FAULT_RING_OFFSET: u32 = 128;
 
@@ -127,6 +132,15 @@ pub struct WddmGpuRespEvent {
     pub bar_address: u64,
     /// FAULT events: the record (also in the status page's fault ring).
     pub fault: WddmGpuFaultRecord,
+    /// VBLANK events: the scanout.
+    pub scanout_id: u32,
+    /// VBLANK events: the segment shown from this vblank on (0 when the scanout was turned off).
+    pub scanout_segment_id: u32,
+    /// VBLANK events: vblanks of this scanout since its VRAM scanout was set (1 at the first).
+    pub vblank_count: u64,
+    /// VBLANK events: the GPU address shown from this vblank on (what
+    /// `DXGKARGCB_NOTIFY_INTERRUPT_DATA.CrtcVsync.PhysicalAddress` reports).
+    pub scanout_address: u64,
 }
 
 /// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what

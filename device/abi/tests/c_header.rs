@@ -29,7 +29,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 27] = [
+const EXPORTED_TYPES: [&str; 28] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -57,6 +57,7 @@ const EXPORTED_TYPES: [&str; 27] = [
     "WddmGpuCmdRegisterStatusPage",
     "WddmGpuRespEvent",
     "WddmGpuRespPreempt",
+    "WddmGpuCmdSetScanoutVram",
 ];
 
 #[test]
@@ -385,7 +386,24 @@ fn c_layout_check_is_current() {
             bar_state,
             bar_generation,
             bar_address,
-            fault
+            fault,
+            scanout_id,
+            scanout_segment_id,
+            vblank_count,
+            scanout_address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdSetScanoutVram {
+            hdr,
+            scanout_id,
+            segment_id,
+            address,
+            format,
+            width,
+            height,
+            pitch
         }
     );
     layout_asserts!(

@@ -474,3 +474,57 @@ fn status_page_layout_leaves_room_for_the_fault_ring() {
     assert!(128 + ring_bytes <= WDDM_GPU_STATUS_PAGE_SIZE as usize);
     assert_eq!(WDDM_GPU_STATUS_MAGIC.to_le_bytes(), *b"WDSP");
 }
+
+#[test]
+fn set_scanout_vram_command_vector() {
+    let cmd = WddmGpuCmdSetScanoutVram {
+        hdr: hdr(WDDM_GPU_CMD_SET_SCANOUT_VRAM),
+        scanout_id: 1,
+        segment_id: 3,
+        address: 0x0123_4567_89ab_c000,
+        format: 2,
+        width: 1024,
+        height: 768,
+        pitch: 4096,
+    };
+    let bytes = cat(&[
+        hdr_bytes(WDDM_GPU_CMD_SET_SCANOUT_VRAM),
+        le32(1),
+        le32(3),
+        le64(0x0123_4567_89ab_c000),
+        le32(2),
+        le32(1024),
+        le32(768),
+        le32(4096),
+    ]);
+    assert_eq!(bytes.len(), 56);
+    assert_eq!(cmd.as_bytes(), bytes.as_slice());
+    assert_eq!(
+        WddmGpuCmdSetScanoutVram::read_from_bytes(&bytes).unwrap(),
+        cmd
+    );
+}
+
+#[test]
+fn vblank_event_vector() {
+    let event = WddmGpuRespEvent {
+        hdr: hdr(WDDM_GPU_RESP_EVENT),
+        kind: WDDM_GPU_EVENT_VBLANK,
+        scanout_id: 2,
+        scanout_segment_id: 1,
+        vblank_count: 0x1_0000_0007,
+        scanout_address: 0x40_0000,
+        ..Default::default()
+    };
+    let bytes = cat(&[
+        hdr_bytes(WDDM_GPU_RESP_EVENT),
+        le32(5),
+        vec![0; 3 * 4 + 8 + 32],
+        le32(2),
+        le32(1),
+        le64(0x1_0000_0007),
+        le64(0x40_0000),
+    ]);
+    assert_eq!(bytes.len(), 104);
+    assert_eq!(event.as_bytes(), bytes.as_slice());
+}

@@ -1,10 +1,10 @@
 //! Control-queue wire decoding: request bytes to a typed [`ControlRequest`].
 
 use wddm_gpu_abi::ctrl::{
-    WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
-    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_WAIT_EVENT,
+    WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
+    VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
+    WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
+    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
@@ -47,6 +47,8 @@ pub enum ControlRequest {
     Preempt,
     /// Reset the engine (`DxgkDdiResetFromTimeout`).
     Reset,
+    /// Scan out a VRAM surface (`DxgkDdiSetVidPnSourceAddress`).
+    SetScanoutVram(WddmGpuCmdSetScanoutVram),
     /// Any other type.
     Unknown(u32),
 }
@@ -80,6 +82,7 @@ pub fn decode(bytes: &[u8]) -> Result<ControlRequest, DecodeError> {
         WDDM_GPU_CMD_WAIT_EVENT => ControlRequest::WaitEvent,
         WDDM_GPU_CMD_PREEMPT => ControlRequest::Preempt,
         WDDM_GPU_CMD_RESET => ControlRequest::Reset,
+        WDDM_GPU_CMD_SET_SCANOUT_VRAM => ControlRequest::SetScanoutVram(body(hdr.type_, bytes)?),
         other => ControlRequest::Unknown(other),
     })
 }

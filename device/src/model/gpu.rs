@@ -13,7 +13,7 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
     VIRTIO_GPU_RESP_OK_NODATA,
 };
-use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
+use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_VBLANK};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
@@ -28,6 +28,7 @@ use crate::model::display::{Display, DisplayConfig};
 use crate::model::reply::{respond, FenceEcho, Mem, Notify, Reply};
 use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
+use crate::model::vblank::VblankTimer;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
@@ -43,8 +44,11 @@ pub struct Gpu {
     notify: Arc<Mutex<Notify>>,
     stats: Arc<Stats>,
     scheduler: Scheduler,
-    /// The standard 2D device: scanouts, resources, cursor.
-    display: Mutex<Display>,
+    /// The standard 2D device: scanouts, resources, cursor, VRAM scanouts.
+    display: Arc<Mutex<Display>>,
+    /// Vblanks of the VRAM scanouts (none at 0 Hz). Declared after `display`, which its thread
+    /// also holds.
+    vblank: Option<VblankTimer>,
 }
 
 impl Gpu {
@@ -77,13 +81,20 @@ impl Gpu {
             stats.clone(),
             trace.map(Arc::new),
         )?;
+        let vblank_hz = display.vblank_hz;
+        let display = Arc::new(Mutex::new(Display::new(display)));
+        let vblank = VblankTimer::start(
+            vblank_hz,
+            vblank_tick(display.clone(), vram.clone(), notify.clone()),
+        )?;
         Ok(Self {
             layout,
             vram,
             notify,
             stats,
             scheduler,
-            display: Mutex::new(Display::new(display)),
+            display,
+            vblank,
         })
     }
 
@@ -213,6 +224,17 @@ impl Gpu {
                 }
             }
             ControlRequest::GetDisplayInfo => lock(&self.display).display_info(),
+            ControlRequest::SetScanoutVram(cmd) => {
+                // Bound first: the lock must be released before `refuse`.
+                let answer = lock(&self.display).set_scanout_vram(&cmd, &self.layout, &self.vram);
+                match answer {
+                    Ok(response) => response,
+                    Err(error) => {
+                        crate::guest_warn!("{error}");
+                        return self.refuse(reply, error.response_type());
+                    }
+                }
+            }
             ControlRequest::Display(command) => {
                 let ram = GuestRam::new(&*mem, self.vram.guest_window());
                 // Bound first: the lock must be released before `refuse`.
@@ -303,6 +325,9 @@ impl Gpu {
     /// (GART, status page registration, posted events, queued work) is kept for [`Self::resume`].
     /// The status page is not written while paused (a snapshot may be reading guest RAM).
     pub fn pause(&self) -> Paused {
+        if let Some(vblank) = &self.vblank {
+            vblank.pause();
+        }
         let paused = self.scheduler.pause();
         lock(&self.notify).status.suspend();
         paused
@@ -316,6 +341,35 @@ impl Gpu {
             lock(&self.notify).status.resume(&ram);
         }
         self.scheduler.resume();
+        if let Some(vblank) = &self.vblank {
+            vblank.resume();
+        }
+    }
+}
+
+/// One vblank: the display takes its flips and shows changed VRAM (display lock), then each
+/// scanout's event completes a posted WAIT_EVENT (notify lock; the two are never held together).
+fn vblank_tick(
+    display: Arc<Mutex<Display>>,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+) -> impl FnMut() + Send + 'static {
+    move || {
+        let vblanks = lock(&display).vblank(&vram);
+        if vblanks.is_empty() {
+            return;
+        }
+        let mut notify = lock(&notify);
+        for vblank in vblanks {
+            notify.deliver_if_waiting(WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_VBLANK,
+                scanout_id: vblank.scanout,
+                vblank_count: vblank.count,
+                scanout_segment_id: vblank.segment_id,
+                scanout_address: vblank.address,
+                ..Default::default()
+            });
+        }
     }
 }
 

@@ -8,3 +8,4 @@ pub mod gpu;
 pub mod reply;
 pub mod scheduler;
 pub mod status_page;
+pub mod vblank;

@@ -136,6 +136,18 @@ impl Notify {
         }
     }
 
+    /// Completes the oldest posted WAIT_EVENT with `event` if one is posted; otherwise the event
+    /// is lost uncounted and the status page left alone (vblanks: the next one's counter says
+    /// how many were missed, and the vblank thread holds no guest memory to publish with).
+    pub fn deliver_if_waiting(&mut self, mut event: WddmGpuRespEvent) -> bool {
+        let Some(reply) = self.events.pop_front() else {
+            return false;
+        };
+        event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
+        reply.send(event.as_bytes());
+        true
+    }
+
     /// Completes every posted WAIT_EVENT as cancelled (a driver-requested reset).
     pub fn cancel_events(&mut self) {
         while let Some(reply) = self.events.pop_front() {

@@ -9,6 +9,7 @@ pub mod format;
 pub mod rect;
 pub mod resource;
 pub mod sink;
+pub mod vram_scanout;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::ctrl::{
-    WddmGpuCtrlHdr, WddmGpuDisplayOne, WddmGpuRespDisplayInfo, VIRTIO_GPU_MAX_SCANOUTS,
-    VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
+    WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuDisplayOne, WddmGpuRespDisplayInfo,
+    VIRTIO_GPU_MAX_SCANOUTS, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
 };
 use zerocopy::IntoBytes;
@@ -30,11 +31,19 @@ use self::resource::{Backing, BackingError, Resource, TransferError};
 use self::sink::{
     CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES, CURSOR_SIZE,
 };
+use self::vram_scanout::{Shown, Vblank, VramScanout, VramScanoutError, VramSurface};
 use self::wire::{
     RespEdid, WireRect, RESP_ERR_INVALID_RESOURCE_ID, RESP_ERR_INVALID_SCANOUT_ID,
     RESP_ERR_OUT_OF_MEMORY, RESP_OK_EDID,
 };
+use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::Vram;
+
+/// Default vblank rate.
+pub const DEFAULT_VBLANK_HZ: u32 = 60;
+/// Highest vblank rate.
+pub const MAX_VBLANK_HZ: u32 = 240;
 
 /// The displays and the host memory of 2D resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +55,8 @@ pub struct DisplayConfig {
     pub height: u32,
     /// Host bytes all 2D resources may take together.
     pub max_memory: u64,
+    /// Vblanks a second of scanouts showing VRAM; 0 = none: a flip shows at once, once.
+    pub vblank_hz: u32,
 }
 
 impl Default for DisplayConfig {
@@ -55,6 +66,7 @@ impl Default for DisplayConfig {
             width: 1024,
             height: 768,
             max_memory: 256 << 20,
+            vblank_hz: DEFAULT_VBLANK_HZ,
         }
     }
 }
@@ -90,6 +102,8 @@ pub enum DisplayError {
     Backing(u32, BackingError),
     #[error("resource {0}: transfer refused: {1}")]
     Transfer(u32, TransferError),
+    #[error("SET_SCANOUT_VRAM on scanout {0}: {1}")]
+    VramScanout(u32, VramScanoutError),
 }
 
 impl DisplayError {
@@ -99,7 +113,7 @@ impl DisplayError {
             Self::NoScanout(_) => RESP_ERR_INVALID_SCANOUT_ID,
             Self::NoResource(_) | Self::ResourceIdTaken(_) => RESP_ERR_INVALID_RESOURCE_ID,
             Self::OutOfMemory { .. } => RESP_ERR_OUT_OF_MEMORY,
-            Self::BadFormat(_) | Self::Rect(..) | Self::Transfer(..) => {
+            Self::BadFormat(_) | Self::Rect(..) | Self::Transfer(..) | Self::VramScanout(..) => {
                 VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
             }
             Self::BackingAttached(_) | Self::NoBacking(_) | Self::Backing(..) => {
@@ -123,6 +137,8 @@ pub struct Display {
     /// Host bytes the resources take.
     used: u64,
     scanouts: Vec<Option<Binding>>,
+    /// What each scanout shows of VRAM (a scanout shows a 2D resource or VRAM, never both).
+    vram_scanouts: Vec<VramScanout>,
     sink: Option<Box<dyn DisplaySink>>,
 }
 
@@ -144,6 +160,7 @@ impl Display {
             resources: HashMap::new(),
             used: 0,
             scanouts: vec![None; count as usize],
+            vram_scanouts: (0..count).map(|_| VramScanout::default()).collect(),
             sink: None,
         }
     }
@@ -166,13 +183,21 @@ impl Display {
             if let Some(binding) = self.scanouts[scanout] {
                 self.announce(scanout as u32, binding);
             }
+            let vram_scanout = &mut self.vram_scanouts[scanout];
+            if let (Some(surface), Some(sink)) = (vram_scanout.shown(), &mut self.sink) {
+                let (width, height) = (surface.width, surface.height);
+                sink.scanout(scanout as u32, ScanoutState::Enabled { width, height });
+                vram_scanout.repaint();
+            }
         }
     }
 
     /// A guest-visible reset: every resource goes and every scanout is disabled.
     pub fn reset(&mut self) {
         for scanout in 0..self.scanouts.len() {
-            if self.scanouts[scanout].take().is_some() {
+            let showed_vram = self.vram_scanouts[scanout].shown().is_some();
+            self.vram_scanouts[scanout].clear();
+            if self.scanouts[scanout].take().is_some() || showed_vram {
                 if let Some(sink) = &mut self.sink {
                     sink.scanout(scanout as u32, ScanoutState::Disabled);
                 }
@@ -364,7 +389,15 @@ impl Display {
             return Err(DisplayError::NoScanout(scanout_id));
         }
         let scanout = scanout_id as usize;
+        // A 2D resource replaces the VRAM surface at once (Linux's driver does not wait).
+        let showed_vram = self.vram_scanouts[scanout].shown().is_some();
+        self.vram_scanouts[scanout].clear();
         if resource_id == 0 {
+            if showed_vram {
+                if let Some(sink) = &mut self.sink {
+                    sink.scanout(scanout_id, ScanoutState::Disabled);
+                }
+            }
             if self.scanouts[scanout].take().is_some() {
                 if let Some(sink) = &mut self.sink {
                     sink.scanout(scanout_id, ScanoutState::Disabled);
@@ -382,6 +415,48 @@ impl Display {
         self.scanouts[scanout] = Some(binding);
         self.announce(scanout_id, binding);
         Ok(nodata())
+    }
+
+    /// WDDM_GPU_CMD_SET_SCANOUT_VRAM: `cmd`'s surface is shown from the next vblank on (at once
+    /// when vblanks are off).
+    pub fn set_scanout_vram(
+        &mut self,
+        cmd: &WddmGpuCmdSetScanoutVram,
+        layout: &SegmentLayout,
+        vram: &Vram,
+    ) -> Result<Vec<u8>, DisplayError> {
+        let scanout_id = cmd.scanout_id;
+        self.check_scanout(scanout_id)?;
+        let surface = VramSurface::check(cmd, layout, vram)
+            .map_err(|error| DisplayError::VramScanout(scanout_id, error))?;
+        self.vram_scanouts[scanout_id as usize].flip(surface);
+        if self.config.vblank_hz == 0 {
+            self.vblank_of(scanout_id as usize, vram);
+        }
+        Ok(nodata())
+    }
+
+    /// Whether any scanout shows VRAM or is about to.
+    pub fn shows_vram(&self) -> bool {
+        self.vram_scanouts.iter().any(VramScanout::active)
+    }
+
+    /// A vblank of every scanout: flips take effect, changed VRAM goes to the display. Returns
+    /// the events of the scanouts showing VRAM.
+    pub fn vblank(&mut self, vram: &Vram) -> Vec<Vblank> {
+        (0..self.vram_scanouts.len())
+            .filter_map(|scanout| self.vblank_of(scanout, vram))
+            .collect()
+    }
+
+    fn vblank_of(&mut self, scanout: usize, vram: &Vram) -> Option<Vblank> {
+        let sink = self.sink.as_deref_mut();
+        let (shown, event) = self.vram_scanouts[scanout].vblank(scanout as u32, vram, sink)?;
+        if shown != Shown::Off {
+            // The VRAM surface took the scanout from a 2D resource, if one was shown.
+            self.scanouts[scanout] = None;
+        }
+        Some(event)
     }
 
     /// Tells the display a scanout's size.

@@ -287,3 +287,6 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
         .handle(DisplayCommand::GetEdid { scanout: 1 }, &ram)
         .is_ok());
 }
+
+#[path = "vram_tests.rs"]
+mod vram;

@@ -163,3 +163,94 @@ fn a_fence_packet_is_reported_while_the_rest_of_the_buffer_runs() {
     preempt.recv_timeout(WAIT).unwrap();
     assert_eq!(submit_response(&rx).status, SubmitStatus::Preempted as u32);
 }
+
+fn set_scanout_vram(rig: &GpuRig, segment_id: u32, address: u64) -> u32 {
+    use wddm_gpu_abi::ctrl::{
+        WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
+    };
+    use zerocopy::FromBytes;
+    let (format, width, height, pitch) = match segment_id {
+        0 => (0, 0, 0, 0),
+        _ => (2, 64, 32, 256),
+    };
+    let cmd = WddmGpuCmdSetScanoutVram {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SET_SCANOUT_VRAM),
+        scanout_id: 0,
+        segment_id,
+        address,
+        format,
+        width,
+        height,
+        pitch,
+    };
+    let response = rig.request(cmd.as_bytes(), 64).recv_timeout(WAIT).unwrap();
+    WddmGpuCtrlHdr::read_from_prefix(&response).unwrap().0.type_
+}
+
+#[test]
+fn vblanks_of_a_vram_scanout_complete_posted_events_with_the_address_shown() {
+    use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+    use zerocopy::FromBytes;
+    let rig = GpuRig::new("vblank");
+    rig.register_status_page();
+    // The aperture (segment 2) is refused, and nothing starts.
+    assert_eq!(
+        set_scanout_vram(&rig, 2, 0),
+        VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
+    );
+    let waiting = rig.post_event();
+    assert!(waiting
+        .recv_timeout(std::time::Duration::from_millis(200))
+        .is_err());
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x10000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let event = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        WddmGpuRespEvent::read_from_bytes(&rx.recv_timeout(WAIT).unwrap()).unwrap()
+    };
+    let first = event(waiting);
+    assert_eq!(first.kind, WDDM_GPU_EVENT_VBLANK);
+    assert_eq!(
+        (
+            first.scanout_id,
+            first.scanout_segment_id,
+            first.scanout_address
+        ),
+        (0, 1, 0x10000)
+    );
+    // At 60 Hz: 30 more vblanks take about half a second, counted without gaps while posted.
+    let started = std::time::Instant::now();
+    let mut last = first.vblank_count;
+    for _ in 0..30 {
+        let next = event(rig.post_event());
+        assert!(next.vblank_count > last, "{next:?} after {last}");
+        last = next.vblank_count;
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed.as_millis() >= 400, "30 vblanks in {elapsed:?}");
+    // A flip: the events report the new address from the vblank it takes effect on.
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x80000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let flipped = (0..3)
+        .map(|_| event(rig.post_event()))
+        .find(|e| e.scanout_address == 0x80000)
+        .expect("the flip within 3 vblanks");
+    assert!(flipped.vblank_count > last);
+    // Vblanks nobody waited for are not counted as dropped events.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(rig.status_page().events_dropped, 0);
+    // Off: one last event with segment 0, then none.
+    assert_eq!(set_scanout_vram(&rig, 0, 0), VIRTIO_GPU_RESP_OK_NODATA);
+    let last_event = (0..3)
+        .map(|_| event(rig.post_event()))
+        .find(|e| e.scanout_segment_id == 0)
+        .expect("the last vblank");
+    assert_eq!(last_event.scanout_address, 0);
+    let after = rig.post_event();
+    assert!(after
+        .recv_timeout(std::time::Duration::from_millis(200))
+        .is_err());
+}
