@@ -35,7 +35,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import display_pattern  # noqa: E402
-from vmctl import LineTail, Qmp, QemuGone, StepError, connect_unix  # noqa: E402
+from vmctl import (  # noqa: E402
+    LineTail,
+    Qmp,
+    QemuGone,
+    StepError,
+    answer_sync,
+    connect_unix,
+    drain_sync,
+)
 
 START = time.monotonic()
 SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
@@ -104,18 +112,10 @@ class DisplayHost:
         log(f"{name}: {'PASS' if ok else 'FAIL'} {detail}")
 
     def answer(self, word):
-        self.sync.setblocking(True)
-        try:
-            self.sync.sendall(word.encode() + b"\n")
-        finally:
-            self.sync.setblocking(False)
+        answer_sync(self.sync, word)
 
     def drain_sync(self):
-        try:
-            while self.sync.recv(4096):
-                pass
-        except OSError:
-            pass
+        drain_sync(self.sync)
 
     def screendump(self, name):
         path = os.path.join(self.args.out_dir, f"{name}.ppm")

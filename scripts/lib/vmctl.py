@@ -86,6 +86,24 @@ def connect_unix(path, deadline, what):
     raise SystemExit(2)
 
 
+def answer_sync(sock, word):
+    """Sends the guest its one-word answer on the (non-blocking) sync channel."""
+    sock.setblocking(True)
+    try:
+        sock.sendall(word.encode() + b"\n")
+    finally:
+        sock.setblocking(False)
+
+
+def drain_sync(sock):
+    """The guest's tty may echo our answers back: read and drop them."""
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
+
+
 class Qmp:
     """A QMP client: one JSON object per line; events are kept, not returned."""
 
@@ -203,21 +221,10 @@ class Vmctl:
         log(f"{point}: FAILED: {msg}")
 
     def answer(self, word):
-        self.sync.setblocking(True)
-        try:
-            self.sync.sendall(word.encode() + b"\n")
-        finally:
-            self.sync.setblocking(False)
+        answer_sync(self.sync, word)
 
     def drain_sync(self):
-        """The guest's tty may echo our answers back: read and drop them."""
-        try:
-            while self.sync.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            pass
+        drain_sync(self.sync)
 
     def wait_backend(self, needle, timeout):
         """The first new backend log line containing needle; StepError after timeout seconds."""

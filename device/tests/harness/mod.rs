@@ -521,7 +521,17 @@ impl Harness {
             .unwrap();
         assert_eq!(vram_file.metadata().unwrap().len(), vram_size);
         let vram = map_file(vram_file, vram_size);
+        Self::from_parts(frontend, backend, (ram, ram_size), (vram, vram_size))
+    }
 
+    /// A harness over a connected frontend and its backend, with guest RAM and a VRAM mapping
+    /// (each with its size); nothing negotiated, no request outstanding.
+    pub fn from_parts(
+        frontend: Frontend,
+        backend: BackendProcess,
+        (ram, ram_size): (GuestMemoryMmap<()>, u64),
+        (vram, vram_size): (GuestMemoryMmap<()>, u64),
+    ) -> Self {
         Self {
             frontend,
             ram,

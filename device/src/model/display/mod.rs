@@ -123,6 +123,20 @@ impl DisplayError {
     }
 }
 
+/// Resource `resource_id` and `rect` checked to lie inside it.
+fn resource_and_rect(
+    resources: &HashMap<u32, Resource>,
+    resource_id: u32,
+    rect: WireRect,
+) -> Result<(&Resource, Rect), DisplayError> {
+    let resource = resources
+        .get(&resource_id)
+        .ok_or(DisplayError::NoResource(resource_id))?;
+    let rect = Rect::inside(rect, resource.width, resource.height)
+        .map_err(|error| DisplayError::Rect(resource_id, error))?;
+    Ok((resource, rect))
+}
+
 /// What one scanout shows: part of a resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Binding {
@@ -405,12 +419,7 @@ impl Display {
             }
             return Ok(nodata());
         }
-        let resource = self
-            .resources
-            .get(&resource_id)
-            .ok_or(DisplayError::NoResource(resource_id))?;
-        let rect = Rect::inside(rect, resource.width, resource.height)
-            .map_err(|error| DisplayError::Rect(resource_id, error))?;
+        let (_, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
         let binding = Binding { resource_id, rect };
         self.scanouts[scanout] = Some(binding);
         self.announce(scanout_id, binding);
@@ -468,12 +477,7 @@ impl Display {
     }
 
     fn flush(&mut self, resource_id: u32, rect: WireRect) -> Result<Vec<u8>, DisplayError> {
-        let resource = self
-            .resources
-            .get(&resource_id)
-            .ok_or(DisplayError::NoResource(resource_id))?;
-        let rect = Rect::inside(rect, resource.width, resource.height)
-            .map_err(|error| DisplayError::Rect(resource_id, error))?;
+        let (resource, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
         let Some(sink) = &mut self.sink else {
             return Ok(nodata());
         };

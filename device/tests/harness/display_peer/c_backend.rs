@@ -14,9 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
 use vhost::vhost_user::message::VhostUserHeaderFlag;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use super::super::{map_file, BackendProcess, Deadline, Harness, INSTANCE, PAGE, SLOTS, TIMEOUT};
+use super::super::{map_file, BackendProcess, Deadline, Harness, INSTANCE, PAGE, TIMEOUT};
 
 /// Where Debian's `qemu-system-gui` installs it.
 pub const C_VHOST_USER_GPU: &str = "/usr/lib/qemu/vhost-user-gpu";
@@ -96,26 +95,7 @@ impl Harness {
         let ram = map_file(memfd("wddm-guest-ram", ram_size), ram_size);
         // A stand-in for the VRAM mapping the harness keeps; never in the memory table.
         let vram = map_file(memfd("wddm-no-vram", PAGE), PAGE);
-        Self {
-            frontend,
-            ram,
-            vram,
-            vram_size: PAGE,
-            ram_size,
-            vram_gpa: None,
-            kick: EventFd::new(EFD_NONBLOCK).unwrap(),
-            call: EventFd::new(EFD_NONBLOCK).unwrap(),
-            next_avail: 0,
-            last_used: 0,
-            outstanding: Default::default(),
-            completed: Default::default(),
-            collected: 0,
-            free_slots: (1..SLOTS).rev().collect(),
-            kicked_at: None,
-            notified_at: None,
-            negotiated: None,
-            backend,
-        }
+        Self::from_parts(frontend, backend, (ram, ram_size), (vram, PAGE))
     }
 }
 
