@@ -9,10 +9,10 @@
 use libfuzzer_sys::fuzz_target;
 use vhost_user_wddm_gpu::control::{decode, ControlRequest, DecodeError, MAX_REQUEST_SIZE};
 use wddm_gpu_abi::ctrl::{
-    WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
-    VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_WAIT_EVENT,
+    WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
+    VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
+    WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
+    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
         VIRTIO_GPU_CMD_GET_CAPSET => std::mem::size_of::<WddmGpuGetCapset>(),
         WDDM_GPU_CMD_SUBMIT => std::mem::size_of::<WddmGpuCmdSubmit>(),
         WDDM_GPU_CMD_REGISTER_STATUS_PAGE => std::mem::size_of::<WddmGpuCmdRegisterStatusPage>(),
+        WDDM_GPU_CMD_SET_SCANOUT_VRAM => std::mem::size_of::<WddmGpuCmdSetScanoutVram>(),
         _ => hdr_size,
     };
     let request = match decoded {
@@ -90,6 +91,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(type_, WDDM_GPU_CMD_REGISTER_STATUS_PAGE);
             assert_eq!(address, le64(bytes, 24));
         }
+        ControlRequest::SetScanoutVram(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_SET_SCANOUT_VRAM);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
         ControlRequest::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
         ControlRequest::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
         ControlRequest::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
@@ -105,6 +110,7 @@ fuzz_target!(|data: &[u8]| {
                     WDDM_GPU_CMD_WAIT_EVENT,
                     WDDM_GPU_CMD_PREEMPT,
                     WDDM_GPU_CMD_RESET,
+                    WDDM_GPU_CMD_SET_SCANOUT_VRAM,
                 ]
                 .contains(&unknown)
                     && !is_display_command(unknown)

@@ -17,10 +17,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
 use vhost_user_wddm_gpu::GuestRam;
-use vhost_user_wddm_gpu::Resolved;
 use vhost_user_wddm_gpu::PacketRecord;
+use vhost_user_wddm_gpu::Resolved;
+use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
 use vhost_user_wddm_gpu_fuzz::engine_world::{step, World, DEVICE_ONLY, DMA, RAM_SPAN, VRAM_SIZE};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vm_memory::{Bytes, GuestAddress};

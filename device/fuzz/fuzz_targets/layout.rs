@@ -11,14 +11,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vhost_user_wddm_gpu::{build_capset, MAX_CAPSET_SIZE};
-use vhost_user_wddm_gpu::{SegmentKind, SegmentLayout};
-use vhost_user_wddm_gpu::{parse_layout, LayoutSpec};
-use vhost_user_wddm_gpu::LayoutReport;
 use vhost_user_wddm_gpu::rules::{
     validate, BAR_PACK_ALIGN, MAX_APERTURE_TOTAL, MAX_BANKS, MAX_DEVICE_ONLY_VRAM,
     MAX_SEGMENTS_WDDM1, MAX_SEGMENTS_WDDM2,
 };
+use vhost_user_wddm_gpu::LayoutReport;
+use vhost_user_wddm_gpu::{build_capset, MAX_CAPSET_SIZE};
+use vhost_user_wddm_gpu::{parse_layout, LayoutSpec};
+use vhost_user_wddm_gpu::{SegmentKind, SegmentLayout};
 use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuVramBar, WDDM_GPU_WDDM_2_0};
 use wddm_gpu_abi::segment_flags::{SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK};
 use zerocopy::FromBytes;

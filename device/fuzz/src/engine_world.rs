@@ -6,10 +6,10 @@
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 
-use vhost_user_wddm_gpu::Engine;
-use vhost_user_wddm_gpu::SegmentLayout;
 use vhost_user_wddm_gpu::parse_layout;
 use vhost_user_wddm_gpu::rules::validate;
+use vhost_user_wddm_gpu::Engine;
+use vhost_user_wddm_gpu::SegmentLayout;
 use vhost_user_wddm_gpu::{BarMode, Vram};
 use vm_memory::{
     FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestRegionMmap, MmapRegion,

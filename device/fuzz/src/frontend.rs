@@ -21,10 +21,10 @@ use std::time::Duration;
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::{Backend, GpuBackend};
 use vhost_user_backend::{VhostUserBackendMut, VringRwLock, VringT};
-use vhost_user_wddm_gpu::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
 use vhost_user_wddm_gpu::Gpu;
 use vhost_user_wddm_gpu::SegmentLayout;
 use vhost_user_wddm_gpu::{BarMode, Vram};
+use vhost_user_wddm_gpu::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
 use virtio_queue::QueueT;
 use vm_memory::{
     FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend,
