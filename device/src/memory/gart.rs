@@ -104,7 +104,9 @@ impl AperturePages {
     }
 }
 
-/// A run of guest-physically contiguous bytes behind an aperture range.
+/// A run of guest-physically contiguous bytes behind an aperture range, as plain values for
+/// tests to compare (the engine walks [`Gart::ram_run_at`]'s checked ranges).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
     /// Guest-physical address of the first byte.
@@ -246,8 +248,8 @@ impl Gart {
         }
     }
 
-    /// The run of contiguous guest bytes behind aperture `offset`, at most `limit` long:
-    /// consecutive pages mapping consecutive frames coalesce into one run.
+    /// [`Self::ram_run_at`] as plain values.
+    #[cfg(test)]
     pub fn run_at(&self, segment: u32, offset: u64, limit: u64) -> Result<Run, GartError> {
         let run = self.ram_run_at(segment, offset, limit)?;
         Ok(Run {
@@ -256,7 +258,8 @@ impl Gart {
         })
     }
 
-    /// [`Self::run_at`] as a range of the checked frames the entries hold.
+    /// The run of contiguous guest bytes behind aperture `offset`, at most `limit` long:
+    /// consecutive pages mapping consecutive frames coalesce into one run of checked frames.
     #[inline]
     pub fn ram_run_at(&self, segment: u32, offset: u64, limit: u64) -> Result<RamRange, GartError> {
         let table = self.table(segment)?;

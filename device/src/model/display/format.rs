@@ -69,13 +69,26 @@ impl PixelFormat {
         Channels { r, g, b, a }
     }
 
-    /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`]; formats
-    /// without alpha become opaque.
     /// Whether the bytes are already in the display's order (B, G, R, then alpha or padding).
     pub fn is_display_order(self) -> bool {
         matches!(self, Self::B8G8R8A8 | Self::B8G8R8X8)
     }
 
+    /// Rows of pixels in this format, converted and packed one after another, `bytes` in all.
+    pub fn pack_for_display<'a>(
+        self,
+        rows: impl IntoIterator<Item = &'a [u8]>,
+        bytes: usize,
+    ) -> Vec<u8> {
+        let mut packed = Vec::with_capacity(bytes);
+        for row in rows {
+            self.to_display(row, &mut packed);
+        }
+        packed
+    }
+
+    /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`]; the other
+    /// formats without alpha become opaque, the display-order ones are copied as they are.
     pub fn to_display(self, pixels: &[u8], out: &mut Vec<u8>) {
         let c = self.channels();
         // Already the display's byte order (its fourth byte is alpha or ignored padding, as

@@ -494,12 +494,12 @@ impl Display {
                 // A whole frame already in the display's order: shared, not copied.
                 DisplayPixels::Frame(resource.pixels.clone())
             } else {
-                let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
-                let mut packed = Vec::with_capacity(row_bytes * shown.height as usize);
-                for row in resource.rows(shown) {
-                    resource.format.to_display(row, &mut packed);
-                }
-                DisplayPixels::Packed(packed)
+                let bytes = shown.width as usize * shown.height as usize * BYTES_PER_PIXEL as usize;
+                DisplayPixels::Packed(
+                    resource
+                        .format
+                        .pack_for_display(resource.rows(shown), bytes),
+                )
             };
             sink.update(scanout as u32, shown.relative_to(binding.rect), pixels);
         }

@@ -280,10 +280,10 @@ fn push_rows(
     let row_bytes = surface.row_bytes();
     let height = bottom - top;
     let start = top as usize * row_bytes;
-    let mut pixels = Vec::with_capacity(row_bytes * height as usize);
-    for row in rows[start..start + row_bytes * height as usize].chunks_exact(row_bytes) {
-        surface.format.to_display(row, &mut pixels);
-    }
+    let bytes = row_bytes * height as usize;
+    let pixels = surface
+        .format
+        .pack_for_display(rows[start..start + bytes].chunks_exact(row_bytes), bytes);
     let rect = Rect {
         x: 0,
         y: top,
