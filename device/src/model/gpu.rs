@@ -158,6 +158,13 @@ impl Gpu {
     /// scheduler's per-kick budget.
     pub fn new_kick(&self) {
         self.scheduler.new_kick();
+        lock(&self.display).hold();
+    }
+
+    /// The requests of the kick are answered: what they showed goes on to the display now,
+    /// after the answers, so a fenced flush's round trip does not pay for the display's thread.
+    pub fn end_kick(&self) {
+        lock(&self.display).release();
     }
 
     /// Answers one control request through `reply`, now or (submissions, events) later.

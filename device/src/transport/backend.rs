@@ -782,7 +782,9 @@ impl VhostUserBackendMut for WddmGpuBackend {
                     self.control_vring = vrings.get(usize::from(CONTROL_QUEUE)).cloned();
                 }
                 self.restarted();
-                self.process_queue(vring, device_event)
+                let processed = self.process_queue(vring, device_event);
+                self.gpu.end_kick();
+                processed
             }
             ECHO_EVENT => {
                 self.echo.answer();

@@ -11,6 +11,10 @@
 //! (the next flush repaints). When QEMU closes the socket (a device stop or reset) the write
 //! fails with EPIPE (SIGPIPE is ignored by the Rust runtime): the thread logs once and ends, and
 //! later messages are dropped until the next SET_SOCKET brings a new socket.
+//!
+//! While a kick's requests are answered the messages are held and passed to the thread after
+//! the answers are on the used ring ([`DisplaySink::hold`]): waking the thread first would put
+//! a thread hand-off in every fenced flush's round trip.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -54,6 +58,9 @@ pub struct QemuDisplay {
     messages: Option<Sender<Message>>,
     pending: Arc<AtomicUsize>,
     dropped_logged: bool,
+    /// Messages of the kick being answered, in order; their buffer is kept between kicks.
+    held: Vec<Message>,
+    holding: bool,
 }
 
 impl QemuDisplay {
@@ -76,6 +83,8 @@ impl QemuDisplay {
             messages,
             pending,
             dropped_logged: false,
+            held: Vec::new(),
+            holding: false,
         }
     }
 
@@ -94,10 +103,26 @@ impl QemuDisplay {
             return;
         }
         self.pending.fetch_add(bytes, Ordering::AcqRel);
-        if messages.send(message).is_err() {
+        if self.holding {
+            self.held.push(message);
+        } else if messages.send(message).is_err() {
             // The writer ended (the socket failed, logged there).
             self.messages = None;
         }
+    }
+
+    fn pass_on_held(&mut self) {
+        let Some(messages) = &self.messages else {
+            self.held.clear();
+            return;
+        };
+        for message in self.held.drain(..) {
+            if messages.send(message).is_err() {
+                self.messages = None;
+                break;
+            }
+        }
+        self.held.clear();
     }
 }
 
@@ -167,5 +192,14 @@ impl DisplaySink for QemuDisplay {
             x: 0,
             y: 0,
         }));
+    }
+
+    fn hold(&mut self) {
+        self.holding = true;
+    }
+
+    fn release(&mut self) {
+        self.holding = false;
+        self.pass_on_held();
     }
 }

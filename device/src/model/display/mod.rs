@@ -184,6 +184,20 @@ impl Display {
         self.config.scanouts
     }
 
+    /// A kick's requests start: the display may hold what they show (see [`DisplaySink::hold`]).
+    pub fn hold(&mut self) {
+        if let Some(sink) = &mut self.sink {
+            sink.hold();
+        }
+    }
+
+    /// The kick's answers are out: the display passes on what it held.
+    pub fn release(&mut self) {
+        if let Some(sink) = &mut self.sink {
+            sink.release();
+        }
+    }
+
     /// Host bytes the resources take now.
     pub fn used_memory(&self) -> u64 {
         self.used

@@ -66,4 +66,9 @@ pub trait DisplaySink: Send {
     fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>);
     /// The cursor on `scanout` is hidden.
     fn hide_cursor(&mut self, scanout: u32);
+    /// The guest's requests of one kick are being answered: what they show may wait for
+    /// [`release`](Self::release), so that handing it on costs the answers nothing.
+    fn hold(&mut self) {}
+    /// The kick's answers are out: pass on what was held.
+    fn release(&mut self) {}
 }
