@@ -203,3 +203,71 @@ impl DisplaySink for QemuDisplay {
         self.pass_on_held();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{ErrorKind, Read};
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    use super::*;
+
+    const HEADER_BYTES: usize = 12;
+    const UPDATE_HEAD_BYTES: usize = 20;
+
+    fn one_pixel_update(display: &mut QemuDisplay, x: u32) {
+        let rect = Rect {
+            x,
+            y: 0,
+            width: 1,
+            height: 1,
+        };
+        display.update(0, rect, vec![x as u8; 4].into());
+    }
+
+    /// Reads one UPDATE message and returns its x.
+    fn read_update_x(peer: &mut UnixStream) -> u32 {
+        let mut message = [0u8; HEADER_BYTES + UPDATE_HEAD_BYTES + 4];
+        peer.read_exact(&mut message).expect("an UPDATE");
+        u32::from_ne_bytes(
+            message[HEADER_BYTES + 4..HEADER_BYTES + 8]
+                .try_into()
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn what_a_kick_shows_reaches_the_socket_only_after_release_and_in_order() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+
+        display.hold();
+        one_pixel_update(&mut display, 1);
+        one_pixel_update(&mut display, 2);
+        peer.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let held = peer.read(&mut byte).map_err(|e| e.kind());
+        assert!(
+            matches!(held, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+            "a held message reached the socket: {held:?}"
+        );
+
+        display.release();
+        one_pixel_update(&mut display, 3);
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let order: Vec<u32> = (0..3).map(|_| read_update_x(&mut peer)).collect();
+        assert_eq!(order, [1, 2, 3]);
+    }
+
+    #[test]
+    fn without_a_hold_messages_go_out_at_once() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        one_pixel_update(&mut display, 7);
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(read_update_x(&mut peer), 7);
+    }
+}
