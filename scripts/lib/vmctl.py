@@ -24,6 +24,10 @@ Plan "scanout" (the guest's `wddm-guest scanout`: a surface in VRAM on the scano
                     QMP screendump of device gpu0 (PPM, kept in --out-dir); compare it pixel for pixel with
                     pattern a or b of 320x240 (display_pattern.py); answer "match", or
                     "mismatch" (a failure, with the first differing pixel in the log)
+  scanout-stop-cont QMP stop; wait for the backend's "device paused"; screendump (pattern a);
+                    QMP cont; wait for "device resumed"; screendump again (pattern a); answer
+                    "match" or "mismatch"
+  scanout-b-after-cont  a screendump as above (pattern b: the guest flipped after the resume)
 
 Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
 and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
@@ -49,10 +53,12 @@ ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 PLAN_POINTS = {
     "lifecycle": ["boot", "paused-after-map", "transfer-running", "reset-point"],
     "pause-only": ["boot", "paused-after-map", "transfer-running", "reset-point"],
-    "scanout": ["scanout-a", "scanout-b", "scanout-a-again"],
+    "scanout": ["scanout-a", "scanout-b", "scanout-a-again", "scanout-stop-cont",
+                "scanout-b-after-cont"],
 }
 # What each scanout point shows: the pattern variant, and the surface's size (scanout.rs).
-SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a"}
+SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a",
+                  "scanout-stop-cont": "a", "scanout-b-after-cont": "b"}
 SCANOUT_SIZE = (320, 240)
 
 
@@ -269,10 +275,10 @@ class Vmctl:
         steps.append("answered go")
         log(f"{point}: " + ", ".join(steps))
 
-    def compare_screen(self, point):
-        """Screendump, compared with the surface the guest shows at point; answers the guest."""
-        variant = SCANOUT_POINTS[point]
-        path = os.path.join(self.args.out_dir, f"{point}.ppm")
+    def screen_matches(self, name, variant):
+        """Screendump `name`.ppm of the GPU's console compared with pattern `variant`: (ok,
+        detail), a mismatch already recorded as a failure."""
+        path = os.path.join(self.args.out_dir, f"{name}.ppm")
         try:
             if os.path.exists(path):
                 os.unlink(path)
@@ -283,15 +289,40 @@ class Vmctl:
         except (StepError, OSError, display_pattern.PpmError) as err:
             ok, detail = False, str(err)
         if ok:
-            log(f"{point}: {detail}")
+            log(f"{name}: {detail}")
         else:
-            self.fail(point, detail)
+            self.fail(name, detail)
+        return ok
+
+    def compare_screen(self, point):
+        """Screendump, compared with the surface the guest shows at point; answers the guest."""
+        ok = self.screen_matches(point, SCANOUT_POINTS[point])
+        self.answer("match" if ok else "mismatch")
+
+    def stop_cont_screens(self, point):
+        """The screen while the VM is stopped and after it continues; answers the guest."""
+        variant = SCANOUT_POINTS[point]
+        ok = True
+        self.backend.skip_to_end()
+        try:
+            self.qmp.execute("stop")
+            log(f"{point}: stop ok, backend: {self.wait_backend('device paused', self.args.step_timeout)}")
+            ok &= self.screen_matches(f"{point}-stopped", variant)
+            self.backend.skip_to_end()
+            self.qmp.execute("cont")
+            log(f"{point}: cont ok, backend: {self.wait_backend('device resumed', self.args.step_timeout)}")
+            ok &= self.screen_matches(f"{point}-after-cont", variant)
+        except StepError as err:
+            self.fail(point, str(err))
+            ok = False
         self.answer("match" if ok else "mismatch")
 
     def handle(self, point):
         self.seen[point] = self.seen.get(point, 0) + 1
         if self.args.plan == "scanout":
-            if point in SCANOUT_POINTS:
+            if point == "scanout-stop-cont":
+                self.stop_cont_screens(point)
+            elif point in SCANOUT_POINTS:
                 self.compare_screen(point)
             else:
                 log(f"WARNING: {point}: not a point of plan scanout; answered go")

@@ -55,7 +55,7 @@ const ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
 const MATCH: &str = "match";
 
 /// The tests, in run order.
-pub const TESTS: [&str; 8] = [
+pub const TESTS: [&str; 9] = [
     "scanout_refuses_hostile_values",
     "vblanks_at_the_configured_rate",
     "screendump_shows_a",
@@ -63,6 +63,7 @@ pub const TESTS: [&str; 8] = [
     "screendump_shows_b",
     "flip_back_to_a",
     "screendump_shows_a_again",
+    "scanout_survives_stop_cont",
     "scanout_off",
 ];
 
@@ -301,6 +302,28 @@ fn flip(rig: &mut Rig, to: u64, from: u64) -> Outcome {
     Ok(())
 }
 
+/// The host stops the VM while a is shown, checks the screen, continues it and checks again;
+/// then vblanks go on counting, still showing a, and a flip after the resume reaches the
+/// screen (b), before the scanout goes back to a.
+fn stop_cont(rig: &mut Rig, port: &mut SyncPort) -> Outcome {
+    let before = rig
+        .until_shown(rig.base + SURFACE_A, None)?
+        .resp
+        .vblank_count;
+    screendump(port, "scanout-stop-cont")?;
+    let after = rig
+        .until_shown(rig.base + SURFACE_A, None)?
+        .resp
+        .vblank_count;
+    ensure(after > before, || {
+        format!("vblank_count {after} after stop/cont, {before} before")
+    })?;
+    println!("SCANOUT stop/cont: vblank {before} before, {after} after, a still shown");
+    flip(rig, SURFACE_B, SURFACE_A)?;
+    screendump(port, "scanout-b-after-cont")?;
+    flip(rig, SURFACE_A, SURFACE_B)
+}
+
 fn off(rig: &mut Rig) -> Outcome {
     let cmd = WddmGpuCmdSetScanoutVram {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SET_SCANOUT_VRAM),
@@ -340,7 +363,8 @@ pub fn run(options: &Options) -> bool {
             tally.report(TESTS[4], &screendump(port, "scanout-b"));
             tally.report(TESTS[5], &flip(rig, SURFACE_A, SURFACE_B));
             tally.report(TESTS[6], &screendump(port, "scanout-a-again"));
-            tally.report(TESTS[7], &off(rig));
+            tally.report(TESTS[7], &stop_cont(rig, port));
+            tally.report(TESTS[8], &off(rig));
         }
         (Err(why), _) | (_, Err(why)) => {
             let why = Err(Failure(format!("not run: {why}")));
