@@ -294,7 +294,11 @@ typedef struct wddm_vq {
     volatile void *avail;
     volatile void *used;
     volatile uint16_t *notify; /* the queue's notify register */
+    uint16_t queue_index;
     wddm_os_dma ring;
+    /* Our own copy of the chains: the device may scribble over the rings. */
+    uint16_t next[WDDM_VQ_MAX_SIZE];
+    uint8_t chain_len[WDDM_VQ_MAX_SIZE]; /* per head in flight; 0 = not a head in flight */
 } wddm_vq;
 
 /* ---- The device ---------------------------------------------------------------------- */
@@ -307,6 +311,9 @@ typedef struct wddm_vq {
 typedef struct wddm_dev_config {
     uint32_t timeout_ms;   /* synchronous requests (capset, PREEMPT, RESET); 0 = 5000 */
     uint32_t queue_size;   /* control queue entries wanted; 0 = WDDM_VQ_MAX_SIZE */
+    bool use_msix;         /* false: every vector NO_VECTOR (polling or INTx) */
+    uint16_t config_vector; /* MSI-X vectors when use_msix */
+    uint16_t queue_vector;
 } wddm_dev_config;
 
 typedef struct wddm_slot {
@@ -333,6 +340,10 @@ typedef struct wddm_dev {
     volatile void *bar_va[6];
     uint64_t bar_len[6];
     uint64_t device_features;
+    /* Shared memory region 0 (the VRAM in BAR mode 2), when the function has one. */
+    bool has_shm;
+    uint32_t shm_bar;
+    uint64_t shm_offset, shm_length;
 
     wddm_vq ctrl;
     wddm_os_dma slot_mem;
@@ -417,6 +428,11 @@ wddm_result wddm_dev_preempt(wddm_dev *dev, WddmGpuRespPreempt *out);
 /* DxgkDdiResetFromTimeout: waits for OK_NODATA. Dropped submissions complete with status
  * RESET, posted WAIT_EVENTs as CANCELLED events; the status page is unregistered. */
 wddm_result wddm_dev_reset(wddm_dev *dev);
+
+/* Where the CPU sees the VRAM the capset's locator names: PCI function, BAR and the VRAM's
+ * offset in that BAR (the shared memory region's offset in mode 2, 0 in mode 1). */
+wddm_result wddm_dev_vram_location(const wddm_dev *dev, uint32_t *function, uint32_t *bar,
+                                   uint64_t *offset);
 
 /* A CPU view of `length` bytes at `offset` of a CPU-visible memory segment, through the VRAM
  * BAR the capset's locator names (mapped with os.bar_map; unmap with os.bar_unmap). NULL when
