@@ -16,9 +16,8 @@ OUT="${REPO_ROOT}/target/cdev-windows"
 
 CC=x86_64-w64-mingw32-gcc
 OBJDUMP=x86_64-w64-mingw32-objdump
-command -v "$CC" >/dev/null && command -v "$OBJDUMP" >/dev/null ||
-    ensure_debian_packages gcc-mingw-w64-x86-64 binutils-mingw-w64-x86-64
-ensure_debian_packages mingw-w64-x86-64-dev
+# gcc-mingw-w64-x86-64 brings binutils-mingw-w64-x86-64 (objdump) and mingw-w64-x86-64-dev.
+ensure_debian_packages gcc-mingw-w64-x86-64 binutils-mingw-w64-x86-64 mingw-w64-x86-64-dev
 
 # ntddk.h includes <wdm.h>: the DDK folder goes on the include path (as the WDK has it).
 ddk_dir="$(printf '#include <ddk/wdm.h>\n' | "$CC" -E -M -x c - | grep -o '/[^ ]*/ddk/wdm.h' | head -n 1)"
@@ -54,6 +53,7 @@ done
 
 image="${OUT}/wddm_gpu_sample.sys"
 # A driver image: no CRT, entry DriverEntry, every import resolved now from ntoskrnl/hal.
+# shellcheck disable=SC2054 # the commas belong to -Wl, options
 # No exports (--exclude-all-symbols: it is not an export driver); relocatable and NX.
 LDFLAGS=(-shared -nostdlib -Wl,--subsystem,native -Wl,-e,DriverEntry -Wl,--no-undefined
     -Wl,--exclude-all-symbols -Wl,--dynamicbase -Wl,--nxcompat
