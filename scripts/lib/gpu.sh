@@ -33,6 +33,7 @@ BACKEND_BIN="${REPO_ROOT}/target/release/vhost-user-wddm-gpu"
 C_PEER_BIN=/usr/lib/qemu/vhost-user-gpu
 GUEST_TARGET=x86_64-unknown-linux-gnu
 GUEST_BIN="${REPO_ROOT}/target/${GUEST_TARGET}/release/wddm-guest"
+CDEV_DIR="${REPO_ROOT}/target/cdev"
 
 # gpu_check_modes: die unless GPU_QEMU and GPU_BAR_MODE name a set-up the scripts can run.
 gpu_check_modes() {
@@ -69,7 +70,10 @@ gpu_build() {
     # Only the installed gnu target exists here: link it statically for the initramfs.
     (cd "$REPO_ROOT" && RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release --locked -p wddm-guest-tests --target "$GUEST_TARGET") >&2
-    "${REPO_ROOT}/scripts/build-guest" --binary "$GUEST_BIN" >&2
+    log "building the C device library and its guest suite (static)"
+    ensure_debian_packages libc6-dev
+    "${REPO_ROOT}/guest-tests/cdev/build.sh" "$CDEV_DIR" >&2
+    "${REPO_ROOT}/scripts/build-guest" --binary "$GUEST_BIN" --cdev "${CDEV_DIR}/wddm-cdev-suite" >&2
 }
 
 # ensure_c_peer: QEMU's C vhost-user-gpu, installed from the package that ships it.

@@ -1,0 +1,529 @@
+/* wddm-cdev-suite: drives the real device through the C library and its Linux OS layer and
+ * prints one "GUEST-TEST c_<name> PASS|FAIL <detail>" line per check (the format scripts/test
+ * counts), then "GUEST-CSUMMARY <passed>/<total>". Exit code 1 when a check failed. */
+
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "linux_os.h"
+#include "wddm_gpu_dev.h"
+
+static int passed, total;
+static wddm_os table;
+static linux_os los;
+static wddm_dev dev;
+static const wddm_segment *vram, *aperture;
+static volatile uint8_t *vram_cpu; /* the first 4 MiB of the VRAM segment through the BAR */
+#define VRAM_WINDOW (4u << 20)
+static uint32_t next_fence = 1000;
+
+static void report(const char *name, int ok, const char *fmt, ...)
+{
+    char detail[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    total++;
+    passed += ok != 0;
+    printf("GUEST-TEST c_%s %s %s\n", name, ok ? "PASS" : "FAIL", detail);
+    fflush(stdout);
+}
+
+/* A paging buffer in DMA memory. */
+typedef struct buffer {
+    wddm_os_dma mem;
+    wddm_pb pb;
+} buffer;
+
+static int new_buffer(buffer *b, uint32_t size)
+{
+    if (table.dma_alloc(table.ctx, size, 4096, &b->mem) != 0)
+        return -1;
+    return wddm_pb_init(&b->pb, wddm_dev_layout(&dev), b->mem.cpu, size) == WDDM_OK ? 0 : -1;
+}
+
+static wddm_result submit(buffer *b, uint32_t fence)
+{
+    wddm_submit s = {b->mem.bus, 0, WDDM_GPU_SUBMIT_FLAG_PAGING, (uint32_t)b->mem.size, 0,
+                     b->pb.used, fence};
+    return wddm_dev_submit(&dev, &s);
+}
+
+/* Polls until a completion arrives (10 s). */
+static wddm_result wait_completion(WddmGpuRespSubmit *out)
+{
+    for (int i = 0; i < 50000; i++) {
+        wddm_result r = wddm_dev_poll(&dev);
+        if (r)
+            return r;
+        r = wddm_dev_next_completion(&dev, out);
+        if (r != WDDM_E_EMPTY)
+            return r;
+        table.stall_us(table.ctx, 200);
+    }
+    return WDDM_E_TIMEOUT;
+}
+
+/* Submits and waits: the completion's status, or -1 with `why` set. */
+static long run(buffer *b, WddmGpuRespSubmit *resp, const char **why)
+{
+    uint32_t fence = ++next_fence;
+    wddm_result r = submit(b, fence);
+    if (!r)
+        r = wait_completion(resp);
+    if (r) {
+        *why = wddm_result_name(r);
+        return -1;
+    }
+    if (resp->submission_fence_id != fence) {
+        *why = "completion for another fence";
+        return -1;
+    }
+    return resp->status;
+}
+
+static void test_init(void)
+{
+    wddm_dev_config config = {0};
+    wddm_result r = wddm_dev_init(&dev, &table, &config);
+    report("device_init", r == WDDM_OK, "%s: %s features %#" PRIx64 " queue size %u", los.bdf,
+           wddm_result_name(r), dev.device_features, dev.ctrl.size);
+}
+
+static void test_segments(void)
+{
+    const wddm_layout *l = wddm_dev_layout(&dev);
+    uint32_t function, bar;
+    uint64_t region, bar_addr = 0, bar_size = 0;
+    char why[200] = "";
+    for (uint32_t id = 1; id <= l->segment_count; id++) {
+        const wddm_segment *s = wddm_layout_segment(l, id);
+        if (!aperture && wddm_segment_is_aperture(s))
+            aperture = s;
+        if (!vram && !wddm_segment_is_aperture(s) && s->desc.bar_offset != WDDM_GPU_NO_BAR_OFFSET)
+            vram = s;
+    }
+    if (!vram || !aperture) {
+        report("capset_segments", 0, "layout lacks a CPU-visible segment or an aperture");
+        return;
+    }
+    if (wddm_dev_vram_location(&dev, &function, &bar, &region) != WDDM_OK ||
+        table.bar_info(table.ctx, function, bar, &bar_addr, &bar_size) != 0) {
+        report("capset_segments", 0, "VRAM BAR (mode %u function %u BAR %u) not found",
+               l->header.vram_bar.mode, l->header.vram_bar.pci_function,
+               l->header.vram_bar.bar_index);
+        return;
+    }
+    uint64_t want_cpu = bar_addr + region + vram->desc.bar_offset;
+    uint64_t got_cpu = 0;
+    const char *which;
+    uint32_t nb = 0;
+    if (l->header.wddm_version == WDDM_GPU_WDDM_1_3) {
+        wddm_dxgk_segmentdescriptor3 d[WDDM_MAX_SEGMENTS];
+        wddm_dxgk_querysegmentout3 q = {0};
+        which = "DXGK_QUERYSEGMENTOUT3";
+        if (wddm_layout_query_segment3(l, &q) || q.NbSegment != l->segment_count)
+            snprintf(why, sizeof(why), "first call NbSegment %u", q.NbSegment);
+        q.pSegmentDescriptor = d;
+        if (!why[0] && wddm_layout_query_segment3(l, &q))
+            snprintf(why, sizeof(why), "second call refused");
+        nb = q.NbSegment;
+        for (uint32_t i = 0; !why[0] && i < nb; i++) {
+            const WddmGpuSegmentDesc *c = &l->segments[i].desc;
+            if (d[i].Flags.Value != c->flags || d[i].Size != c->size ||
+                d[i].BaseAddress != c->base_address || d[i].NbOfBanks != c->bank_count ||
+                d[i].CommitLimit != c->commit_limit)
+                snprintf(why, sizeof(why), "descriptor %u differs from the capset", i + 1);
+        }
+        got_cpu = d[vram->desc.id - 1].CpuTranslatedAddress;
+        if (!why[0] && q.PagingBufferSize != l->header.paging_buffer_size)
+            snprintf(why, sizeof(why), "PagingBufferSize %u", q.PagingBufferSize);
+    } else {
+        wddm_dxgk_segmentdescriptor4 d[WDDM_MAX_SEGMENTS];
+        wddm_dxgk_querysegmentout4 q = {0};
+        which = "DXGK_QUERYSEGMENTOUT4";
+        if (wddm_layout_query_segment4(l, &q) || q.NbSegment != l->segment_count ||
+            q.SegmentDescriptorStride != sizeof(d[0]))
+            snprintf(why, sizeof(why), "first call NbSegment %u stride %" PRIu64, q.NbSegment,
+                     q.SegmentDescriptorStride);
+        q.pSegmentDescriptor = (uint8_t *)d;
+        if (!why[0] && wddm_layout_query_segment4(l, &q))
+            snprintf(why, sizeof(why), "second call refused");
+        nb = q.NbSegment;
+        for (uint32_t i = 0; !why[0] && i < nb; i++) {
+            const WddmGpuSegmentDesc *c = &l->segments[i].desc;
+            if (d[i].Flags.Value != c->flags || d[i].Size != c->size ||
+                d[i].BaseAddress != c->base_address || d[i].CommitLimit != c->commit_limit)
+                snprintf(why, sizeof(why), "descriptor %u differs from the capset", i + 1);
+        }
+        got_cpu = d[vram->desc.id - 1].CpuTranslatedAddress;
+    }
+    if (!why[0] && l->header.vram_bar.state != WDDM_GPU_BAR_STATE_KNOWN)
+        snprintf(why, sizeof(why), "VRAM BAR locator not KNOWN (state %u)",
+                 l->header.vram_bar.state);
+    if (!why[0] && got_cpu != want_cpu)
+        snprintf(why, sizeof(why), "CpuTranslatedAddress %#" PRIx64 " != sysfs BAR %#" PRIx64
+                 " + region %#" PRIx64 " + bar_offset %#" PRIx64, got_cpu, bar_addr, region,
+                 vram->desc.bar_offset);
+    report("capset_segments", !why[0],
+           "%s wddm_version %#06x NbSegment %u, segment %u CpuTranslatedAddress %#" PRIx64
+           " (BAR mode %u, sysfs %#" PRIx64 " + %#" PRIx64 ")%s%s",
+           which, l->header.wddm_version, nb, vram->desc.id, got_cpu, l->header.vram_bar.mode,
+           bar_addr, region, why[0] ? ": " : "", why);
+    if (!why[0] && vram->desc.size >= VRAM_WINDOW)
+        vram_cpu = wddm_dev_map_segment(&dev, vram->desc.id, 0, VRAM_WINDOW);
+}
+
+static void test_fill(void)
+{
+    buffer b;
+    WddmGpuRespSubmit resp;
+    const char *why = "";
+    const uint64_t off = 0x10003, len = (64u << 10) + 5;
+    const uint32_t pattern = 0xC0DE5A17u;
+    if (!vram_cpu || new_buffer(&b, 4096)) {
+        report("fill_vram", 0, "no VRAM mapping or DMA memory");
+        return;
+    }
+    for (uint64_t i = 0; i < len + 16; i++)
+        vram_cpu[off - 8 + i] = 0x11;
+    wddm_op_fill op = {pattern, vram->desc.id, vram->desc.base_address + off, len};
+    wddm_result r = wddm_pb_fill(&b.pb, &op);
+    long st = r ? -1 : run(&b, &resp, &why);
+    int ok = st == WDDM_GPU_SUBMIT_STATUS_OK;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; ok && i < len; i++) {
+        uint8_t want = (uint8_t)(pattern >> (8 * (i % 4)));
+        if (vram_cpu[off + i] != want) {
+            ok = 0;
+            bad = off + i;
+        }
+    }
+    for (int g = 0; ok && g < 8; g++)
+        if (vram_cpu[off - 8 + g] != 0x11 || vram_cpu[off + len + g] != 0x11) {
+            ok = 0;
+            bad = UINT64_MAX;
+        }
+    report("fill_vram", ok, "FILL %#x x %#" PRIx64 " bytes at segment %u + %#" PRIx64
+           ": status %ld %s, BAR read back %s (first bad %#" PRIx64 ")", pattern, len,
+           vram->desc.id, off, st, r ? wddm_result_name(r) : why, ok ? "matches" : "differs",
+           bad);
+}
+
+/* Guest pages: `pages` 4 KiB pages of DMA memory and their PFN list. */
+typedef struct pages {
+    wddm_os_dma data, pfns;
+    uint32_t count;
+} pages;
+
+static int new_pages(pages *p, uint32_t count)
+{
+    if (table.dma_alloc(table.ctx, (uint64_t)count * 4096, 4096, &p->data) ||
+        table.dma_alloc(table.ctx, (uint64_t)count * 8, 4096, &p->pfns))
+        return -1;
+    uint64_t *pfn = p->pfns.cpu;
+    /* Reverse order: the list, not contiguity, must decide where data goes. */
+    for (uint32_t i = 0; i < count; i++)
+        pfn[i] = (p->data.bus >> 12) + (count - 1 - i);
+    p->count = count;
+    return 0;
+}
+
+static uint8_t *page_byte(pages *p, uint64_t offset)
+{
+    uint64_t page = offset / 4096;
+    return (uint8_t *)p->data.cpu + (p->count - 1 - page) * 4096 + offset % 4096;
+}
+
+static wddm_pfn_list pfn_list(const pages *p)
+{
+    wddm_pfn_list l = {p->pfns.bus, p->count, 0};
+    return l;
+}
+
+static void test_aperture(void)
+{
+    enum { N = 4 };
+    const uint64_t len = N * 4096 - 100, voff = 0x200000;
+    pages src, dst;
+    buffer b, u;
+    WddmGpuRespSubmit resp;
+    const char *why = "";
+    if (!vram_cpu || new_pages(&src, N) || new_pages(&dst, N) || new_buffer(&b, 4096) ||
+        new_buffer(&u, 4096)) {
+        report("aperture_transfer", 0, "no VRAM mapping or DMA memory");
+        report("aperture_unmap", 0, "not run");
+        return;
+    }
+    for (uint64_t i = 0; i < len; i++)
+        *page_byte(&src, i) = (uint8_t)(i * 7 + 3);
+    memset(dst.data.cpu, 0xee, N * 4096);
+    const uint64_t first_page = 16;
+    wddm_op_map_aperture map = {aperture->desc.id, 0, first_page, N, pfn_list(&src), 0, 0};
+    wddm_op_transfer to_vram = {0};
+    to_vram.TransferSize = len;
+    to_vram.Source.SegmentId = aperture->desc.id;
+    to_vram.Source.SegmentAddress = aperture->desc.base_address + first_page * 4096;
+    to_vram.Destination.SegmentId = vram->desc.id;
+    to_vram.Destination.SegmentAddress = vram->desc.base_address + voff;
+    wddm_op_transfer to_sys = {0};
+    to_sys.TransferSize = len;
+    to_sys.Source.SegmentId = vram->desc.id;
+    to_sys.Source.SegmentAddress = vram->desc.base_address + voff;
+    to_sys.Destination.Mdl = pfn_list(&dst);
+    wddm_result r;
+    if ((r = wddm_pb_map_aperture(&b.pb, &map)) || (r = wddm_pb_transfer(&b.pb, &to_vram)) ||
+        (r = wddm_pb_transfer(&b.pb, &to_sys))) {
+        report("aperture_transfer", 0, "builder refused: %s", wddm_result_name(r));
+        return;
+    }
+    long st = run(&b, &resp, &why);
+    int ok = st == WDDM_GPU_SUBMIT_STATUS_OK && resp.packets_completed == 3;
+    uint64_t bad = UINT64_MAX;
+    for (uint64_t i = 0; ok && i < len; i++)
+        if (*page_byte(&dst, i) != (uint8_t)(i * 7 + 3) || vram_cpu[voff + i] != (uint8_t)(i * 7 + 3)) {
+            ok = 0;
+            bad = i;
+        }
+    report("aperture_transfer", ok, "MAP %u pages (reversed PFN list) at aperture page %" PRIu64
+           ", TRANSFER aperture->VRAM->guest pages %#" PRIx64 " bytes: status %ld %s, packets %u, "
+           "data %s (first bad %#" PRIx64 ")", N, first_page, len, st, why, resp.packets_completed,
+           ok ? "identical in VRAM and the destination pages" : "differs", bad);
+
+    wddm_op_unmap_aperture unmap = {aperture->desc.id, 0, first_page, N, dst.data.bus};
+    if ((r = wddm_pb_unmap_aperture(&u.pb, &unmap)) || (r = wddm_pb_transfer(&u.pb, &to_vram))) {
+        report("aperture_unmap", 0, "builder refused: %s", wddm_result_name(r));
+        return;
+    }
+    /* After the unmap the aperture pages read the dummy page (dst's first page in memory,
+     * which is its last in list order). */
+    st = run(&u, &resp, &why);
+    ok = st == WDDM_GPU_SUBMIT_STATUS_OK;
+    const uint8_t *dummy = dst.data.cpu;
+    for (uint64_t i = 0; ok && i < 4096; i++)
+        if (vram_cpu[voff + i] != dummy[i])
+            ok = 0;
+    report("aperture_unmap", ok, "UNMAP %u pages to a dummy page, then TRANSFER from them: status "
+           "%ld %s, VRAM %s the dummy page", N, st, why, ok ? "holds" : "does not hold");
+}
+
+static void test_fences(void)
+{
+    enum { N = 5 };
+    buffer b[N];
+    uint32_t fences[N];
+    WddmGpuRespSubmit resp;
+    char why[200] = "";
+    for (int i = 0; i < N && !why[0]; i++) {
+        fences[i] = ++next_fence;
+        if (new_buffer(&b[i], 4096) || wddm_pb_fence(&b[i].pb, fences[i]) ||
+            submit(&b[i], fences[i]))
+            snprintf(why, sizeof(why), "submission %d refused", i);
+    }
+    for (int i = 0; i < N && !why[0]; i++) {
+        wddm_result r = wait_completion(&resp);
+        if (r)
+            snprintf(why, sizeof(why), "completion %d: %s", i, wddm_result_name(r));
+        else if (resp.submission_fence_id != fences[i] || resp.status != 0)
+            snprintf(why, sizeof(why), "completion %d: fence %u status %u, expected fence %u",
+                     i, resp.submission_fence_id, resp.status, fences[i]);
+    }
+    WddmGpuStatusPage st = {0};
+    if (!why[0] && wddm_dev_status(&dev, &st) == WDDM_OK && st.completed_fence != fences[N - 1])
+        snprintf(why, sizeof(why), "status page completed_fence %u", st.completed_fence);
+    report("fences_in_order", !why[0], "%d submissions with FENCE packets %u..%u completed in "
+           "order, last completed fence %u, status page %u%s%s", N, fences[0], fences[N - 1],
+           wddm_dev_last_completed_fence(&dev), st.completed_fence, why[0] ? ": " : "", why);
+}
+
+static void test_fault(void)
+{
+    buffer b, g;
+    WddmGpuRespSubmit resp;
+    const char *why = "";
+    if (new_buffer(&b, 4096) || new_buffer(&g, 4096)) {
+        report("fault_record", 0, "no DMA memory");
+        return;
+    }
+    wddm_pb_fence(&b.pb, 1); /* one good packet first: the fault is at offset 16 */
+    WddmGpuPacketHeader hostile[4] = {{0x77, 0, 32}};
+    wddm_pb_raw(&b.pb, hostile, sizeof(hostile));
+    long st = run(&b, &resp, &why);
+    WddmGpuFaultRecord rec = {0};
+    wddm_result fr = wddm_dev_next_fault(&dev, &rec);
+    int ok = st == WDDM_GPU_SUBMIT_STATUS_UNKNOWN_OPCODE && resp.fault_packet_offset == 16 &&
+             fr == WDDM_OK && rec.status == WDDM_GPU_SUBMIT_STATUS_UNKNOWN_OPCODE &&
+             rec.opcode == 0x77 && rec.packet_offset == 16 && rec.fence_id == resp.submission_fence_id;
+    wddm_pb_fence(&g.pb, 2);
+    WddmGpuRespSubmit after;
+    long st2 = run(&g, &after, &why);
+    ok = ok && st2 == WDDM_GPU_SUBMIT_STATUS_OK;
+    report("fault_record", ok, "opcode 0x77 at offset 16: status %ld fault_packet_offset %u; fault "
+           "record %s (seq %" PRIu64 " fence %u offset %u status %u opcode %#x); next submission "
+           "status %ld", st, resp.fault_packet_offset, wddm_result_name(fr), rec.sequence,
+           rec.fence_id, rec.packet_offset, rec.status, rec.opcode, st2);
+}
+
+/* Polls up to 5 s for an event of `kind`; other kinds are counted in `others`. */
+static int wait_event(uint32_t kind, WddmGpuRespEvent *ev, int *others)
+{
+    for (int i = 0; i < 25000; i++) {
+        if (wddm_dev_poll(&dev))
+            return 0;
+        while (wddm_dev_next_event(&dev, ev) == WDDM_OK) {
+            if (ev->kind == kind)
+                return 1;
+            ++*others;
+        }
+        table.stall_us(table.ctx, 200);
+    }
+    return 0;
+}
+
+static void test_event(void)
+{
+    buffer b;
+    WddmGpuRespSubmit resp;
+    WddmGpuRespEvent ev = {0};
+    const char *why = "";
+    int others = 0;
+    wddm_result r = wddm_dev_post_events(&dev, 4);
+    uint32_t fence = 0x5eed;
+    if (r || new_buffer(&b, 4096) || wddm_pb_fence(&b.pb, fence)) {
+        report("wait_event", 0, "posting WAIT_EVENT: %s", wddm_result_name(r));
+        return;
+    }
+    long st = run(&b, &resp, &why);
+    int got = wait_event(WDDM_GPU_EVENT_FENCE, &ev, &others);
+    report("wait_event", st == 0 && got && ev.fence_id == fence, "4 WAIT_EVENT posted, FENCE "
+           "packet %#x: submission status %ld, FENCE event %s with fence %#x (%d other events "
+           "before it)", fence, st, got ? "received" : "missing", ev.fence_id, others);
+}
+
+/* A submission long enough to be caught running: TRANSFERs VRAM -> VRAM of 1 MiB each. */
+static int long_buffer(buffer *b, int copies)
+{
+    if (new_buffer(b, 64 << 10))
+        return -1;
+    uint64_t half = vram->desc.size / 2 < (8u << 20) ? vram->desc.size / 2 : (8u << 20);
+    for (int i = 0; i < copies; i++) {
+        wddm_op_transfer t = {0};
+        t.TransferSize = half / 2;
+        t.Source.SegmentId = vram->desc.id;
+        t.Source.SegmentAddress = vram->desc.base_address;
+        t.Destination.SegmentId = vram->desc.id;
+        t.Destination.SegmentAddress = vram->desc.base_address + half;
+        if (wddm_pb_transfer(&b->pb, &t))
+            return -1;
+    }
+    return 0;
+}
+
+static void test_preempt(void)
+{
+    enum { N = 3 };
+    buffer b[N];
+    uint32_t fences[N];
+    char why[200] = "";
+    for (int i = 0; i < N && !why[0]; i++) {
+        fences[i] = ++next_fence;
+        if (long_buffer(&b[i], 64) || submit(&b[i], fences[i]))
+            snprintf(why, sizeof(why), "submission %d refused", i);
+    }
+    WddmGpuRespPreempt p = {0};
+    wddm_result r = why[0] ? WDDM_OK : wddm_dev_preempt(&dev, &p);
+    if (r)
+        snprintf(why, sizeof(why), "PREEMPT: %s", wddm_result_name(r));
+    uint32_t preempted = 0, first_preempted = 0;
+    for (int i = 0; i < N && !why[0]; i++) {
+        WddmGpuRespSubmit c;
+        r = wait_completion(&c);
+        if (r || c.submission_fence_id != fences[i])
+            snprintf(why, sizeof(why), "completion %d: %s fence %u", i, wddm_result_name(r),
+                     c.submission_fence_id);
+        else if (c.status == WDDM_GPU_SUBMIT_STATUS_PREEMPTED) {
+            if (!preempted++)
+                first_preempted = c.submission_fence_id;
+        } else if (c.status != 0 || preempted)
+            snprintf(why, sizeof(why), "completion %d status %u after %u preempted", i,
+                     c.status, preempted);
+    }
+    if (!why[0] && (p.preempted_count != preempted ||
+                    (preempted && p.preempted_fence != first_preempted) ||
+                    (!preempted && p.preempted_fence != 0)))
+        snprintf(why, sizeof(why), "answer says %u preempted from fence %u, completions %u from %u",
+                 p.preempted_count, p.preempted_fence, preempted, first_preempted);
+    report("preempt", !why[0], "3 long submissions then PREEMPT: preempted_fence %u "
+           "last_completed_fence %u preempted_count %u, completions agree%s%s", p.preempted_fence,
+           p.last_completed_fence, p.preempted_count, why[0] ? ": " : "", why);
+}
+
+static void test_reset(void)
+{
+    buffer b, g;
+    uint32_t fence = ++next_fence;
+    char why[200] = "";
+    int cancelled = 0;
+    if (long_buffer(&b, 64) || new_buffer(&g, 4096) || submit(&b, fence))
+        snprintf(why, sizeof(why), "setup failed");
+    wddm_result r = why[0] ? WDDM_OK : wddm_dev_reset(&dev);
+    if (r)
+        snprintf(why, sizeof(why), "RESET: %s", wddm_result_name(r));
+    WddmGpuRespSubmit c = {0};
+    if (!why[0] && ((r = wait_completion(&c)) || c.submission_fence_id != fence ||
+                    (c.status != WDDM_GPU_SUBMIT_STATUS_RESET && c.status != 0)))
+        snprintf(why, sizeof(why), "running submission: %s fence %u status %u",
+                 wddm_result_name(r), c.submission_fence_id, c.status);
+    /* Every posted WAIT_EVENT comes back CANCELLED. */
+    for (int i = 0; i < 25000 && !why[0] && wddm_dev_events_posted(&dev); i++) {
+        wddm_dev_poll(&dev);
+        table.stall_us(table.ctx, 200);
+    }
+    WddmGpuRespEvent ev;
+    while (wddm_dev_next_event(&dev, &ev) == WDDM_OK)
+        cancelled += ev.kind == WDDM_GPU_EVENT_CANCELLED;
+    if (!why[0] && (wddm_dev_events_posted(&dev) || cancelled == 0))
+        snprintf(why, sizeof(why), "%u WAIT_EVENTs still posted, %d cancelled",
+                 wddm_dev_events_posted(&dev), cancelled);
+    /* The device works afterwards, and VRAM kept its contents (fill_vram's pattern). */
+    const char *w = "";
+    WddmGpuRespSubmit after;
+    wddm_pb_fence(&g.pb, 7);
+    long st = why[0] ? -1 : run(&g, &after, &w);
+    if (!why[0] && st != 0)
+        snprintf(why, sizeof(why), "submission after RESET: status %ld %s", st, w);
+    if (!why[0] && vram_cpu && vram_cpu[0x10003] != 0x17)
+        snprintf(why, sizeof(why), "VRAM lost its contents (%#x)", vram_cpu[0x10003]);
+    report("reset", !why[0], "RESET during a long submission: it completed with status %u, %d "
+           "WAIT_EVENTs CANCELLED, next submission OK, VRAM kept%s%s", c.status, cancelled,
+           why[0] ? ": " : "", why);
+}
+
+int main(int argc, char **argv)
+{
+    if (linux_os_open(&los, argc > 1 ? argv[1] : NULL, &table)) {
+        report("device_init", 0, "no GPU function usable through sysfs");
+        return 1;
+    }
+    test_init();
+    if (passed == 1) {
+        wddm_result r = wddm_dev_status_page_register(&dev);
+        report("status_page", r == WDDM_OK, "REGISTER_STATUS_PAGE: %s", wddm_result_name(r));
+        test_segments();
+        test_fill();
+        test_aperture();
+        test_fences();
+        test_fault();
+        test_event();
+        test_preempt();
+        test_reset();
+        wddm_dev_teardown(&dev);
+    }
+    linux_os_close(&los);
+    printf("GUEST-CSUMMARY %d/%d passed\n", passed, total);
+    return passed == total ? 0 : 1;
+}
