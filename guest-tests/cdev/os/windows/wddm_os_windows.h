@@ -52,10 +52,11 @@ typedef struct wddm_win_layer {
     wddm_win_config config;
     /* Function 0's BARs, the resource list's memory ranges matched to the BAR registers. */
     wddm_win_bar bars[6];
-    /* The interrupt resource: MSI/MSI-X (CM_RESOURCE_INTERRUPT_MESSAGE) or line-based. */
+    /* The interrupt resources: message-signalled (CM_RESOURCE_INTERRUPT_MESSAGE on any of them)
+     * or line-based, and how many CmResourceTypeInterrupt entries the list has. */
     BOOLEAN interrupt_present;
     BOOLEAN interrupt_message_signaled;
-    ULONG interrupt_message_count;
+    ULONG interrupt_resources;
     /* Mode 1 only: the sibling function's VRAM BAR, taken from the capset's locator by
      * wddm_win_layer_adopt_locator. Windows assigned it to another device node. */
     wddm_win_bar sibling;

@@ -139,7 +139,7 @@ static NTSTATUS visit_resource(wddm_win_layer *layer, const CM_PARTIAL_RESOURCE_
         if (d->Flags & CM_RESOURCE_INTERRUPT_MESSAGE) {
             layer->interrupt_message_signaled = TRUE;
         }
-        layer->interrupt_message_count++;
+        layer->interrupt_resources++;
         return STATUS_SUCCESS;
     }
     if (d->Type != CmResourceTypeMemory && d->Type != CmResourceTypeMemoryLarge) {
