@@ -27,7 +27,7 @@ ddk_dir="$(dirname "$ddk_dir")"
 LIB_SRC="${REPO_ROOT}/guest-tests/cdev/src"
 WIN_SRC="${REPO_ROOT}/guest-tests/cdev/os/windows"
 # Kernel code: no C runtime (-ffreestanding), no stack probes the kernel does not export.
-CFLAGS=(-std=c11 -O2 -Wall -Wextra -Werror -ffreestanding -fno-stack-protector
+CFLAGS=(-std=c11 -O2 -Wall -Wextra -Werror -pedantic -ffreestanding -fno-stack-protector
     -mno-stack-arg-probe -I device/abi/include -I guest-tests/cdev/include)
 cd "$REPO_ROOT"
 

@@ -132,15 +132,28 @@ void sample_stop_device(sample_adapter *adapter)
     wddm_dev_teardown(&adapter->dev);
 }
 
+/* The DDIs above, as a KMD hands them to dxgkrnl (DRIVER_INITIALIZATION_DATA). */
+static const struct sample_ddis {
+    NTSTATUS (*start_device)(sample_adapter *, HANDLE, wddm_win_device_space_fn,
+                             wddm_win_device_space_fn, const CM_RESOURCE_LIST *);
+    BOOLEAN (*interrupt)(sample_adapter *, ULONG);
+    ULONG (*dpc)(sample_adapter *);
+    NTSTATUS (*query_segment3)(sample_adapter *, wddm_dxgk_querysegmentout3 *);
+    NTSTATUS (*fill_and_submit)(sample_adapter *, void *, ULONG, ULONG64, const wddm_op_fill *,
+                                ULONG);
+    void (*stop_device)(sample_adapter *);
+} sample_ddis = {
+    sample_start_device, sample_interrupt,      sample_dpc,
+    sample_query_segment3, sample_fill_and_submit, sample_stop_device,
+};
+
 NTSTATUS DriverEntry(PDRIVER_OBJECT driver, PUNICODE_STRING registry_path);
 NTSTATUS DriverEntry(PDRIVER_OBJECT driver, PUNICODE_STRING registry_path)
 {
     (void)driver;
     (void)registry_path;
     /* A real KMD fills DRIVER_INITIALIZATION_DATA with its DDIs and calls DxgkInitialize. */
-    DbgPrintEx(78, 0, "wddm-gpu sample: a link check, not a driver (%p %p %p %p %p %p)\n",
-               (void *)sample_start_device, (void *)sample_interrupt, (void *)sample_dpc,
-               (void *)sample_query_segment3, (void *)sample_fill_and_submit,
-               (void *)sample_stop_device);
+    DbgPrintEx(78, 0, "wddm-gpu sample: a link check, not a driver (DDIs at %p)\n",
+               (const void *)&sample_ddis);
     return STATUS_NOT_SUPPORTED;
 }

@@ -291,8 +291,10 @@ NTSTATUS wddm_win_layer_init(wddm_win_layer *layer, const wddm_win_config *confi
 
     UNICODE_STRING name;
     RtlInitUnicodeString(&name, L"MmMapIoSpaceEx");
-    layer->map_io_space_ex =
-        (PVOID(NTAPI *)(PHYSICAL_ADDRESS, SIZE_T, ULONG))MmGetSystemRoutineAddress(&name);
+    /* A routine address is data to ISO C: copied, not cast, into the function pointer. */
+    PVOID routine = MmGetSystemRoutineAddress(&name);
+    _Static_assert(sizeof(routine) == sizeof(layer->map_io_space_ex), "code pointer size");
+    RtlCopyMemory(&layer->map_io_space_ex, &routine, sizeof(routine));
 
     NTSTATUS status = wddm_win_find_resources(layer);
     if (!NT_SUCCESS(status)) {
