@@ -1,0 +1,136 @@
+/* The library's DXGK mirrors (wddm_gpu_dev.h) against the Windows DDK, as far as mingw-w64's
+ * DDK goes: it has no d3dkmddi.h, so each DXGK structure is declared here once more in
+ * d3dkmddi.h's field order with the DDK's own member types (PHYSICAL_ADDRESS, SIZE_T,
+ * pointers; UINT as windef.h's unsigned int, BYTE as UCHAR), and the mirror must match it field
+ * for field. The PFN list and the DMA block are checked against PFN_NUMBER, MDL and
+ * PHYSICAL_ADDRESS, and the build's data model is LLP64. Compiles to nothing; a mismatch fails
+ * the build. */
+
+#include <stddef.h>
+
+#include "wddm_os_windows.h"
+#include "wddm_gpu_dev.h"
+
+/* windef.h's UINT, which kernel headers do not define. */
+typedef unsigned int DDK_UINT;
+
+#define SAME_FIELD(ddk, mirror, field)                                                      \
+    _Static_assert(offsetof(ddk, field) == offsetof(mirror, field), #field " offset");        \
+    _Static_assert(sizeof(((ddk *)0)->field) == sizeof(((mirror *)0)->field), #field " size")
+
+/* LLP64: long stays 4 bytes, pointers and SIZE_T are 8. */
+_Static_assert(sizeof(long) == 4 && sizeof(ULONG) == 4, "LLP64 long");
+_Static_assert(sizeof(void *) == 8 && sizeof(SIZE_T) == 8 && sizeof(ULONG_PTR) == 8, "LLP64");
+_Static_assert(sizeof(PHYSICAL_ADDRESS) == 8 && _Alignof(PHYSICAL_ADDRESS) == 8,
+               "PHYSICAL_ADDRESS: 8 bytes, 8-aligned (why the mirrors pad after Flags)");
+
+/* DXGK_SEGMENTFLAGS is a union of DDK_UINT bit-fields and DDK_UINT Value. */
+typedef union ddk_segmentflags {
+    struct {
+        DDK_UINT bits : 32;
+    } b;
+    DDK_UINT Value;
+} ddk_segmentflags;
+_Static_assert(sizeof(ddk_segmentflags) == sizeof(wddm_dxgk_segmentflags), "SEGMENTFLAGS");
+
+typedef struct ddk_segmentdescriptor3 {
+    ddk_segmentflags Flags;
+    PHYSICAL_ADDRESS BaseAddress;
+    PHYSICAL_ADDRESS CpuTranslatedAddress;
+    SIZE_T Size;
+    DDK_UINT NbOfBanks;
+    SIZE_T *pBankRangeTable;
+    SIZE_T CommitLimit;
+    SIZE_T SystemMemoryEndAddress;
+    SIZE_T Reserved;
+} ddk_segmentdescriptor3;
+_Static_assert(sizeof(ddk_segmentdescriptor3) == sizeof(wddm_dxgk_segmentdescriptor3), "SD3");
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Flags);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, BaseAddress);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, CpuTranslatedAddress);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Size);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, NbOfBanks);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, pBankRangeTable);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, CommitLimit);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, SystemMemoryEndAddress);
+SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Reserved);
+
+typedef struct ddk_querysegmentout3 {
+    DDK_UINT NbSegment;
+    ddk_segmentdescriptor3 *pSegmentDescriptor;
+    DDK_UINT PagingBufferSegmentId;
+    DDK_UINT PagingBufferSize;
+    DDK_UINT PagingBufferPrivateDataSize;
+} ddk_querysegmentout3;
+_Static_assert(sizeof(ddk_querysegmentout3) == sizeof(wddm_dxgk_querysegmentout3), "QSO3");
+SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, NbSegment);
+SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, pSegmentDescriptor);
+SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferSegmentId);
+SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferSize);
+SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferPrivateDataSize);
+
+typedef struct ddk_cpuhostaperture {
+    PHYSICAL_ADDRESS PhysicalAddress;
+    DDK_UINT SizeInPages;
+} ddk_cpuhostaperture;
+_Static_assert(sizeof(ddk_cpuhostaperture) == sizeof(wddm_dxgk_cpuhostaperture), "CHA");
+SAME_FIELD(ddk_cpuhostaperture, wddm_dxgk_cpuhostaperture, PhysicalAddress);
+SAME_FIELD(ddk_cpuhostaperture, wddm_dxgk_cpuhostaperture, SizeInPages);
+
+typedef struct ddk_segmentdescriptor4 {
+    ddk_segmentflags Flags;
+    PHYSICAL_ADDRESS BaseAddress;
+    SIZE_T Size;
+    SIZE_T CommitLimit;
+    SIZE_T SystemMemoryEndAddress;
+    union {
+        PHYSICAL_ADDRESS CpuTranslatedAddress;
+        ddk_cpuhostaperture CpuHostAperture;
+    };
+    DDK_UINT NumInvalidMemoryRanges;
+    SIZE_T VprRangeStartOffset;
+    SIZE_T VprRangeSize;
+    DDK_UINT VprAlignment;
+    DDK_UINT NumVprSupported;
+    DDK_UINT VprReserveSize;
+    DDK_UINT NumUEFIFrameBufferRanges;
+} ddk_segmentdescriptor4;
+_Static_assert(sizeof(ddk_segmentdescriptor4) == sizeof(wddm_dxgk_segmentdescriptor4), "SD4");
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, Flags);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, BaseAddress);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, Size);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CommitLimit);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, SystemMemoryEndAddress);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CpuTranslatedAddress);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CpuHostAperture);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, NumInvalidMemoryRanges);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, VprRangeStartOffset);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, VprRangeSize);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, VprAlignment);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, NumVprSupported);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, VprReserveSize);
+SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, NumUEFIFrameBufferRanges);
+
+typedef struct ddk_querysegmentout4 {
+    DDK_UINT NbSegment;
+    UCHAR *pSegmentDescriptor;
+    DDK_UINT PagingBufferSegmentId;
+    DDK_UINT PagingBufferSize;
+    DDK_UINT PagingBufferPrivateDataSize;
+    SIZE_T SegmentDescriptorStride;
+} ddk_querysegmentout4;
+_Static_assert(sizeof(ddk_querysegmentout4) == sizeof(wddm_dxgk_querysegmentout4), "QSO4");
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, NbSegment);
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, pSegmentDescriptor);
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferSegmentId);
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferSize);
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferPrivateDataSize);
+SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, SegmentDescriptorStride);
+
+/* MDL-derived inputs of the paging-buffer builder: MmGetMdlPfnArray entries are PFN_NUMBERs
+ * (the list's u64s), MDL.ByteOffset a ULONG (byte_offset). */
+_Static_assert(sizeof(PFN_NUMBER) == sizeof(uint64_t), "PFN_NUMBER is the PFN list's entry");
+_Static_assert(sizeof(((MDL *)0)->ByteOffset) == sizeof(((wddm_pfn_list *)0)->byte_offset),
+               "MDL.ByteOffset");
+/* MmGetPhysicalAddress's result is what wddm_os_dma.bus holds. */
+_Static_assert(sizeof(PHYSICAL_ADDRESS) == sizeof(((wddm_os_dma *)0)->bus), "DMA bus address");

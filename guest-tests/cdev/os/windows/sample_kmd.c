@@ -1,0 +1,159 @@
+/* A sample of what a WDDM KMD does with the library and the Windows layer, linked into a
+ * kernel-mode image so every kernel import they use is resolved against ntoskrnl.exe/hal.dll.
+ * It is not a display driver: DxgkInitialize lives in displib (the WDK), which mingw-w64 lacks,
+ * so DriverEntry only logs and fails (the image unloads). The functions below are what the
+ * real DDIs would call; docs/windows.md walks through them in order. */
+
+#include "wddm_os_windows.h"
+#include "wddm_gpu_dev.h"
+
+typedef struct sample_adapter {
+    wddm_win_layer layer; /* must not move while the library runs on `os` */
+    wddm_os os;
+    wddm_dev dev;
+} sample_adapter;
+
+/* DxgkDdiStartDevice: the inputs come from DXGKRNL_INTERFACE and DxgkCbGetDeviceInformation. */
+NTSTATUS sample_start_device(sample_adapter *adapter, HANDLE device_handle,
+                             wddm_win_device_space_fn read_device_space,
+                             wddm_win_device_space_fn write_device_space,
+                             const CM_RESOURCE_LIST *translated_resources);
+NTSTATUS sample_start_device(sample_adapter *adapter, HANDLE device_handle,
+                             wddm_win_device_space_fn read_device_space,
+                             wddm_win_device_space_fn write_device_space,
+                             const CM_RESOURCE_LIST *translated_resources)
+{
+    wddm_win_config config = {
+        .device_handle = device_handle,
+        .read_device_space = read_device_space,
+        .write_device_space = write_device_space,
+        .translated_resources = translated_resources,
+    };
+    NTSTATUS status = wddm_win_layer_init(&adapter->layer, &config, &adapter->os);
+    if (!NT_SUCCESS(status)) {
+        return status;
+    }
+    /* MSI-X when Windows granted messages (INF MSISupported=1): config changes on vector 0,
+     * the control queue on vector 0 too, since QEMU 11.1's test device has a one-entry table. */
+    wddm_dev_config dev_config = {
+        .use_msix = adapter->layer.interrupt_message_signaled,
+        .config_vector = 0,
+        .queue_vector = 0,
+    };
+    if (wddm_dev_init(&adapter->dev, &adapter->os, &dev_config) != WDDM_OK) {
+        return STATUS_DEVICE_CONFIGURATION_ERROR;
+    }
+    const wddm_layout *layout = wddm_dev_layout(&adapter->dev);
+    /* Mode 1: the VRAM BAR is the sibling's, known only from the capset; mode 2: checked
+     * against our own BAR 4. */
+    status = wddm_win_layer_adopt_locator(&adapter->layer, &layout->header.vram_bar);
+    if (!NT_SUCCESS(status)) {
+        wddm_dev_teardown(&adapter->dev);
+        return status;
+    }
+    if (wddm_dev_status_page_register(&adapter->dev) != WDDM_OK ||
+        wddm_dev_post_events(&adapter->dev, 4) != WDDM_OK) {
+        wddm_dev_teardown(&adapter->dev);
+        return STATUS_DEVICE_CONFIGURATION_ERROR;
+    }
+    return STATUS_SUCCESS;
+}
+
+/* DxgkDdiInterruptRoutine (DIRQL). A line-based interrupt may be shared: an ISR byte of 0
+ * means it was not ours. With MSI-X the message itself says it was ours; QEMU under TCG sets
+ * the ISR byte anyway, but the virtio spec requires it only without MSI-X. */
+BOOLEAN sample_interrupt(sample_adapter *adapter, ULONG message_number);
+BOOLEAN sample_interrupt(sample_adapter *adapter, ULONG message_number)
+{
+    (void)message_number;
+    uint32_t isr = wddm_dev_isr(&adapter->dev);
+    if (!adapter->layer.interrupt_message_signaled && isr == 0) {
+        return FALSE;
+    }
+    /* Here: DxgkCbQueueDpc. */
+    return TRUE;
+}
+
+/* DxgkDdiDpcRoutine: collects what the device answered; the fence goes to
+ * DxgkCbNotifyInterrupt(DXGK_INTERRUPT_DMA_COMPLETED) through DxgkCbSynchronizeExecution. */
+ULONG sample_dpc(sample_adapter *adapter);
+ULONG sample_dpc(sample_adapter *adapter)
+{
+    /* ISR bit 1 (configuration change) is where a KMD re-reads what it caches. */
+    (void)wddm_win_layer_take_isr(&adapter->layer);
+    if (wddm_dev_poll(&adapter->dev) != WDDM_OK) {
+        return 0;
+    }
+    WddmGpuRespSubmit completion;
+    while (wddm_dev_next_completion(&adapter->dev, &completion) == WDDM_OK) {
+    }
+    return wddm_dev_last_completed_fence(&adapter->dev);
+}
+
+/* DxgkDdiQueryAdapterInfo(DXGKQAITYPE_QUERYSEGMENT3), both calls. */
+NTSTATUS sample_query_segment3(sample_adapter *adapter, wddm_dxgk_querysegmentout3 *out);
+NTSTATUS sample_query_segment3(sample_adapter *adapter, wddm_dxgk_querysegmentout3 *out)
+{
+    return wddm_layout_query_segment3(wddm_dev_layout(&adapter->dev), out) == WDDM_OK
+               ? STATUS_SUCCESS
+               : STATUS_INVALID_PARAMETER;
+}
+
+/* DxgkDdiBuildPagingBuffer(DXGK_OPERATION_FILL) then DxgkDdiSubmitCommand of that buffer. */
+NTSTATUS sample_fill_and_submit(sample_adapter *adapter, void *paging_buffer, ULONG size,
+                                ULONG64 paging_buffer_bus, const wddm_op_fill *fill,
+                                ULONG fence);
+NTSTATUS sample_fill_and_submit(sample_adapter *adapter, void *paging_buffer, ULONG size,
+                                ULONG64 paging_buffer_bus, const wddm_op_fill *fill,
+                                ULONG fence)
+{
+    wddm_pb pb;
+    if (wddm_pb_init(&pb, wddm_dev_layout(&adapter->dev), paging_buffer, size) != WDDM_OK ||
+        wddm_pb_fill(&pb, fill) != WDDM_OK) {
+        return STATUS_INVALID_PARAMETER;
+    }
+    wddm_submit submit = {
+        .dma_buffer_address = paging_buffer_bus,
+        .dma_buffer_segment_id = 0,
+        .flags = WDDM_GPU_SUBMIT_FLAG_PAGING,
+        .dma_buffer_size = size,
+        .start_offset = 0,
+        .end_offset = pb.used,
+        .fence_id = fence,
+    };
+    return wddm_dev_submit(&adapter->dev, &submit) == WDDM_OK ? STATUS_SUCCESS
+                                                              : STATUS_DEVICE_BUSY;
+}
+
+/* DxgkDdiStopDevice. */
+void sample_stop_device(sample_adapter *adapter);
+void sample_stop_device(sample_adapter *adapter)
+{
+    wddm_dev_teardown(&adapter->dev);
+}
+
+/* The DDIs above, as a KMD hands them to dxgkrnl (DRIVER_INITIALIZATION_DATA). */
+static const struct sample_ddis {
+    NTSTATUS (*start_device)(sample_adapter *, HANDLE, wddm_win_device_space_fn,
+                             wddm_win_device_space_fn, const CM_RESOURCE_LIST *);
+    BOOLEAN (*interrupt)(sample_adapter *, ULONG);
+    ULONG (*dpc)(sample_adapter *);
+    NTSTATUS (*query_segment3)(sample_adapter *, wddm_dxgk_querysegmentout3 *);
+    NTSTATUS (*fill_and_submit)(sample_adapter *, void *, ULONG, ULONG64, const wddm_op_fill *,
+                                ULONG);
+    void (*stop_device)(sample_adapter *);
+} sample_ddis = {
+    sample_start_device, sample_interrupt,      sample_dpc,
+    sample_query_segment3, sample_fill_and_submit, sample_stop_device,
+};
+
+NTSTATUS DriverEntry(PDRIVER_OBJECT driver, PUNICODE_STRING registry_path);
+NTSTATUS DriverEntry(PDRIVER_OBJECT driver, PUNICODE_STRING registry_path)
+{
+    (void)driver;
+    (void)registry_path;
+    /* A real KMD fills DRIVER_INITIALIZATION_DATA with its DDIs and calls DxgkInitialize. */
+    DbgPrintEx(78, 0, "wddm-gpu sample: a link check, not a driver (DDIs at %p)\n",
+               (const void *)&sample_ddis);
+    return STATUS_NOT_SUPPORTED;
+}
