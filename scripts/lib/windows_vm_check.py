@@ -5,7 +5,7 @@ id gpu0) with its BARs assigned and, in BAR mode ivshmem, the ivshmem function (
 BAR2; the e1000e and the boot VGA are there; `info tpm` shows the CRB TPM (Windows 11); COM1 is a
 TCP server; -cpu has Windows 11's x86-64-v2 features; the backend's log shows QEMU connected and,
 in mode ivshmem, the VRAM BAR the firmware enabled; the firmware's screen (a screendump of more
-than one colour) is on the boot VGA and, in mode ivshmem, on our GPU. Then QMP quit.
+than a few colours: the OVMF logo) is on the boot VGA and, in mode ivshmem, on our GPU. Then QMP quit.
 
 Prints one line per check, "WINVM-CHECK <name> PASS|FAIL <detail>"; exit 0 when all passed, 1
 otherwise, 2 when QMP never answered. Standard library only.
@@ -22,6 +22,9 @@ import display_pattern  # noqa: E402
 from vmctl import Qmp, QemuGone, StepError  # noqa: E402
 
 # Windows 11 24H2 needs x86-64-v2 (SSE4.2 and POPCNT among them).
+# The firmware's screen (its logo, or its coloured text) has more than two colours; QEMU's
+# placeholder text has two.
+MIN_COLOURS = 2
 WIN11_CPU_FEATURES = ["sse4.2", "popcnt", "cx16", "lahf-lm", "ssse3", "sse4.1"]
 
 
@@ -52,20 +55,31 @@ class Checker:
             time.sleep(0.5)
 
     def screen(self, qmp, device, deadline):
-        """(ok, detail): screendumps of device until one has more than one colour."""
+        """(ok, detail): screendumps of device until one shows the firmware's screen: more than
+        MIN_COLOURS colours (the OVMF logo or coloured text), which QEMU's own two-colour text "Guest has not
+        initialized the display (yet)" is not."""
         path = os.path.join(self.args.out_dir, f"{device}.ppm")
-        detail = "no screendump"
         while True:
             qmp.execute("screendump", arguments={"filename": path, "format": "ppm", "device": device})
-            ok, detail = display_pattern.colour_stats(path)
-            if ok or time.monotonic() >= deadline:
-                return ok, detail
+            _, _, pixels = display_pattern.read_ppm(path)
+            colours = len({pixels[i:i + 3] for i in range(0, len(pixels), 3)})
+            _, detail = display_pattern.colour_stats(path)
+            if colours > MIN_COLOURS or time.monotonic() >= deadline:
+                return colours > MIN_COLOURS, detail
             time.sleep(1)
 
-    def check_pci(self, qmp):
-        pci = self.hmp(qmp, "info pci")
-        # One block per function: "Bus  0, device   4, function 0:" up to the next.
-        blocks = re.split(r"\n(?=\s*Bus\s+\d+, device)", pci)
+    def check_pci(self, qmp, deadline):
+        # The firmware assigns the BARs while it enumerates PCI: ask until it has (or time is up).
+        gpu_bar = "BAR4" if self.args.bar_mode == "shmem" else "BAR1"
+        while True:
+            pci = self.hmp(qmp, "info pci")
+            # One block per function: "Bus  0, device   4, function 0:" up to the next.
+            blocks = re.split(r"\n(?=\s*Bus\s+\d+, device)", pci)
+            assigned = any(re.search(r"Bus\s+0, device\s+4, function 0:", b)
+                           and re.search(rf"{gpu_bar}: .* at 0x[0-9a-f]+ \[", b) for b in blocks)
+            if assigned or time.monotonic() >= deadline:
+                break
+            time.sleep(1)
 
         def function(dev, fn):
             for b in blocks:
@@ -74,7 +88,6 @@ class Checker:
             return ""
 
         gpu = function(4, 0)
-        gpu_bar = "BAR4" if self.args.bar_mode == "shmem" else "BAR1"
         ok = "PCI device 1af4:1050" in gpu and 'id "gpu0"' in gpu and re.search(
             rf"{gpu_bar}: .* at 0x[0-9a-f]+ \[", gpu)
         self.record("gpu_on_pci", bool(ok), " ".join(gpu.split())[:200] or "no function 00:04.0")
@@ -104,7 +117,6 @@ class Checker:
         try:
             status = qmp.execute("query-status")
             self.record("qmp_answers", status.get("status") == "running", f"status {status.get('status')}")
-            self.check_pci(qmp)
             connected = "device reset (RESET_DEVICE)" if self.args.bar_mode == "ivshmem" \
                 else "frontend asked for shared-memory regions"
             line = self.wait_log(connected, time.monotonic() + 30)
@@ -131,6 +143,7 @@ class Checker:
             if self.args.bar_mode == "ivshmem":
                 ok, detail = self.screen(qmp, "gpu0", deadline)
                 self.record("firmware_screen_on_gpu", ok, detail)
+            self.check_pci(qmp, deadline)
             qmp.execute("quit")
         except (StepError, QemuGone, OSError, display_pattern.PpmError, KeyError) as err:
             self.record("qmp_session", False, f"{type(err).__name__}: {err}")
