@@ -124,8 +124,13 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         (Some(path), _) => format!(" in {}", path.display()),
         (None, _) => " (anonymous: zero at every start; --device-vram-path keeps it)".to_owned(),
     };
+    let how_mapped = match args.bar_mode {
+        BarModeRequest::Auto => "the GPU's shared-memory BAR if the frontend asks for one, else map it as the BAR of ivshmem-plain at function 1 of the GPU's slot",
+        BarModeRequest::Ivshmem => "map it as the BAR of ivshmem-plain at function 1 of the GPU's slot",
+        BarModeRequest::Shmem => "the GPU's shared-memory BAR, mapped at every device start",
+    };
     info!(
-        "VRAM: {} bytes in {} (map it as the BAR of ivshmem-plain at function 1 of the GPU's slot); {} bytes of device-only VRAM{kept}",
+        "VRAM: {} bytes in {} ({how_mapped}); {} bytes of device-only VRAM{kept}",
         vram.size(),
         vram.path().display(),
         device_only
