@@ -318,9 +318,10 @@ typedef struct wddm_dev_config {
 
 typedef struct wddm_slot {
     uint8_t state;  /* free, pending, answered */
-    uint8_t kind;   /* sync, submit, event */
+    uint8_t kind;   /* sync, submit, event, abandoned (a timed-out sync request) */
     uint16_t head;  /* first descriptor */
     uint32_t used_len;
+    uint32_t resp_len; /* the device-writable buffer's length: used_len may not exceed it */
     uint32_t fence; /* submit slots: submission_fence_id */
     uint32_t order; /* submit slots: submission sequence number */
 } wddm_slot;
@@ -382,6 +383,13 @@ wddm_result wddm_dev_init(wddm_dev *dev, const wddm_os *os, const wddm_dev_confi
 /* Resets the function and frees everything init allocated. */
 void wddm_dev_teardown(wddm_dev *dev);
 const wddm_layout *wddm_dev_layout(const wddm_dev *dev);
+
+/* A synchronous request (capset, status page, PREEMPT, RESET) that gets no answer in
+ * timeout_ms returns WDDM_E_TIMEOUT. Its slot cannot be reused at once (its buffers still belong
+ * to the device): it stays in flight as abandoned, and the poll frees it, discarding the answer,
+ * when the device finally answers; a device that never does keeps it until wddm_dev_teardown
+ * (a virtio reset). wddm_dev_abandoned counts such slots. */
+uint32_t wddm_dev_abandoned(const wddm_dev *dev);
 
 /* Interrupt side. wddm_dev_isr reads (and so acknowledges) the virtio ISR status; it returns
  * it (bit 0: a queue has used buffers) and calls os.interrupt_ack. wddm_dev_poll (the DPC)

@@ -21,6 +21,7 @@ static bool table_ok(uint32_t offset, uint64_t len, uint32_t total)
     return offset >= sizeof(WddmGpuCapsHeader) && (uint64_t)offset + len <= total;
 }
 
+/* Fills `layout` (a caller's scratch copy: wddm_capset_parse copies it out on success). */
 static wddm_result parse(wddm_layout *layout, const uint8_t *blob, uint64_t size,
                          const wddm_dev *dev)
 {
@@ -125,11 +126,22 @@ static wddm_result parse(wddm_layout *layout, const uint8_t *blob, uint64_t size
     return WDDM_OK;
 }
 
+wddm_result wddm_capset_parse(wddm_layout *layout, const void *blob, uint64_t size,
+                              const wddm_dev *dev)
+{
+    /* A refused capset leaves `layout` as it was: nothing half-validated reaches dxgkrnl. */
+    wddm_layout scratch;
+    wddm_result r = parse(&scratch, blob, size, dev);
+    if (r == WDDM_OK)
+        *layout = scratch;
+    return r;
+}
+
 wddm_result wddm_layout_parse(wddm_layout *layout, const void *blob, uint64_t size)
 {
     if (!layout || !blob)
         return WDDM_E_INVALID;
-    return parse(layout, blob, size, NULL);
+    return wddm_capset_parse(layout, blob, size, NULL);
 }
 
 const wddm_segment *wddm_layout_segment(const wddm_layout *layout, uint32_t id)
@@ -178,7 +190,7 @@ wddm_result wddm_capset_read(wddm_dev *dev)
     wddm_copy(&hdr, answer, sizeof(hdr));
     if (len < HDR || hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET)
         return wddm_broken(dev, "GET_CAPSET answer (type, len)", hdr.type_, len);
-    r = parse(&dev->layout, answer + HDR, len - HDR, dev);
+    r = wddm_capset_parse(&dev->layout, answer + HDR, len - HDR, dev);
     if (r)
         dev->broken = true;
     return r;

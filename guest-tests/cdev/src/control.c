@@ -52,6 +52,7 @@ wddm_result wddm_ctrl_send_locked(wddm_dev *dev, uint8_t kind, const void *req, 
     s->kind = kind;
     s->head = head;
     s->used_len = 0;
+    s->resp_len = resp_len;
     wddm_vq_kick(&dev->ctrl, &dev->os);
     *slot_out = slot;
     return WDDM_OK;
@@ -76,9 +77,16 @@ static wddm_result poll_locked(wddm_dev *dev)
         if (slot == WDDM_SLOTS)
             return wddm_broken(dev, "used entry names no pending request, head", head, 0);
         wddm_slot *s = &dev->slots[slot];
+        if (len > s->resp_len)
+            return wddm_broken(dev, "used length longer than the response buffer (len, buffer)",
+                               len, s->resp_len);
         s->state = WDDM_SLOT_ANSWERED;
         s->used_len = len;
-        if (s->kind == WDDM_KIND_SUBMIT)
+        if (s->kind == WDDM_KIND_ABANDONED) {
+            wddm_log(dev, WDDM_OS_LOG_WARN, "late answer to a timed-out request, slot", slot,
+                     len);
+            s->state = WDDM_SLOT_FREE; /* the device is done with its buffers */
+        } else if (s->kind == WDDM_KIND_SUBMIT)
             wddm_submit_answered(dev, slot);
         else if (s->kind == WDDM_KIND_EVENT)
             wddm_event_answered(dev, slot);
@@ -109,28 +117,36 @@ wddm_result wddm_ctrl_call(wddm_dev *dev, const void *req, uint32_t req_len, uin
         return r;
     uint64_t start = dev->os.now_us(dev->os.ctx);
     for (;;) {
+        bool expired = dev->os.now_us(dev->os.ctx) - start > (uint64_t)dev->timeout_ms * 1000;
         dev->os.lock_acquire(dev->os.ctx, dev->lock);
         r = poll_locked(dev);
-        bool done = dev->slots[slot].state == WDDM_SLOT_ANSWERED;
+        wddm_slot *s = &dev->slots[slot];
+        bool done = s->state == WDDM_SLOT_ANSWERED;
         if (r == WDDM_OK && done) {
-            uint32_t len = dev->slots[slot].used_len;
-            if (len > resp_len)
-                r = wddm_broken(dev, "answer longer than its buffer", len, resp_len);
-            else {
-                if (!resp_bus)
-                    wddm_copy(resp, wddm_slot_resp(dev, slot), resp_len);
-                *used_len = len;
+            /* The poll checked used_len against the buffer (resp_len). */
+            if (!resp_bus)
+                wddm_copy(resp, wddm_slot_resp(dev, slot), resp_len);
+            *used_len = s->used_len;
+            s->state = WDDM_SLOT_FREE;
+        } else if (s->state == WDDM_SLOT_PENDING && (r || expired)) {
+            /* Its buffers still belong to the device: the poll frees it once answered. */
+            s->kind = WDDM_KIND_ABANDONED;
+            if (!r) {
+                wddm_log(dev, WDDM_OS_LOG_ERROR, "control request timed out, slot", slot, 0);
+                r = WDDM_E_TIMEOUT;
             }
-            dev->slots[slot].state = WDDM_SLOT_FREE;
         }
         dev->os.lock_release(dev->os.ctx, dev->lock);
         if (r || done)
             return r;
-        if (dev->os.now_us(dev->os.ctx) - start > (uint64_t)dev->timeout_ms * 1000) {
-            /* The slot stays pending: its buffer still belongs to the device. */
-            wddm_log(dev, WDDM_OS_LOG_ERROR, "control request timed out, slot", slot, 0);
-            return WDDM_E_TIMEOUT;
-        }
         dev->os.stall_us(dev->os.ctx, 200);
     }
+}
+
+uint32_t wddm_dev_abandoned(const wddm_dev *dev)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; dev && i < WDDM_SLOTS; i++)
+        n += dev->slots[i].state == WDDM_SLOT_PENDING && dev->slots[i].kind == WDDM_KIND_ABANDONED;
+    return n;
 }

@@ -89,6 +89,7 @@ wddm_result wddm_vq_pop(wddm_vq *vq, const wddm_os *os, uint16_t *head, uint32_t
 #define WDDM_KIND_SYNC 0
 #define WDDM_KIND_SUBMIT 1
 #define WDDM_KIND_EVENT 2
+#define WDDM_KIND_ABANDONED 3 /* a timed-out sync request: freed when answered */
 
 wddm_result wddm_ctrl_init(wddm_dev *dev);
 /* Under the lock: queue `req` (req_len bytes) with a response of resp_len bytes in the slot,
@@ -107,5 +108,8 @@ void wddm_event_answered(wddm_dev *dev, uint32_t slot);
 
 /* capset.c */
 wddm_result wddm_capset_read(wddm_dev *dev);
+/* wddm_layout_parse with each refusal logged through dev->os.log (dev may be NULL). */
+wddm_result wddm_capset_parse(wddm_layout *layout, const void *blob, uint64_t size,
+                              const wddm_dev *dev);
 
 #endif

@@ -1,0 +1,330 @@
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_os.h"
+
+#define CAP_AT 0x40u
+#define CAP_LEN 20u
+#define COMMON_AT 0x0000u
+#define NOTIFY_AT 0x1000u
+#define ISR_AT 0x2000u
+#define DEVICE_AT 0x3000u
+
+static void *ptr(uint64_t bus) { return (void *)(uintptr_t)bus; }
+
+static uint64_t bar_u64(fake *f, uint32_t off)
+{
+    uint64_t v;
+    memcpy(&v, f->bar0 + off, 8);
+    return v;
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+static void add_cap(fake *f, uint32_t at, uint32_t next, uint8_t type, uint32_t offset,
+                    uint32_t length, uint32_t extra)
+{
+    uint8_t *c = f->config + at;
+    c[0] = 0x09; /* vendor-specific */
+    c[1] = (uint8_t)next;
+    c[2] = CAP_LEN;
+    c[3] = type;
+    c[4] = 0; /* BAR 0 */
+    put32(c + 8, offset);
+    put32(c + 12, length);
+    put32(c + 16, extra);
+}
+
+void fake_init(fake *f, const void *capset, uint32_t capset_size)
+{
+    memset(f, 0, sizeof(*f));
+    f->capset = capset;
+    f->capset_size = capset_size;
+    put16(f->config + 0x00, 0x1af4);
+    put16(f->config + 0x02, 0x1050);
+    put16(f->config + 0x06, 0x10); /* capability list */
+    f->config[0x34] = CAP_AT;
+    add_cap(f, CAP_AT, CAP_AT + CAP_LEN, 1, COMMON_AT, 0x38, 0);
+    add_cap(f, CAP_AT + CAP_LEN, CAP_AT + 2 * CAP_LEN, 2, NOTIFY_AT, 4, 2);
+    add_cap(f, CAP_AT + 2 * CAP_LEN, CAP_AT + 3 * CAP_LEN, 3, ISR_AT, 1, 0);
+    add_cap(f, CAP_AT + 3 * CAP_LEN, 0, 4, DEVICE_AT, sizeof(WddmGpuConfig), 0);
+    put32(f->bar0 + COMMON_AT + 0x04, 1);  /* device features: VERSION_1 (bit 32) in each half */
+    put16(f->bar0 + COMMON_AT + 0x12, 1);  /* num_queues */
+    put16(f->bar0 + COMMON_AT + 0x18, 64); /* queue_size max */
+    put32(f->bar0 + DEVICE_AT + 12, 1);    /* num_capsets */
+    f->hold_type = UINT32_MAX;
+}
+
+/* ---- the OS table ---- */
+
+static int dma_alloc(void *ctx, uint64_t size, uint64_t align, wddm_os_dma *out)
+{
+    fake *f = ctx;
+    uint64_t rounded = (size + align - 1) & ~(align - 1);
+    void *p = aligned_alloc(align, rounded);
+    if (!p)
+        return -1;
+    memset(p, 0, rounded);
+    out->cpu = p;
+    out->bus = (uint64_t)(uintptr_t)p;
+    out->size = rounded;
+    out->os_handle = NULL;
+    f->dma_live++;
+    return 0;
+}
+
+static void dma_free(void *ctx, wddm_os_dma *mem)
+{
+    fake *f = ctx;
+    free(mem->cpu);
+    mem->cpu = NULL;
+    f->dma_live--;
+}
+
+static volatile void *bar_map(void *ctx, uint32_t function, uint32_t bar, uint64_t offset,
+                              uint64_t length)
+{
+    fake *f = ctx;
+    if (function != 0 || bar != 0 || offset > FAKE_BAR0_SIZE || length > FAKE_BAR0_SIZE - offset)
+        return NULL;
+    return f->bar0 + offset;
+}
+
+static void bar_unmap(void *ctx, volatile void *va, uint64_t length)
+{
+    (void)ctx, (void)va, (void)length;
+}
+
+static int bar_info(void *ctx, uint32_t function, uint32_t bar, uint64_t *address,
+                    uint64_t *size)
+{
+    fake *f = ctx;
+    if (function != 0 || bar != 0)
+        return -1;
+    *address = (uint64_t)(uintptr_t)f->bar0;
+    *size = FAKE_BAR0_SIZE;
+    return 0;
+}
+
+static int config_read(void *ctx, uint32_t offset, uint32_t width, uint32_t *value)
+{
+    fake *f = ctx;
+    if (offset + width > sizeof(f->config))
+        return -1;
+    *value = 0;
+    memcpy(value, f->config + offset, width); /* little-endian host */
+    return 0;
+}
+
+static int config_write(void *ctx, uint32_t offset, uint32_t width, uint32_t value)
+{
+    fake *f = ctx;
+    if (offset + width > sizeof(f->config))
+        return -1;
+    memcpy(f->config + offset, &value, width);
+    return 0;
+}
+
+static void *lock_create(void *ctx) { return &((fake *)ctx)->lock_held; }
+static void lock_acquire(void *ctx, void *lock)
+{
+    fake *f = ctx;
+    if (lock != &f->lock_held || f->lock_held)
+        f->lock_misuse++; /* the library's lock is not recursive */
+    f->lock_held = 1;
+}
+static void lock_release(void *ctx, void *lock)
+{
+    fake *f = ctx;
+    if (lock != &f->lock_held || !f->lock_held)
+        f->lock_misuse++;
+    f->lock_held = 0;
+}
+static void lock_destroy(void *ctx, void *lock) { (void)ctx, (void)lock; }
+
+static void stall_us(void *ctx, uint32_t us)
+{
+    fake *f = ctx;
+    f->clock_us += us;
+    fake_service(f);
+}
+
+static uint64_t now_us(void *ctx) { return ((fake *)ctx)->clock_us; }
+static void barrier(void *ctx)
+{
+    (void)ctx;
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+static void log_line(void *ctx, int level, const char *message, uint64_t a, uint64_t b)
+{
+    fake *f = ctx;
+    f->last_log = message;
+    f->last_log_level = level;
+    f->last_log_a = a;
+    f->last_log_b = b;
+}
+
+wddm_os fake_os_table(fake *f)
+{
+    wddm_os os = {
+        .ctx = f,
+        .dma_alloc = dma_alloc,
+        .dma_free = dma_free,
+        .bar_map = bar_map,
+        .bar_unmap = bar_unmap,
+        .bar_info = bar_info,
+        .config_read = config_read,
+        .config_write = config_write,
+        .lock_create = lock_create,
+        .lock_acquire = lock_acquire,
+        .lock_release = lock_release,
+        .lock_destroy = lock_destroy,
+        .stall_us = stall_us,
+        .now_us = now_us,
+        .memory_barrier = barrier,
+        .interrupt_ack = NULL,
+        .log = log_line,
+    };
+    return os;
+}
+
+wddm_result fake_dev_up(fake *f, wddm_dev *dev)
+{
+    wddm_os os = fake_os_table(f);
+    wddm_dev_config config = {.timeout_ms = 10, .queue_size = 64};
+    return wddm_dev_init(dev, &os, &config);
+}
+
+/* ---- the device ---- */
+
+typedef struct desc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;
+    uint16_t next;
+} desc;
+
+static uint16_t queue_size(fake *f)
+{
+    uint16_t v;
+    memcpy(&v, f->bar0 + COMMON_AT + 0x18, 2);
+    return v;
+}
+
+volatile uint16_t *fake_used_idx(fake *f)
+{
+    return (volatile uint16_t *)ptr(bar_u64(f, COMMON_AT + 0x30)) + 1;
+}
+
+void fake_push_used(fake *f, uint32_t id, uint32_t len)
+{
+    volatile uint16_t *idx = fake_used_idx(f);
+    volatile uint32_t *ring = (volatile uint32_t *)(idx + 1);
+    uint16_t at = (uint16_t)(*idx & (queue_size(f) - 1));
+    ring[2u * at] = id;
+    ring[2u * at + 1] = len;
+    atomic_thread_fence(memory_order_seq_cst);
+    *idx = (uint16_t)(*idx + 1);
+}
+
+void fake_answer_held(fake *f, uint32_t i, uint32_t len)
+{
+    fake_push_used(f, f->held[i].head, len);
+    f->held[i] = f->held[--f->held_count];
+}
+
+/* Writes the answer to one request; returns its length. */
+static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint8_t *resp)
+{
+    WddmGpuCtrlHdr hdr = {0};
+    switch (type) {
+    case VIRTIO_GPU_CMD_GET_CAPSET_INFO: {
+        WddmGpuRespCapsetInfo info = {0};
+        info.hdr.type_ = VIRTIO_GPU_RESP_OK_CAPSET_INFO;
+        info.capset_id = WDDM_GPU_CAPSET_ID;
+        info.capset_max_version = WDDM_GPU_CAPSET_VERSION;
+        info.capset_max_size = f->capset_size;
+        memcpy((void *)resp, &info, sizeof(info));
+        return sizeof(info);
+    }
+    case VIRTIO_GPU_CMD_GET_CAPSET:
+        hdr.type_ = VIRTIO_GPU_RESP_OK_CAPSET;
+        memcpy((void *)resp, &hdr, sizeof(hdr));
+        memcpy((void *)(resp + sizeof(hdr)), f->capset, f->capset_size);
+        return (uint32_t)sizeof(hdr) + f->capset_size;
+    case WDDM_GPU_CMD_REGISTER_STATUS_PAGE: {
+        WddmGpuCmdRegisterStatusPage r;
+        memcpy(&r, req, sizeof(r));
+        f->status_page = ptr(r.address);
+        if (f->status_page) {
+            WddmGpuStatusPage page = {0};
+            page.magic = 0x50534457u;
+            page.version = WDDM_GPU_STATUS_VERSION;
+            page.fault_ring_offset = WDDM_GPU_FAULT_RING_OFFSET;
+            page.fault_ring_entries = WDDM_GPU_FAULT_RING_ENTRIES;
+            memcpy(f->status_page, &page, sizeof(page));
+        }
+        break;
+    }
+    case WDDM_GPU_CMD_SUBMIT: {
+        WddmGpuCmdSubmit s;
+        WddmGpuRespSubmit out = {0};
+        memcpy(&s, req, sizeof(s));
+        out.hdr.type_ = WDDM_GPU_RESP_SUBMIT;
+        out.submission_fence_id = s.submission_fence_id;
+        memcpy((void *)resp, &out, sizeof(out));
+        return sizeof(out);
+    }
+    case WDDM_GPU_CMD_PREEMPT: {
+        WddmGpuRespPreempt out = {0};
+        out.hdr.type_ = WDDM_GPU_RESP_PREEMPT;
+        memcpy((void *)resp, &out, sizeof(out));
+        return sizeof(out);
+    }
+    default:
+        break;
+    }
+    hdr.type_ = VIRTIO_GPU_RESP_OK_NODATA;
+    memcpy((void *)resp, &hdr, sizeof(hdr));
+    return sizeof(hdr);
+}
+
+void fake_service(fake *f)
+{
+    uint64_t desc_bus = bar_u64(f, COMMON_AT + 0x20);
+    if (!desc_bus)
+        return; /* no queue yet */
+    volatile desc *table = ptr(desc_bus);
+    volatile uint16_t *avail = ptr(bar_u64(f, COMMON_AT + 0x28));
+    uint16_t size = queue_size(f);
+    while (f->seen_avail != avail[1]) {
+        uint16_t head = avail[2 + (f->seen_avail & (size - 1))];
+        f->seen_avail++;
+        const uint8_t *req = ptr(table[head].addr);
+        uint16_t in = table[head].next;
+        volatile uint8_t *resp = ptr(table[in].addr);
+        uint32_t type;
+        memcpy(&type, req, 4);
+        if (type == f->hold_type || type == WDDM_GPU_CMD_WAIT_EVENT) {
+            if (f->held_count < FAKE_HELD_MAX)
+                f->held[f->held_count++] =
+                    (fake_request){.head = head, .type = type, .resp = resp,
+                                   .resp_cap = table[in].len};
+            continue;
+        }
+        fake_push_used(f, head, answer(f, type, req, resp));
+    }
+    for (uint32_t i = 0; f->release_at_us && f->clock_us >= f->release_at_us && i < f->held_count;) {
+        fake_request *h = &f->held[i];
+        if (h->type != f->hold_type) {
+            i++;
+            continue;
+        }
+        uint8_t req[8] = {0};
+        memcpy(req, &h->type, 4);
+        fake_answer_held(f, i, answer(f, h->type, req, h->resp));
+    }
+}

@@ -1,0 +1,64 @@
+/* A fake OS table over plain memory and a fake virtio-gpu function behind it, enough for
+ * wddm_dev_init and the control queue: config space with the virtio capabilities, BAR 0 with
+ * the common/notify/ISR/device blocks (plain memory: a register reads back what was written),
+ * DMA memory from the heap (bus address = the pointer). The "device" runs inside stall_us:
+ * each call serves the requests made available since the last one, unless the test holds them.
+ * Tests inject a hostile used ring with fake_push_used. */
+
+#ifndef CDEV_TEST_FAKE_OS_H
+#define CDEV_TEST_FAKE_OS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wddm_gpu_dev.h"
+
+#define FAKE_BAR0_SIZE 0x4000u
+#define FAKE_HELD_MAX 64
+
+typedef struct fake_request {
+    uint16_t head;
+    uint32_t type;
+    volatile uint8_t *resp; /* the device-writable buffer */
+    uint32_t resp_cap;
+} fake_request;
+
+typedef struct fake {
+    uint8_t config[256];
+    _Alignas(8) uint8_t bar0[FAKE_BAR0_SIZE];
+    uint64_t clock_us;
+    uint16_t seen_avail;
+    /* The capset GET_CAPSET answers with. */
+    const void *capset;
+    uint32_t capset_size;
+    /* Requests of this type (and every WAIT_EVENT) are held, not answered. */
+    uint32_t hold_type;
+    fake_request held[FAKE_HELD_MAX];
+    uint32_t held_count;
+    /* When non-zero: at this clock, held requests of hold_type are answered as usual. */
+    uint64_t release_at_us;
+    /* Bookkeeping the tests check. */
+    int dma_live;
+    int lock_held, lock_misuse;
+    const char *last_log;
+    int last_log_level;
+    uint64_t last_log_a, last_log_b;
+    void *status_page; /* the registered status page, or NULL */
+} fake;
+
+/* A fresh fake device serving `capset`, and an OS table over it. */
+void fake_init(fake *f, const void *capset, uint32_t capset_size);
+wddm_os fake_os_table(fake *f);
+/* wddm_dev_init against the fake with a 10 ms timeout and a 64-entry queue. */
+wddm_result fake_dev_up(fake *f, wddm_dev *dev);
+
+/* Serves the requests made available since the last call (stall_us calls it). */
+void fake_service(fake *f);
+/* Writes one used entry (id, len) and advances the used index: what a device would do. */
+void fake_push_used(fake *f, uint32_t id, uint32_t len);
+/* Answers held request `i` with `len` bytes already written to its buffer, and forgets it. */
+void fake_answer_held(fake *f, uint32_t i, uint32_t len);
+/* The used ring's index (to move it by hand). */
+volatile uint16_t *fake_used_idx(fake *f);
+
+#endif

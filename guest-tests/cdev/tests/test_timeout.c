@@ -1,0 +1,134 @@
+/* Synchronous requests that time out: the slot stays in flight (its buffers belong to the
+ * device) as abandoned, and is reclaimed when the device finally answers; until then a device
+ * that never answers costs slots, not correctness. */
+
+#include <string.h>
+
+#include "caps_fixture.h"
+#include "check.h"
+#include "fake_os.h"
+
+static fake f;
+static wddm_dev dev;
+static test_caps caps;
+
+static bool up(void)
+{
+    caps_valid(&caps, 0);
+    fake_init(&f, &caps, sizeof(caps));
+    wddm_result r = fake_dev_up(&f, &dev);
+    CHECK_EQ(r, WDDM_OK);
+    return r == WDDM_OK;
+}
+
+static void down(void)
+{
+    wddm_dev_teardown(&dev);
+    CHECK_EQ(f.dma_live, 0);
+    CHECK_EQ(f.lock_misuse, 0);
+}
+
+static uint32_t busy_slots(void)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < WDDM_SLOTS; i++)
+        n += dev.slots[i].state != 0;
+    return n;
+}
+
+static void answer_held_preempt(uint32_t i, uint32_t len)
+{
+    WddmGpuRespPreempt r = {.hdr.type_ = WDDM_GPU_RESP_PREEMPT, .preempted_fence = 77};
+    memcpy((void *)f.held[i].resp, &r, sizeof(r));
+    fake_answer_held(&f, i, len);
+}
+
+static void reclaimed_on_late_answer(void)
+{
+    WddmGpuRespPreempt out;
+    WddmGpuRespSubmit c;
+    WddmGpuRespEvent e;
+    if (!up())
+        return;
+    f.hold_type = WDDM_GPU_CMD_PREEMPT;
+    uint64_t start = f.clock_us;
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
+    CHECK(f.clock_us - start >= 10000); /* waited the configured 10 ms */
+    CHECK_EQ(wddm_dev_abandoned(&dev), 1);
+    CHECK_EQ(busy_slots(), 1);
+    CHECK(!dev.broken);
+    CHECK_EQ(f.held_count, 1);
+
+    f.hold_type = UINT32_MAX;
+    answer_held_preempt(0, sizeof(WddmGpuRespPreempt));
+    CHECK_EQ(wddm_dev_poll(&dev), WDDM_OK);
+    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
+    CHECK_EQ(busy_slots(), 0);
+    CHECK(f.last_log && strcmp(f.last_log, "late answer to a timed-out request, slot") == 0);
+    /* The late answer is nobody's: no completion, no event. */
+    CHECK_EQ(wddm_dev_next_completion(&dev, &c), WDDM_E_EMPTY);
+    CHECK_EQ(wddm_dev_next_event(&dev, &e), WDDM_E_EMPTY);
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
+    CHECK(!dev.broken);
+    down();
+}
+
+static void timeouts_exhaust_then_recover(void)
+{
+    WddmGpuRespPreempt out;
+    wddm_submit s = {.dma_buffer_size = 64, .end_offset = 64, .fence_id = 3};
+    if (!up())
+        return;
+    f.hold_type = WDDM_GPU_CMD_PREEMPT;
+    for (uint32_t i = 0; i < WDDM_SLOTS; i++)
+        CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
+    CHECK_EQ(wddm_dev_abandoned(&dev), WDDM_SLOTS);
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_FULL);
+    CHECK_EQ(wddm_dev_submit(&dev, &s), WDDM_E_FULL);
+    f.hold_type = UINT32_MAX;
+    while (f.held_count)
+        answer_held_preempt(f.held_count - 1, sizeof(WddmGpuRespPreempt)); /* any order */
+    CHECK_EQ(wddm_dev_poll(&dev), WDDM_OK);
+    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
+    CHECK_EQ(busy_slots(), 0);
+    CHECK_EQ(wddm_dev_submit(&dev, &s), WDDM_OK);
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
+    CHECK(!dev.broken);
+    down();
+}
+
+static void late_answer_too_long(void)
+{
+    WddmGpuRespPreempt out;
+    if (!up())
+        return;
+    f.hold_type = WDDM_GPU_CMD_PREEMPT;
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
+    answer_held_preempt(0, sizeof(WddmGpuRespPreempt) + 8);
+    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+    CHECK(dev.broken);
+    down();
+}
+
+/* An answer that arrives in the last wait before the deadline is taken, not abandoned: the
+ * poll after the deadline runs before the timeout is declared. */
+static void answer_at_deadline_taken(void)
+{
+    WddmGpuRespPreempt out;
+    if (!up())
+        return;
+    f.hold_type = WDDM_GPU_CMD_PREEMPT;
+    f.release_at_us = f.clock_us + 10000 + 200;
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
+    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
+    CHECK_EQ(busy_slots(), 0);
+    down();
+}
+
+void timeout_tests(void)
+{
+    run_test("sync_timeout_slot_reclaimed_on_late_answer", reclaimed_on_late_answer);
+    run_test("sync_timeouts_exhaust_slots_then_recover", timeouts_exhaust_then_recover);
+    run_test("sync_timeout_late_answer_too_long", late_answer_too_long);
+    run_test("sync_answer_at_the_deadline_taken", answer_at_deadline_taken);
+}
