@@ -11,27 +11,29 @@ Two boots. Boot 1: the firmware stage (below), then OVMF boots the Linux guest (
 `wddm-guest suite --only device_init` checks the device from the OS (its setup tests: the
 locator known, CpuTranslatedAddress = the BAR address sysfs shows) and powers off; QEMU runs
 with -action shutdown=pause, so the host then sends system_reset and cont. Boot 2: the firmware
-stage again, then QEMU is told to quit.
+stage again, then the Linux guest again (boot2:os_after_firmware), then QEMU is told to quit.
 
 The firmware stage of a boot, every check named boot<N>:<check>:
   bar_learned       the backend logs "VRAM BAR mapped at guest-physical X" (a new line this boot)
   bars_assigned     QMP `info pci`: every BAR of the GPU function (and of the ivshmem function in
-                    mode 1) has an address ("at 0x..."), none "not mapped", none at 0
+                    mode 1) has an address ("at 0x..."), none "not mapped", none at 0 (polled
+                    until then: a reset clears the BARs and the firmware assigns them again)
   vram_bar_placed   the VRAM BAR (mode 1: function 1 BAR2; mode 2: function 0 BAR4) is a 64-bit
                     prefetchable BAR of the VRAM's size; a VRAM of 4 GiB or more lies above 4 GiB
-  locator_matches   the address the backend learned is the one `info pci` shows
+  locator_matches   the address the backend last logged is the one `info pci` shows
   firmware_screen_drawn (mode 1) a screendump taken before the kernel's first console line is
                     not a single colour; mode 2 has no QEMU display connection
                     (vhost-user-test-device-pci), so there it is not a check (its log says so)
   firmware_drove_device the backend answered at least six control requests (what a drawn frame
                     needs: display info, create, attach, set scanout, transfer, flush) before the
-                    kernel's first line, and refused none. Expected to fail (XFAIL) in mode 2:
+                    kernel's first line, and refused none (counted from the start of this
+                    boot's firmware stage). Expected to fail (XFAIL) in mode 2:
                     OVMF never starts vhost-user-test-device-pci (class 0x078000, not a
                     display), so there the device is first started by the OS's driver, which is
                     when the backend maps the VRAM and learns the BAR (bar_learned says which).
 Expected failure (--expect-reset-crash, mode 2 on QEMU 11.1.3): QEMU segfaults at the first
-device start after a reset once VRAM was mapped (docs/lifecycle.md), i.e. when OVMF sets
-DRIVER_OK in boot 2. boot2:qemu_survives_reset is then XFAIL and boot 2's checks are folded into
+device start after a reset once VRAM was mapped (docs/lifecycle.md), i.e. when the Linux
+driver sets DRIVER_OK in boot 2 (OVMF does not start the device in mode 2). boot2:qemu_survives_reset is then XFAIL and boot 2's checks are folded into
 it; if QEMU survives it is XPASS (the expectation is stale) and boot 2's checks count as usual.
 A check never reached is a FAIL. Standard library only.
 """
@@ -163,10 +165,17 @@ class FirmwareHost:
                 return int(m.group(1), 16)
         return None
 
+    def latest_bar_address(self, learned):
+        """The last address the backend logged since `learned` was read (or `learned`)."""
+        while (newer := self.new_bar_address()) is not None:
+            learned = newer
+        return learned
+
     def vram_bar_key(self):
         return (1, 2) if self.args.mode == "ivshmem" else (0, 4)
 
-    def check_pci(self, prefix, learned):
+    def pci_bars(self):
+        """QMP info pci: (functions, problems, assigned) for the GPU's slot."""
         text = self.qmp.execute("human-monitor-command",
                                 arguments={"command-line": "info pci"})
         functions = parse_info_pci(text)
@@ -184,6 +193,20 @@ class FirmwareHost:
                     problems.append(f"{name}: {description}")
                 else:
                     assigned.append(f"{name}={where[0]:#x}")
+        return functions, problems, assigned
+
+    def check_pci(self, prefix, learned, deadline):
+        # A reset clears the BARs; the firmware assigns them again while it enumerates PCI.
+        def all_assigned():
+            got = self.pci_bars()
+            return got if not got[1] else None
+        try:
+            functions, problems, assigned = self.wait_for("every BAR assigned", deadline,
+                                                          all_assigned)
+        except StepError:
+            functions, problems, assigned = self.pci_bars()
+        # The backend's latest view: a memory-table change after the first line may move it.
+        learned = self.latest_bar_address(learned)
         self.record(prefix + "bars_assigned", not problems,
                     "; ".join(problems) if problems else " ".join(assigned))
 
@@ -269,21 +292,23 @@ class FirmwareHost:
         deadline = time.monotonic() + self.args.boot_timeout
         self.kernel_started = False
         self.requests_at_kernel = None
+        # Only this boot's requests count (boot 1's OS made some before the reset).
+        self.requests_before = stats_requests(self.args.stats)
         try:
             learned = self.wait_for("VRAM BAR mapped", deadline, self.new_bar_address)
         except StepError as err:
             self.record(prefix + "bar_learned", False, str(err))
             return
-        stage = "the OS's driver (after the kernel's first line)" if self.kernel_started \
-            else "the firmware"
+        stage = "after the kernel's first line" if self.kernel_started \
+            else "before the kernel's first line"
         self.record(prefix + "bar_learned", True,
-                    f"backend: VRAM BAR mapped at {learned:#x}, device started by {stage}")
+                    f"backend: VRAM BAR mapped at {learned:#x}, logged {stage}")
         self.check_screen(prefix, deadline)
         self.check_requests(prefix, deadline)
-        self.check_pci(prefix, learned)
+        self.check_pci(prefix, learned, deadline)
 
-    def os_stage(self):
-        """Boot 1 goes on into Linux: its setup tests, then its poweroff (a pause)."""
+    def os_stage(self, boot):
+        """The boot goes on into Linux: its setup tests, then its poweroff (a pause)."""
         deadline = time.monotonic() + self.args.boot_timeout
 
         def exited():
@@ -292,7 +317,7 @@ class FirmwareHost:
                 if m:
                     return int(m.group(1))
             return None
-        name = "boot1:os_after_firmware"
+        name = f"boot{boot}:os_after_firmware"
         try:
             code = self.wait_for("the guest's WDDM-GUEST-EXIT", deadline, exited)
         except StepError as err:
@@ -311,14 +336,16 @@ class FirmwareHost:
 
     def run(self):
         self.firmware_stage(1)
-        if not self.os_stage():
+        if not self.os_stage(1):
             return
         self.guest_lines.clear()
+        self.qmp.events.clear()
         log("system_reset, cont: the second boot")
         self.qmp.execute("system_reset")
         self.qmp.execute("cont")
         try:
             self.firmware_stage(2)
+            self.os_stage(2)
         except QemuGone:
             if not self.args.expect_reset_crash:
                 raise
@@ -338,7 +365,7 @@ class FirmwareHost:
             self.results["boot2:qemu_survives_reset"][0] == "XFAIL" else [1, 2]
         checks = [c for c in FIRMWARE_CHECKS
                   if c != "firmware_screen_drawn" or self.args.mode == "ivshmem"]
-        wanted = [f"boot{b}:{c}" for b in boots for c in checks] + ["boot1:os_after_firmware"]
+        wanted = [f"boot{b}:{c}" for b in boots for c in checks + ["os_after_firmware"]]
         for name in wanted:
             if name not in self.results:
                 self.record(name, False, "never reached")
