@@ -308,4 +308,33 @@ mod tests {
             Err(TransferError::NoBacking)
         );
     }
+
+    #[test]
+    fn a_frame_the_display_holds_is_never_written() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let ram = GuestRam::new(&mem, Some(VRAM_WINDOW));
+        mem.write_slice(&[7u8; 32], GuestAddress(0x5000)).unwrap();
+        let backing = Backing::attach(vec![entry(0x5000, 32)], &ram).unwrap();
+        let mut resource = Resource {
+            format: PixelFormat::B8G8R8X8,
+            width: 4,
+            height: 2,
+            pixels: Arc::new(vec![1; 32]),
+            backing: Some(backing),
+        };
+        let whole = resource.whole();
+        // The display still sends the frame it was handed: the transfer writes a copy.
+        let held = resource.pixels.clone();
+        resource.transfer_to_host(whole, 0, &ram).unwrap();
+        assert_eq!(*held, vec![1; 32]);
+        assert_eq!(*resource.pixels, vec![7; 32]);
+        assert!(!Arc::ptr_eq(&held, &resource.pixels));
+        // Once the display let go, the transfer writes in place.
+        drop(held);
+        mem.write_slice(&[9u8; 32], GuestAddress(0x5000)).unwrap();
+        let before = Arc::as_ptr(&resource.pixels);
+        resource.transfer_to_host(whole, 0, &ram).unwrap();
+        assert_eq!(*resource.pixels, vec![9; 32]);
+        assert_eq!(Arc::as_ptr(&resource.pixels), before);
+    }
 }
