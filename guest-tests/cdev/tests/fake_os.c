@@ -4,6 +4,8 @@
 
 #include "fake_os.h"
 
+#include "check.h"
+
 #define CAP_AT 0x40u
 #define CAP_LEN 20u
 #define COMMON_AT 0x0000u
@@ -196,6 +198,22 @@ wddm_result fake_dev_up(fake *f, wddm_dev *dev)
     wddm_os os = fake_os_table(f);
     wddm_dev_config config = {.timeout_ms = 10, .queue_size = 64};
     return wddm_dev_init(dev, &os, &config);
+}
+
+bool fake_up_valid(fake *f, test_caps *caps, wddm_dev *dev)
+{
+    caps_valid(caps, 0);
+    fake_init(f, caps, sizeof(*caps));
+    wddm_result r = fake_dev_up(f, dev);
+    CHECK_EQ(r, WDDM_OK);
+    return r == WDDM_OK;
+}
+
+void fake_down_checked(fake *f, wddm_dev *dev)
+{
+    wddm_dev_teardown(dev);
+    CHECK_EQ(f->dma_live, 0);
+    CHECK_EQ(f->lock_misuse, 0);
 }
 
 /* ---- the device ---- */

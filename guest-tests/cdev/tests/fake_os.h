@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "caps_fixture.h"
 #include "wddm_gpu_dev.h"
 
 #define FAKE_BAR0_SIZE 0x4000u
@@ -51,6 +52,11 @@ void fake_init(fake *f, const void *capset, uint32_t capset_size);
 wddm_os fake_os_table(fake *f);
 /* wddm_dev_init against the fake with a 10 ms timeout and a 64-entry queue. */
 wddm_result fake_dev_up(fake *f, wddm_dev *dev);
+/* A fake serving a valid WDDM 1.x capset (built in *caps), and the device up on it: checked;
+ * false if it did not come up. */
+bool fake_up_valid(fake *f, test_caps *caps, wddm_dev *dev);
+/* wddm_dev_teardown, then checks that no DMA memory is left and the lock was never misused. */
+void fake_down_checked(fake *f, wddm_dev *dev);
 
 /* Serves the requests made available since the last call (stall_us calls it). */
 void fake_service(fake *f);

@@ -14,18 +14,12 @@ static test_caps caps;
 
 static bool up(void)
 {
-    caps_valid(&caps, 0);
-    fake_init(&f, &caps, sizeof(caps));
-    wddm_result r = fake_dev_up(&f, &dev);
-    CHECK_EQ(r, WDDM_OK);
-    return r == WDDM_OK;
+    return fake_up_valid(&f, &caps, &dev);
 }
 
 static void down(void)
 {
-    wddm_dev_teardown(&dev);
-    CHECK_EQ(f.dma_live, 0);
-    CHECK_EQ(f.lock_misuse, 0);
+    fake_down_checked(&f, &dev);
 }
 
 static uint32_t busy_slots(void)
