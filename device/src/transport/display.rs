@@ -116,13 +116,13 @@ impl QemuDisplay {
             self.held.clear();
             return;
         };
+        // Dropping the drain discards the rest if the writer ended part way.
         for message in self.held.drain(..) {
             if messages.send(message).is_err() {
                 self.messages = None;
                 break;
             }
         }
-        self.held.clear();
     }
 }
 
