@@ -82,14 +82,21 @@ def compare(path, width, height, variant="a"):
                    f" rgb{got}, expected rgb{want}")
 
 
-def colour_stats(path):
-    """(ok, detail): how many colours, and how much of the screen the commonest covers."""
+def colour_count(path):
+    """(distinct colours, detail): how many colours, and how much of the screen the commonest
+    covers."""
     width, height, pixels = read_ppm(path)
     counts = collections.Counter(pixels[i:i + 3] for i in range(0, len(pixels), 3))
     (top, n), total = counts.most_common(1)[0], width * height
     detail = (f"{width}x{height}: {len(counts)} distinct colours; commonest rgb{tuple(top)}"
               f" covers {100.0 * n / total:.1f}%")
-    return len(counts) > 1, detail
+    return len(counts), detail
+
+
+def colour_stats(path):
+    """(ok, detail): ok when the screen is not a single colour; detail as colour_count."""
+    colours, detail = colour_count(path)
+    return colours > 1, detail
 
 
 def main():

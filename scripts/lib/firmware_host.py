@@ -48,15 +48,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import display_pattern  # noqa: E402
+import info_pci  # noqa: E402
 from vmctl import ESCAPE_RE, LineTail, Qmp, QemuGone, StepError  # noqa: E402
 
 START = time.monotonic()
 BAR_MAPPED_RE = re.compile(r"VRAM BAR mapped at guest-physical (0x[0-9a-fA-F]+)")
 # The kernel proper (its EFI stub's lines come while the firmware still owns the screen).
 KERNEL_LINE_RE = re.compile(r"^\[ *\d+\.\d+\]|Linux version")
-PCI_FUNC_RE = re.compile(r"^\s*Bus\s+(\d+), device\s+(\d+), function (\d+):")
-PCI_BAR_RE = re.compile(r"^\s*BAR(\d): (.*)$")
-BAR_AT_RE = re.compile(r"at (0x[0-9a-fA-F]+) \[(0x[0-9a-fA-F]+)\]")
 GUEST_TEST_RE = re.compile(r"^GUEST-TEST (\S+) (PASS|FAIL) ?(.*)")
 GUEST_EXIT_RE = re.compile(r"^WDDM-GUEST-EXIT (\d+)")
 FIRMWARE_CHECKS = ["bar_learned", "bars_assigned", "vram_bar_placed", "locator_matches",
@@ -76,32 +74,7 @@ def log(msg):
 
 def parse_info_pci(text):
     """{(device, function): {bar: description}} from `info pci`."""
-    functions, current = {}, None
-    for line in text.splitlines():
-        m = PCI_FUNC_RE.match(line)
-        if m:
-            current = (int(m.group(2)), int(m.group(3)))
-            functions[current] = {}
-            continue
-        m = PCI_BAR_RE.match(line)
-        if m and current is not None:
-            functions[current][int(m.group(1))] = m.group(2).strip()
-    return functions
-
-
-def bar_range(description):
-    """(start, size) of an assigned BAR, or None."""
-    m = BAR_AT_RE.search(description)
-    if not m:
-        return None
-    start, end = int(m.group(1), 16), int(m.group(2), 16)
-    return start, end - start + 1
-
-
-def colour_count(path):
-    """(distinct colours, detail) of a screendump."""
-    ok, detail = display_pattern.colour_stats(path)
-    return int(detail.split(": ", 1)[1].split(" ", 1)[0]), detail
+    return {key: info_pci.bars(block) for key, block in info_pci.functions(text).items()}
 
 
 def stats_requests(path):
@@ -187,7 +160,7 @@ class FirmwareHost:
                 problems.append(f"00:{GPU_SLOT:02x}.{function} missing or without BARs")
                 continue
             for bar, description in sorted(bars.items()):
-                where = bar_range(description)
+                where = info_pci.bar_range(description)
                 name = f"{GPU_SLOT:02x}.{function} BAR{bar}"
                 if where is None or where[0] == 0 or "not mapped" in description:
                     problems.append(f"{name}: {description}")
@@ -212,7 +185,7 @@ class FirmwareHost:
 
         function, bar = self.vram_bar_key()
         description = functions.get((GPU_SLOT, function), {}).get(bar, "absent")
-        where = bar_range(description)
+        where = info_pci.bar_range(description)
         name = f"{GPU_SLOT:02x}.{function} BAR{bar}"
         if where is None:
             self.record(prefix + "vram_bar_placed", False, f"{name}: {description}")
@@ -247,7 +220,7 @@ class FirmwareHost:
         while time.monotonic() < deadline:
             try:
                 self.qmp.execute("screendump", arguments={"filename": path, "format": "ppm"})
-                colours, detail = colour_count(path)
+                colours, detail = display_pattern.colour_count(path)
             except (StepError, OSError, display_pattern.PpmError) as err:
                 colours, detail = 0, str(err)
             self.poll_console()

@@ -19,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import display_pattern  # noqa: E402
+import info_pci  # noqa: E402
 from vmctl import Qmp, QemuGone, StepError  # noqa: E402
 
 # Windows 11 24H2 needs x86-64-v2 (SSE4.2 and POPCNT among them).
@@ -61,49 +62,51 @@ class Checker:
         path = os.path.join(self.args.out_dir, f"{device}.ppm")
         while True:
             qmp.execute("screendump", arguments={"filename": path, "format": "ppm", "device": device})
-            _, _, pixels = display_pattern.read_ppm(path)
-            colours = len({pixels[i:i + 3] for i in range(0, len(pixels), 3)})
-            _, detail = display_pattern.colour_stats(path)
+            colours, detail = display_pattern.colour_count(path)
             if colours > MIN_COLOURS or time.monotonic() >= deadline:
                 return colours > MIN_COLOURS, detail
             time.sleep(1)
 
     def check_pci(self, qmp, deadline):
         # The firmware assigns the BARs while it enumerates PCI: ask until it has (or time is up).
-        gpu_bar = "BAR4" if self.args.bar_mode == "shmem" else "BAR1"
+        gpu_bar = 4 if self.args.bar_mode == "shmem" else 1
         while True:
-            pci = self.hmp(qmp, "info pci")
-            # One block per function: "Bus  0, device   4, function 0:" up to the next.
-            blocks = re.split(r"\n(?=\s*Bus\s+\d+, device)", pci)
-            assigned = any(re.search(r"Bus\s+0, device\s+4, function 0:", b)
-                           and re.search(rf"{gpu_bar}: .* at 0x[0-9a-f]+ \[", b) for b in blocks)
-            if assigned or time.monotonic() >= deadline:
+            blocks = info_pci.functions(self.hmp(qmp, "info pci"))
+            gpu = blocks.get((4, 0), "")
+            gpu_bar_at = info_pci.bar_range(info_pci.bars(gpu).get(gpu_bar, ""))
+            if gpu_bar_at or time.monotonic() >= deadline:
                 break
             time.sleep(1)
 
         def function(dev, fn):
-            for b in blocks:
-                if re.search(rf"Bus\s+0, device\s+{dev}, function {fn}:", b):
-                    return b
-            return ""
+            return blocks.get((dev, fn), "")
 
-        gpu = function(4, 0)
-        ok = "PCI device 1af4:1050" in gpu and 'id "gpu0"' in gpu and re.search(
-            rf"{gpu_bar}: .* at 0x[0-9a-f]+ \[", gpu)
+        def prefetchable_bar(block, bar):
+            """(start, size) of a 64-bit prefetchable BAR that is assigned, or None."""
+            description = info_pci.bars(block).get(bar, "")
+            if "64 bit prefetchable memory" not in description:
+                return None
+            return info_pci.bar_range(description)
+
+        def bar_detail(bar, where, size):
+            start, length = where
+            return f"BAR{bar} {start:#x}..{start + length - 1:#x} ({size} bytes)"
+
+        ok = "PCI device 1af4:1050" in gpu and 'id "gpu0"' in gpu and gpu_bar_at
         self.record("gpu_on_pci", bool(ok), " ".join(gpu.split())[:200] or "no function 00:04.0")
         if self.args.bar_mode == "shmem":
-            m = re.search(r"BAR4: 64 bit prefetchable memory at (0x[0-9a-f]+) \[(0x[0-9a-f]+)\]", gpu)
-            size = int(m.group(2), 16) - int(m.group(1), 16) + 1 if m else 0
+            where = prefetchable_bar(gpu, 4)
+            size = where[1] if where else 0
             self.record("gpu_shmem_bar4_holds_vram", size >= self.args.vram_bytes,
-                        f"BAR4 {m.group(1)}..{m.group(2)} ({size} bytes)" if m else "no BAR4")
+                        bar_detail(4, where, size) if where else "no BAR4")
             self.record("no_ivshmem_function", function(4, 1) == "", "00:04.1 absent")
         else:
             ivs = function(4, 1)
-            m = re.search(r"BAR2: 64 bit prefetchable memory at (0x[0-9a-f]+) \[(0x[0-9a-f]+)\]", ivs)
-            size = int(m.group(2), 16) - int(m.group(1), 16) + 1 if m else 0
+            where = prefetchable_bar(ivs, 2)
+            size = where[1] if where else 0
             ok = "PCI device 1af4:1110" in ivs and size == self.args.vram_bytes
             self.record("ivshmem_bar2_assigned", ok,
-                        f"BAR2 {m.group(1)}..{m.group(2)} ({size} bytes)" if m else "no BAR2 on 00:04.1")
+                        bar_detail(2, where, size) if where else "no BAR2 on 00:04.1")
         self.record("e1000e_on_pci", "PCI device 8086:10d3" in function(5, 0), "00:05.0 8086:10d3")
         self.record("boot_vga_on_pci", "PCI device 1234:1111" in function(1, 0), "00:01.0 1234:1111")
 
