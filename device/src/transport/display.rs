@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use vhost::vhost_user::gpu_message::{
@@ -26,13 +26,42 @@ use vhost::vhost_user::gpu_message::{
 };
 use vhost::vhost_user::GpuBackend;
 
+use crate::model::display::pixel_buffer::PixelBuffer;
 use crate::model::display::rect::Rect;
 use crate::model::display::sink::{
     CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES,
 };
+use crate::support::sync::lock;
 
 /// Most bytes of messages waiting for the writer thread.
 const MAX_PENDING_BYTES: usize = 64 << 20;
+/// Most bytes of sent update buffers kept for the next bands: a 4K frame's worth, so that
+/// streaming frame after frame touches no fresh pages.
+const MAX_SPARE_BYTES: usize = 32 << 20;
+
+/// Band buffers the writer has sent, for the next bands.
+#[derive(Default)]
+struct SpareBands {
+    buffers: Vec<PixelBuffer>,
+    bytes: usize,
+}
+
+impl SpareBands {
+    /// A buffer of `len` bytes, a sent one when there is one (most recently sent first).
+    fn take(&mut self, len: usize) -> PixelBuffer {
+        let mut buffer = self.buffers.pop().unwrap_or_default();
+        self.bytes -= buffer.capacity().min(self.bytes);
+        buffer.resize(len);
+        buffer
+    }
+
+    fn give_back(&mut self, buffer: PixelBuffer) {
+        if self.bytes + buffer.capacity() <= MAX_SPARE_BYTES {
+            self.bytes += buffer.capacity();
+            self.buffers.push(buffer);
+        }
+    }
+}
 
 /// One message for QEMU.
 enum Message {
@@ -57,6 +86,7 @@ impl Message {
 pub struct QemuDisplay {
     messages: Option<Sender<Message>>,
     pending: Arc<AtomicUsize>,
+    spare: Arc<Mutex<SpareBands>>,
     dropped_logged: bool,
     /// Messages of the kick being answered, in order; their buffer is kept between kicks.
     held: Vec<Message>,
@@ -69,9 +99,11 @@ impl QemuDisplay {
         let (sender, receiver) = channel();
         let pending = Arc::new(AtomicUsize::new(0));
         let writer_pending = pending.clone();
+        let spare = Arc::new(Mutex::new(SpareBands::default()));
+        let writer_spare = spare.clone();
         let spawned = std::thread::Builder::new()
             .name("wddm-gpu-display".into())
-            .spawn(move || write_messages(&socket, &receiver, &writer_pending));
+            .spawn(move || write_messages(&socket, &receiver, &writer_pending, &writer_spare));
         let messages = match spawned {
             Ok(_) => Some(sender),
             Err(error) => {
@@ -82,6 +114,7 @@ impl QemuDisplay {
         Self {
             messages,
             pending,
+            spare,
             dropped_logged: false,
             held: Vec::new(),
             holding: false,
@@ -89,8 +122,18 @@ impl QemuDisplay {
     }
 
     fn send(&mut self, message: Message) {
+        self.queue(message, false);
+    }
+
+    /// Queues `message` for the writer, held while a kick is answered unless `at_once`.
+    /// Returns whether it was taken (not dropped).
+    fn queue(&mut self, message: Message, at_once: bool) -> bool {
+        if at_once {
+            // In order: what the kick showed before goes first.
+            self.pass_on_held();
+        }
         let Some(messages) = &self.messages else {
-            return;
+            return false;
         };
         let bytes = message.bytes();
         // One message of any size may wait (a whole 4095x4095 frame is 64 MiB); more only
@@ -100,15 +143,17 @@ impl QemuDisplay {
             if !std::mem::replace(&mut self.dropped_logged, true) {
                 warn!("QEMU is not reading the display socket: display updates dropped");
             }
-            return;
+            return false;
         }
         self.pending.fetch_add(bytes, Ordering::AcqRel);
-        if self.holding {
+        if self.holding && !at_once {
             self.held.push(message);
         } else if messages.send(message).is_err() {
             // The writer ended (the socket failed, logged there).
             self.messages = None;
+            return false;
         }
+        true
     }
 
     fn pass_on_held(&mut self) {
@@ -126,12 +171,31 @@ impl QemuDisplay {
     }
 }
 
-fn write_messages(socket: &GpuBackend, receiver: &Receiver<Message>, pending: &AtomicUsize) {
+fn update_of(scanout: u32, rect: Rect) -> VhostUserGpuUpdate {
+    VhostUserGpuUpdate {
+        scanout_id: scanout,
+        x: rect.x,
+        y: rect.y,
+        width: rect.width,
+        height: rect.height,
+    }
+}
+
+fn write_messages(
+    socket: &GpuBackend,
+    receiver: &Receiver<Message>,
+    pending: &AtomicUsize,
+    spare: &Mutex<SpareBands>,
+) {
     while let Ok(message) = receiver.recv() {
         pending.fetch_sub(message.bytes(), Ordering::AcqRel);
         let sent = match &message {
             Message::Scanout(scanout) => socket.set_scanout(scanout),
-            Message::Update(update, pixels) => socket.update_scanout(update, pixels.as_slice()),
+            Message::Update(update, pixels) => {
+                let r = socket.update_scanout(update, pixels.as_slice());
+
+                r
+            }
             Message::Cursor(update, image) => socket.cursor_update(update, image),
             Message::CursorPos(pos) => socket.cursor_pos(pos),
             Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
@@ -139,6 +203,9 @@ fn write_messages(socket: &GpuBackend, receiver: &Receiver<Message>, pending: &A
         if let Err(error) = sent {
             info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
             return;
+        }
+        if let Message::Update(_, DisplayPixels::Band(buffer)) = message {
+            lock(spare).give_back(buffer);
         }
     }
 }
@@ -157,14 +224,16 @@ impl DisplaySink for QemuDisplay {
     }
 
     fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels) {
-        let update = VhostUserGpuUpdate {
-            scanout_id: scanout,
-            x: rect.x,
-            y: rect.y,
-            width: rect.width,
-            height: rect.height,
-        };
-        self.send(Message::Update(update, pixels));
+        self.send(Message::Update(update_of(scanout, rect), pixels));
+    }
+
+    fn band_buffer(&mut self, len: usize) -> PixelBuffer {
+        lock(&self.spare).take(len)
+    }
+
+    fn stream(&mut self, scanout: u32, rect: Rect, pixels: PixelBuffer) -> bool {
+        let update = update_of(scanout, rect);
+        self.queue(Message::Update(update, DisplayPixels::Band(pixels)), true)
     }
 
     fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>) {
@@ -269,5 +338,82 @@ mod tests {
         peer.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         assert_eq!(read_update_x(&mut peer), 7);
+    }
+
+    #[test]
+    fn a_streamed_band_goes_out_during_a_hold_after_what_was_held() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+
+        display.hold();
+        one_pixel_update(&mut display, 1);
+        let mut band = display.band_buffer(4);
+        band.fill(5);
+        let band_rect = Rect {
+            x: 5,
+            y: 0,
+            width: 1,
+            height: 1,
+        };
+        assert!(display.stream(0, band_rect, band));
+        one_pixel_update(&mut display, 6);
+        // Still held: the band and what the kick showed before it are out, not what came after.
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(read_update_x(&mut peer), 1);
+        assert_eq!(read_update_x(&mut peer), 5);
+        peer.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let held = peer.read(&mut byte).map_err(|e| e.kind());
+        assert!(
+            matches!(held, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+            "a message after the band left before the release: {held:?}"
+        );
+        display.release();
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(read_update_x(&mut peer), 6);
+    }
+
+    #[test]
+    fn sent_bands_are_handed_out_again_and_the_spares_are_bounded() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        let rect = Rect {
+            x: 0,
+            y: 0,
+            width: 256,
+            height: 1,
+        };
+        let band = display.band_buffer(1024);
+        let first = band.as_ptr();
+        assert!(display.stream(0, rect, band));
+        let mut message = vec![0u8; HEADER_BYTES + UPDATE_HEAD_BYTES + 1024];
+        peer.read_exact(&mut message).unwrap();
+        // The writer gives the buffer back once its bytes are on the socket.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lock(&display.spare).buffers.is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the band never came back"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let again = display.band_buffer(512);
+        assert_eq!(again.as_ptr(), first, "the sent band's memory, reused");
+        assert_eq!(again.len(), 512);
+
+        let mut spares = SpareBands::default();
+        for _ in 0..(MAX_SPARE_BYTES / (1 << 20) + 4) {
+            let mut buffer = PixelBuffer::default();
+            buffer.resize(1 << 20);
+            spares.give_back(buffer);
+        }
+        assert!(spares.bytes <= MAX_SPARE_BYTES);
+        assert_eq!(spares.buffers.len(), MAX_SPARE_BYTES / (1 << 20));
+        let taken = spares.take(2 << 20);
+        assert_eq!(taken.len(), 2 << 20, "a spare too small grows");
+        assert_eq!(spares.bytes, MAX_SPARE_BYTES - (1 << 20));
     }
 }

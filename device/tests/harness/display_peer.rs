@@ -106,14 +106,46 @@ struct Shared {
 #[derive(Default)]
 struct Seen {
     public: DisplaySeen,
-    /// Keep the pixels of the next UPDATE (for a byte-for-byte check).
-    capture_next: bool,
-    captured: Option<(UpdateRect, Vec<u8>)>,
+    /// The screen the UPDATEs paint since [`DisplayPeer::capture_screen`] (for a
+    /// pixel-for-pixel check), as QEMU's display surface would hold it.
+    screen: Option<Screen>,
+}
+
+/// Scanout 0's pixels, B, G, R, X, row after row.
+struct Screen {
+    width: u32,
+    height: u32,
+    pixels: Vec<u8>,
+}
+
+/// What a screen holds where no UPDATE has painted yet.
+pub const UNPAINTED: u8 = 0xa5;
+
+impl Screen {
+    /// Paints `rect`'s `pixels` (4 bytes each, row after row) in; refuses a rectangle outside.
+    fn paint(&mut self, rect: UpdateRect, pixels: &[u8]) -> Result<(), String> {
+        let right = u64::from(rect.x) + u64::from(rect.width);
+        let bottom = u64::from(rect.y) + u64::from(rect.height);
+        if rect.scanout_id != 0 || right > u64::from(self.width) || bottom > u64::from(self.height)
+        {
+            return Err(format!(
+                "UPDATE {rect:?} outside the {}x{} scanout 0",
+                self.width, self.height
+            ));
+        }
+        let row_bytes = rect.width as usize * 4;
+        for (row, line) in pixels.chunks_exact(row_bytes).enumerate() {
+            let at = ((rect.y as usize + row) * self.width as usize + rect.x as usize) * 4;
+            self.pixels[at..at + row_bytes].copy_from_slice(line);
+        }
+        Ok(())
+    }
 }
 
 /// QEMU's display side of one backend's GPU socket, served on its own thread until dropped.
 pub struct DisplayPeer {
     shared: Arc<Shared>,
+    mode: DisplayMode,
     /// The peer's end, kept to shut it down (which ends the thread's blocking read).
     stream: UnixStream,
     thread: Option<JoinHandle<()>>,
@@ -135,6 +167,7 @@ impl DisplayPeer {
         };
         let peer = Self {
             shared,
+            mode,
             stream: ours,
             thread: Some(thread),
         };
@@ -189,23 +222,28 @@ impl DisplayPeer {
         }
     }
 
-    /// Waits at most `timeout` until `count` UPDATEs have arrived in full.
-    pub fn wait_updates(&self, count: u64, timeout: Duration) -> Result<DisplaySeen, String> {
-        self.wait_until(timeout, &format!("UPDATE number {count}"), |seen| {
-            seen.updates >= count
+    /// Waits at most `timeout` until UPDATEs with `bytes` pixel bytes in all have arrived in
+    /// full (a backend may send a flushed rectangle as one UPDATE or as bands).
+    pub fn wait_update_bytes(&self, bytes: u64, timeout: Duration) -> Result<DisplaySeen, String> {
+        self.wait_until(timeout, &format!("{bytes} bytes of UPDATEs"), |seen| {
+            seen.update_bytes >= bytes
         })
     }
 
-    /// Keeps the pixels of the next UPDATE, for [`Self::take_captured`].
-    pub fn capture_next_update(&self) {
-        let mut seen = self.lock();
-        seen.capture_next = true;
-        seen.captured = None;
+    /// From now on paints every UPDATE into a screen of the mode's size, all [`UNPAINTED`] at
+    /// first, for [`Self::take_screen`].
+    pub fn capture_screen(&self) {
+        let DisplayMode { width, height } = self.mode;
+        self.lock().screen = Some(Screen {
+            width,
+            height,
+            pixels: vec![UNPAINTED; width as usize * height as usize * 4],
+        });
     }
 
-    /// The rectangle and pixels of the UPDATE captured after [`Self::capture_next_update`].
-    pub fn take_captured(&self) -> Option<(UpdateRect, Vec<u8>)> {
-        self.lock().captured.take()
+    /// The screen painted since [`Self::capture_screen`], which stops painting.
+    pub fn take_screen(&self) -> Option<Vec<u8>> {
+        self.lock().screen.take().map(|screen| screen.pixels)
     }
 }
 
@@ -447,10 +485,10 @@ fn take_update(
     seen.public.updates += 1;
     seen.public.update_bytes += pixel_bytes as u64;
     seen.public.last_update = Some(rect);
-    if seen.capture_next {
-        seen.capture_next = false;
-        seen.captured = Some((rect, pixels.clone()));
-    }
+    let painted = seen
+        .screen
+        .as_mut()
+        .map_or(Ok(()), |screen| screen.paint(rect, pixels));
     shared.changed.notify_all();
-    Ok(())
+    painted.map_err(Stop::Protocol)
 }

@@ -87,19 +87,28 @@ impl PixelFormat {
         packed
     }
 
-    /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`]; the other
-    /// formats without alpha become opaque, the display-order ones are copied as they are.
+    /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`].
     pub fn to_display(self, pixels: &[u8], out: &mut Vec<u8>) {
-        let c = self.channels();
+        let start = out.len();
+        out.resize(start + pixels.len(), 0);
+        self.to_display_into(pixels, &mut out[start..]);
+    }
+
+    /// Writes `pixels` (whole pixels of this format) into `out`, of the same length, as
+    /// [`DisplayBytes`]; the other formats without alpha become opaque, the display-order
+    /// ones are copied as they are.
+    pub fn to_display_into(self, pixels: &[u8], out: &mut [u8]) {
         // Already the display's byte order (its fourth byte is alpha or ignored padding, as
         // QEMU's x8r8g8b8 surface and its own C backend treat it): one copy.
         if self.is_display_order() {
-            out.extend_from_slice(pixels);
+            out.copy_from_slice(pixels);
             return;
         }
-        for pixel in pixels.chunks_exact(BYTES_PER_PIXEL as usize) {
+        let c = self.channels();
+        let size = BYTES_PER_PIXEL as usize;
+        for (pixel, shown) in pixels.chunks_exact(size).zip(out.chunks_exact_mut(size)) {
             let alpha = c.a.map_or(0xff, |a| pixel[a]);
-            out.extend_from_slice(&[pixel[c.b], pixel[c.g], pixel[c.r], alpha]);
+            shown.copy_from_slice(&[pixel[c.b], pixel[c.g], pixel[c.r], alpha]);
         }
     }
 }
@@ -171,9 +180,16 @@ mod tests {
             ),
         ];
         for (format, memory, display) in cases {
-            let mut out = Vec::new();
+            let mut out = vec![0xee];
             format.to_display(&[memory, memory].concat(), &mut out);
-            assert_eq!(out, [display, display].concat(), "{format:?}");
+            assert_eq!(
+                out,
+                [&[0xee][..], &display, &display].concat(),
+                "{format:?}"
+            );
+            let mut into = [0u8; 8];
+            format.to_display_into(&[memory, memory].concat(), &mut into);
+            assert_eq!(&into[..], &out[1..], "{format:?}");
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod command;
 pub mod edid;
 pub mod format;
+pub mod pixel_buffer;
 pub mod rect;
 pub mod resource;
 pub mod sink;
@@ -26,6 +27,7 @@ use zerocopy::IntoBytes;
 use self::command::{CursorCommand, DisplayCommand};
 use self::edid::{edid, EDID_SIZE};
 use self::format::{PixelFormat, BYTES_PER_PIXEL};
+use self::pixel_buffer::PixelBuffer;
 use self::rect::{Rect, RectError};
 use self::resource::{Backing, BackingError, Resource, TransferError};
 use self::sink::{
@@ -39,6 +41,11 @@ use self::wire::{
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+
+/// Transfers of at least this many bytes into a shown resource are streamed to the display.
+const STREAM_MIN_BYTES: u64 = 1 << 20;
+/// Bytes of one streamed band (whole rows of the transfer, at least one).
+const STREAM_BAND_BYTES: u64 = 512 << 10;
 
 /// Default vblank rate.
 pub const DEFAULT_VBLANK_HZ: u32 = 60;
@@ -207,6 +214,10 @@ impl Display {
     /// announced to it.
     pub fn attach_sink(&mut self, sink: Option<Box<dyn DisplaySink>>) {
         self.sink = sink;
+        // A new display has had nothing streamed: the next flushes send it all.
+        for resource in self.resources.values_mut() {
+            resource.streamed = None;
+        }
         for scanout in 0..self.scanouts.len() {
             if let Some(binding) = self.scanouts[scanout] {
                 self.announce(scanout as u32, binding);
@@ -276,15 +287,7 @@ impl Display {
                 resource_id,
                 rect,
                 offset,
-            } => {
-                let resource = self.resource_mut(resource_id)?;
-                let rect = Rect::inside(rect, resource.width, resource.height)
-                    .map_err(|error| DisplayError::Rect(resource_id, error))?;
-                resource
-                    .transfer_to_host(rect, offset, ram)
-                    .map_err(|error| DisplayError::Transfer(resource_id, error))?;
-                Ok(nodata())
-            }
+            } => self.transfer(resource_id, rect, offset, ram),
             DisplayCommand::AttachBacking {
                 resource_id,
                 entries,
@@ -307,6 +310,75 @@ impl Display {
                 Ok(nodata())
             }
         }
+    }
+
+    /// TRANSFER_TO_HOST_2D. A large transfer into a resource a scanout shows goes to the display
+    /// band by band as it is copied, so the display takes one band while the next is copied
+    /// instead of the whole frame after it: the flush that follows finds it sent. Showing the
+    /// pixels before that flush is what QEMU's own virtio-gpu does, whose scanout surface is the
+    /// resource's host memory.
+    fn transfer<M: GuestMemoryBackend>(
+        &mut self,
+        resource_id: u32,
+        rect: WireRect,
+        offset: u64,
+        ram: &GuestRam<'_, M>,
+    ) -> Result<Vec<u8>, DisplayError> {
+        let resource = self
+            .resources
+            .get_mut(&resource_id)
+            .ok_or(DisplayError::NoResource(resource_id))?;
+        let rect = Rect::inside(rect, resource.width, resource.height)
+            .map_err(|error| DisplayError::Rect(resource_id, error))?;
+        let failed = |error| DisplayError::Transfer(resource_id, error);
+        // Until it is all copied (and sent), a flush must send what it covers.
+        let streamed_before = resource.streamed.take();
+        let bytes = u64::from(rect.width) * u64::from(rect.height) * u64::from(BYTES_PER_PIXEL);
+        let shown = |binding: &Binding| {
+            binding.resource_id == resource_id && binding.rect.intersect(rect).is_some()
+        };
+        let Some(sink) = self
+            .sink
+            .as_deref_mut()
+            .filter(|_| bytes >= STREAM_MIN_BYTES && self.scanouts.iter().flatten().any(shown))
+        else {
+            resource
+                .transfer_to_host(rect, offset, ram)
+                .map_err(failed)?;
+            return Ok(nodata());
+        };
+        // All of it is checked before the first band is shown.
+        resource.check_transfer(rect, offset).map_err(failed)?;
+        let band_rows = u32::try_from(STREAM_BAND_BYTES / resource.stride()).unwrap_or(1);
+        let mut all_taken = true;
+        for band in rect.bands(band_rows) {
+            // Inside the checked rectangle: no overflow, and within the backing.
+            let band_offset = offset + u64::from(band.y - rect.y) * resource.stride();
+            resource
+                .transfer_to_host(band, band_offset, ram)
+                .map_err(failed)?;
+            for (scanout, binding) in self.scanouts.iter().enumerate() {
+                let Some(binding) = binding.filter(|b| b.resource_id == resource_id) else {
+                    continue;
+                };
+                let Some(shown) = band.intersect(binding.rect) else {
+                    continue;
+                };
+                let row_bytes = shown.width as usize * BYTES_PER_PIXEL as usize;
+                let mut pixels = sink.band_buffer(row_bytes * shown.height as usize);
+                for (row, out) in resource.rows(shown).zip(pixels.chunks_exact_mut(row_bytes)) {
+                    resource.format.to_display_into(row, out);
+                }
+                all_taken &= sink.stream(scanout as u32, shown.relative_to(binding.rect), pixels);
+            }
+        }
+        // What was sent before and not overwritten since is still shown; keeping one rectangle,
+        // the larger when one holds the other, may make a flush send again, never send less.
+        resource.streamed = all_taken.then(|| match streamed_before {
+            Some(before) if before.contains(rect) => before,
+            _ => rect,
+        });
+        Ok(nodata())
     }
 
     fn resource_mut(&mut self, resource_id: u32) -> Result<&mut Resource, DisplayError> {
@@ -370,11 +442,9 @@ impl Display {
         let (Some(total), Ok(len)) = (total, usize::try_from(needed)) else {
             return Err(out_of_memory(needed));
         };
-        let mut pixels = Vec::new();
-        if pixels.try_reserve_exact(len).is_err() {
+        let Some(pixels) = PixelBuffer::try_zeroed(len) else {
             return Err(out_of_memory(needed));
-        }
-        pixels.resize(len, 0);
+        };
         self.resources.insert(
             resource_id,
             Resource {
@@ -383,6 +453,7 @@ impl Display {
                 height,
                 pixels: Arc::new(pixels),
                 backing: None,
+                streamed: None,
             },
         );
         self.used = total;
@@ -434,6 +505,8 @@ impl Display {
             return Ok(nodata());
         }
         let (_, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
+        // The new scanout has not had what was streamed to the others.
+        self.resource_mut(resource_id)?.streamed = None;
         let binding = Binding { resource_id, rect };
         self.scanouts[scanout] = Some(binding);
         self.announce(scanout_id, binding);
@@ -491,7 +564,9 @@ impl Display {
     }
 
     fn flush(&mut self, resource_id: u32, rect: WireRect) -> Result<Vec<u8>, DisplayError> {
-        let (resource, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
+        let (_, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
+        let streamed = self.resource_mut(resource_id)?.streamed.take();
+        let resource = &self.resources[&resource_id];
         let Some(sink) = &mut self.sink else {
             return Ok(nodata());
         };
@@ -502,11 +577,15 @@ impl Display {
             let Some(shown) = rect.intersect(binding.rect) else {
                 continue;
             };
+            if streamed.is_some_and(|streamed| streamed.contains(shown)) {
+                // The transfers sent these pixels as they copied them.
+                continue;
+            }
             // One UPDATE per flushed rectangle, as QEMU's display and its own C backend expect
             // (the largest is a 4095x4095 scanout, 64 MiB; QEMU reads any payload size).
             let pixels = if resource.format.is_display_order() && shown == resource.whole() {
                 // A whole frame already in the display's order: shared, not copied.
-                DisplayPixels::Frame(resource.pixels.clone())
+                DisplayPixels::Frame(Arc::clone(&resource.pixels))
             } else {
                 let bytes = shown.width as usize * shown.height as usize * BYTES_PER_PIXEL as usize;
                 DisplayPixels::Packed(
@@ -567,12 +646,11 @@ impl Display {
                 .map_err(|error| DisplayError::Rect(resource_id, error))?;
                 let mut pixels = Box::new([0u8; CURSOR_BYTES]);
                 let row_bytes = (CURSOR_SIZE * BYTES_PER_PIXEL) as usize;
-                let mut converted = Vec::with_capacity(row_bytes);
                 for (y, row) in resource.rows(size).enumerate() {
-                    converted.clear();
-                    resource.format.to_display(row, &mut converted);
-                    pixels[y * row_bytes..y * row_bytes + converted.len()]
-                        .copy_from_slice(&converted);
+                    let at = y * row_bytes;
+                    resource
+                        .format
+                        .to_display_into(row, &mut pixels[at..at + row.len()]);
                 }
                 let image = CursorImage {
                     hot_x,

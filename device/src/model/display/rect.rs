@@ -65,12 +65,30 @@ impl Rect {
         let y = self.y.max(other.y);
         let right = self.right().min(other.right());
         let bottom = self.bottom().min(other.bottom());
-        (x < right && y < bottom).then_some(Rect {
+        // Lazily: the widths underflow when the rectangles are apart.
+        (x < right && y < bottom).then(|| Rect {
             x,
             y,
             width: right - x,
             height: bottom - y,
         })
+    }
+
+    /// Whether `other` lies wholly inside this rectangle.
+    pub fn contains(self, other: Rect) -> bool {
+        self.intersect(other) == Some(other)
+    }
+
+    /// Bands of at most `rows` rows (at least 1) covering this rectangle, top to bottom.
+    pub fn bands(self, rows: u32) -> impl Iterator<Item = Rect> {
+        let rows = rows.max(1);
+        (self.y..self.bottom())
+            .step_by(rows as usize)
+            .map(move |y| Rect {
+                y,
+                height: rows.min(self.bottom() - y),
+                ..self
+            })
     }
 
     /// This rectangle moved so that `origin` becomes (0, 0); `origin` must be at or above and
@@ -148,5 +166,29 @@ mod tests {
         );
         let apart = Rect::inside(wire(30, 30, 1, 1), 100, 100).unwrap();
         assert_eq!(a.intersect(apart), None);
+        // Far apart, the widths would underflow: still none, never a panic.
+        let far = Rect::inside(wire(50, 60, 1, 1), 100, 100).unwrap();
+        assert_eq!(a.intersect(far), None);
+        assert_eq!(far.intersect(a), None);
+    }
+
+    #[test]
+    fn containment_and_bands() {
+        let a = Rect::inside(wire(10, 10, 20, 20), 100, 100).unwrap();
+        let inner = Rect::inside(wire(12, 29, 18, 1), 100, 100).unwrap();
+        let across = Rect::inside(wire(25, 25, 10, 10), 100, 100).unwrap();
+        assert!(a.contains(a) && a.contains(inner));
+        assert!(!a.contains(across) && !inner.contains(a));
+
+        let bands: Vec<Rect> = a.bands(7).collect();
+        let heights: Vec<u32> = bands.iter().map(|band| band.height).collect();
+        assert_eq!(heights, [7, 7, 6]);
+        assert_eq!(bands[0].y, 10);
+        assert_eq!(bands[2].bottom(), a.bottom());
+        assert!(bands
+            .iter()
+            .all(|band| band.x == a.x && band.width == a.width));
+        assert_eq!(a.bands(0).count(), 20, "0 rows a band means 1");
+        assert_eq!(a.bands(u32::MAX).collect::<Vec<_>>(), [a]);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use vm_memory::GuestMemoryBackend;
 
 use super::format::{PixelFormat, BYTES_PER_PIXEL};
+use super::pixel_buffer::PixelBuffer;
 use super::rect::Rect;
 use super::wire::MemEntry;
 use crate::memory::guest_ram::{GuestRam, RamError};
@@ -119,8 +120,11 @@ pub struct Resource {
     pub width: u32,
     pub height: u32,
     /// The host copy, `width * 4` bytes a row; shared with the display while it sends a frame.
-    pub pixels: Arc<Vec<u8>>,
+    pub pixels: Arc<PixelBuffer>,
     pub backing: Option<Backing>,
+    /// What transfers have sent to the display band by band since the last flush (see
+    /// `Display::transfer`): a flush inside it has nothing left to send.
+    pub streamed: Option<Rect>,
 }
 
 impl Resource {
@@ -146,20 +150,14 @@ impl Resource {
         u64::from(self.width) * u64::from(BYTES_PER_PIXEL)
     }
 
-    /// TRANSFER_TO_HOST_2D: copies `rect` (inside the resource) from the backing, where its
-    /// first pixel is at `offset` and rows are a resource row apart, into the host copy.
-    pub fn transfer_to_host<M: GuestMemoryBackend>(
-        &mut self,
-        rect: Rect,
-        offset: u64,
-        ram: &GuestRam<'_, M>,
-    ) -> Result<(), TransferError> {
+    /// Whether a transfer of `rect` (inside the resource) from `offset` reads only bytes of the
+    /// backing.
+    pub fn check_transfer(&self, rect: Rect, offset: u64) -> Result<(), TransferError> {
         let backing = self.backing.as_ref().ok_or(TransferError::NoBacking)?;
-        let stride = self.stride();
         let row_bytes = u64::from(rect.width) * u64::from(BYTES_PER_PIXEL);
         // The last source byte: offset + (height - 1) * stride + row_bytes, checked.
         let end = u64::from(rect.height - 1)
-            .checked_mul(stride)
+            .checked_mul(self.stride())
             .and_then(|rows| rows.checked_add(row_bytes))
             .and_then(|span| span.checked_add(offset));
         if end.is_none_or(|end| end > backing.byte_len()) {
@@ -168,6 +166,21 @@ impl Resource {
                 backing: backing.byte_len(),
             });
         }
+        Ok(())
+    }
+
+    /// TRANSFER_TO_HOST_2D: copies `rect` (inside the resource) from the backing, where its
+    /// first pixel is at `offset` and rows are a resource row apart, into the host copy.
+    pub fn transfer_to_host<M: GuestMemoryBackend>(
+        &mut self,
+        rect: Rect,
+        offset: u64,
+        ram: &GuestRam<'_, M>,
+    ) -> Result<(), TransferError> {
+        self.check_transfer(rect, offset)?;
+        let backing = self.backing.as_ref().ok_or(TransferError::NoBacking)?;
+        let stride = self.stride();
+        let row_bytes = u64::from(rect.width) * u64::from(BYTES_PER_PIXEL);
         if row_bytes == stride {
             // Whole rows: one copy of the block (the rectangle lies inside the resource).
             let host = (u64::from(rect.y) * stride) as usize;
@@ -260,8 +273,9 @@ mod tests {
             format: PixelFormat::B8G8R8X8,
             width: 4,
             height: 2,
-            pixels: Arc::new(vec![0; 32]),
+            pixels: Arc::new(PixelBuffer::from(&[0u8; 32][..])),
             backing: Some(backing),
+            streamed: None,
         };
         let whole = Rect::inside(
             WireRect {
@@ -275,7 +289,7 @@ mod tests {
         )
         .unwrap();
         resource.transfer_to_host(whole, 0, &ram).unwrap();
-        assert_eq!(*resource.pixels, bytes);
+        assert_eq!(**resource.pixels, bytes[..]);
         // Pixel (1, 1) only: its source byte offset is 16 + 4.
         Arc::make_mut(&mut resource.pixels).fill(0);
         let one = Rect::inside(
@@ -319,22 +333,23 @@ mod tests {
             format: PixelFormat::B8G8R8X8,
             width: 4,
             height: 2,
-            pixels: Arc::new(vec![1; 32]),
+            pixels: Arc::new(PixelBuffer::from(&[1u8; 32][..])),
             backing: Some(backing),
+            streamed: None,
         };
         let whole = resource.whole();
         // The display still sends the frame it was handed: the transfer writes a copy.
         let held = resource.pixels.clone();
         resource.transfer_to_host(whole, 0, &ram).unwrap();
-        assert_eq!(*held, vec![1; 32]);
-        assert_eq!(*resource.pixels, vec![7; 32]);
+        assert_eq!(**held, [1u8; 32]);
+        assert_eq!(**resource.pixels, [7u8; 32]);
         assert!(!Arc::ptr_eq(&held, &resource.pixels));
         // Once the display let go, the transfer writes in place.
         drop(held);
         mem.write_slice(&[9u8; 32], GuestAddress(0x5000)).unwrap();
         let before = Arc::as_ptr(&resource.pixels);
         resource.transfer_to_host(whole, 0, &ram).unwrap();
-        assert_eq!(*resource.pixels, vec![9; 32]);
+        assert_eq!(**resource.pixels, [9u8; 32]);
         assert_eq!(Arc::as_ptr(&resource.pixels), before);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::pixel_buffer::PixelBuffer;
 use super::rect::Rect;
 
 /// Side of the square cursor image, in pixels.
@@ -19,12 +20,14 @@ pub struct CursorImage {
     pub pixels: Box<[u8; CURSOR_BYTES]>,
 }
 
-/// The pixels of an update: packed for the rectangle, or a whole resource's frame shared with
-/// it (no copy: the resource copies on its next write while the display still holds it).
+/// The pixels of an update: packed for the rectangle, a band a transfer streams, or a whole
+/// resource's frame shared with it (no copy: the resource copies on its next write while the
+/// display still holds it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DisplayPixels {
     Packed(Vec<u8>),
-    Frame(Arc<Vec<u8>>),
+    Band(PixelBuffer),
+    Frame(Arc<PixelBuffer>),
 }
 
 impl DisplayPixels {
@@ -32,6 +35,7 @@ impl DisplayPixels {
     pub fn as_slice(&self) -> &[u8] {
         match self {
             Self::Packed(bytes) => bytes,
+            Self::Band(band) => band,
             Self::Frame(frame) => frame,
         }
     }
@@ -62,6 +66,20 @@ pub trait DisplaySink: Send {
     /// `rect` of the scanout (scanout coordinates) now holds `pixels`: B, G, R, A bytes,
     /// `rect.width * 4` a row.
     fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels);
+    /// A buffer of `len` bytes for a band that [`stream`](Self::stream) will take, to be
+    /// overwritten whole (an implementation may hand out buffers it has sent before).
+    fn band_buffer(&mut self, len: usize) -> PixelBuffer {
+        let mut buffer = PixelBuffer::default();
+        buffer.resize(len);
+        buffer
+    }
+    /// Like [`update`](Self::update), but passed on at once, after anything held: a band of a
+    /// large transfer, shown while the next band is copied. Returns whether the display took it
+    /// (`false`: it was dropped, so a flush must send that part again).
+    fn stream(&mut self, scanout: u32, rect: Rect, pixels: PixelBuffer) -> bool {
+        self.update(scanout, rect, DisplayPixels::Band(pixels));
+        true
+    }
     /// The cursor on `scanout` moved to (`x`, `y`), with a new image when given.
     fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>);
     /// The cursor on `scanout` is hidden.

@@ -290,3 +290,236 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
 
 #[path = "vram_tests.rs"]
 mod vram;
+
+/// A sink that records like [`Recorder`] but drops every streamed band, as the display does
+/// when QEMU stops reading.
+struct DroppingBands(Recorder);
+
+impl DisplaySink for DroppingBands {
+    fn scanout(&mut self, scanout: u32, state: ScanoutState) {
+        self.0.scanout(scanout, state);
+    }
+    fn update(&mut self, scanout: u32, rect: Rect, pixels: DisplayPixels) {
+        self.0.update(scanout, rect, pixels);
+    }
+    fn cursor(&mut self, scanout: u32, x: u32, y: u32, image: Option<&CursorImage>) {
+        self.0.cursor(scanout, x, y, image);
+    }
+    fn hide_cursor(&mut self, scanout: u32) {
+        self.0.hide_cursor(scanout);
+    }
+    fn stream(&mut self, _: u32, _: Rect, _: PixelBuffer) -> bool {
+        false
+    }
+}
+
+/// A 1024x300 B8G8R8X8 resource (1.2 MB: streamed, in bands of 128 rows) backed by guest RAM
+/// holding a pattern, shown whole on scanout 0 by a display recording into `recorder`.
+struct Streaming {
+    mem: GuestMemoryMmap,
+    display: Display,
+    recorder: Recorder,
+    pattern: Vec<u8>,
+}
+
+const WIDE: u32 = 1024;
+const TALL: u32 = 300;
+const STRIDE: usize = WIDE as usize * 4;
+const BACKING: u64 = 0x10_0000;
+
+impl Streaming {
+    fn new() -> Self {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x80_0000)]).unwrap();
+        let pattern: Vec<u8> = (0..STRIDE * TALL as usize)
+            .map(|i| (i * 7 + i / 4093) as u8)
+            .collect();
+        mem.write_slice(&pattern, GuestAddress(BACKING)).unwrap();
+        let recorder = Recorder::default();
+        let mut display = Display::new(DisplayConfig::default());
+        display.attach_sink(Some(Box::new(recorder.clone())));
+        let mut rig = Self {
+            mem,
+            display,
+            recorder,
+            pattern,
+        };
+        create(&mut rig.display, 1, 2, WIDE, TALL).unwrap();
+        let entries = vec![wire::MemEntry {
+            addr: BACKING,
+            length: (STRIDE * TALL as usize) as u32,
+            padding: 0,
+        }];
+        rig.command(DisplayCommand::AttachBacking {
+            resource_id: 1,
+            entries,
+        })
+        .unwrap();
+        rig.show(wire(0, 0, WIDE, TALL));
+        rig.take_events();
+        rig
+    }
+
+    fn command(&mut self, command: DisplayCommand) -> Result<Vec<u8>, DisplayError> {
+        let ram = GuestRam::new(&self.mem, Some(WINDOW));
+        self.display.handle(command, &ram)
+    }
+
+    fn show(&mut self, rect: WireRect) {
+        self.command(DisplayCommand::SetScanout {
+            scanout_id: 0,
+            resource_id: 1,
+            rect,
+        })
+        .unwrap();
+    }
+
+    fn transfer(&mut self, rect: WireRect) {
+        let offset = (rect.y as usize * STRIDE + rect.x as usize * 4) as u64;
+        self.command(DisplayCommand::TransferToHost2d {
+            resource_id: 1,
+            rect,
+            offset,
+        })
+        .unwrap();
+    }
+
+    fn flush(&mut self, rect: WireRect) {
+        self.command(DisplayCommand::ResourceFlush {
+            resource_id: 1,
+            rect,
+        })
+        .unwrap();
+    }
+
+    fn take_events(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.recorder.0.lock().unwrap())
+    }
+
+    /// The update the pattern's rows `top..top + height` make, at (0, `at_y`) of the scanout.
+    fn rows(&self, at_y: u32, top: u32, height: u32) -> Event {
+        let bytes = &self.pattern[top as usize * STRIDE..(top + height) as usize * STRIDE];
+        let rect = Rect {
+            x: 0,
+            y: at_y,
+            width: WIDE,
+            height,
+        };
+        Event::Update(0, rect, bytes.to_vec())
+    }
+}
+
+#[test]
+fn a_large_transfer_into_a_shown_resource_is_shown_band_by_band_and_its_flush_sends_nothing_more() {
+    let mut rig = Streaming::new();
+    let whole = wire(0, 0, WIDE, TALL);
+    rig.transfer(whole);
+    let bands = rig.take_events();
+    assert_eq!(
+        bands,
+        [
+            rig.rows(0, 0, 128),
+            rig.rows(128, 128, 128),
+            rig.rows(256, 256, 44)
+        ]
+    );
+    rig.flush(whole);
+    assert_eq!(rig.take_events(), [], "the flush found it all sent");
+    // Nothing streamed since: a second flush repaints.
+    rig.flush(whole);
+    assert_eq!(rig.take_events(), [rig.rows(0, 0, TALL)]);
+
+    // A small transfer is not streamed, and a flush after it sends what it covers.
+    rig.transfer(wire(0, 10, WIDE, 2));
+    assert_eq!(rig.take_events(), []);
+    rig.flush(wire(0, 10, WIDE, 2));
+    assert_eq!(rig.take_events(), [rig.rows(10, 10, 2)]);
+
+    // Streamed, then a small transfer inside it: the flush must send again.
+    rig.transfer(whole);
+    rig.take_events();
+    rig.transfer(wire(0, 20, WIDE, 1));
+    rig.flush(wire(0, 20, WIDE, 1));
+    assert_eq!(rig.take_events(), [rig.rows(20, 20, 1)]);
+
+    // A flush reaching past what was streamed sends all it covers.
+    rig.transfer(wire(0, 0, WIDE, 260));
+    assert_eq!(rig.take_events().len(), 3, "260 rows in 3 bands");
+    rig.flush(whole);
+    assert_eq!(rig.take_events(), [rig.rows(0, 0, TALL)]);
+}
+
+#[test]
+fn bands_follow_the_scanout_rectangle_and_a_new_scanout_or_display_gets_the_flush() {
+    let mut rig = Streaming::new();
+    let whole = wire(0, 0, WIDE, TALL);
+    // The scanout shows rows 100..250: bands are clipped to it, in scanout coordinates.
+    rig.show(wire(0, 100, WIDE, 150));
+    rig.take_events();
+    rig.transfer(whole);
+    assert_eq!(
+        rig.take_events(),
+        [rig.rows(0, 100, 28), rig.rows(28, 128, 122)]
+    );
+    rig.flush(whole);
+    assert_eq!(rig.take_events(), []);
+
+    // SET_SCANOUT after the stream: the flush sends what the scanout now shows.
+    rig.transfer(whole);
+    rig.show(whole);
+    rig.take_events();
+    rig.flush(whole);
+    assert_eq!(rig.take_events(), [rig.rows(0, 0, TALL)]);
+
+    // A new display (QEMU's new socket) after the stream: the flush sends it all.
+    rig.transfer(whole);
+    let fresh = Recorder::default();
+    rig.display.attach_sink(Some(Box::new(fresh.clone())));
+    rig.flush(whole);
+    let events = std::mem::take(&mut *fresh.0.lock().unwrap());
+    assert_eq!(events.last(), Some(&rig.rows(0, 0, TALL)));
+}
+
+#[test]
+fn a_band_the_display_dropped_is_sent_again_by_the_flush() {
+    let mut rig = Streaming::new();
+    let recorder = Recorder::default();
+    rig.display
+        .attach_sink(Some(Box::new(DroppingBands(recorder.clone()))));
+    let whole = wire(0, 0, WIDE, TALL);
+    rig.transfer(whole);
+    rig.flush(whole);
+    let events = std::mem::take(&mut *recorder.0.lock().unwrap());
+    assert_eq!(events.last(), Some(&rig.rows(0, 0, TALL)));
+}
+
+#[test]
+fn a_refused_band_stops_the_transfer_with_an_error_and_leaves_nothing_marked_sent() {
+    let mut rig = Streaming::new();
+    // The backing covers the first 200 rows only: rows past it are refused up front.
+    rig.command(DisplayCommand::DetachBacking { resource_id: 1 })
+        .unwrap();
+    let entries = vec![wire::MemEntry {
+        addr: BACKING,
+        length: (STRIDE * 200) as u32,
+        padding: 0,
+    }];
+    rig.command(DisplayCommand::AttachBacking {
+        resource_id: 1,
+        entries,
+    })
+    .unwrap();
+    let refused = rig
+        .command(DisplayCommand::TransferToHost2d {
+            resource_id: 1,
+            rect: wire(0, 0, WIDE, TALL),
+            offset: 0,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(refused, DisplayError::Transfer(1, _)),
+        "{refused:?}"
+    );
+    assert_eq!(rig.take_events(), [], "nothing shown before the check");
+    rig.flush(wire(0, 0, WIDE, 200));
+    assert_eq!(rig.take_events().len(), 1, "the flush sends");
+}
