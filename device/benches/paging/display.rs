@@ -6,7 +6,7 @@
 //! RESOURCE_ATTACH_BACKING of 4 KiB guest pages (every other page, so no two are adjacent),
 //! SET_SCANOUT of scanout 0 to it. Then, per frame: TRANSFER_TO_HOST_2D of the whole frame and
 //! RESOURCE_FLUSH of the whole frame, posted together as a guest driver does; a frame is done
-//! when both are answered and its 8 MiB UPDATE has reached the display. And the round trip of
+//! when both are answered and its 8 MiB of UPDATEs (one, or bands) have reached the display. And the round trip of
 //! a fenced no-op: RESOURCE_FLUSH of a 1x1 rectangle with VIRTIO_GPU_FLAG_FENCE, kick to
 //! completion.
 //!

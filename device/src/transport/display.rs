@@ -14,7 +14,9 @@
 //!
 //! While a kick's requests are answered the messages are held and passed to the thread after
 //! the answers are on the used ring ([`DisplaySink::hold`]): waking the thread first would put
-//! a thread hand-off in every fenced flush's round trip.
+//! a thread hand-off in every fenced flush's round trip. Bands a large transfer streams
+//! ([`DisplaySink::stream`]) go at once, after what was held, and their buffers come back from
+//! the writer for the next bands, so frame after frame touches no fresh pages.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};

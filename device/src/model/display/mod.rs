@@ -581,8 +581,8 @@ impl Display {
                 // The transfers sent these pixels as they copied them.
                 continue;
             }
-            // One UPDATE per flushed rectangle, as QEMU's display and its own C backend expect
-            // (the largest is a 4095x4095 scanout, 64 MiB; QEMU reads any payload size).
+            // One UPDATE for the flushed rectangle (the largest is a 4095x4095 scanout, 64 MiB;
+            // QEMU reads any payload size, and any number of UPDATEs).
             let pixels = if resource.format.is_display_order() && shown == resource.whole() {
                 // A whole frame already in the display's order: shared, not copied.
                 DisplayPixels::Frame(Arc::clone(&resource.pixels))
