@@ -74,6 +74,13 @@ struct drm_mode_map_dumb {
     uint64_t offset;
 };
 
+struct drm_mode_cursor2 {
+    uint32_t flags, crtc_id;
+    int32_t x, y;
+    uint32_t width, height, handle;
+    int32_t hot_x, hot_y;
+};
+
 struct drm_event_vblank {
     uint32_t type, length;
     uint64_t user_data;
@@ -112,6 +119,9 @@ struct drm_virtgpu_3d_wait {
 #define IOCTL_MODE_PAGE_FLIP _IOWR(DRM_BASE, 0xB0, struct drm_mode_crtc_page_flip)
 #define IOCTL_MODE_CREATE_DUMB _IOWR(DRM_BASE, 0xB2, struct drm_mode_create_dumb)
 #define IOCTL_MODE_MAP_DUMB _IOWR(DRM_BASE, 0xB3, struct drm_mode_map_dumb)
+#define IOCTL_MODE_CURSOR2 _IOWR(DRM_BASE, 0xBB, struct drm_mode_cursor2)
+#define DRM_MODE_CURSOR_BO 0x01
+#define DRM_MODE_CURSOR_MOVE 0x02
 #define IOCTL_VIRTGPU_GETPARAM _IOWR(DRM_BASE, DRM_COMMAND_BASE + 0x03, struct drm_virtgpu_getparam)
 #define IOCTL_VIRTGPU_RESOURCE_CREATE \
     _IOWR(DRM_BASE, DRM_COMMAND_BASE + 0x04, struct drm_virtgpu_resource_create)
@@ -278,6 +288,47 @@ static int make_dumb(int fd, uint32_t w, uint32_t h, uint32_t fill, struct dumb 
     return 0;
 }
 
+/* The cursor plane through the legacy cursor ioctl, as a desktop's pointer uses it: a 64x64
+ * image with a hot spot (the driver's fenced TRANSFER_TO_HOST_2D, then UPDATE_CURSOR on the
+ * cursor queue), a move (MOVE_CURSOR) and hiding it (UPDATE_CURSOR of resource 0). The host
+ * checks that each reached QEMU's display socket. */
+static void check_cursor(int fd, uint32_t crtc)
+{
+    struct drm_mode_create_dumb cd = {.height = 64, .width = 64, .bpp = 32};
+    int rc = ioctl(fd, IOCTL_MODE_CREATE_DUMB, &cd) ? -errno : 0;
+    struct drm_mode_map_dumb md = {.handle = cd.handle};
+    if (rc == 0 && ioctl(fd, IOCTL_MODE_MAP_DUMB, &md))
+        rc = -errno;
+    uint32_t *px = rc ? MAP_FAILED : mmap(NULL, cd.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)md.offset);
+    if (rc == 0 && px == MAP_FAILED)
+        rc = -errno;
+    if (rc) {
+        check("kms_cursor", 0, "cursor buffer: %s", strerror(-rc));
+        return;
+    }
+    /* An opaque arrow-ish triangle on a transparent square. */
+    for (uint32_t y = 0; y < 64; y++)
+        for (uint32_t x = 0; x < 64; x++)
+            px[y * (cd.pitch / 4) + x] = x <= y ? 0xffffffffu : 0;
+    munmap(px, cd.size);
+    const char *step = "set";
+    struct drm_mode_cursor2 cursor = {.flags = DRM_MODE_CURSOR_BO, .crtc_id = crtc, .width = 64,
+                                      .height = 64, .handle = cd.handle, .hot_x = 3, .hot_y = 4};
+    rc = ioctl(fd, IOCTL_MODE_CURSOR2, &cursor) ? -errno : 0;
+    if (rc == 0) {
+        step = "move";
+        cursor = (struct drm_mode_cursor2){.flags = DRM_MODE_CURSOR_MOVE, .crtc_id = crtc, .x = 100, .y = 50};
+        rc = ioctl(fd, IOCTL_MODE_CURSOR2, &cursor) ? -errno : 0;
+    }
+    if (rc == 0) {
+        step = "hide";
+        cursor = (struct drm_mode_cursor2){.flags = DRM_MODE_CURSOR_BO, .crtc_id = crtc};
+        rc = ioctl(fd, IOCTL_MODE_CURSOR2, &cursor) ? -errno : 0;
+    }
+    check("kms_cursor", rc == 0, "set 64x64 hot (3,4), move to (100,50), hide: %s%s%s", rc ? step : "ok",
+          rc ? ": " : "", rc ? strerror(-rc) : "");
+}
+
 /* Modeset a dumb buffer, then a page flip with an event: its completion goes through the
  * driver's fenced RESOURCE_FLUSH. */
 static void check_kms_flip(int fd)
@@ -311,6 +362,7 @@ static void check_kms_flip(int fd)
     if (!ok) {
         check("kms_modeset", 0, "no connected connector");
         check("kms_page_flip_event", 0, "no connected connector");
+        check("kms_cursor", 0, "no connected connector");
         return;
     }
     struct drm_mode_modeinfo mode = modes[0];
@@ -326,6 +378,7 @@ static void check_kms_flip(int fd)
     check("kms_modeset", rc == 0, "%s %ux%u", rc ? strerror(-rc) : "ok", mode.hdisplay, mode.vdisplay);
     if (rc) {
         check("kms_page_flip_event", 0, "no modeset");
+        check("kms_cursor", 0, "no modeset");
         return;
     }
     double t0 = now_ms();
@@ -333,6 +386,7 @@ static void check_kms_flip(int fd)
                                            .flags = DRM_MODE_PAGE_FLIP_EVENT, .user_data = 0x5eed};
     if (ioctl(fd, IOCTL_MODE_PAGE_FLIP, &flip)) {
         check("kms_page_flip_event", 0, "PAGE_FLIP: %s", strerror(errno));
+        check("kms_cursor", 0, "no page flip");
         return;
     }
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -342,6 +396,7 @@ static void check_kms_flip(int fd)
     ok = n >= (ssize_t)sizeof ev && ev.type == DRM_EVENT_FLIP_COMPLETE && ev.user_data == 0x5eed;
     check("kms_page_flip_event", ok, "%s after %.1f ms (type=%u)",
           rc == 0 ? "no event within 10 s" : (ok ? "flip complete" : "wrong event"), now_ms() - t0, ev.type);
+    check_cursor(fd, crtcs[0]);
 }
 
 /* The driver's own fence bookkeeping (debugfs): every fence it emitted has been echoed. */
@@ -374,7 +429,7 @@ static int drm_checks(void)
     if (fd < 0) {
         const char *rest[] = {"virtgpu_resource_create", "virtgpu_create_fence_wait",
                               "virtgpu_transfer_fence_wait", "kms_resources", "kms_connector_connected",
-                              "kms_modeset", "kms_page_flip_event"};
+                              "kms_modeset", "kms_page_flip_event", "kms_cursor"};
         for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
             check(rest[i], 0, "no /dev/dri/card0");
     } else {

@@ -64,6 +64,12 @@ sync_point fb-drawn
 
 /bin/display-check drm
 
+# The pattern again, on the display socket that carried the DRM client's cursor messages: the
+# host's second screendump shows QEMU read them in step (the screendump has no cursor).
+if /bin/display-check fb; then fb_rc=0; else fb_rc=1; fi
+check fb_pattern_redrawn "$fb_rc" "after the DRM client closed"
+sync_point fb-redrawn
+
 # The driver's and DRM's kernel lines, for the host to keep and check.
 dmesg | grep -i -E 'virtio|drm|fb0|fbcon' | sed 's/^/DISPLAY-DMESG /'
 

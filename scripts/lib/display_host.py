@@ -7,7 +7,10 @@ screendumps, collects the guest's checks and prints one verdict line per check:
 
 then "DISPLAY-SUMMARY <n> passed, <m> failed". Exit 0 iff nothing FAILed or XPASSed (an expected
 failure that passes means the expectation is stale). Every check of the plan gets a line: one
-the guest never reported is a FAIL ("never reported"), never a skip.
+the guest never reported is a FAIL ("never reported"), never a skip. With --backend ours the
+host also reads the backend's stats endpoint at each boot's start and end
+(display_socket_messages): the boot's large framebuffer transfers went to QEMU in streamed bands,
+and the DRM client's cursor image, move and hide were written to QEMU's display socket.
 
 Plans:
   linux-reboot  the Linux guest with the kernel's virtio_gpu; after its checks the host answers
@@ -27,9 +30,11 @@ into it. A boot that does not reach its "done" point within --boot-timeout secon
 """
 
 import argparse
+import json
 import os
 import re
 import select
+import socket
 import sys
 import time
 
@@ -56,10 +61,15 @@ GUEST_CHECKS = [
     "modules_loaded", "fb0_present", "drm_card0_present", "fb_pattern_drawn",
     "drm_open_card0", "virtgpu_resource_create", "virtgpu_create_fence_wait",
     "virtgpu_transfer_fence_wait", "kms_resources", "kms_connector_connected", "kms_modeset",
-    "kms_page_flip_event", "fences_all_signalled",
+    "kms_page_flip_event", "kms_cursor", "fences_all_signalled", "fb_pattern_redrawn",
 ]
-HOST_CHECKS = ["screendump_matches_pattern", "dmesg_no_driver_errors"]
+HOST_CHECKS = [
+    "screendump_matches_pattern", "screendump_after_drm_matches_pattern", "dmesg_no_driver_errors",
+]
 BOOT_CHECKS = GUEST_CHECKS + HOST_CHECKS
+# Checked in our backend's stats (the C peer has none): what it sent on QEMU's display socket
+# during the boot.
+OURS_CHECKS = ["display_socket_messages"]
 
 # Kernel lines that mean the driver or the device went wrong.
 DMESG_ERROR_RE = re.compile(
@@ -96,6 +106,7 @@ class DisplayHost:
         self.dmesg = []
         self.firmware_shot = False
         self.boot_deadline = None
+        self.display_before = None  # our backend's display counters at the boot's start
         self.console = LineTail(args.console_log)
         deadline = time.monotonic() + args.connect_timeout
         self.qmp = Qmp(args.qmp, deadline)
@@ -144,18 +155,68 @@ class DisplayHost:
         except (StepError, OSError, display_pattern.PpmError) as err:
             self.record(name, False, str(err))
 
-    def on_fb_drawn(self):
+    def on_fb_drawn(self, check, shot):
         prefix = self.prefix()
-        name = prefix + "screendump_matches_pattern"
+        name = prefix + check
         if self.fb_size is None:
             self.record(name, False, "the guest drew nothing (no DISPLAY-FB line)")
             return
         try:
-            path = self.screendump(f"{prefix.rstrip(':') or 'boot1'}-pattern")
+            path = self.screendump(f"{prefix.rstrip(':') or 'boot1'}-{shot}")
             ok, detail = display_pattern.compare(path, *self.fb_size)
             self.record(name, ok, detail)
         except (StepError, OSError, display_pattern.PpmError) as err:
             self.record(name, False, str(err))
+
+    def stats_request(self, word):
+        """One answer of our backend's stats endpoint (`json` or `table`); OSError if none."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(self.args.stats_socket)
+            sock.sendall(word.encode() + b"\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        return data
+
+    def display_counters(self):
+        """Our backend's display counters, or an error string."""
+        try:
+            return json.loads(self.stats_request("json"))["display"]
+        except (OSError, ValueError, KeyError) as err:
+            return f"stats endpoint {self.args.stats_socket}: {err}"
+
+    def check_display_counters(self):
+        """What the boot's display work put on QEMU's socket: the pattern's large transfers
+        streamed in bands, and the cursor's image, move and hide (QEMU's screendump has no
+        cursor; the pattern screendumped after it shows the stream stayed in step)."""
+        after = self.display_counters()
+        before = self.display_before
+        prefix = self.prefix()
+        name = prefix + "display_socket_messages"
+        try:
+            # The whole stats table as the boot left it, for people (--keep DIR).
+            table = os.path.join(self.args.out_dir, f"{prefix.rstrip(':') or 'boot1'}-stats.txt")
+            with open(table, "wb") as f:
+                f.write(self.stats_request("table"))
+        except OSError as err:
+            log(f"stats table not kept: {err}")
+        if isinstance(after, str) or isinstance(before, str):
+            self.record(name, False, after if isinstance(after, str) else before)
+            return
+        delta = {key: after[key] - before.get(key, 0) for key in after}
+        wanted = {"streamed_bands": 1, "cursor_images": 1, "cursor_moves": 1, "cursor_hides": 1}
+        short = [key for key, least in wanted.items() if delta[key] < least]
+        ok = not short and delta["dropped_not_reading"] == 0
+        detail = (f"this boot: {delta['scanouts']} scanouts, {delta['updates']} updates "
+                  f"({delta['update_bytes']} bytes), {delta['streamed_bands']} streamed bands "
+                  f"({delta['streamed_bytes']} bytes), cursor images {delta['cursor_images']}, "
+                  f"moves {delta['cursor_moves']}, hides {delta['cursor_hides']}, dropped "
+                  f"{delta['dropped_not_reading']} (QEMU not reading), "
+                  f"{delta['dropped_socket_closed']} (socket closed)")
+        if short:
+            detail += f"; none of: {', '.join(short)}"
+        self.record(name, ok, detail)
 
     def on_done(self):
         prefix = self.prefix()
@@ -179,6 +240,8 @@ class DisplayHost:
                 self.record("reboot:backend_survives", alive,
                             f"backend pid {self.args.backend_pid} "
                             + ("still running at the second boot" if alive else "has exited"))
+            if self.args.backend == "ours":
+                self.display_before = self.display_counters()
             if self.args.plan == "ovmf" and not self.firmware_shot:
                 # The kernel runs already: the firmware's screen was not caught in time.
                 self.record("ovmf:firmware_screen_not_blank", False,
@@ -190,12 +253,16 @@ class DisplayHost:
                 return
             self.answer("go")
         elif point == "fb-drawn":
-            self.on_fb_drawn()
-
+            self.on_fb_drawn("screendump_matches_pattern", "pattern")
+            self.answer("go")
+        elif point == "fb-redrawn":
+            self.on_fb_drawn("screendump_after_drm_matches_pattern", "pattern-after-drm")
             self.answer("go")
         elif point == "done":
             self.boot_deadline = None
             self.on_done()
+            if self.args.backend == "ours":
+                self.check_display_counters()
             word = "reboot" if self.args.plan == "linux-reboot" and self.boots == 1 else "poweroff"
             log(f"boot {self.boots} done: answered {word}")
             self.answer(word)
@@ -258,15 +325,19 @@ class DisplayHost:
             self.results["run_completed"] = (False, str(err))
         return self.finish()
 
+    def boot_checks(self):
+        return BOOT_CHECKS + (OURS_CHECKS if self.args.backend == "ours" else [])
+
     def expected_names(self):
+        checks = self.boot_checks()
         if self.args.plan == "ovmf":
-            return ["ovmf:firmware_screen_not_blank"] + ["ovmf:" + c for c in BOOT_CHECKS]
-        return (BOOT_CHECKS + ["reboot:backend_survives", "reboot:second_init"]
-                + ["after_reboot:" + c for c in BOOT_CHECKS])
+            return ["ovmf:firmware_screen_not_blank"] + ["ovmf:" + c for c in checks]
+        return (checks + ["reboot:backend_survives", "reboot:second_init"]
+                + ["after_reboot:" + c for c in checks])
 
     def finish(self):
         if self.args.plan == "linux-reboot":
-            second = ["after_reboot:" + c for c in BOOT_CHECKS]
+            second = ["after_reboot:" + c for c in self.boot_checks()]
             bad = [n for n in second if not self.results.get(n, (False, ""))[0]]
             self.results["reboot:second_init"] = (
                 not bad and self.boots >= 2,
@@ -304,6 +375,7 @@ def main():
     ap.add_argument("--plan", required=True, choices=["linux-reboot", "ovmf"])
     ap.add_argument("--backend", required=True, choices=["ours", "c-peer"])
     ap.add_argument("--backend-pid", type=int, required=True)
+    ap.add_argument("--stats-socket", help="our backend's stats endpoint (--backend ours)")
     ap.add_argument("--boot-timeout", type=float, default=45.0,
                     help="seconds from a boot's first sync point to its done point")
     ap.add_argument("--firmware-wait", type=float, default=8.0)
@@ -311,6 +383,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=120.0)
     args = ap.parse_args()
     args.max_boots = 2 if args.plan == "linux-reboot" else 1
+    if args.backend == "ours" and not args.stats_socket:
+        ap.error("--backend ours needs --stats-socket")
     try:
         host = DisplayHost(args)
     except QemuGone:

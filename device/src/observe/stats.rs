@@ -1,5 +1,6 @@
 //! Paging-path measurement: counters and latency histograms per packet kind, submissions,
-//! faults, preemptions, queue depth, and traffic per segment and bank.
+//! faults, preemptions, queue depth, and traffic per segment and bank; beside them, what the
+//! display sent to QEMU ([`display`]).
 //!
 //! The engine reports one [`PacketRecord`] per executed packet and the scheduler one
 //! [`SubmissionRecord`] per answered submission; nothing is recorded per page. [`Stats`] is
@@ -10,7 +11,7 @@
 //! uses saturating arithmetic, buckets unknown opcodes and segments, and never allocates, so a
 //! hostile record cannot panic or slow the engine.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -18,9 +19,11 @@ use serde::Serialize;
 use wddm_gpu_abi::decode::PacketKind;
 use wddm_gpu_abi::submit::SubmitStatus;
 
+use self::display::{DisplayCounters, DisplaySnapshot};
 use crate::layout::SegmentLayout;
 use crate::support::sync::lock;
 
+pub mod display;
 mod render;
 
 /// Which way bytes moved at one endpoint of a packet.
@@ -306,6 +309,7 @@ pub enum RequestOutcome {
 pub struct Stats {
     started: Instant,
     inner: Mutex<Inner>,
+    display: Arc<DisplayCounters>,
 }
 
 impl Stats {
@@ -368,7 +372,13 @@ impl Stats {
                 requests: 0,
                 refused: 0,
             }),
+            display: Arc::default(),
         }
+    }
+
+    /// The display's counters, for the display's socket writer.
+    pub fn display(&self) -> Arc<DisplayCounters> {
+        self.display.clone()
     }
 
     /// The counters survive a panic elsewhere while the lock was held: they stay readable.
@@ -555,6 +565,7 @@ impl Stats {
                 read_bytes: inner.unknown_segment.read,
                 written_bytes: inner.unknown_segment.written,
             },
+            display: self.display.snapshot(),
         }
     }
 }
@@ -701,6 +712,8 @@ pub struct StatsSnapshot {
     pub segments: Vec<SegmentSnapshot>,
     /// Traffic naming a segment the layout does not have.
     pub unknown_segment: TrafficBytes,
+    /// What the display sent to QEMU.
+    pub display: DisplaySnapshot,
 }
 
 #[cfg(test)]

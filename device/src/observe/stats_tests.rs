@@ -6,6 +6,7 @@ use prometheus_parse::{LineInfo, Scrape, SummaryCount, Value};
 use wddm_gpu_abi::packet::{WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::SubmitStatus;
 
+use super::display::{SentMessage, Unsent};
 use super::*;
 use crate::layout::SegmentLayout;
 
@@ -308,6 +309,15 @@ fn busy_snapshot() -> StatsSnapshot {
     stats.queue_depth(1);
     stats.queue_depth(0);
     stats.request(RequestOutcome::Taken);
+    let display = stats.display();
+    display.socket();
+    display.sent(SentMessage::Scanout);
+    display.sent(SentMessage::Update { bytes: 4096 });
+    display.sent(SentMessage::Band { bytes: 3 << 20 });
+    display.sent(SentMessage::Band { bytes: 1 << 20 });
+    display.sent(SentMessage::CursorImage);
+    display.sent(SentMessage::CursorMove);
+    display.unsent(Unsent::NotReading);
     stats.snapshot()
 }
 
@@ -399,7 +409,7 @@ fn prometheus_output_parses_with_the_right_values() {
 
     // Plain counters, gauges and counts: (metric, labels, value).
     type Labels = &'static [(&'static str, &'static str)];
-    let expected: [(&str, Labels, Value); 13] = [
+    let expected: [(&str, Labels, Value); 18] = [
         (
             "wddm_gpu_packets_total",
             &[("kind", "transfer")],
@@ -453,6 +463,27 @@ fn prometheus_output_parses_with_the_right_values() {
             &[("segment", "1"), ("bank", "1"), ("direction", "read")],
             Value::Counter(0.0),
         ),
+        ("wddm_gpu_display_sockets_total", &[], Value::Counter(1.0)),
+        (
+            "wddm_gpu_display_messages_total",
+            &[("kind", "streamed_band")],
+            Value::Counter(2.0),
+        ),
+        (
+            "wddm_gpu_display_messages_total",
+            &[("kind", "cursor_hide")],
+            Value::Counter(0.0),
+        ),
+        (
+            "wddm_gpu_display_pixel_bytes_total",
+            &[("kind", "streamed_band")],
+            Value::Counter(4.0 * 1048576.0),
+        ),
+        (
+            "wddm_gpu_display_dropped_total",
+            &[("reason", "not_reading")],
+            Value::Counter(1.0),
+        ),
     ];
     for (metric, labels, value) in expected {
         assert_eq!(
@@ -501,6 +532,17 @@ fn table_has_fixed_columns_units_and_every_section() {
         .unwrap();
     assert!(segment1.contains("4.00"), "{segment1}");
     assert!(table.contains("  bank 2"), "{table}");
+    assert!(
+        table.contains(
+            "display to QEMU: sockets 1, scanouts 1; updates 1 (4.0 KiB), streamed bands 2 \
+             (4.0 MiB); cursor images 1, moves 1, hides 0"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("dropped: 1 while QEMU was not reading, 0 after the socket closed"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -513,6 +555,10 @@ fn json_holds_every_section() {
     assert_eq!(json["queue_depth"]["max"], 1);
     assert_eq!(json["segments"][1]["banks"][0]["written_bytes"], 4 << 20);
     assert!(json["uptime_ns"].as_u64().is_some());
+    assert_eq!(json["display"]["streamed_bands"], 2);
+    assert_eq!(json["display"]["streamed_bytes"], 4 << 20);
+    assert_eq!(json["display"]["cursor_images"], 1);
+    assert_eq!(json["display"]["dropped_not_reading"], 1);
 }
 
 #[test]

@@ -714,8 +714,9 @@ impl VhostUserBackendMut for WddmGpuBackend {
     /// now on (scanouts already set are announced to it).
     fn set_gpu_socket(&mut self, gpu_backend: GpuBackend) -> io::Result<()> {
         info!("display socket received from the frontend");
+        let counters = self.gpu.stats().display();
         self.gpu
-            .attach_display(Some(Box::new(QemuDisplay::start(gpu_backend))));
+            .attach_display(Some(Box::new(QemuDisplay::start(gpu_backend, counters))));
         Ok(())
     }
 

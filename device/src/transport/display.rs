@@ -33,6 +33,7 @@ use crate::model::display::rect::Rect;
 use crate::model::display::sink::{
     CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES,
 };
+use crate::observe::stats::display::{DisplayCounters, SentMessage, Unsent};
 use crate::support::sync::lock;
 
 /// Most bytes of messages waiting for the writer thread.
@@ -82,11 +83,29 @@ impl Message {
             _ => 0,
         }
     }
+
+    /// How the counters see it once written.
+    fn counted_as(&self) -> SentMessage {
+        match self {
+            Self::Scanout(_) => SentMessage::Scanout,
+            Self::Update(_, pixels) => {
+                let bytes = pixels.as_slice().len() as u64;
+                match pixels {
+                    DisplayPixels::Band(_) => SentMessage::Band { bytes },
+                    _ => SentMessage::Update { bytes },
+                }
+            }
+            Self::Cursor(..) => SentMessage::CursorImage,
+            Self::CursorPos(_) => SentMessage::CursorMove,
+            Self::CursorHide(_) => SentMessage::CursorHide,
+        }
+    }
 }
 
 /// The display socket QEMU handed over, written by a thread of its own.
 pub struct QemuDisplay {
     messages: Option<Sender<Message>>,
+    counters: Arc<DisplayCounters>,
     pending: Arc<AtomicUsize>,
     spare: Arc<Mutex<SpareBands>>,
     dropped_logged: bool,
@@ -96,8 +115,10 @@ pub struct QemuDisplay {
 }
 
 impl QemuDisplay {
-    /// Starts the writer thread for `socket`.
-    pub fn start(socket: GpuBackend) -> Self {
+    /// Starts the writer thread for `socket`, counting into `counters`.
+    pub fn start(socket: GpuBackend, counters: Arc<DisplayCounters>) -> Self {
+        counters.socket();
+        let writer_counters = counters.clone();
         let (sender, receiver) = channel();
         let pending = Arc::new(AtomicUsize::new(0));
         let writer_pending = pending.clone();
@@ -105,7 +126,15 @@ impl QemuDisplay {
         let writer_spare = spare.clone();
         let spawned = std::thread::Builder::new()
             .name("wddm-gpu-display".into())
-            .spawn(move || write_messages(&socket, &receiver, &writer_pending, &writer_spare));
+            .spawn(move || {
+                let writer = Writer {
+                    socket,
+                    pending: writer_pending,
+                    spare: writer_spare,
+                    counters: writer_counters,
+                };
+                writer.run(&receiver);
+            });
         let messages = match spawned {
             Ok(_) => Some(sender),
             Err(error) => {
@@ -115,6 +144,7 @@ impl QemuDisplay {
         };
         Self {
             messages,
+            counters,
             pending,
             spare,
             dropped_logged: false,
@@ -135,6 +165,7 @@ impl QemuDisplay {
             self.pass_on_held();
         }
         let Some(messages) = &self.messages else {
+            self.counters.unsent(Unsent::SocketClosed);
             return false;
         };
         let bytes = message.bytes();
@@ -145,6 +176,7 @@ impl QemuDisplay {
             if !std::mem::replace(&mut self.dropped_logged, true) {
                 warn!("QEMU is not reading the display socket: display updates dropped");
             }
+            self.counters.unsent(Unsent::NotReading);
             return false;
         }
         self.pending.fetch_add(bytes, Ordering::AcqRel);
@@ -153,22 +185,26 @@ impl QemuDisplay {
         } else if messages.send(message).is_err() {
             // The writer ended (the socket failed, logged there).
             self.messages = None;
+            self.counters.unsent(Unsent::SocketClosed);
             return false;
         }
         true
     }
 
     fn pass_on_held(&mut self) {
-        let Some(messages) = &self.messages else {
-            self.held.clear();
-            return;
-        };
-        // Dropping the drain discards the rest if the writer ended part way.
-        for message in self.held.drain(..) {
-            if messages.send(message).is_err() {
-                self.messages = None;
-                break;
+        let mut held = self.held.drain(..);
+        if let Some(messages) = &self.messages {
+            for message in held.by_ref() {
+                if messages.send(message).is_err() {
+                    // The writer ended: this one and the rest are lost.
+                    self.messages = None;
+                    self.counters.unsent(Unsent::SocketClosed);
+                    break;
+                }
             }
+        }
+        for _ in held {
+            self.counters.unsent(Unsent::SocketClosed);
         }
     }
 }
@@ -183,31 +219,40 @@ fn update_of(scanout: u32, rect: Rect) -> VhostUserGpuUpdate {
     }
 }
 
-fn write_messages(
-    socket: &GpuBackend,
-    receiver: &Receiver<Message>,
-    pending: &AtomicUsize,
-    spare: &Mutex<SpareBands>,
-) {
-    while let Ok(message) = receiver.recv() {
-        pending.fetch_sub(message.bytes(), Ordering::AcqRel);
-        let sent = match &message {
-            Message::Scanout(scanout) => socket.set_scanout(scanout),
-            Message::Update(update, pixels) => {
-                let r = socket.update_scanout(update, pixels.as_slice());
+/// The writer thread's side: writes each message, counts it, and gives sent band buffers back.
+struct Writer {
+    socket: GpuBackend,
+    pending: Arc<AtomicUsize>,
+    spare: Arc<Mutex<SpareBands>>,
+    counters: Arc<DisplayCounters>,
+}
 
-                r
+impl Writer {
+    fn run(&self, receiver: &Receiver<Message>) {
+        while let Ok(message) = receiver.recv() {
+            self.pending.fetch_sub(message.bytes(), Ordering::AcqRel);
+            let socket = &self.socket;
+            let sent = match &message {
+                Message::Scanout(scanout) => socket.set_scanout(scanout),
+                Message::Update(update, pixels) => socket.update_scanout(update, pixels.as_slice()),
+                Message::Cursor(update, image) => socket.cursor_update(update, image),
+                Message::CursorPos(pos) => socket.cursor_pos(pos),
+                Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
+            };
+            if let Err(error) = sent {
+                info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
+                // This message and those queued are lost (one queued in the instant before the
+                // receiver goes is lost uncounted).
+                self.counters.unsent(Unsent::SocketClosed);
+                for _ in receiver.try_iter() {
+                    self.counters.unsent(Unsent::SocketClosed);
+                }
+                return;
             }
-            Message::Cursor(update, image) => socket.cursor_update(update, image),
-            Message::CursorPos(pos) => socket.cursor_pos(pos),
-            Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
-        };
-        if let Err(error) = sent {
-            info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
-            return;
-        }
-        if let Message::Update(_, DisplayPixels::Band(buffer)) = message {
-            lock(spare).give_back(buffer);
+            self.counters.sent(message.counted_as());
+            if let Message::Update(_, DisplayPixels::Band(buffer)) = message {
+                lock(&self.spare).give_back(buffer);
+            }
         }
     }
 }
@@ -282,6 +327,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::observe::stats::display::DisplaySnapshot;
 
     const HEADER_BYTES: usize = 12;
     const UPDATE_HEAD_BYTES: usize = 20;
@@ -310,7 +356,7 @@ mod tests {
     #[test]
     fn what_a_kick_shows_reaches_the_socket_only_after_release_and_in_order() {
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
 
         display.hold();
         one_pixel_update(&mut display, 1);
@@ -335,7 +381,7 @@ mod tests {
     #[test]
     fn without_a_hold_messages_go_out_at_once() {
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
         one_pixel_update(&mut display, 7);
         peer.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -345,7 +391,7 @@ mod tests {
     #[test]
     fn a_streamed_band_goes_out_during_a_hold_after_what_was_held() {
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
 
         display.hold();
         one_pixel_update(&mut display, 1);
@@ -381,7 +427,7 @@ mod tests {
     #[test]
     fn sent_bands_are_handed_out_again_and_the_spares_are_bounded() {
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours));
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
         let rect = Rect {
             x: 0,
             y: 0,
@@ -417,5 +463,102 @@ mod tests {
         let taken = spares.take(2 << 20);
         assert_eq!(taken.len(), 2 << 20, "a spare too small grows");
         assert_eq!(spares.bytes, MAX_SPARE_BYTES - (1 << 20));
+    }
+
+    /// Waits until the counters satisfy `until`, and returns them.
+    fn counted(
+        counters: &DisplayCounters,
+        until: impl Fn(&DisplaySnapshot) -> bool,
+    ) -> DisplaySnapshot {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let snapshot = counters.snapshot();
+            if until(&snapshot) {
+                return snapshot;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "counters stuck at {snapshot:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn every_message_written_is_counted_by_kind_with_its_pixel_bytes() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let counters = Arc::new(DisplayCounters::default());
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), counters.clone());
+        display.scanout(
+            0,
+            ScanoutState::Enabled {
+                width: 64,
+                height: 64,
+            },
+        );
+        one_pixel_update(&mut display, 1);
+        let band_rect = Rect {
+            x: 0,
+            y: 0,
+            width: 4,
+            height: 2,
+        };
+        let band = display.band_buffer(32);
+        assert!(display.stream(0, band_rect, band));
+        let image = CursorImage {
+            hot_x: 1,
+            hot_y: 2,
+            pixels: Box::new([0; CURSOR_BYTES]),
+        };
+        display.cursor(0, 10, 20, Some(&image));
+        display.cursor(0, 11, 21, None);
+        display.hide_cursor(0);
+
+        let snapshot = counted(&counters, |s| s.cursor_hides == 1);
+        assert_eq!(
+            snapshot,
+            DisplaySnapshot {
+                sockets: 1,
+                scanouts: 1,
+                updates: 1,
+                update_bytes: 4,
+                streamed_bands: 1,
+                streamed_bytes: 32,
+                cursor_images: 1,
+                cursor_moves: 1,
+                cursor_hides: 1,
+                dropped_not_reading: 0,
+                dropped_socket_closed: 0,
+            }
+        );
+        // Counted once written: the peer has every byte of them.
+        let expected = HEADER_BYTES * 6
+            + 12
+            + (UPDATE_HEAD_BYTES + 4)
+            + (UPDATE_HEAD_BYTES + 32)
+            + (20 + CURSOR_BYTES)
+            + 12
+            + 12;
+        let mut all = vec![0u8; expected];
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        peer.read_exact(&mut all).unwrap();
+    }
+
+    #[test]
+    fn messages_after_the_socket_closed_are_counted_as_dropped() {
+        let (ours, peer) = UnixStream::pair().unwrap();
+        let counters = Arc::new(DisplayCounters::default());
+        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), counters.clone());
+        drop(peer);
+        one_pixel_update(&mut display, 1);
+        counted(&counters, |s| s.dropped_socket_closed == 1);
+        // The writer has ended: later messages are refused at once.
+        for x in 2..5 {
+            one_pixel_update(&mut display, x);
+        }
+        let snapshot = counted(&counters, |s| s.dropped_socket_closed == 4);
+        assert_eq!(snapshot.updates, 0);
+        assert_eq!(snapshot.dropped_not_reading, 0);
     }
 }

@@ -208,6 +208,30 @@ impl StatsSnapshot {
                 "  (no such segment in the layout)",
             );
         }
+
+        let d = &self.display;
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "display to QEMU: sockets {}, scanouts {}; updates {} ({}), streamed bands {} ({}); \
+             cursor images {}, moves {}, hides {}",
+            d.sockets,
+            d.scanouts,
+            d.updates,
+            bytes(d.update_bytes),
+            d.streamed_bands,
+            bytes(d.streamed_bytes),
+            d.cursor_images,
+            d.cursor_moves,
+            d.cursor_hides
+        );
+        if d.dropped_not_reading > 0 || d.dropped_socket_closed > 0 {
+            let _ = writeln!(
+                out,
+                "  dropped: {} while QEMU was not reading, {} after the socket closed",
+                d.dropped_not_reading, d.dropped_socket_closed
+            );
+        }
         out
     }
 
@@ -417,6 +441,48 @@ impl StatsSnapshot {
             "Bytes packets read and wrote per bank of a banked segment.",
             COUNTER,
             bank_metrics,
+        );
+
+        let d = &self.display;
+        add(
+            "display_sockets_total",
+            "Display sockets QEMU handed over.",
+            COUNTER,
+            vec![counter(&[], d.sockets)],
+        );
+        add(
+            "display_messages_total",
+            "Messages written to QEMU's display socket, per kind.",
+            COUNTER,
+            [
+                ("scanout", d.scanouts),
+                ("update", d.updates),
+                ("streamed_band", d.streamed_bands),
+                ("cursor_image", d.cursor_images),
+                ("cursor_move", d.cursor_moves),
+                ("cursor_hide", d.cursor_hides),
+            ]
+            .iter()
+            .map(|&(kind, value)| counter(&[("kind", kind)], value))
+            .collect(),
+        );
+        add(
+            "display_pixel_bytes_total",
+            "Pixel bytes written to QEMU's display socket, per kind of update.",
+            COUNTER,
+            vec![
+                counter(&[("kind", "update")], d.update_bytes),
+                counter(&[("kind", "streamed_band")], d.streamed_bytes),
+            ],
+        );
+        add(
+            "display_dropped_total",
+            "Display messages dropped, per reason.",
+            COUNTER,
+            vec![
+                counter(&[("reason", "not_reading")], d.dropped_not_reading),
+                counter(&[("reason", "socket_closed")], d.dropped_socket_closed),
+            ],
         );
         families
     }
