@@ -28,6 +28,16 @@ Plan "scanout" (the guest's `wddm-guest scanout`: a surface in VRAM on the scano
                     QMP cont; wait for "device resumed"; screendump again (pattern a); answer
                     "match" or "mismatch"
   scanout-b-after-cont  a screendump as above (pattern b: the guest flipped after the resume)
+  boot              as in plan lifecycle: "first", then "after-reset" after the host's reset
+  scanout-reset     a screendump (pattern a), then QMP system_reset; no answer (the guest
+                    reboots, the backend is reset, VRAM is kept)
+  scanout-off-after-reset  after the guest started the device again, before it sets a scanout:
+                    a screendump that must not be pattern a (the frame from before the reset);
+                    answer "match" when it is not, "mismatch" when it still is
+  scanout-a-after-reset  a screendump as above (pattern a, shown again from the kept VRAM)
+
+At the boot after the reset, before the guest sets a scanout, a screendump is kept
+(boot-after-reset.ppm) and its colours logged: what QEMU's console shows then.
 
 Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
 and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
@@ -53,12 +63,14 @@ ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 PLAN_POINTS = {
     "lifecycle": ["boot", "paused-after-map", "transfer-running", "reset-point"],
     "pause-only": ["boot", "paused-after-map", "transfer-running", "reset-point"],
-    "scanout": ["scanout-a", "scanout-b", "scanout-a-again", "scanout-stop-cont",
-                "scanout-b-after-cont"],
+    "scanout": ["boot", "scanout-a", "scanout-b", "scanout-a-again", "scanout-stop-cont",
+                "scanout-b-after-cont", "scanout-reset", "scanout-off-after-reset",
+                "scanout-a-after-reset"],
 }
 # What each scanout point shows: the pattern variant, and the surface's size (scanout.rs).
 SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a",
-                  "scanout-stop-cont": "a", "scanout-b-after-cont": "b"}
+                  "scanout-stop-cont": "a", "scanout-b-after-cont": "b", "scanout-reset": "a",
+                  "scanout-a-after-reset": "a"}
 SCANOUT_SIZE = (320, 240)
 
 
@@ -294,6 +306,24 @@ class Vmctl:
             self.fail(name, detail)
         return ok
 
+    def screen_not_stale(self, point):
+        """The screen must no longer be the surface shown before the reset; answers the guest."""
+        path = os.path.join(self.args.out_dir, f"{point}.ppm")
+        try:
+            self.qmp.execute("screendump", arguments={
+                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            stale, _ = display_pattern.compare(path, *SCANOUT_SIZE, "a")
+            _, colours = display_pattern.colour_stats(path)
+            ok = not stale
+            detail = f"{colours}{'; still the frame from before the reset (pattern a)' if stale else ''}"
+        except (StepError, OSError, display_pattern.PpmError) as err:
+            ok, detail = False, str(err)
+        if ok:
+            log(f"{point}: {detail}")
+        else:
+            self.fail(point, detail)
+        self.answer("match" if ok else "mismatch")
+
     def compare_screen(self, point):
         """Screendump, compared with the surface the guest shows at point; answers the guest."""
         ok = self.screen_matches(point, SCANOUT_POINTS[point])
@@ -317,11 +347,39 @@ class Vmctl:
             ok = False
         self.answer("match" if ok else "mismatch")
 
+    def reset_vm(self, point):
+        """QMP system_reset; no answer: the guest reboots."""
+        try:
+            self.qmp.execute("system_reset")
+            self.resets += 1
+            log(f"{point}: system_reset ok (no answer; the guest reboots)")
+        except StepError as err:
+            self.fail(point, str(err))
+
+    def screen_after_reset(self):
+        """What QEMU's console shows at the boot after the reset, before the guest sets a
+        scanout: kept and logged (not judged)."""
+        path = os.path.join(self.args.out_dir, "boot-after-reset.ppm")
+        try:
+            self.qmp.execute("screendump", arguments={
+                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            _, detail = display_pattern.colour_stats(path)
+            stale, _ = display_pattern.compare(path, *SCANOUT_SIZE, "a")
+            log(f"boot after the reset, before any scanout: {detail}"
+                f"{' (still pattern a)' if stale else ''}")
+        except (StepError, OSError, display_pattern.PpmError) as err:
+            log(f"boot after the reset: no screendump: {err}")
+
     def handle(self, point):
         self.seen[point] = self.seen.get(point, 0) + 1
-        if self.args.plan == "scanout":
+        if self.args.plan == "scanout" and point != "boot":
             if point == "scanout-stop-cont":
                 self.stop_cont_screens(point)
+            elif point == "scanout-reset":
+                self.screen_matches(point, SCANOUT_POINTS[point])
+                self.reset_vm(point)
+            elif point == "scanout-off-after-reset":
+                self.screen_not_stale(point)
             elif point in SCANOUT_POINTS:
                 self.compare_screen(point)
             else:
@@ -333,6 +391,8 @@ class Vmctl:
                 self.answer("first")
                 log("boot: answered first")
             elif self.seen[point] == self.resets + 1:
+                if self.args.plan == "scanout":
+                    self.screen_after_reset()
                 self.answer("after-reset")
                 log("boot: answered after-reset")
             else:
@@ -350,12 +410,7 @@ class Vmctl:
             self.answer("no-reset")
             log("reset-point: answered no-reset (plan pause-only)")
         elif point == "reset-point":
-            try:
-                self.qmp.execute("system_reset")
-                self.resets += 1
-                log("reset-point: system_reset ok (no answer; the guest reboots)")
-            except StepError as err:
-                self.fail(point, str(err))
+            self.reset_vm(point)
         else:
             log(f"WARNING: {point}: not a point of plan {self.args.plan}; answered go")
             self.answer("go")
@@ -393,7 +448,7 @@ class Vmctl:
         missing = [p for p in want if p not in self.seen]
         if missing:
             self.fail("plan", f"points never seen: {', '.join(missing)}")
-        elif self.args.plan == "lifecycle" and self.seen.get("boot", 0) < 2:
+        elif self.args.plan in ("lifecycle", "scanout") and self.seen.get("boot", 0) < 2:
             self.fail("plan", "no boot after the system_reset")
         seen = ", ".join(f"{p}x{n}" for p, n in self.seen.items()) or "none"
         log(f"summary: points seen: {seen}; {len(self.failures)} failure(s)")

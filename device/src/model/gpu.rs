@@ -321,10 +321,16 @@ impl Gpu {
 
     /// Virtio reset (the frontend stops the rings): running work stops within one chunk,
     /// pending work and posted events are dropped unanswered, the GART and the status page
-    /// registration are cleared. VRAM keeps its contents.
+    /// registration are cleared, the scanouts are off. VRAM keeps its contents.
+    ///
+    /// A reset also ends a pause ([`Self::pause`]: QEMU stops the rings first): the vblanks
+    /// tick again, with nothing shown until the next SET_SCANOUT_VRAM.
     pub fn device_reset(&self) {
         self.scheduler.reset(ResetBy::Frontend);
         lock(&self.display).reset();
+        if let Some(vblank) = &self.vblank {
+            vblank.resume();
+        }
     }
 
     /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step

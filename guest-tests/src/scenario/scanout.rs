@@ -12,6 +12,15 @@
 //! | `scanout-a` | pattern a, [`WIDTH`] x [`HEIGHT`] |
 //! | `scanout-b` | pattern b |
 //! | `scanout-a-again` | pattern a |
+//! | `scanout-stop-cont`, `scanout-b-after-cont` | a while stopped and after `cont`, then b |
+//! | `scanout-reset` | a; then the host resets the VM (`system_reset`) and never answers |
+//! | `scanout-off-after-reset` | not a: QEMU's console no longer shows the frame from before the reset |
+//! | `scanout-a-after-reset` | pattern a, shown again after the reset from what VRAM kept |
+//!
+//! The run starts at `boot`, which the host answers `first`, and `after-reset` on the boot after
+//! its reset. The first boot runs [`TESTS`] and prints its summary before `scanout-reset`; the
+//! boot after the reset runs [`AFTER_RESET_TESTS`]: the reset turned the scanout off and kept the
+//! surfaces in VRAM, which show again without being written.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +37,7 @@ use crate::kmd::{Event, EventQueue};
 use crate::scenario::setup;
 use crate::scenario::suite::Tally;
 use crate::sync::{SyncPort, SYNC_PORT};
+use crate::vram::Vram;
 
 /// The surfaces' size (the host compares screendumps of this size).
 pub const WIDTH: u32 = 320;
@@ -53,9 +63,19 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 const ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
 /// The host's answer when the screendump is the surface.
 const MATCH: &str = "match";
+/// The first sync point and its answers.
+const BOOT: &str = "boot";
+const FIRST: &str = "first";
+const AFTER_RESET: &str = "after-reset";
+/// Where the host resets the VM (never answered when it does).
+const RESET_POINT: &str = "scanout-reset";
+/// How long the host may take to reset the VM after [`RESET_POINT`].
+const RESET_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long without events shows the scanout is off.
+const QUIET: Duration = Duration::from_millis(500);
 
-/// The tests, in run order.
-pub const TESTS: [&str; 9] = [
+/// The first boot's tests, in run order.
+pub const TESTS: [&str; 10] = [
     "scanout_refuses_hostile_values",
     "vblanks_at_the_configured_rate",
     "screendump_shows_a",
@@ -65,6 +85,14 @@ pub const TESTS: [&str; 9] = [
     "screendump_shows_a_again",
     "scanout_survives_stop_cont",
     "scanout_off",
+    "scanout_on_at_reset",
+];
+/// The tests of the boot after the host's reset, in run order.
+pub const AFTER_RESET_TESTS: [&str; 4] = [
+    "after_reset_scanout_is_off",
+    "after_reset_vram_kept_the_surfaces",
+    "after_reset_screendump_shows_a",
+    "after_reset_scanout_off",
 ];
 
 /// The pattern the host's `display_pattern.pattern_row` computes: variant a, or b (a inverted).
@@ -96,13 +124,21 @@ fn surface_bytes(variant_b: bool) -> Vec<u8> {
 
 struct Rig {
     device: crate::driver::Device,
+    vram: Vram,
     segment_id: u32,
     base: u64,
     events: EventQueue,
 }
 
+/// Whether the surfaces are drawn, or must already be in VRAM (after the reset).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Surfaces {
+    Draw,
+    Kept,
+}
+
 impl Rig {
-    fn new(options: &Options) -> Outcome<Self> {
+    fn new(options: &Options, surfaces: Surfaces) -> Outcome<Self> {
         let arena = setup::arena()?;
         let mut device = setup::device(arena, options)?;
         let layout = setup::layout(&mut device)?;
@@ -113,14 +149,17 @@ impl Rig {
         ensure(vram.contains(SURFACE_B, u64::from(PITCH * HEIGHT)), || {
             format!("VRAM segment of {:#x} bytes too small", vram.size)
         })?;
-        vram.write(SURFACE_A, &surface_bytes(false));
-        vram.write(SURFACE_B, &surface_bytes(true));
+        if surfaces == Surfaces::Draw {
+            vram.write(SURFACE_A, &surface_bytes(false));
+            vram.write(SURFACE_B, &surface_bytes(true));
+        }
         println!(
             "SCANOUT surfaces a at {SURFACE_A:#x}, b at {SURFACE_B:#x} of segment {} ({WIDTH}x{HEIGHT}, pitch {PITCH})",
             segment.desc.id
         );
         Ok(Self {
             device,
+            vram,
             segment_id: segment.desc.id,
             base: segment.desc.base_address,
             events: EventQueue::new(4),
@@ -334,45 +373,135 @@ fn off(rig: &mut Rig) -> Outcome {
         format!("turning the scanout off answered {type_:#x}")
     })?;
     rig.until_shown(0, Some(rig.base + SURFACE_A))?;
-    // No vblanks after the last one.
-    let late = rig
-        .events
-        .next(&mut rig.device.control, Duration::from_millis(500))?;
+    no_events(rig, "after the scanout was turned off")
+}
+
+/// No event within [`QUIET`].
+fn no_events(rig: &mut Rig, when: &str) -> Outcome {
+    let late = rig.events.next(&mut rig.device.control, QUIET)?;
     ensure(late.is_none(), || {
         format!(
-            "an event after the scanout was turned off: {}",
+            "an event {when}: {}",
             late.map_or(String::new(), |e| e.to_string())
         )
     })
 }
 
-/// Runs the scenario; true iff every test passed.
-pub fn run(options: &Options) -> bool {
-    let mut tally = Tally::default();
-    let port = SyncPort::open(SYNC_PORT).map_err(|err| Failure(err.to_string()));
-    let rig = Rig::new(options);
-    match (rig, port) {
-        (Ok(mut rig), Ok(mut port)) => {
-            let rig = &mut rig;
-            let port = &mut port;
-            tally.report(TESTS[0], &hostile(rig));
-            tally.report(TESTS[1], &rate(rig).map(|_| ()));
-            // Every sync point is reached, so the host's plan never stalls.
-            tally.report(TESTS[2], &screendump(port, "scanout-a"));
-            tally.report(TESTS[3], &flip(rig, SURFACE_B, SURFACE_A));
-            tally.report(TESTS[4], &screendump(port, "scanout-b"));
-            tally.report(TESTS[5], &flip(rig, SURFACE_A, SURFACE_B));
-            tally.report(TESTS[6], &screendump(port, "scanout-a-again"));
-            tally.report(TESTS[7], &stop_cont(rig, port));
-            tally.report(TESTS[8], &off(rig));
-        }
-        (Err(why), _) | (_, Err(why)) => {
-            let why = Err(Failure(format!("not run: {why}")));
-            for name in TESTS {
-                tally.report(name, &why);
-            }
+/// a on the scanout again, as the scanout stood when the host resets the VM.
+fn on_at_reset(rig: &mut Rig) -> Outcome {
+    rig.show(SURFACE_A)?;
+    rig.until_shown(rig.base + SURFACE_A, None).map(|_| ())
+}
+
+/// a shown after the reset: the vblank counter starts again at 1.
+fn shown_counting_from_one(rig: &mut Rig) -> Outcome {
+    rig.show(SURFACE_A)?;
+    let first = rig.until_shown(rig.base + SURFACE_A, None)?;
+    let count = first.resp.vblank_count;
+    ensure(count == 1, || {
+        format!("the first vblank after the reset counts {count}, not 1")
+    })?;
+    println!("SCANOUT after the reset: a shown from vblank {count}");
+    Ok(())
+}
+
+/// Both surfaces hold what the first boot drew.
+fn surfaces_kept(rig: &Rig) -> Outcome {
+    for (offset, variant_b) in [(SURFACE_A, false), (SURFACE_B, true)] {
+        let want = surface_bytes(variant_b);
+        let mut got = vec![0u8; want.len()];
+        rig.vram.read(offset, &mut got);
+        if let Some(at) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            return Err(Failure(format!(
+                "surface at {offset:#x}: byte {at} is {:#04x}, want {:#04x} (VRAM lost across the reset)",
+                got[at], want[at]
+            )));
         }
     }
+    println!(
+        "SCANOUT after the reset: both surfaces ({} bytes each) still in VRAM",
+        PITCH * HEIGHT
+    );
+    Ok(())
+}
+
+/// Runs the scenario's part for this boot; true iff every test of it passed.
+pub fn run(options: &Options) -> bool {
+    let mut tally = Tally::default();
+    let mut port = match SyncPort::open(SYNC_PORT) {
+        Ok(port) => port,
+        Err(err) => return not_run(&mut tally, &TESTS, &err.to_string()),
+    };
+    match port.sync(BOOT, SYNC_TIMEOUT) {
+        Ok(answer) if answer == FIRST => first_boot(&mut tally, &mut port, options),
+        Ok(answer) if answer == AFTER_RESET => after_reset(&mut tally, &mut port, options),
+        Ok(answer) => not_run(
+            &mut tally,
+            &TESTS,
+            &format!(
+                "the host answered {answer:?} to GUEST-SYNC {BOOT} (want {FIRST} or {AFTER_RESET})"
+            ),
+        ),
+        Err(err) => not_run(&mut tally, &TESTS, &err.to_string()),
+    }
+}
+
+fn not_run(tally: &mut Tally, tests: &[&str], why: &str) -> bool {
+    let why = Err(Failure(format!("not run: {why}")));
+    for name in tests {
+        tally.report(name, &why);
+    }
+    tally.summary()
+}
+
+/// The first boot: every test, its summary, then the host's reset (which ends this run).
+fn first_boot(tally: &mut Tally, port: &mut SyncPort, options: &Options) -> bool {
+    let mut rig = match Rig::new(options, Surfaces::Draw) {
+        Ok(rig) => rig,
+        Err(why) => return not_run(tally, &TESTS, &why.0),
+    };
+    let rig = &mut rig;
+    tally.report(TESTS[0], &hostile(rig));
+    tally.report(TESTS[1], &rate(rig).map(|_| ()));
+    // Every sync point is reached, so the host's plan never stalls.
+    tally.report(TESTS[2], &screendump(port, "scanout-a"));
+    tally.report(TESTS[3], &flip(rig, SURFACE_B, SURFACE_A));
+    tally.report(TESTS[4], &screendump(port, "scanout-b"));
+    tally.report(TESTS[5], &flip(rig, SURFACE_A, SURFACE_B));
+    tally.report(TESTS[6], &screendump(port, "scanout-a-again"));
+    tally.report(TESTS[7], &stop_cont(rig, port));
+    tally.report(TESTS[8], &off(rig));
+    tally.report(TESTS[9], &on_at_reset(rig));
+    tally.summary();
+    // The host screendumps a and resets the VM, which ends this run: returning means it did not.
+    match port.sync(RESET_POINT, RESET_TIMEOUT) {
+        Ok(answer) => println!(
+            "SCANOUT the host answered {answer:?} at {RESET_POINT} instead of resetting the VM"
+        ),
+        Err(err) => println!("SCANOUT no reset after {RESET_POINT}: {err}"),
+    }
+    false
+}
+
+/// The boot after the host's reset.
+fn after_reset(tally: &mut Tally, port: &mut SyncPort, options: &Options) -> bool {
+    let mut rig = match Rig::new(options, Surfaces::Kept) {
+        Ok(rig) => rig,
+        Err(why) => return not_run(tally, &AFTER_RESET_TESTS, &why.0),
+    };
+    let rig = &mut rig;
+    let quiet = rig
+        .events
+        .replenish(&mut rig.device.control)
+        .and_then(|()| no_events(rig, "before any SET_SCANOUT_VRAM after the reset"));
+    // Whatever the first check found, the host's plan goes on.
+    let screen_off = screendump(port, "scanout-off-after-reset");
+    tally.report(AFTER_RESET_TESTS[0], &quiet.and(screen_off));
+    tally.report(AFTER_RESET_TESTS[1], &surfaces_kept(rig));
+    let shown = shown_counting_from_one(rig);
+    let screen = screendump(port, "scanout-a-after-reset");
+    tally.report(AFTER_RESET_TESTS[2], &shown.and(screen));
+    tally.report(AFTER_RESET_TESTS[3], &off(rig));
     tally.summary()
 }
 

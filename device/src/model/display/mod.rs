@@ -210,8 +210,10 @@ impl Display {
         self.used
     }
 
-    /// The display to drive from now on (QEMU's new socket), or none. Scanouts already set are
-    /// announced to it.
+    /// The display to drive from now on (QEMU's new socket), or none. Every scanout is
+    /// announced to it: those set with their size, the others disabled. QEMU closes the socket
+    /// before a guest reset reaches the backend, so the reset's own "disabled" cannot be sent,
+    /// and QEMU's console would go on showing the last frame of the previous boot.
     pub fn attach_sink(&mut self, sink: Option<Box<dyn DisplaySink>>) {
         self.sink = sink;
         // A new display has had nothing streamed: the next flushes send it all.
@@ -219,14 +221,18 @@ impl Display {
             resource.streamed = None;
         }
         for scanout in 0..self.scanouts.len() {
-            if let Some(binding) = self.scanouts[scanout] {
-                self.announce(scanout as u32, binding);
-            }
             let vram_scanout = &mut self.vram_scanouts[scanout];
-            if let (Some(surface), Some(sink)) = (vram_scanout.shown(), &mut self.sink) {
+            let Some(sink) = &mut self.sink else {
+                return;
+            };
+            if let Some(surface) = vram_scanout.shown() {
                 let (width, height) = (surface.width, surface.height);
                 sink.scanout(scanout as u32, ScanoutState::Enabled { width, height });
                 vram_scanout.repaint();
+            } else if let Some(binding) = self.scanouts[scanout] {
+                self.announce(scanout as u32, binding);
+            } else {
+                sink.scanout(scanout as u32, ScanoutState::Disabled);
             }
         }
     }

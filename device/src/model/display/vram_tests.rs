@@ -39,6 +39,11 @@ impl VramRig {
             ..Default::default()
         });
         display.attach_sink(Some(Box::new(sink.clone())));
+        let announced = std::mem::take(&mut *sink.0.lock().unwrap());
+        assert_eq!(
+            announced,
+            [0, 1].map(|scanout| Event::Scanout(scanout, ScanoutState::Disabled))
+        );
         Self {
             display,
             sink,

@@ -254,3 +254,35 @@ fn vblanks_of_a_vram_scanout_complete_posted_events_with_the_address_shown() {
         .recv_timeout(std::time::Duration::from_millis(200))
         .is_err());
 }
+
+#[test]
+fn vblanks_come_again_after_a_reset_that_followed_a_pause() {
+    use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+    let rig = GpuRig::new("vblank-reset");
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x10000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    assert_eq!(event(&rig.post_event()).kind, WDDM_GPU_EVENT_VBLANK);
+    // QEMU's reset: the rings stop (a pause), then the device is reset.
+    let _ = rig.gpu.pause();
+    rig.gpu.device_reset();
+    // The reset turned the scanout off: nothing to report.
+    let quiet = rig.post_event();
+    assert!(quiet
+        .recv_timeout(std::time::Duration::from_millis(200))
+        .is_err());
+    // Shown again: the vblanks tick (they stayed paused before).
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x10000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let again = quiet
+        .recv_timeout(WAIT)
+        .expect("a vblank after the reset and a new SET_SCANOUT_VRAM");
+    let again = <WddmGpuRespEvent as zerocopy::FromBytes>::read_from_bytes(&again).unwrap();
+    assert_eq!(
+        (again.kind, again.scanout_segment_id, again.scanout_address),
+        (WDDM_GPU_EVENT_VBLANK, 1, 0x10000)
+    );
+}
