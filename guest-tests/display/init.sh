@@ -5,7 +5,8 @@
 #
 # Host protocol (scripts/lib/display_host.py): "GUEST-SYNC <point>" on the console (ttyS0), then
 # one answer line read from /dev/ttyS1. Points: boot (answer: go), fb-drawn (the host takes its
-# screendump; go), done (reboot or poweroff). Checks are "DISPLAY-CHECK <name> PASS|FAIL ...".
+# screendump; go), cursor-done (the host waits until the cursor messages left the backend; go),
+# fb-redrawn (a second screendump; go), done (reboot or poweroff). Checks are "DISPLAY-CHECK <name> PASS|FAIL ...".
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 set -f
 
@@ -63,8 +64,9 @@ check fb_pattern_drawn "$fb_rc" ""
 sync_point fb-drawn
 
 /bin/display-check drm
+sync_point cursor-done
 
-# The pattern again, on the display socket that carried the DRM client's cursor messages: the
+# The pattern again, after the DRM client's cursor messages on the same display socket: the
 # host's second screendump shows QEMU read them in step (the screendump has no cursor).
 if /bin/display-check fb; then fb_rc=0; else fb_rc=1; fi
 check fb_pattern_redrawn "$fb_rc" "after the DRM client closed"

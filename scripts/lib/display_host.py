@@ -10,7 +10,9 @@ failure that passes means the expectation is stale). Every check of the plan get
 the guest never reported is a FAIL ("never reported"), never a skip. With --backend ours the
 host also reads the backend's stats endpoint at each boot's start and end
 (display_socket_messages): the boot's large framebuffer transfers went to QEMU in streamed bands,
-and the DRM client's cursor image, move and hide were written to QEMU's display socket.
+and the DRM client's cursor image, move and hide were written to QEMU's display socket. At
+cursor-done it waits until the cursor hide is written before the guest draws the pattern again,
+so the screendump at fb-redrawn covers messages that followed the cursor's on the socket.
 
 Plans:
   linux-reboot  the Linux guest with the kernel's virtio_gpu; after its checks the host answers
@@ -70,6 +72,12 @@ BOOT_CHECKS = GUEST_CHECKS + HOST_CHECKS
 # Checked in our backend's stats (the C peer has none): what it sent on QEMU's display socket
 # during the boot.
 OURS_CHECKS = ["display_socket_messages"]
+# The counters the stats endpoint's "display" object holds (docs/measurement.md).
+DISPLAY_COUNTERS = [
+    "sockets", "scanouts", "updates", "update_bytes", "streamed_bands", "streamed_bytes",
+    "cursor_images", "cursor_moves", "cursor_hides", "dropped_not_reading",
+    "dropped_socket_closed",
+]
 
 # Kernel lines that mean the driver or the device went wrong.
 DMESG_ERROR_RE = re.compile(
@@ -180,18 +188,43 @@ class DisplayHost:
         return data
 
     def display_counters(self):
-        """Our backend's display counters, or an error string."""
+        """Our backend's display counters (a dict of numbers), or an error string."""
         try:
-            return json.loads(self.stats_request("json"))["display"]
-        except (OSError, ValueError, KeyError) as err:
+            counters = json.loads(self.stats_request("json"))["display"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
             return f"stats endpoint {self.args.stats_socket}: {err}"
+        if not isinstance(counters, dict) or not all(
+                isinstance(counters.get(key), int) for key in DISPLAY_COUNTERS):
+            return f"stats endpoint {self.args.stats_socket}: not display counters: {counters!r}"
+        return counters
+
+    def counters_since_boot(self):
+        """This boot's display counters (after minus its start), or an error string."""
+        before, after = self.display_before, self.display_counters()
+        for counters in (before, after):
+            if not isinstance(counters, dict):
+                return counters or "no counters read at the boot's start"
+        return {key: after[key] - before[key] for key in DISPLAY_COUNTERS}
+
+    def wait_cursor_written(self):
+        """Until our backend has written the DRM client's cursor hide (its last cursor message)
+        to QEMU's socket, so that what the guest draws next follows it there."""
+        deadline = time.monotonic() + 10
+        while True:
+            delta = self.counters_since_boot()
+            if isinstance(delta, str) or delta["cursor_hides"] >= 1:
+                break
+            if time.monotonic() > deadline:
+                log("cursor-done: no cursor hide written within 10 s")
+                break
+            time.sleep(0.05)
+        log(f"cursor-done: {delta}")
 
     def check_display_counters(self):
         """What the boot's display work put on QEMU's socket: the pattern's large transfers
-        streamed in bands, and the cursor's image, move and hide (QEMU's screendump has no
-        cursor; the pattern screendumped after it shows the stream stayed in step)."""
-        after = self.display_counters()
-        before = self.display_before
+        streamed in bands, and the cursor's image, move and hide. (QEMU's screendump has no
+        cursor: the pattern drawn after the cursor messages were written and screendumped shows
+        that QEMU read them in step.)"""
         prefix = self.prefix()
         name = prefix + "display_socket_messages"
         try:
@@ -201,10 +234,10 @@ class DisplayHost:
                 f.write(self.stats_request("table"))
         except OSError as err:
             log(f"stats table not kept: {err}")
-        if isinstance(after, str) or isinstance(before, str):
-            self.record(name, False, after if isinstance(after, str) else before)
+        delta = self.counters_since_boot()
+        if isinstance(delta, str):
+            self.record(name, False, delta)
             return
-        delta = {key: after[key] - before.get(key, 0) for key in after}
         wanted = {"streamed_bands": 1, "cursor_images": 1, "cursor_moves": 1, "cursor_hides": 1}
         short = [key for key, least in wanted.items() if delta[key] < least]
         ok = not short and delta["dropped_not_reading"] == 0
@@ -254,6 +287,13 @@ class DisplayHost:
             self.answer("go")
         elif point == "fb-drawn":
             self.on_fb_drawn("screendump_matches_pattern", "pattern")
+            self.answer("go")
+        elif point == "cursor-done":
+            if self.args.backend == "ours":
+                self.wait_cursor_written()
+            else:
+                # The C peer has no counters: its cursor queue is given a moment.
+                time.sleep(0.5)
             self.answer("go")
         elif point == "fb-redrawn":
             self.on_fb_drawn("screendump_after_drm_matches_pattern", "pattern-after-drm")

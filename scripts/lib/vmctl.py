@@ -287,16 +287,21 @@ class Vmctl:
         steps.append("answered go")
         log(f"{point}: " + ", ".join(steps))
 
+    def screendump(self, name):
+        """A screendump of the GPU's console into `name`.ppm in --out-dir; its path."""
+        path = os.path.join(self.args.out_dir, f"{name}.ppm")
+        if os.path.exists(path):
+            os.unlink(path)
+        # The GPU's console: the guest machine also has QEMU's default VGA (console 0).
+        self.qmp.execute("screendump", arguments={
+            "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+        return path
+
     def screen_matches(self, name, variant):
         """Screendump `name`.ppm of the GPU's console compared with pattern `variant`: (ok,
         detail), a mismatch already recorded as a failure."""
-        path = os.path.join(self.args.out_dir, f"{name}.ppm")
         try:
-            if os.path.exists(path):
-                os.unlink(path)
-            # The GPU's console: the guest machine also has QEMU's default VGA (console 0).
-            self.qmp.execute("screendump", arguments={
-                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            path = self.screendump(name)
             ok, detail = display_pattern.compare(path, *SCANOUT_SIZE, variant)
         except (StepError, OSError, display_pattern.PpmError) as err:
             ok, detail = False, str(err)
@@ -308,10 +313,8 @@ class Vmctl:
 
     def screen_not_stale(self, point):
         """The screen must no longer be the surface shown before the reset; answers the guest."""
-        path = os.path.join(self.args.out_dir, f"{point}.ppm")
         try:
-            self.qmp.execute("screendump", arguments={
-                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            path = self.screendump(point)
             stale, _ = display_pattern.compare(path, *SCANOUT_SIZE, "a")
             _, colours = display_pattern.colour_stats(path)
             ok = not stale
@@ -359,10 +362,8 @@ class Vmctl:
     def screen_after_reset(self):
         """What QEMU's console shows at the boot after the reset, before the guest sets a
         scanout: kept and logged (not judged)."""
-        path = os.path.join(self.args.out_dir, "boot-after-reset.ppm")
         try:
-            self.qmp.execute("screendump", arguments={
-                "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
+            path = self.screendump("boot-after-reset")
             _, detail = display_pattern.colour_stats(path)
             stale, _ = display_pattern.compare(path, *SCANOUT_SIZE, "a")
             log(f"boot after the reset, before any scanout: {detail}"

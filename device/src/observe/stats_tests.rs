@@ -313,8 +313,8 @@ fn busy_snapshot() -> StatsSnapshot {
     display.socket();
     display.sent(SentMessage::Scanout);
     display.sent(SentMessage::Update { bytes: 4096 });
-    display.sent(SentMessage::Band { bytes: 3 << 20 });
-    display.sent(SentMessage::Band { bytes: 1 << 20 });
+    display.sent(SentMessage::StreamedBand { bytes: 3 << 20 });
+    display.sent(SentMessage::StreamedBand { bytes: 1 << 20 });
     display.sent(SentMessage::CursorImage);
     display.sent(SentMessage::CursorMove);
     display.unsent(Unsent::NotReading);

@@ -711,7 +711,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
     }
 
     /// QEMU's display socket, new at every device start: the display is shown through it from
-    /// now on (scanouts already set are announced to it).
+    /// now on (scanouts set, and those a reset turned off, are announced to it).
     fn set_gpu_socket(&mut self, gpu_backend: GpuBackend) -> io::Result<()> {
         info!("display socket received from the frontend");
         let counters = self.gpu.stats().display();

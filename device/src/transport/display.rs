@@ -9,8 +9,8 @@
 //! may be waiting for a vhost-user reply from this backend, so a vring worker blocked on a full
 //! socket could deadlock both. Pending bytes are bounded; past the bound updates are dropped
 //! (the next flush repaints). When QEMU closes the socket (a device stop or reset) the write
-//! fails with EPIPE (SIGPIPE is ignored by the Rust runtime): the thread logs once and ends, and
-//! later messages are dropped until the next SET_SOCKET brings a new socket.
+//! fails with EPIPE (SIGPIPE is ignored by the Rust runtime): the thread logs once, and every
+//! later message is counted as dropped until the next SET_SOCKET brings a new socket.
 //!
 //! While a kick's requests are answered the messages are held and passed to the thread after
 //! the answers are on the used ring ([`DisplaySink::hold`]): waking the thread first would put
@@ -91,7 +91,7 @@ impl Message {
             Self::Update(_, pixels) => {
                 let bytes = pixels.as_slice().len() as u64;
                 match pixels {
-                    DisplayPixels::Band(_) => SentMessage::Band { bytes },
+                    DisplayPixels::Band(_) => SentMessage::StreamedBand { bytes },
                     _ => SentMessage::Update { bytes },
                 }
             }
@@ -228,31 +228,37 @@ struct Writer {
 }
 
 impl Writer {
+    /// Writes messages until the display is dropped (a new socket replaced it, or the GPU
+    /// went). Once the socket has failed, every message is counted as lost instead.
     fn run(&self, receiver: &Receiver<Message>) {
-        while let Ok(message) = receiver.recv() {
+        let mut closed = false;
+        for message in receiver {
             self.pending.fetch_sub(message.bytes(), Ordering::AcqRel);
-            let socket = &self.socket;
-            let sent = match &message {
-                Message::Scanout(scanout) => socket.set_scanout(scanout),
-                Message::Update(update, pixels) => socket.update_scanout(update, pixels.as_slice()),
-                Message::Cursor(update, image) => socket.cursor_update(update, image),
-                Message::CursorPos(pos) => socket.cursor_pos(pos),
-                Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
-            };
-            if let Err(error) = sent {
-                info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
-                // This message and those queued are lost (one queued in the instant before the
-                // receiver goes is lost uncounted).
+            if closed {
                 self.counters.unsent(Unsent::SocketClosed);
-                for _ in receiver.try_iter() {
-                    self.counters.unsent(Unsent::SocketClosed);
-                }
-                return;
+                continue;
+            }
+            if let Err(error) = self.write(&message) {
+                info!("display socket closed ({error}); nothing more is shown until QEMU hands over a new one");
+                self.counters.unsent(Unsent::SocketClosed);
+                closed = true;
+                continue;
             }
             self.counters.sent(message.counted_as());
             if let Message::Update(_, DisplayPixels::Band(buffer)) = message {
                 lock(&self.spare).give_back(buffer);
             }
+        }
+    }
+
+    fn write(&self, message: &Message) -> std::io::Result<()> {
+        let socket = &self.socket;
+        match message {
+            Message::Scanout(scanout) => socket.set_scanout(scanout),
+            Message::Update(update, pixels) => socket.update_scanout(update, pixels.as_slice()),
+            Message::Cursor(update, image) => socket.cursor_update(update, image),
+            Message::CursorPos(pos) => socket.cursor_pos(pos),
+            Message::CursorHide(pos) => socket.cursor_pos_hide(pos),
         }
     }
 }
@@ -551,14 +557,18 @@ mod tests {
         let counters = Arc::new(DisplayCounters::default());
         let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), counters.clone());
         drop(peer);
-        one_pixel_update(&mut display, 1);
-        counted(&counters, |s| s.dropped_socket_closed == 1);
-        // The writer has ended: later messages are refused at once.
-        for x in 2..5 {
+        // Every one is lost, whether it was queued before or after the write failed.
+        for x in 1..5 {
             one_pixel_update(&mut display, x);
         }
-        let snapshot = counted(&counters, |s| s.dropped_socket_closed == 4);
+        counted(&counters, |s| s.dropped_socket_closed == 4);
+        for x in 5..8 {
+            one_pixel_update(&mut display, x);
+        }
+        let snapshot = counted(&counters, |s| s.dropped_socket_closed == 7);
         assert_eq!(snapshot.updates, 0);
         assert_eq!(snapshot.dropped_not_reading, 0);
+        // Nothing waits: the lost messages' bytes are no longer pending.
+        assert_eq!(display.pending.load(Ordering::Acquire), 0);
     }
 }

@@ -160,7 +160,16 @@ pub struct Display {
     scanouts: Vec<Option<Binding>>,
     /// What each scanout shows of VRAM (a scanout shows a 2D resource or VRAM, never both).
     vram_scanouts: Vec<VramScanout>,
+    /// Scanouts a reset turned off since the display was attached: QEMU closes the socket
+    /// before a guest reset reaches the backend, so that "disabled" may never have arrived.
+    reset_off: Vec<bool>,
     sink: Option<Box<dyn DisplaySink>>,
+}
+
+/// Tells the display the size of a scanout showing a 2D resource.
+fn announce(sink: &mut dyn DisplaySink, scanout: u32, binding: Binding) {
+    let (width, height) = (binding.rect.width, binding.rect.height);
+    sink.scanout(scanout, ScanoutState::Enabled { width, height });
 }
 
 fn nodata() -> Vec<u8> {
@@ -182,6 +191,7 @@ impl Display {
             used: 0,
             scanouts: vec![None; count as usize],
             vram_scanouts: (0..count).map(|_| VramScanout::default()).collect(),
+            reset_off: vec![false; count as usize],
             sink: None,
         }
     }
@@ -210,30 +220,31 @@ impl Display {
         self.used
     }
 
-    /// The display to drive from now on (QEMU's new socket), or none. Every scanout is
-    /// announced to it: those set with their size, the others disabled. QEMU closes the socket
-    /// before a guest reset reaches the backend, so the reset's own "disabled" cannot be sent,
-    /// and QEMU's console would go on showing the last frame of the previous boot.
+    /// The display to drive from now on (QEMU's new socket), or none. Scanouts that are set
+    /// are announced to it, and those a reset turned off as disabled: without that, QEMU's
+    /// console went on showing the last frame from before the reset.
     pub fn attach_sink(&mut self, sink: Option<Box<dyn DisplaySink>>) {
         self.sink = sink;
         // A new display has had nothing streamed: the next flushes send it all.
         for resource in self.resources.values_mut() {
             resource.streamed = None;
         }
+        let Some(sink) = &mut self.sink else {
+            return;
+        };
         for scanout in 0..self.scanouts.len() {
             let vram_scanout = &mut self.vram_scanouts[scanout];
-            let Some(sink) = &mut self.sink else {
-                return;
-            };
+            let id = scanout as u32;
             if let Some(surface) = vram_scanout.shown() {
                 let (width, height) = (surface.width, surface.height);
-                sink.scanout(scanout as u32, ScanoutState::Enabled { width, height });
+                sink.scanout(id, ScanoutState::Enabled { width, height });
                 vram_scanout.repaint();
             } else if let Some(binding) = self.scanouts[scanout] {
-                self.announce(scanout as u32, binding);
-            } else {
-                sink.scanout(scanout as u32, ScanoutState::Disabled);
+                announce(sink.as_mut(), id, binding);
+            } else if self.reset_off[scanout] {
+                sink.scanout(id, ScanoutState::Disabled);
             }
+            self.reset_off[scanout] = false;
         }
     }
 
@@ -246,6 +257,7 @@ impl Display {
                 if let Some(sink) = &mut self.sink {
                     sink.scanout(scanout as u32, ScanoutState::Disabled);
                 }
+                self.reset_off[scanout] = true;
             }
         }
         self.resources.clear();
@@ -515,7 +527,9 @@ impl Display {
         self.resource_mut(resource_id)?.streamed = None;
         let binding = Binding { resource_id, rect };
         self.scanouts[scanout] = Some(binding);
-        self.announce(scanout_id, binding);
+        if let Some(sink) = &mut self.sink {
+            announce(sink.as_mut(), scanout_id, binding);
+        }
         Ok(nodata())
     }
 
@@ -559,14 +573,6 @@ impl Display {
             self.scanouts[scanout] = None;
         }
         Some(event)
-    }
-
-    /// Tells the display a scanout's size.
-    fn announce(&mut self, scanout: u32, binding: Binding) {
-        if let Some(sink) = &mut self.sink {
-            let (width, height) = (binding.rect.width, binding.rect.height);
-            sink.scanout(scanout, ScanoutState::Enabled { width, height });
-        }
     }
 
     fn flush(&mut self, resource_id: u32, rect: WireRect) -> Result<Vec<u8>, DisplayError> {

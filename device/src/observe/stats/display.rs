@@ -1,6 +1,8 @@
 //! What the display sent to QEMU: messages per kind and their pixel bytes, display sockets, and
-//! what was dropped. Lock-free: the display's writer thread counts what it wrote and the vring
-//! workers what they could not hand over, without the paging counters' lock.
+//! what was dropped. Lock-free: the display's writer thread counts what it wrote and what a
+//! closed socket lost, the vring workers what they could not hand over, without the paging
+//! counters' lock. The values are the device's own (message counts and sizes bounded by the
+//! 2D resources), not the guest's: plain wrapping additions that no run reaches.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,7 +16,7 @@ pub enum SentMessage {
     /// UPDATE at a flush or a vblank, with its pixel bytes.
     Update { bytes: u64 },
     /// UPDATE of a band a large transfer streamed, with its pixel bytes.
-    Band { bytes: u64 },
+    StreamedBand { bytes: u64 },
     /// CURSOR_UPDATE (a new image at a position).
     CursorImage,
     /// CURSOR_POS.
@@ -28,7 +30,8 @@ pub enum SentMessage {
 pub enum Unsent {
     /// QEMU was not reading the socket and the pending bytes were at their bound.
     NotReading,
-    /// The socket had closed (a device stop or reset) and no new one had come yet.
+    /// The socket had closed (a device stop or reset) and no new one had come yet, or the
+    /// writer thread for it could not start.
     SocketClosed,
 }
 
@@ -39,18 +42,18 @@ pub struct DisplayCounters {
     scanouts: AtomicU64,
     updates: AtomicU64,
     update_bytes: AtomicU64,
-    bands: AtomicU64,
-    band_bytes: AtomicU64,
+    streamed_bands: AtomicU64,
+    streamed_bytes: AtomicU64,
     cursor_images: AtomicU64,
     cursor_moves: AtomicU64,
     cursor_hides: AtomicU64,
-    not_reading: AtomicU64,
-    socket_closed: AtomicU64,
+    dropped_not_reading: AtomicU64,
+    dropped_socket_closed: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, value: u64) {
     // Relaxed: each counter stands alone; a snapshot may see one message's count before its
-    // bytes, never a torn value. Wrapping takes longer than any run (2^64 bytes).
+    // bytes, never a torn value.
     counter.fetch_add(value, Ordering::Relaxed);
 }
 
@@ -72,9 +75,9 @@ impl DisplayCounters {
                 add(&self.updates, 1);
                 add(&self.update_bytes, bytes);
             }
-            SentMessage::Band { bytes } => {
-                add(&self.bands, 1);
-                add(&self.band_bytes, bytes);
+            SentMessage::StreamedBand { bytes } => {
+                add(&self.streamed_bands, 1);
+                add(&self.streamed_bytes, bytes);
             }
             SentMessage::CursorImage => add(&self.cursor_images, 1),
             SentMessage::CursorMove => add(&self.cursor_moves, 1),
@@ -85,8 +88,8 @@ impl DisplayCounters {
     /// A message was dropped instead of sent.
     pub fn unsent(&self, why: Unsent) {
         match why {
-            Unsent::NotReading => add(&self.not_reading, 1),
-            Unsent::SocketClosed => add(&self.socket_closed, 1),
+            Unsent::NotReading => add(&self.dropped_not_reading, 1),
+            Unsent::SocketClosed => add(&self.dropped_socket_closed, 1),
         }
     }
 
@@ -97,13 +100,13 @@ impl DisplayCounters {
             scanouts: get(&self.scanouts),
             updates: get(&self.updates),
             update_bytes: get(&self.update_bytes),
-            streamed_bands: get(&self.bands),
-            streamed_bytes: get(&self.band_bytes),
+            streamed_bands: get(&self.streamed_bands),
+            streamed_bytes: get(&self.streamed_bytes),
             cursor_images: get(&self.cursor_images),
             cursor_moves: get(&self.cursor_moves),
             cursor_hides: get(&self.cursor_hides),
-            dropped_not_reading: get(&self.not_reading),
-            dropped_socket_closed: get(&self.socket_closed),
+            dropped_not_reading: get(&self.dropped_not_reading),
+            dropped_socket_closed: get(&self.dropped_socket_closed),
         }
     }
 }
