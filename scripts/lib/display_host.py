@@ -126,6 +126,10 @@ class DisplayHost:
             return "ovmf:"
         return "after_reboot:" if self.boots >= 2 else ""
 
+    def boot_name(self):
+        """The boot's name in the files kept: boot1, after_reboot or ovmf."""
+        return self.prefix().rstrip(":") or "boot1"
+
     def record(self, name, ok, detail):
         self.results[name] = (ok, detail)
         log(f"{name}: {'PASS' if ok else 'FAIL'} {detail}")
@@ -170,7 +174,7 @@ class DisplayHost:
             self.record(name, False, "the guest drew nothing (no DISPLAY-FB line)")
             return
         try:
-            path = self.screendump(f"{prefix.rstrip(':') or 'boot1'}-{shot}")
+            path = self.screendump(f"{self.boot_name()}-{shot}")
             ok, detail = display_pattern.compare(path, *self.fb_size)
             self.record(name, ok, detail)
         except (StepError, OSError, display_pattern.PpmError) as err:
@@ -229,7 +233,7 @@ class DisplayHost:
         name = prefix + "display_socket_messages"
         try:
             # The whole stats table as the boot left it, for people (--keep DIR).
-            table = os.path.join(self.args.out_dir, f"{prefix.rstrip(':') or 'boot1'}-stats.txt")
+            table = os.path.join(self.args.out_dir, f"{self.boot_name()}-stats.txt")
             with open(table, "wb") as f:
                 f.write(self.stats_request("table"))
         except OSError as err:
@@ -253,7 +257,7 @@ class DisplayHost:
 
     def on_done(self):
         prefix = self.prefix()
-        dmesg_path = os.path.join(self.args.out_dir, f"{prefix.rstrip(':') or 'boot1'}-dmesg.txt")
+        dmesg_path = os.path.join(self.args.out_dir, f"{self.boot_name()}-dmesg.txt")
         with open(dmesg_path, "w") as f:
             f.write("\n".join(self.dmesg) + "\n")
         bad = [line for line in self.dmesg if DMESG_ERROR_RE.search(line)]

@@ -297,12 +297,11 @@ class Vmctl:
             "filename": path, "format": "ppm", "device": "gpu0", "head": 0})
         return path
 
-    def screen_matches(self, name, variant):
-        """Screendump `name`.ppm of the GPU's console compared with pattern `variant`: (ok,
-        detail), a mismatch already recorded as a failure."""
+    def judge_screen(self, name, judge):
+        """Screendump `name`.ppm of the GPU's console judged by `judge(path)` -> (ok, detail):
+        ok, the detail logged or recorded as a failure."""
         try:
-            path = self.screendump(name)
-            ok, detail = display_pattern.compare(path, *SCANOUT_SIZE, variant)
+            ok, detail = judge(self.screendump(name))
         except (StepError, OSError, display_pattern.PpmError) as err:
             ok, detail = False, str(err)
         if ok:
@@ -311,20 +310,19 @@ class Vmctl:
             self.fail(name, detail)
         return ok
 
+    def screen_matches(self, name, variant):
+        """Screendump `name`.ppm compared with pattern `variant`."""
+        return self.judge_screen(
+            name, lambda path: display_pattern.compare(path, *SCANOUT_SIZE, variant))
+
     def screen_not_stale(self, point):
         """The screen must no longer be the surface shown before the reset; answers the guest."""
-        try:
-            path = self.screendump(point)
+        def not_stale(path):
             stale, _ = display_pattern.compare(path, *SCANOUT_SIZE, "a")
             _, colours = display_pattern.colour_stats(path)
-            ok = not stale
-            detail = f"{colours}{'; still the frame from before the reset (pattern a)' if stale else ''}"
-        except (StepError, OSError, display_pattern.PpmError) as err:
-            ok, detail = False, str(err)
-        if ok:
-            log(f"{point}: {detail}")
-        else:
-            self.fail(point, detail)
+            note = "; still the frame from before the reset (pattern a)" if stale else ""
+            return not stale, colours + note
+        ok = self.judge_screen(point, not_stale)
         self.answer("match" if ok else "mismatch")
 
     def compare_screen(self, point):

@@ -348,6 +348,30 @@ mod tests {
         display.update(0, rect, vec![x as u8; 4].into());
     }
 
+    /// No byte reaches `peer` within 200 ms.
+    fn nothing_arrives(peer: &mut UnixStream, what: &str) {
+        peer.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let read = peer.read(&mut byte).map_err(|e| e.kind());
+        assert!(
+            matches!(read, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+            "{what}: {read:?}"
+        );
+    }
+
+    /// Polls `check` until it gives a value, for at most 10 s.
+    fn eventually<T>(what: &str, check: impl Fn() -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Reads one UPDATE message and returns its x.
     fn read_update_x(peer: &mut UnixStream) -> u32 {
         let mut message = [0u8; HEADER_BYTES + UPDATE_HEAD_BYTES + 4];
@@ -367,14 +391,7 @@ mod tests {
         display.hold();
         one_pixel_update(&mut display, 1);
         one_pixel_update(&mut display, 2);
-        peer.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        let mut byte = [0u8; 1];
-        let held = peer.read(&mut byte).map_err(|e| e.kind());
-        assert!(
-            matches!(held, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
-            "a held message reached the socket: {held:?}"
-        );
+        nothing_arrives(&mut peer, "a held message reached the socket");
 
         display.release();
         one_pixel_update(&mut display, 3);
@@ -416,13 +433,9 @@ mod tests {
             .unwrap();
         assert_eq!(read_update_x(&mut peer), 1);
         assert_eq!(read_update_x(&mut peer), 5);
-        peer.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        let mut byte = [0u8; 1];
-        let held = peer.read(&mut byte).map_err(|e| e.kind());
-        assert!(
-            matches!(held, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
-            "a message after the band left before the release: {held:?}"
+        nothing_arrives(
+            &mut peer,
+            "a message after the band left before the release",
         );
         display.release();
         peer.set_read_timeout(Some(Duration::from_secs(10)))
@@ -446,14 +459,9 @@ mod tests {
         let mut message = vec![0u8; HEADER_BYTES + UPDATE_HEAD_BYTES + 1024];
         peer.read_exact(&mut message).unwrap();
         // The writer gives the buffer back once its bytes are on the socket.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while lock(&display.spare).buffers.is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the band never came back"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        eventually("the band never came back", || {
+            (!lock(&display.spare).buffers.is_empty()).then_some(())
+        });
         let again = display.band_buffer(512);
         assert_eq!(again.as_ptr(), first, "the sent band's memory, reused");
         assert_eq!(again.len(), 512);
@@ -471,23 +479,14 @@ mod tests {
         assert_eq!(spares.bytes, MAX_SPARE_BYTES - (1 << 20));
     }
 
-    /// Waits until the counters satisfy `until`, and returns them.
+    /// The counters once they satisfy `until` (the writer counts after each write).
     fn counted(
         counters: &DisplayCounters,
         until: impl Fn(&DisplaySnapshot) -> bool,
     ) -> DisplaySnapshot {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let snapshot = counters.snapshot();
-            if until(&snapshot) {
-                return snapshot;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "counters stuck at {snapshot:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        eventually("the counters never got there", || {
+            Some(counters.snapshot()).filter(|snapshot| until(snapshot))
+        })
     }
 
     #[test]

@@ -19,6 +19,13 @@ enum Event {
 #[derive(Clone, Default)]
 struct Recorder(Arc<Mutex<Vec<Event>>>);
 
+impl Recorder {
+    /// What was shown since the last call.
+    fn take(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
 impl DisplaySink for Recorder {
     fn scanout(&mut self, scanout: u32, state: ScanoutState) {
         self.0.lock().unwrap().push(Event::Scanout(scanout, state));
@@ -392,7 +399,7 @@ impl Streaming {
     }
 
     fn take_events(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.recorder.0.lock().unwrap())
+        self.recorder.take()
     }
 
     /// The update the pattern's rows `top..top + height` make, at (0, `at_y`) of the scanout.
@@ -475,7 +482,7 @@ fn bands_follow_the_scanout_rectangle_and_a_new_scanout_or_display_gets_the_flus
     let fresh = Recorder::default();
     rig.display.attach_sink(Some(Box::new(fresh.clone())));
     rig.flush(whole);
-    let events = std::mem::take(&mut *fresh.0.lock().unwrap());
+    let events = fresh.take();
     assert_eq!(events.last(), Some(&rig.rows(0, 0, TALL)));
 }
 
@@ -488,7 +495,7 @@ fn a_band_the_display_dropped_is_sent_again_by_the_flush() {
     let whole = wire(0, 0, WIDE, TALL);
     rig.transfer(whole);
     rig.flush(whole);
-    let events = std::mem::take(&mut *recorder.0.lock().unwrap());
+    let events = recorder.take();
     assert_eq!(events.last(), Some(&rig.rows(0, 0, TALL)));
 }
 

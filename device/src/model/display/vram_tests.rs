@@ -58,7 +58,7 @@ impl VramRig {
     }
 
     fn taken(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.sink.0.lock().unwrap())
+        self.sink.take()
     }
 }
 
@@ -299,7 +299,7 @@ fn after_a_reset_the_next_display_is_told_the_scanout_is_off_once() {
     let after_cont = Recorder::default();
     rig.display.attach_sink(Some(Box::new(after_cont.clone())));
     assert_eq!(
-        after_cont.0.lock().unwrap()[0],
+        after_cont.take()[0],
         Event::Scanout(0, ScanoutState::Enabled { width, height })
     );
     // A guest reset: QEMU has closed that socket already, so the "disabled" it is sent is lost.
@@ -309,13 +309,10 @@ fn after_a_reset_the_next_display_is_told_the_scanout_is_off_once() {
     // The next display is told, once; scanout 1 was never set and is not mentioned.
     let next = Recorder::default();
     rig.display.attach_sink(Some(Box::new(next.clone())));
-    assert_eq!(
-        std::mem::take(&mut *next.0.lock().unwrap()),
-        vec![Event::Scanout(0, ScanoutState::Disabled)]
-    );
+    assert_eq!(next.take(), vec![Event::Scanout(0, ScanoutState::Disabled)]);
     let later = Recorder::default();
     rig.display.attach_sink(Some(Box::new(later.clone())));
-    assert_eq!(*later.0.lock().unwrap(), vec![]);
+    assert_eq!(later.take(), vec![]);
     // VRAM still holds the surface: shown again, the counter starts over.
     rig.set(surface(1, 0x1000, width, height, pitch)).unwrap();
     assert_eq!(
