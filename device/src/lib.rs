@@ -41,7 +41,6 @@ pub use layout::rules;
 pub use layout::{Resolved, SegmentKind, SegmentLayout};
 pub use memory::guest_ram::GuestRam;
 pub use memory::vram::{BarMode, Vram, VramError};
-pub use model::control;
 pub use model::display;
 pub use model::gpu::Gpu;
 pub use observe::echo;

@@ -7,6 +7,10 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::{submit_command, Harness, SpawnOptions, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA};
+use wddm_gpu_abi::build::display::{
+    attach_backing, backing_entry, get_edid, rect, resource_create_2d, resource_flush, set_scanout,
+    transfer_to_host_2d,
+};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCmdSetScanoutVram, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_OK_NODATA,
     WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_WAIT_EVENT,
@@ -15,12 +19,17 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_RESP_SUBMIT,
 };
+use wddm_gpu_abi::ctrl::{VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_FLAG_INFO_RING_IDX};
+use wddm_gpu_abi::display::{
+    WddmGpuResourceAttachBacking, VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING,
+    VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM as BGRA, VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM,
+    VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID, VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
+    VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY, VIRTIO_GPU_RESP_OK_EDID,
+};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_VBLANK};
-use zerocopy::IntoBytes;
+use zerocopy::{Immutable, IntoBytes};
 
 const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();
-const VIRTIO_GPU_FLAG_FENCE: u32 = 1;
-const VIRTIO_GPU_FLAG_INFO_RING_IDX: u32 = 2;
 
 /// A request header with a fence.
 fn fenced(type_: u32, fence_id: u64, ctx_id: u32, ring_idx: u8) -> WddmGpuCtrlHdr {
@@ -66,25 +75,9 @@ fn responses_echo_the_request_fence_flag_id_context_and_ring() {
     assert!(reply.bytes.len() > HDR_SIZE);
 }
 
-const RESOURCE_CREATE_2D: u32 = 0x0101;
-const SET_SCANOUT: u32 = 0x0103;
-const RESOURCE_FLUSH: u32 = 0x0104;
-const TRANSFER_TO_HOST_2D: u32 = 0x0105;
-const ATTACH_BACKING: u32 = 0x0106;
-const GET_EDID: u32 = 0x010a;
-const OK_NODATA: u32 = 0x1100;
-const OK_EDID: u32 = 0x1104;
-const ERR_OUT_OF_MEMORY: u32 = 0x1201;
-const ERR_INVALID_SCANOUT_ID: u32 = 0x1202;
-const ERR_INVALID_RESOURCE_ID: u32 = 0x1203;
-
-/// A request: a header of `type_`, then little-endian words.
-fn command(type_: u32, words: &[u64]) -> Vec<u8> {
-    let mut bytes = WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec();
-    for word in words {
-        bytes.extend_from_slice(&(*word as u32).to_le_bytes());
-    }
-    bytes
+/// A request's bytes.
+fn bytes(request: impl IntoBytes + Immutable) -> Vec<u8> {
+    request.as_bytes().to_vec()
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -96,23 +89,29 @@ fn words(bytes: &[u8]) -> Vec<u32> {
 
 /// A 4x2 R8G8B8A8 resource `id` backed at DATA, its pixels transferred, shown on scanout 0 and
 /// flushed; returns its pixels.
-fn show_resource(h: &mut Harness, id: u64) -> Vec<u8> {
+fn show_resource(h: &mut Harness, id: u32) -> Vec<u8> {
     let pixels: Vec<u8> = (0..8u8)
         .flat_map(|i| [i, 0x10 + i, 0x20 + i, 0xff])
         .collect();
     h.write_ram(DATA, &pixels);
+    let whole = rect(0, 0, 4, 2);
     let steps = [
-        command(RESOURCE_CREATE_2D, &[id, 67, 4, 2]),
-        command(ATTACH_BACKING, &[id, 1, DATA, 0, pixels.len() as u64, 0]),
-        command(TRANSFER_TO_HOST_2D, &[0, 0, 4, 2, 0, 0, id, 0]),
-        command(SET_SCANOUT, &[0, 0, 4, 2, 0, id]),
-        command(RESOURCE_FLUSH, &[0, 0, 4, 2, id, 0]),
+        bytes(resource_create_2d(
+            id,
+            VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM,
+            4,
+            2,
+        )),
+        attach_backing(id, &[backing_entry(DATA, pixels.len() as u32)]),
+        bytes(transfer_to_host_2d(id, whole, 0)),
+        bytes(set_scanout(0, id, whole)),
+        bytes(resource_flush(id, whole)),
     ];
     for step in steps {
         let reply = h.request(&step, BUFFER_SIZE);
         assert_eq!(
             reply.hdr().type_,
-            OK_NODATA,
+            VIRTIO_GPU_RESP_OK_NODATA,
             "{step:x?}\n{}",
             h.backend.log()
         );
@@ -123,36 +122,43 @@ fn show_resource(h: &mut Harness, id: u64) -> Vec<u8> {
 #[test]
 fn edid_hostile_2d_requests_and_a_reset_dropping_resources() {
     let mut h = Harness::ready("display-hostile");
-    let reply = h.request(&command(GET_EDID, &[0, 0]), BUFFER_SIZE);
-    assert_eq!(reply.hdr().type_, OK_EDID);
+    let reply = h.request(&bytes(get_edid(0)), BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_EDID);
     let edid = &reply.bytes[HDR_SIZE + 8..HDR_SIZE + 8 + 128];
     assert_eq!(words(&reply.bytes[HDR_SIZE..HDR_SIZE + 4]), vec![128]);
     assert_eq!(edid.iter().fold(0u8, |s, b| s.wrapping_add(*b)), 0);
     assert_eq!(&edid[..8], &[0, 255, 255, 255, 255, 255, 255, 0]);
     let refused = [
-        (command(GET_EDID, &[1, 0]), ERR_INVALID_SCANOUT_ID),
+        (bytes(get_edid(1)), VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID),
         (
-            command(RESOURCE_CREATE_2D, &[5, 1, 65535, 65535]),
-            ERR_OUT_OF_MEMORY,
+            bytes(resource_create_2d(5, BGRA, 65535, 65535)),
+            VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY,
         ),
-        (command(RESOURCE_CREATE_2D, &[5, 1, 16, 16]), OK_NODATA),
+        (
+            bytes(resource_create_2d(5, BGRA, 16, 16)),
+            VIRTIO_GPU_RESP_OK_NODATA,
+        ),
         // Backing in the VRAM window.
         (
-            command(ATTACH_BACKING, &[5, 1, VRAM_GPA, VRAM_GPA >> 32, 4096, 0]),
+            attach_backing(5, &[backing_entry(VRAM_GPA, 4096)]),
             VIRTIO_GPU_RESP_ERR_UNSPEC,
         ),
         // More entries than the request holds.
         (
-            command(ATTACH_BACKING, &[5, 1000]),
+            bytes(WddmGpuResourceAttachBacking {
+                hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING),
+                resource_id: 5,
+                nr_entries: 1000,
+            }),
             VIRTIO_GPU_RESP_ERR_UNSPEC,
         ),
         (
-            command(SET_SCANOUT, &[0, 0, 16, 16, 3, 5]),
-            ERR_INVALID_SCANOUT_ID,
+            bytes(set_scanout(3, 5, rect(0, 0, 16, 16))),
+            VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
         ),
         (
-            command(RESOURCE_FLUSH, &[0, 0, 16, 16, 6, 0]),
-            ERR_INVALID_RESOURCE_ID,
+            bytes(resource_flush(6, rect(0, 0, 16, 16))),
+            VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
         ),
     ];
     for (request, expected) in refused {
@@ -166,8 +172,8 @@ fn edid_hostile_2d_requests_and_a_reset_dropping_resources() {
     h.reset_device();
     h.start_device_anew();
     for id in [1, 5] {
-        let reply = h.request(&command(RESOURCE_FLUSH, &[0, 0, 1, 1, id, 0]), BUFFER_SIZE);
-        assert_eq!(reply.hdr().type_, ERR_INVALID_RESOURCE_ID);
+        let reply = h.request(&bytes(resource_flush(id, rect(0, 0, 1, 1))), BUFFER_SIZE);
+        assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID);
     }
     assert!(h.backend.is_running());
 }
@@ -204,7 +210,10 @@ fn a_vram_scanout_flips_at_vblanks_reported_at_the_configured_rate() {
     let mut h = Harness::ready_with_options("vram-scanout", &options);
     let vram_size = 16 << 20;
     let refused = [
-        (set_scanout_vram(1, 1, 0, 256), ERR_INVALID_SCANOUT_ID),
+        (
+            set_scanout_vram(1, 1, 0, 256),
+            VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
+        ),
         // The aperture is not VRAM.
         (
             set_scanout_vram(0, 2, 0, 256),

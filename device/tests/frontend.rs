@@ -25,21 +25,17 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_CAPSET_INFO, WDDM_GPU_RESP_SUBMIT,
 };
+use wddm_gpu_abi::features::{
+    VIRTIO_F_ANY_LAYOUT, VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_F_RING_RESET, VIRTIO_F_VERSION_1,
+    VIRTIO_GPU_F_CONTEXT_INIT, VIRTIO_GPU_F_EDID, VIRTIO_GPU_F_RESOURCE_BLOB, VIRTIO_GPU_F_VIRGL,
+    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
-// Feature bits, spelled out here independently of the backend's constants.
-const VIRTIO_GPU_F_VIRGL: u32 = 0;
-const VIRTIO_GPU_F_EDID: u32 = 1;
-const VIRTIO_GPU_F_RESOURCE_BLOB: u32 = 3;
-const VIRTIO_GPU_F_CONTEXT_INIT: u32 = 4;
-const VIRTIO_F_NOTIFY_ON_EMPTY: u32 = 24;
-const VIRTIO_F_ANY_LAYOUT: u32 = 27;
-const VIRTIO_RING_F_INDIRECT_DESC: u32 = 28;
-const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
+// The device's feature bits are the ABI crate's (checked against virtio-bindings there);
+// vhost-user's own bit is not a device feature.
 const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
-const VIRTIO_F_VERSION_1: u32 = 32;
-const VIRTIO_F_RING_RESET: u32 = 40;
 
 const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();
 

@@ -164,6 +164,17 @@
 #define WDDM_GPU_RESP_PREEMPT 36867
 
 /**
+ * `VIRTIO_GPU_FLAG_FENCE` in [`WddmGpuCtrlHdr::flags`]: the driver wants to know when the
+ * command's work is done; the response, sent only then, echoes the flag and `fence_id`.
+ */
+#define VIRTIO_GPU_FLAG_FENCE (1 << 0)
+
+/**
+ * `VIRTIO_GPU_FLAG_INFO_RING_IDX`: `ring_idx` names the context's fence ring.
+ */
+#define VIRTIO_GPU_FLAG_INFO_RING_IDX (1 << 1)
+
+/**
  * Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
  */
 #define VIRTIO_GPU_MAX_SCANOUTS 16
@@ -172,6 +183,181 @@
  * [`WddmGpuCmdSetScanoutVram::segment_id`] 0: the scanout stops showing VRAM (it is disabled).
  */
 #define WDDM_GPU_SCANOUT_VRAM_OFF 0
+
+/**
+ * `VIRTIO_GPU_CMD_RESOURCE_CREATE_2D`.
+ */
+#define VIRTIO_GPU_CMD_RESOURCE_CREATE_2D 257
+
+/**
+ * `VIRTIO_GPU_CMD_RESOURCE_UNREF`.
+ */
+#define VIRTIO_GPU_CMD_RESOURCE_UNREF 258
+
+/**
+ * `VIRTIO_GPU_CMD_SET_SCANOUT`.
+ */
+#define VIRTIO_GPU_CMD_SET_SCANOUT 259
+
+/**
+ * `VIRTIO_GPU_CMD_RESOURCE_FLUSH`.
+ */
+#define VIRTIO_GPU_CMD_RESOURCE_FLUSH 260
+
+/**
+ * `VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D`.
+ */
+#define VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D 261
+
+/**
+ * `VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING`.
+ */
+#define VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING 262
+
+/**
+ * `VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING`.
+ */
+#define VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING 263
+
+/**
+ * `VIRTIO_GPU_CMD_GET_EDID`.
+ */
+#define VIRTIO_GPU_CMD_GET_EDID 266
+
+/**
+ * `VIRTIO_GPU_CMD_UPDATE_CURSOR` (cursor queue).
+ */
+#define VIRTIO_GPU_CMD_UPDATE_CURSOR 768
+
+/**
+ * `VIRTIO_GPU_CMD_MOVE_CURSOR` (cursor queue).
+ */
+#define VIRTIO_GPU_CMD_MOVE_CURSOR 769
+
+/**
+ * `VIRTIO_GPU_RESP_OK_EDID`.
+ */
+#define VIRTIO_GPU_RESP_OK_EDID 4356
+
+/**
+ * `VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY`.
+ */
+#define VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY 4609
+
+/**
+ * `VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID`.
+ */
+#define VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID 4610
+
+/**
+ * `VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID`.
+ */
+#define VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID 4611
+
+/**
+ * `VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM`: bytes B, G, R, A. Every 2D format has 4 bytes a pixel,
+ * named by their order in memory.
+ */
+#define VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM 1
+
+/**
+ * `VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM 2
+
+/**
+ * `VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM 3
+
+/**
+ * `VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM 4
+
+/**
+ * `VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM 67
+
+/**
+ * `VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM 68
+
+/**
+ * `VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM 121
+
+/**
+ * `VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM`.
+ */
+#define VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM 134
+
+/**
+ * Most entries one RESOURCE_ATTACH_BACKING may carry (QEMU's limit too); more are refused
+ * `VIRTIO_GPU_RESP_ERR_UNSPEC`.
+ */
+#define WDDM_GPU_MAX_BACKING_ENTRIES 16384
+
+/**
+ * `VIRTIO_GPU_F_VIRGL`: 3D commands; never offered.
+ */
+#define VIRTIO_GPU_F_VIRGL 0
+
+/**
+ * `VIRTIO_GPU_F_EDID`: GET_EDID; QEMU's vhost-user-gpu frontend requires it of backends.
+ */
+#define VIRTIO_GPU_F_EDID 1
+
+/**
+ * `VIRTIO_GPU_F_RESOURCE_BLOB`: blob resources; never offered.
+ */
+#define VIRTIO_GPU_F_RESOURCE_BLOB 3
+
+/**
+ * `VIRTIO_GPU_F_CONTEXT_INIT`: context types; never offered.
+ */
+#define VIRTIO_GPU_F_CONTEXT_INIT 4
+
+/**
+ * `VIRTIO_F_NOTIFY_ON_EMPTY`.
+ */
+#define VIRTIO_F_NOTIFY_ON_EMPTY 24
+
+/**
+ * `VIRTIO_F_ANY_LAYOUT`.
+ */
+#define VIRTIO_F_ANY_LAYOUT 27
+
+/**
+ * `VIRTIO_RING_F_INDIRECT_DESC`.
+ */
+#define VIRTIO_RING_F_INDIRECT_DESC 28
+
+/**
+ * `VIRTIO_RING_F_EVENT_IDX`.
+ */
+#define VIRTIO_RING_F_EVENT_IDX 29
+
+/**
+ * `VIRTIO_F_VERSION_1`: the only one a driver of this device must accept.
+ */
+#define VIRTIO_F_VERSION_1 32
+
+/**
+ * `VIRTIO_F_RING_RESET`.
+ */
+#define VIRTIO_F_RING_RESET 40
+
+/**
+ * The device features offered: VERSION_1, RING_RESET, NOTIFY_ON_EMPTY, ANY_LAYOUT,
+ * INDIRECT_DESC, EVENT_IDX and EDID. QEMU builds the guest's set itself and sends back what the
+ * guest acked, so every bit it may expose is here; VIRGL, RESOURCE_BLOB and CONTEXT_INIT never
+ * are. Written as one literal so that C reads it as a 64-bit value (a test checks the bits).
+ */
+#define WDDM_GPU_DEVICE_FEATURES 1104762896386
 
 /**
  * TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
@@ -1285,6 +1471,277 @@ typedef struct WddmGpuCmdSetScanoutVram {
    */
   uint32_t pitch;
 } WddmGpuCmdSetScanoutVram;
+
+/**
+ * `struct virtio_gpu_rect`.
+ */
+typedef struct WddmGpuRect {
+  /**
+   * Left edge.
+   */
+  uint32_t x;
+  /**
+   * Top edge.
+   */
+  uint32_t y;
+  /**
+   * Width in pixels.
+   */
+  uint32_t width;
+  /**
+   * Height in pixels.
+   */
+  uint32_t height;
+} WddmGpuRect;
+
+/**
+ * `struct virtio_gpu_resource_create_2d`.
+ */
+typedef struct WddmGpuResourceCreate2d {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_RESOURCE_CREATE_2D`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * Non-zero id the driver chooses.
+   */
+  uint32_t resource_id;
+  /**
+   * `VIRTIO_GPU_FORMAT_*`.
+   */
+  uint32_t format;
+  /**
+   * Width in pixels.
+   */
+  uint32_t width;
+  /**
+   * Height in pixels.
+   */
+  uint32_t height;
+} WddmGpuResourceCreate2d;
+
+/**
+ * `struct virtio_gpu_resource_unref`; `struct virtio_gpu_resource_detach_backing` has the same
+ * fields ([`WddmGpuResourceDetachBacking`]).
+ */
+typedef struct WddmGpuResourceUnref {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_RESOURCE_UNREF`] or
+   * [`VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The resource.
+   */
+  uint32_t resource_id;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuResourceUnref;
+
+/**
+ * `struct virtio_gpu_resource_detach_backing`.
+ */
+typedef struct WddmGpuResourceUnref WddmGpuResourceDetachBacking;
+
+/**
+ * `struct virtio_gpu_set_scanout`.
+ */
+typedef struct WddmGpuSetScanout {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_SET_SCANOUT`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The part of the resource shown.
+   */
+  struct WddmGpuRect r;
+  /**
+   * The scanout.
+   */
+  uint32_t scanout_id;
+  /**
+   * The resource shown; 0 turns the scanout off.
+   */
+  uint32_t resource_id;
+} WddmGpuSetScanout;
+
+/**
+ * `struct virtio_gpu_resource_flush`.
+ */
+typedef struct WddmGpuResourceFlush {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_RESOURCE_FLUSH`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The changed part, in resource coordinates.
+   */
+  struct WddmGpuRect r;
+  /**
+   * The resource.
+   */
+  uint32_t resource_id;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuResourceFlush;
+
+/**
+ * `struct virtio_gpu_transfer_to_host_2d`.
+ */
+typedef struct WddmGpuTransferToHost2d {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The part of the resource copied.
+   */
+  struct WddmGpuRect r;
+  /**
+   * Offset in the backing of the rectangle's first pixel.
+   */
+  uint64_t offset;
+  /**
+   * The resource.
+   */
+  uint32_t resource_id;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuTransferToHost2d;
+
+/**
+ * `struct virtio_gpu_resource_attach_backing`, followed by `nr_entries` [`WddmGpuMemEntry`]s.
+ */
+typedef struct WddmGpuResourceAttachBacking {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The resource.
+   */
+  uint32_t resource_id;
+  /**
+   * Entries that follow, at most [`WDDM_GPU_MAX_BACKING_ENTRIES`].
+   */
+  uint32_t nr_entries;
+} WddmGpuResourceAttachBacking;
+
+/**
+ * `struct virtio_gpu_mem_entry`: one guest-physical range of a backing.
+ */
+typedef struct WddmGpuMemEntry {
+  /**
+   * Guest-physical address.
+   */
+  uint64_t addr;
+  /**
+   * Bytes.
+   */
+  uint32_t length;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuMemEntry;
+
+/**
+ * `struct virtio_gpu_get_edid`.
+ */
+typedef struct WddmGpuGetEdid {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_GET_EDID`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The scanout.
+   */
+  uint32_t scanout;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuGetEdid;
+
+/**
+ * `struct virtio_gpu_resp_edid`.
+ */
+typedef struct WddmGpuRespEdid {
+  /**
+   * Header, type [`VIRTIO_GPU_RESP_OK_EDID`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * Bytes of `edid` used.
+   */
+  uint32_t size;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+  /**
+   * The EDID blob.
+   */
+  uint8_t edid[1024];
+} WddmGpuRespEdid;
+
+/**
+ * `struct virtio_gpu_cursor_pos`.
+ */
+typedef struct WddmGpuCursorPos {
+  /**
+   * The scanout.
+   */
+  uint32_t scanout_id;
+  /**
+   * Column of the hot spot.
+   */
+  uint32_t x;
+  /**
+   * Row of the hot spot.
+   */
+  uint32_t y;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuCursorPos;
+
+/**
+ * `struct virtio_gpu_update_cursor`, the request of both cursor commands.
+ */
+typedef struct WddmGpuUpdateCursor {
+  /**
+   * Header, type [`VIRTIO_GPU_CMD_UPDATE_CURSOR`] or [`VIRTIO_GPU_CMD_MOVE_CURSOR`].
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * Where.
+   */
+  struct WddmGpuCursorPos pos;
+  /**
+   * The 64x64 image (UPDATE only); 0 hides the cursor.
+   */
+  uint32_t resource_id;
+  /**
+   * Hot spot column in the image (UPDATE only).
+   */
+  uint32_t hot_x;
+  /**
+   * Hot spot row in the image (UPDATE only).
+   */
+  uint32_t hot_y;
+  /**
+   * Zero.
+   */
+  uint32_t padding;
+} WddmGpuUpdateCursor;
 
 /**
  * Every status, in value order.

@@ -2,6 +2,8 @@
 //! would: the guest driver, the backend's tests, benchmark and fuzz seeds all build them here.
 //! Packets are built as wire structs so hostile tests can corrupt any field afterwards.
 
+pub mod display;
+
 use std::mem::size_of;
 
 use crate::packet::{

@@ -49,6 +49,12 @@ pub const WDDM_GPU_RESP_EVENT: u32 = 0x9002;
 /// Response type of PREEMPT.
 pub const WDDM_GPU_RESP_PREEMPT: u32 = 0x9003;
 
+/// `VIRTIO_GPU_FLAG_FENCE` in [`WddmGpuCtrlHdr::flags`]: the driver wants to know when the
+/// command's work is done; the response, sent only then, echoes the flag and `fence_id`.
+pub const VIRTIO_GPU_FLAG_FENCE: u32 = 1 << 0;
+/// `VIRTIO_GPU_FLAG_INFO_RING_IDX`: `ring_idx` names the context's fence ring.
+pub const VIRTIO_GPU_FLAG_INFO_RING_IDX: u32 = 1 << 1;
+
 /// Maximum number of scanouts in `VIRTIO_GPU_RESP_OK_DISPLAY_INFO`.
 pub const VIRTIO_GPU_MAX_SCANOUTS: usize = 16;
 

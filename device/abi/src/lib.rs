@@ -2,6 +2,9 @@
 //! reference driver and (through the generated `include/wddm_gpu.h`) C kernel-mode drivers.
 //!
 //! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
+//! - [`display`]: the standard virtio-gpu 2D commands (scanouts, resources, cursor).
+//! - [`features`]: the feature bits the device offers.
+//! - [`request`]: decoding a control or cursor request once, into a typed command.
 //! - [`submit`]: the submission command (a DMA buffer of paging packets) and its completion.
 //! - [`packet`]: the paging packets a DMA buffer holds.
 //! - [`decode`]: reading a packet's kind and struct, the one decode the device uses.
@@ -23,8 +26,13 @@ pub mod ctrl;
 /// Host-side reading, not part of the C interface.
 /// cbindgen:ignore
 pub mod decode;
+pub mod display;
+pub mod features;
 pub mod packet;
 pub mod preference;
+/// Host-side reading, not part of the C interface.
+/// cbindgen:ignore
+pub mod request;
 pub mod segment_flags;
 pub mod status;
 pub mod submit;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use wddm_gpu_abi::caps::*;
 use wddm_gpu_abi::ctrl::*;
+use wddm_gpu_abi::display::*;
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::status::*;
 use wddm_gpu_abi::submit::*;
@@ -29,7 +30,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 28] = [
+const EXPORTED_TYPES: [&str; 41] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -58,6 +59,19 @@ const EXPORTED_TYPES: [&str; 28] = [
     "WddmGpuRespEvent",
     "WddmGpuRespPreempt",
     "WddmGpuCmdSetScanoutVram",
+    "WddmGpuRect",
+    "WddmGpuResourceCreate2d",
+    "WddmGpuResourceUnref",
+    "WddmGpuResourceDetachBacking",
+    "WddmGpuSetScanout",
+    "WddmGpuResourceFlush",
+    "WddmGpuTransferToHost2d",
+    "WddmGpuResourceAttachBacking",
+    "WddmGpuMemEntry",
+    "WddmGpuGetEdid",
+    "WddmGpuRespEdid",
+    "WddmGpuCursorPos",
+    "WddmGpuUpdateCursor",
 ];
 
 #[test]
@@ -167,6 +181,114 @@ fn c_layout_check_is_current() {
         }
     );
     layout_asserts!(out, WddmGpuRespDisplayInfo { hdr, pmodes });
+    layout_asserts!(
+        out,
+        WddmGpuRect {
+            x,
+            y,
+            width,
+            height
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuResourceCreate2d {
+            hdr,
+            resource_id,
+            format,
+            width,
+            height
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuResourceUnref {
+            hdr,
+            resource_id,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuSetScanout {
+            hdr,
+            r,
+            scanout_id,
+            resource_id
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuResourceFlush {
+            hdr,
+            r,
+            resource_id,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuTransferToHost2d {
+            hdr,
+            r,
+            offset,
+            resource_id,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuResourceAttachBacking {
+            hdr,
+            resource_id,
+            nr_entries
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuMemEntry {
+            addr,
+            length,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuGetEdid {
+            hdr,
+            scanout,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuRespEdid {
+            hdr,
+            size,
+            padding,
+            edid
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCursorPos {
+            scanout_id,
+            x,
+            y,
+            padding
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuUpdateCursor {
+            hdr,
+            pos,
+            resource_id,
+            hot_x,
+            hot_y,
+            padding
+        }
+    );
     layout_asserts!(
         out,
         WddmGpuConfig {

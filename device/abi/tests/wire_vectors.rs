@@ -528,3 +528,183 @@ fn vblank_event_vector() {
     assert_eq!(bytes.len(), 104);
     assert_eq!(event.as_bytes(), bytes.as_slice());
 }
+
+#[test]
+fn the_2d_device_and_feature_bits_match_virtio_bindings() {
+    use std::mem::size_of;
+    use virtio_bindings::virtio_config as vc;
+    use virtio_bindings::virtio_gpu as vg;
+    use virtio_bindings::virtio_ring as vr;
+    use wddm_gpu_abi::display::*;
+    use wddm_gpu_abi::features::*;
+    let sizes = [
+        (size_of::<WddmGpuRect>(), size_of::<vg::virtio_gpu_rect>()),
+        (
+            size_of::<WddmGpuResourceCreate2d>(),
+            size_of::<vg::virtio_gpu_resource_create_2d>(),
+        ),
+        (
+            size_of::<WddmGpuResourceUnref>(),
+            size_of::<vg::virtio_gpu_resource_unref>(),
+        ),
+        (
+            size_of::<WddmGpuResourceDetachBacking>(),
+            size_of::<vg::virtio_gpu_resource_detach_backing>(),
+        ),
+        (
+            size_of::<WddmGpuSetScanout>(),
+            size_of::<vg::virtio_gpu_set_scanout>(),
+        ),
+        (
+            size_of::<WddmGpuResourceFlush>(),
+            size_of::<vg::virtio_gpu_resource_flush>(),
+        ),
+        (
+            size_of::<WddmGpuTransferToHost2d>(),
+            size_of::<vg::virtio_gpu_transfer_to_host_2d>(),
+        ),
+        (
+            size_of::<WddmGpuResourceAttachBacking>(),
+            size_of::<vg::virtio_gpu_resource_attach_backing>(),
+        ),
+        (
+            size_of::<WddmGpuMemEntry>(),
+            size_of::<vg::virtio_gpu_mem_entry>(),
+        ),
+        (
+            size_of::<WddmGpuGetEdid>(),
+            size_of::<vg::virtio_gpu_cmd_get_edid>(),
+        ),
+        (
+            size_of::<WddmGpuRespEdid>(),
+            size_of::<vg::virtio_gpu_resp_edid>(),
+        ),
+        (
+            size_of::<WddmGpuCursorPos>(),
+            size_of::<vg::virtio_gpu_cursor_pos>(),
+        ),
+        (
+            size_of::<WddmGpuUpdateCursor>(),
+            size_of::<vg::virtio_gpu_update_cursor>(),
+        ),
+    ];
+    for (index, (ours, theirs)) in sizes.into_iter().enumerate() {
+        assert_eq!(ours, theirs, "structure {index}");
+    }
+    let types = [
+        (
+            VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
+        ),
+        (
+            VIRTIO_GPU_CMD_RESOURCE_UNREF,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_RESOURCE_UNREF,
+        ),
+        (
+            VIRTIO_GPU_CMD_SET_SCANOUT,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_SET_SCANOUT,
+        ),
+        (
+            VIRTIO_GPU_CMD_RESOURCE_FLUSH,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_RESOURCE_FLUSH,
+        ),
+        (
+            VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D,
+        ),
+        (
+            VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING,
+        ),
+        (
+            VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING,
+        ),
+        (
+            VIRTIO_GPU_CMD_GET_EDID,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_GET_EDID,
+        ),
+        (
+            VIRTIO_GPU_CMD_UPDATE_CURSOR,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_UPDATE_CURSOR,
+        ),
+        (
+            VIRTIO_GPU_CMD_MOVE_CURSOR,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_CMD_MOVE_CURSOR,
+        ),
+        (
+            VIRTIO_GPU_RESP_OK_EDID,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_RESP_OK_EDID,
+        ),
+        (
+            VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY,
+        ),
+        (
+            VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
+        ),
+        (
+            VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
+            vg::virtio_gpu_ctrl_type_VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM,
+        ),
+        (
+            VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM,
+            vg::virtio_gpu_formats_VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM,
+        ),
+        (VIRTIO_GPU_FLAG_FENCE, vg::VIRTIO_GPU_FLAG_FENCE),
+        (
+            VIRTIO_GPU_FLAG_INFO_RING_IDX,
+            vg::VIRTIO_GPU_FLAG_INFO_RING_IDX,
+        ),
+        (VIRTIO_GPU_F_VIRGL, vg::VIRTIO_GPU_F_VIRGL),
+        (VIRTIO_GPU_F_EDID, vg::VIRTIO_GPU_F_EDID),
+        (VIRTIO_GPU_F_RESOURCE_BLOB, vg::VIRTIO_GPU_F_RESOURCE_BLOB),
+        (VIRTIO_GPU_F_CONTEXT_INIT, vg::VIRTIO_GPU_F_CONTEXT_INIT),
+        (VIRTIO_F_NOTIFY_ON_EMPTY, vc::VIRTIO_F_NOTIFY_ON_EMPTY),
+        (VIRTIO_F_ANY_LAYOUT, vc::VIRTIO_F_ANY_LAYOUT),
+        (VIRTIO_RING_F_INDIRECT_DESC, vr::VIRTIO_RING_F_INDIRECT_DESC),
+        (VIRTIO_RING_F_EVENT_IDX, vr::VIRTIO_RING_F_EVENT_IDX),
+        (VIRTIO_F_VERSION_1, vc::VIRTIO_F_VERSION_1),
+        (VIRTIO_F_RING_RESET, vc::VIRTIO_F_RING_RESET),
+    ];
+    for (index, (ours, theirs)) in types.into_iter().enumerate() {
+        assert_eq!(ours, theirs, "value {index}");
+    }
+    // Never offered: 3D, blobs, context types.
+    for bit in [
+        VIRTIO_GPU_F_VIRGL,
+        VIRTIO_GPU_F_RESOURCE_BLOB,
+        VIRTIO_GPU_F_CONTEXT_INIT,
+    ] {
+        assert_eq!(WDDM_GPU_DEVICE_FEATURES & (1 << bit), 0, "bit {bit}");
+    }
+}

@@ -29,8 +29,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA};
-use zerocopy::{Immutable, IntoBytes, KnownLayout};
+use wddm_gpu_abi::build::display::{
+    attach_backing, backing_entry, resource_create_2d, resource_flush, set_scanout,
+    transfer_to_host_2d,
+};
+use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_RESP_OK_NODATA};
+use wddm_gpu_abi::display::{WddmGpuRect, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM};
+use zerocopy::IntoBytes;
 
 use super::harness::display_peer::c_backend::{installed_c_backend, GlibDebug, C_VHOST_USER_GPU};
 use super::harness::display_peer::{DisplayMode, DisplayPeer, DisplaySeen};
@@ -56,110 +61,19 @@ const NOOPS_PER_ROUND: usize = 500;
 /// Seed of the frame's pixels.
 const SEED: u64 = 0xd15b_1a7e;
 
-// ---- the virtio-gpu 2D commands (virtio spec 5.7.6.8), as a driver writes them ----
-
-const VIRTIO_GPU_CMD_RESOURCE_CREATE_2D: u32 = 0x0101;
-const VIRTIO_GPU_CMD_SET_SCANOUT: u32 = 0x0103;
-const VIRTIO_GPU_CMD_RESOURCE_FLUSH: u32 = 0x0104;
-const VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D: u32 = 0x0105;
-const VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING: u32 = 0x0106;
-const VIRTIO_GPU_FLAG_FENCE: u32 = 1;
-const VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM: u32 = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy, Default, IntoBytes, Immutable, KnownLayout)]
-struct Rect {
-    x: u32,
-    y: u32,
-    width: u32,
-    height: u32,
-}
-
-const WHOLE_FRAME: Rect = Rect {
+/// The whole frame, and the fenced no-op's rectangle.
+const WHOLE_FRAME: WddmGpuRect = WddmGpuRect {
     x: 0,
     y: 0,
     width: WIDTH,
     height: HEIGHT,
 };
-const ONE_PIXEL: Rect = Rect {
+const ONE_PIXEL: WddmGpuRect = WddmGpuRect {
     x: 0,
     y: 0,
     width: 1,
     height: 1,
 };
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct ResourceCreate2d {
-    hdr: WddmGpuCtrlHdr,
-    resource_id: u32,
-    format: u32,
-    width: u32,
-    height: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct ResourceAttachBacking {
-    hdr: WddmGpuCtrlHdr,
-    resource_id: u32,
-    nr_entries: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct MemEntry {
-    addr: u64,
-    length: u32,
-    padding: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct SetScanout {
-    hdr: WddmGpuCtrlHdr,
-    r: Rect,
-    scanout_id: u32,
-    resource_id: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct ResourceFlush {
-    hdr: WddmGpuCtrlHdr,
-    r: Rect,
-    resource_id: u32,
-    padding: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, IntoBytes, Immutable, KnownLayout)]
-struct TransferToHost2d {
-    hdr: WddmGpuCtrlHdr,
-    r: Rect,
-    offset: u64,
-    resource_id: u32,
-    padding: u32,
-}
-
-fn flush(r: Rect, hdr: WddmGpuCtrlHdr) -> ResourceFlush {
-    ResourceFlush {
-        hdr,
-        r,
-        resource_id: RESOURCE_ID,
-        padding: 0,
-    }
-}
-
-fn transfer_whole_frame() -> TransferToHost2d {
-    TransferToHost2d {
-        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D),
-        r: WHOLE_FRAME,
-        offset: 0,
-        resource_id: RESOURCE_ID,
-        padding: 0,
-    }
-}
 
 /// The guest address of backing page `index`.
 fn backing_page(index: u64) -> u64 {
@@ -302,44 +216,26 @@ impl Device {
 
     /// The resource, its backing (with the frame's pixels written into it) and the scanout.
     fn set_up_scanout(&mut self) -> Result<(), Broken> {
-        let create = ResourceCreate2d {
-            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_RESOURCE_CREATE_2D),
-            resource_id: RESOURCE_ID,
-            format: VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
-            width: WIDTH,
-            height: HEIGHT,
-        };
+        let create =
+            resource_create_2d(RESOURCE_ID, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM, WIDTH, HEIGHT);
         self.command("RESOURCE_CREATE_2D", create.as_bytes())?;
 
         let pixels = pattern(SEED, FRAME_BYTES as usize);
-        let mut attach = ResourceAttachBacking {
-            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_RESOURCE_ATTACH_BACKING),
-            resource_id: RESOURCE_ID,
-            nr_entries: BACKING_PAGES as u32,
-        }
-        .as_bytes()
-        .to_vec();
+        let mut entries = Vec::with_capacity(BACKING_PAGES as usize);
         for index in 0..BACKING_PAGES {
             let (at, length) = (index * PAGE, backing_length(index));
             self.h.write_ram(
                 backing_page(index),
                 &pixels[at as usize..(at + length) as usize],
             );
-            let entry = MemEntry {
-                addr: backing_page(index),
-                length: length as u32,
-                padding: 0,
-            };
-            attach.extend_from_slice(entry.as_bytes());
+            entries.push(backing_entry(backing_page(index), length as u32));
         }
-        self.command("RESOURCE_ATTACH_BACKING", &attach)?;
+        self.command(
+            "RESOURCE_ATTACH_BACKING",
+            &attach_backing(RESOURCE_ID, &entries),
+        )?;
 
-        let scanout = SetScanout {
-            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_SET_SCANOUT),
-            r: WHOLE_FRAME,
-            scanout_id: SCANOUT_ID,
-            resource_id: RESOURCE_ID,
-        };
+        let scanout = set_scanout(SCANOUT_ID, RESOURCE_ID, WHOLE_FRAME);
         self.command("SET_SCANOUT", scanout.as_bytes())?;
         let shown = (SCANOUT_ID, WIDTH, HEIGHT);
         self.display
@@ -374,11 +270,9 @@ impl Device {
     /// done when both are answered and the display has the frame. Returns how long it took.
     fn frame(&mut self) -> Result<Duration, Broken> {
         let start = Instant::now();
-        let transfer = self.h.post(transfer_whole_frame().as_bytes(), SLOT_ROOM);
-        let flush_request = flush(
-            WHOLE_FRAME,
-            WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_RESOURCE_FLUSH),
-        );
+        let transfer_request = transfer_to_host_2d(RESOURCE_ID, WHOLE_FRAME, 0);
+        let transfer = self.h.post(transfer_request.as_bytes(), SLOT_ROOM);
+        let flush_request = resource_flush(RESOURCE_ID, WHOLE_FRAME);
         let flushed = self.h.post(flush_request.as_bytes(), SLOT_ROOM);
         self.wait_ok("TRANSFER_TO_HOST_2D", transfer)?;
         self.wait_ok("RESOURCE_FLUSH", flushed)?;
@@ -394,12 +288,10 @@ impl Device {
     fn noop(&mut self) -> Result<Duration, Broken> {
         let fence_id = self.next_fence;
         self.next_fence += 1;
-        let hdr = WddmGpuCtrlHdr {
-            flags: VIRTIO_GPU_FLAG_FENCE,
-            fence_id,
-            ..WddmGpuCtrlHdr::with_type(VIRTIO_GPU_CMD_RESOURCE_FLUSH)
-        };
-        let pending = self.h.post(flush(ONE_PIXEL, hdr).as_bytes(), SLOT_ROOM);
+        let mut request = resource_flush(RESOURCE_ID, ONE_PIXEL);
+        request.hdr.flags = VIRTIO_GPU_FLAG_FENCE;
+        request.hdr.fence_id = fence_id;
+        let pending = self.h.post(request.as_bytes(), SLOT_ROOM);
         let reply = self.wait_ok("fenced RESOURCE_FLUSH", pending)?;
         let answer = reply.hdr();
         if answer.flags & VIRTIO_GPU_FLAG_FENCE == 0 || answer.fence_id != fence_id {

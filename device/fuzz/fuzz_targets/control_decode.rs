@@ -1,4 +1,4 @@
-//! The control-queue decoder on arbitrary request bytes (what a guest puts in a control
+//! The control-queue decoder (`wddm_gpu_abi::request`) on arbitrary request bytes (what a guest puts in a control
 //! descriptor chain, up to `MAX_REQUEST_SIZE`).
 //!
 //! Checked: a request decodes to the command its header names, from the bytes where the wire
@@ -7,21 +7,28 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vhost_user_wddm_gpu::control::{decode, ControlRequest, DecodeError, MAX_REQUEST_SIZE};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
     WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
     WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
 };
+use wddm_gpu_abi::display::{
+    VIRTIO_GPU_CMD_GET_EDID, VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
+    VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING,
+};
+use wddm_gpu_abi::request::{
+    decode_control, ControlCommand, ControlRequest, DecodeError, FenceEcho, MAX_REQUEST_SIZE,
+};
 use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// The standard 2D commands (RESOURCE_CREATE_2D to DETACH_BACKING, and GET_EDID), decoded by
 /// the display module with their own structures.
 fn is_display_command(type_: u32) -> bool {
-    (0x0101..=0x0107).contains(&type_) || type_ == 0x010a
+    (VIRTIO_GPU_CMD_RESOURCE_CREATE_2D..=VIRTIO_GPU_CMD_RESOURCE_DETACH_BACKING).contains(&type_)
+        || type_ == VIRTIO_GPU_CMD_GET_EDID
 }
 
 fn le32(bytes: &[u8], at: usize) -> u32 {
@@ -35,8 +42,8 @@ fn le64(bytes: &[u8], at: usize) -> u64 {
 fuzz_target!(|data: &[u8]| {
     // The transport never hands over more than this.
     let bytes = &data[..data.len().min(MAX_REQUEST_SIZE)];
-    let decoded = decode(bytes);
-    assert_eq!(decoded, decode(bytes), "decoding is a pure function");
+    let decoded = decode_control(bytes);
+    assert_eq!(decoded, decode_control(bytes), "decoding is a pure function");
     let hdr_size = std::mem::size_of::<WddmGpuCtrlHdr>();
     let needed = |type_: u32| match type_ {
         VIRTIO_GPU_CMD_GET_CAPSET_INFO => std::mem::size_of::<WddmGpuGetCapsetInfo>(),
@@ -47,24 +54,31 @@ fuzz_target!(|data: &[u8]| {
         _ => hdr_size,
     };
     let request = match decoded {
+        Err(DecodeError::Truncated { type_, len, needed }) => {
+            assert_eq!((type_, len, needed), (0, bytes.len(), hdr_size));
+            assert!(len < hdr_size, "refused a {len}-byte request with a header");
+            return;
+        }
+        Ok(request) => request,
+    };
+    let (hdr, _) = WddmGpuCtrlHdr::read_from_prefix(bytes).unwrap();
+    assert_eq!(request.echo, FenceEcho::of(&hdr));
+    let ControlRequest { command, .. } = request;
+    let command = match command {
         Err(DecodeError::Truncated {
             type_,
             len,
             needed: n,
         }) => {
             assert_eq!(len, bytes.len());
-            if bytes.len() < hdr_size {
-                assert_eq!((type_, n), (0, hdr_size));
-            } else {
-                assert_eq!(type_, le32(bytes, 0));
-                if !is_display_command(type_) {
-                    assert_eq!(n, needed(type_));
-                }
-                assert!(len < n, "refused a {len}-byte request needing {n}");
+            assert_eq!(type_, le32(bytes, 0));
+            if !is_display_command(type_) {
+                assert_eq!(n, needed(type_));
             }
+            assert!(len < n, "refused a {len}-byte request needing {n}");
             return;
         }
-        Ok(request) => request,
+        Ok(command) => command,
     };
     assert!(bytes.len() >= hdr_size);
     let type_ = le32(bytes, 0);
@@ -72,33 +86,33 @@ fuzz_target!(|data: &[u8]| {
         bytes.len() >= needed(type_),
         "decoded a truncated {type_:#x}"
     );
-    match request {
-        ControlRequest::GetDisplayInfo => assert_eq!(type_, VIRTIO_GPU_CMD_GET_DISPLAY_INFO),
-        ControlRequest::GetCapsetInfo(index) => {
+    match command {
+        ControlCommand::GetDisplayInfo => assert_eq!(type_, VIRTIO_GPU_CMD_GET_DISPLAY_INFO),
+        ControlCommand::GetCapsetInfo(index) => {
             assert_eq!(type_, VIRTIO_GPU_CMD_GET_CAPSET_INFO);
             assert_eq!(index, le32(bytes, 24));
         }
-        ControlRequest::GetCapset { id, version } => {
+        ControlCommand::GetCapset { id, version } => {
             assert_eq!(type_, VIRTIO_GPU_CMD_GET_CAPSET);
             assert_eq!((id, version), (le32(bytes, 24), le32(bytes, 28)));
         }
-        ControlRequest::Display(_) => assert!(is_display_command(type_), "{type_:#x}"),
-        ControlRequest::Submit(cmd) => {
+        ControlCommand::Display(_) => assert!(is_display_command(type_), "{type_:#x}"),
+        ControlCommand::Submit(cmd) => {
             assert_eq!(type_, WDDM_GPU_CMD_SUBMIT);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
         }
-        ControlRequest::RegisterStatusPage(address) => {
+        ControlCommand::RegisterStatusPage(address) => {
             assert_eq!(type_, WDDM_GPU_CMD_REGISTER_STATUS_PAGE);
             assert_eq!(address, le64(bytes, 24));
         }
-        ControlRequest::SetScanoutVram(cmd) => {
+        ControlCommand::SetScanoutVram(cmd) => {
             assert_eq!(type_, WDDM_GPU_CMD_SET_SCANOUT_VRAM);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
         }
-        ControlRequest::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
-        ControlRequest::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
-        ControlRequest::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
-        ControlRequest::Unknown(unknown) => {
+        ControlCommand::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
+        ControlCommand::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
+        ControlCommand::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
+        ControlCommand::Unknown(unknown) => {
             assert_eq!(unknown, type_);
             assert!(
                 ![

@@ -13,6 +13,7 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
     VIRTIO_GPU_RESP_OK_NODATA,
 };
+use wddm_gpu_abi::request::{ControlCommand, ControlRequest, CursorCommand, DecodeError};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_VBLANK};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
@@ -21,11 +22,9 @@ use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
-use crate::model::control::{decode, ControlRequest};
-use crate::model::display::command::decode_cursor;
 use crate::model::display::sink::DisplaySink;
 use crate::model::display::{Display, DisplayConfig};
-use crate::model::reply::{respond, FenceEcho, Mem, Notify, Reply};
+use crate::model::reply::{echoing, respond, Mem, Notify, Reply};
 use crate::model::scheduler::{Paused, ResetBy, Scheduler};
 use crate::model::status_page::StatusPage;
 use crate::model::vblank::VblankTimer;
@@ -167,27 +166,43 @@ impl Gpu {
         lock(&self.display).release();
     }
 
-    /// Answers one control request through `reply`, now or (submissions, events) later.
-    pub fn handle(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) {
-        let reply = match FenceEcho::of(request) {
-            Some(echo) => echo.wrap(reply),
-            None => reply,
+    /// Answers one control request (decoded once, where the transport took it off the ring)
+    /// through `reply`, now or (submissions, events) later. The response echoes the request's
+    /// fence fields; one shorter than a header is refused.
+    pub fn handle(
+        &self,
+        request: Result<ControlRequest, DecodeError>,
+        reply: Box<dyn Reply>,
+        mem: Mem,
+    ) {
+        let outcome = match request {
+            Ok(ControlRequest { echo, command }) => {
+                self.dispatch(command, echoing(reply, echo), mem)
+            }
+            Err(error) => {
+                crate::guest_warn!("malformed control request: {error}");
+                self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC)
+            }
         };
-        let outcome = self.dispatch(request, reply, mem);
         self.stats.request(outcome);
     }
 
     /// [`Self::handle`]; returns whether the request was refused.
-    fn dispatch(&self, request: &[u8], reply: Box<dyn Reply>, mem: Mem) -> RequestOutcome {
-        let request = match decode(request) {
-            Ok(request) => request,
+    fn dispatch(
+        &self,
+        command: Result<ControlCommand, DecodeError>,
+        reply: Box<dyn Reply>,
+        mem: Mem,
+    ) -> RequestOutcome {
+        let command = match command {
+            Ok(command) => command,
             Err(error) => {
                 crate::guest_warn!("malformed control request: {error}");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
         };
-        let response = match request {
-            ControlRequest::Submit(cmd) => {
+        let response = match command {
+            ControlCommand::Submit(cmd) => {
                 // Checked before anything runs: work whose answer cannot be written must not
                 // happen (the driver would never learn what its packets did).
                 if reply.room() < std::mem::size_of::<WddmGpuRespSubmit>() {
@@ -201,7 +216,7 @@ impl Gpu {
                 self.scheduler.submit(cmd, reply, mem);
                 return RequestOutcome::Taken;
             }
-            ControlRequest::WaitEvent => {
+            ControlCommand::WaitEvent => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
                     crate::guest_warn!(
                         "WAIT_EVENT response buffer of {} bytes is too small",
@@ -212,12 +227,12 @@ impl Gpu {
                 lock(&self.notify).events.push_back(reply);
                 return RequestOutcome::Taken;
             }
-            ControlRequest::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
-            ControlRequest::Reset => {
+            ControlCommand::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
+            ControlCommand::Reset => {
                 self.scheduler.reset(ResetBy::Driver);
                 header(VIRTIO_GPU_RESP_OK_NODATA)
             }
-            ControlRequest::RegisterStatusPage(address) => {
+            ControlCommand::RegisterStatusPage(address) => {
                 let ram = GuestRam::new(&*mem, self.vram.guest_window());
                 let bar = self.vram.wire_locator();
                 // Bound first: the lock must be released before `refuse` takes it again.
@@ -230,8 +245,8 @@ impl Gpu {
                     }
                 }
             }
-            ControlRequest::GetDisplayInfo => lock(&self.display).display_info(),
-            ControlRequest::SetScanoutVram(cmd) => {
+            ControlCommand::GetDisplayInfo => lock(&self.display).display_info(),
+            ControlCommand::SetScanoutVram(cmd) => {
                 // Bound first: the lock must be released before `refuse`.
                 let answer = lock(&self.display).set_scanout_vram(&cmd, &self.layout, &self.vram);
                 match answer {
@@ -242,7 +257,7 @@ impl Gpu {
                     }
                 }
             }
-            ControlRequest::Display(command) => {
+            ControlCommand::Display(command) => {
                 let ram = GuestRam::new(&*mem, self.vram.guest_window());
                 // Bound first: the lock must be released before `refuse`.
                 let answer = lock(&self.display).handle(command, &ram);
@@ -254,7 +269,7 @@ impl Gpu {
                     }
                 }
             }
-            ControlRequest::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
+            ControlCommand::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
                 hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
                 capset_id: WDDM_GPU_CAPSET_ID,
                 capset_max_version: WDDM_GPU_CAPSET_VERSION,
@@ -263,22 +278,22 @@ impl Gpu {
             }
             .as_bytes()
             .to_vec(),
-            ControlRequest::GetCapset { id, version }
+            ControlCommand::GetCapset { id, version }
                 if id == WDDM_GPU_CAPSET_ID && version == WDDM_GPU_CAPSET_VERSION =>
             {
                 let mut response = header(VIRTIO_GPU_RESP_OK_CAPSET);
                 response.extend(build_capset(&self.layout, &self.vram.wire_locator()));
                 response
             }
-            ControlRequest::GetCapsetInfo(index) => {
+            ControlCommand::GetCapsetInfo(index) => {
                 crate::guest_warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
-            ControlRequest::GetCapset { id, version } => {
+            ControlCommand::GetCapset { id, version } => {
                 crate::guest_warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
-            ControlRequest::Unknown(type_) => {
+            ControlCommand::Unknown(type_) => {
                 crate::guest_warn!("unsupported control command {type_:#x}");
                 return self.refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
@@ -288,18 +303,11 @@ impl Gpu {
     }
 
     /// Carries out one cursor-queue request (the cursor queue has no responses).
-    pub fn handle_cursor(&self, request: &[u8]) {
-        let command = match decode_cursor(request) {
-            Some(Ok(command)) => command,
-            Some(Err(error)) => {
+    pub fn handle_cursor(&self, request: Result<CursorCommand, DecodeError>) {
+        let command = match request {
+            Ok(command) => command,
+            Err(error) => {
                 crate::guest_warn!("malformed cursor request: {error}");
-                return;
-            }
-            None => {
-                let type_ = request
-                    .get(..4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                crate::guest_warn!("unsupported cursor command {type_:x?}");
                 return;
             }
         };

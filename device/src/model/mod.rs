@@ -1,8 +1,6 @@
 //! The device model, apart from any transport: control requests decoded and answered, the
 //! scheduler that runs submissions on the engine, the status page and posted events.
 
-pub mod control;
-pub mod decode;
 pub mod display;
 pub mod gpu;
 pub mod reply;

@@ -6,8 +6,9 @@ use std::collections::VecDeque;
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_RESP_ERR_UNSPEC, WDDM_GPU_RESP_EVENT};
+use wddm_gpu_abi::request::FenceEcho;
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_CANCELLED};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 use crate::memory::guest_ram::GuestRam;
 use crate::model::status_page::StatusPage;
@@ -38,56 +39,9 @@ pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
     reply.send(&hdr.as_bytes()[..room.min(hdr.as_bytes().len())]);
 }
 
-/// `VIRTIO_GPU_FLAG_FENCE`: the driver wants to know when the command's work is done.
-pub const VIRTIO_GPU_FLAG_FENCE: u32 = 1 << 0;
-/// `VIRTIO_GPU_FLAG_INFO_RING_IDX`: `ring_idx` names the context's fence ring.
-pub const VIRTIO_GPU_FLAG_INFO_RING_IDX: u32 = 1 << 1;
-
-/// The request header fields every response carries back (virtio 1.2 5.7.6.7): the fence flags,
-/// `fence_id`, `ctx_id` and `ring_idx`. Linux's virtio_gpu matches a fenced request's answer by
-/// them; without them its fence waits run into their timeout. A response is sent only once the
-/// command's work is done, so echoing the fence in it is what signals the fence.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FenceEcho {
-    flags: u32,
-    fence_id: u64,
-    ctx_id: u32,
-    ring_idx: u8,
-}
-
-impl FenceEcho {
-    /// The fields of the request's header; `None` when the request is shorter than a header.
-    pub fn of(request: &[u8]) -> Option<Self> {
-        let (hdr, _) = WddmGpuCtrlHdr::read_from_prefix(request).ok()?;
-        Some(Self {
-            flags: hdr.flags & (VIRTIO_GPU_FLAG_FENCE | VIRTIO_GPU_FLAG_INFO_RING_IDX),
-            fence_id: hdr.fence_id,
-            ctx_id: hdr.ctx_id,
-            ring_idx: hdr.ring_idx,
-        })
-    }
-
-    /// `reply`, answering with these fields in its response header.
-    pub fn wrap(self, reply: Box<dyn Reply>) -> Box<dyn Reply> {
-        Box::new(EchoingReply {
-            inner: reply,
-            echo: self,
-        })
-    }
-
-    /// Writes the fields into a response that holds a whole header (one cut short to a tiny
-    /// buffer is left as it is).
-    fn stamp(self, response: &mut [u8]) {
-        let Ok((mut hdr, _)) = WddmGpuCtrlHdr::read_from_prefix(response) else {
-            return;
-        };
-        hdr.flags |= self.flags;
-        hdr.fence_id = self.fence_id;
-        hdr.ctx_id = self.ctx_id;
-        hdr.ring_idx = self.ring_idx;
-        // A Vec's bytes need not be aligned for the header: written back as bytes.
-        response[..size_of::<WddmGpuCtrlHdr>()].copy_from_slice(hdr.as_bytes());
-    }
+/// `reply`, answering with the request's fence fields in its response header.
+pub fn echoing(reply: Box<dyn Reply>, echo: FenceEcho) -> Box<dyn Reply> {
+    Box::new(EchoingReply { inner: reply, echo })
 }
 
 /// A reply whose response header echoes the request's ([`FenceEcho`]).

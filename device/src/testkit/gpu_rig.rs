@@ -11,6 +11,7 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
     WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
 };
+use wddm_gpu_abi::request::decode_control;
 use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmGpuStatusPage};
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use zerocopy::{FromBytes, IntoBytes};
@@ -103,7 +104,7 @@ impl GpuRig {
     pub fn request_same_kick(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
         let (tx, rx) = channel();
         self.gpu.handle(
-            bytes,
+            decode_control(bytes),
             Box::new(ChannelReply { room, tx }),
             self.atomic.memory(),
         );

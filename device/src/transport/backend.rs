@@ -17,13 +17,10 @@ use std::sync::{Arc, Mutex};
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
     VhostUserMMap, VhostUserMMapFlags, VhostUserProtocolFeatures, VhostUserShMemConfig,
+    VhostUserVirtioFeatures,
 };
 use vhost::vhost_user::{Backend, GpuBackend, VhostUserFrontendReqHandler};
 use vhost_user_backend::{VhostUserBackendMut, VringRwLock, VringT};
-use virtio_bindings::bindings::virtio_config::{VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_F_VERSION_1};
-use virtio_bindings::bindings::virtio_ring::{
-    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
-};
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{
     GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryLoadGuard,
@@ -33,10 +30,11 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
+use wddm_gpu_abi::features::WDDM_GPU_DEVICE_FEATURES;
+use wddm_gpu_abi::request::{decode_control, decode_cursor, MAX_REQUEST_SIZE};
 use zerocopy::IntoBytes;
 
 use crate::memory::vram::BarMode;
-use crate::model::control::MAX_REQUEST_SIZE;
 use crate::model::gpu::Gpu;
 use crate::model::reply::Reply;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
@@ -50,25 +48,10 @@ const CURSOR_QUEUE: u16 = 1;
 const NUM_QUEUES: usize = 2;
 const MAX_QUEUE_SIZE: usize = 1024;
 
-/// `VIRTIO_F_ANY_LAYOUT`.
-const VIRTIO_F_ANY_LAYOUT: u32 = 27;
-/// `VIRTIO_F_RING_RESET`.
-const VIRTIO_F_RING_RESET: u32 = 40;
-/// `VIRTIO_GPU_F_EDID`: QEMU's vhost-user-gpu frontend requires it of backends.
-const VIRTIO_GPU_F_EDID: u32 = 1;
-/// `VHOST_USER_F_PROTOCOL_FEATURES`.
-const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
-
-/// Device features offered. QEMU builds the guest's set itself and sends back what the guest
-/// acked, so every bit it may expose is here; VIRGL, RESOURCE_BLOB and CONTEXT_INIT never are.
-pub const OFFERED_FEATURES: u64 = (1 << VIRTIO_F_VERSION_1)
-    | (1 << VIRTIO_F_RING_RESET)
-    | (1 << VIRTIO_F_NOTIFY_ON_EMPTY)
-    | (1 << VIRTIO_F_ANY_LAYOUT)
-    | (1 << VIRTIO_RING_F_INDIRECT_DESC)
-    | (1 << VIRTIO_RING_F_EVENT_IDX)
-    | (1 << VIRTIO_GPU_F_EDID)
-    | (1 << VHOST_USER_F_PROTOCOL_FEATURES);
+/// What GET_FEATURES answers: the device's features (the ABI crate's offer) and vhost-user's
+/// protocol-features bit.
+pub const OFFERED_FEATURES: u64 =
+    WDDM_GPU_DEVICE_FEATURES | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
 
 /// Which VRAM BAR mode to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -329,7 +312,7 @@ impl WddmGpuBackend {
                 // Cursor commands have no response.
                 _ => {
                     if let Some(request) = read_request(&chain, mem) {
-                        self.gpu.handle_cursor(&request);
+                        self.gpu.handle_cursor(decode_cursor(&request));
                     }
                     reply.send(&[]);
                 }
@@ -346,7 +329,10 @@ impl WddmGpuBackend {
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
     ) {
         match read_request(&chain, mem) {
-            Some(request) => self.gpu.handle(&request, reply, mem.clone()),
+            // The one decode of the request: everything after works on its type.
+            Some(request) => self
+                .gpu
+                .handle(decode_control(&request), reply, mem.clone()),
             None => reply.send(&[]),
         }
     }

@@ -15,6 +15,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WddmGpuRespDisplayInfo, VIRTIO_GPU_RESP_OK_DISPLAY_INFO};
+use wddm_gpu_abi::display::{WddmGpuRespEdid, VIRTIO_GPU_RESP_OK_EDID};
+use zerocopy::IntoBytes;
+
 use super::Harness;
 
 pub mod c_backend;
@@ -44,11 +48,6 @@ pub const GPU_FLAG_REPLY: u32 = 0x4;
 /// `DMABUF2` is not offered: this display takes no DMABUF.
 pub const GPU_PROTOCOL_F_EDID: u64 = 1 << 0;
 
-/// `VIRTIO_GPU_RESP_OK_DISPLAY_INFO` and `VIRTIO_GPU_RESP_OK_EDID`.
-const RESP_OK_DISPLAY_INFO: u32 = 0x1101;
-const RESP_OK_EDID: u32 = 0x1104;
-/// Scanouts in a `virtio_gpu_resp_display_info`.
-const MAX_SCANOUTS: usize = 16;
 /// The header of every message: request, flags, payload size (u32 each, native order).
 const HEADER_BYTES: usize = 12;
 /// `VhostUserGpuUpdate` before its pixels: scanout id, x, y, width, height.
@@ -322,20 +321,25 @@ fn reply(stream: &mut UnixStream, request: u32, payload: &[u8]) -> std::io::Resu
 
 /// `virtio_gpu_resp_display_info`: scanout 0 enabled at `mode`, the others off.
 fn display_info(mode: DisplayMode) -> Vec<u8> {
-    let mut bytes = vec![0u8; 24 + MAX_SCANOUTS * 24];
-    bytes[0..4].copy_from_slice(&RESP_OK_DISPLAY_INFO.to_le_bytes());
-    // pmodes[0]: rect (x, y, width, height), enabled, flags.
-    bytes[32..36].copy_from_slice(&mode.width.to_le_bytes());
-    bytes[36..40].copy_from_slice(&mode.height.to_le_bytes());
-    bytes[40..44].copy_from_slice(&1u32.to_le_bytes());
-    bytes
+    let mut info = WddmGpuRespDisplayInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_DISPLAY_INFO),
+        ..Default::default()
+    };
+    info.pmodes[0].rect = [0, 0, mode.width, mode.height];
+    info.pmodes[0].enabled = 1;
+    info.as_bytes().to_vec()
 }
 
 /// `virtio_gpu_resp_edid` with no blob (size 0): nothing here reads a monitor's EDID.
 fn edid() -> Vec<u8> {
-    let mut bytes = vec![0u8; 24 + 8 + 1024];
-    bytes[0..4].copy_from_slice(&RESP_OK_EDID.to_le_bytes());
-    bytes
+    WddmGpuRespEdid {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_EDID),
+        size: 0,
+        padding: 0,
+        edid: [0; 1024],
+    }
+    .as_bytes()
+    .to_vec()
 }
 
 /// Why serving stopped.

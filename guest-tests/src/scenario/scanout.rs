@@ -28,6 +28,7 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
     VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
 };
+use wddm_gpu_abi::display::VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM;
 use wddm_gpu_abi::status::WDDM_GPU_EVENT_VBLANK;
 use zerocopy::IntoBytes;
 
@@ -44,8 +45,6 @@ pub const WIDTH: u32 = 320;
 pub const HEIGHT: u32 = 240;
 /// Row pitch: wider than a row, so the padding must not be shown.
 const PITCH: u32 = WIDTH * 4 + 256;
-/// `VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM`: bytes B, G, R, X.
-const FORMAT_B8G8R8X8: u32 = 2;
 /// Segment offsets of the two surfaces.
 const SURFACE_A: u64 = 1 << 20;
 const SURFACE_B: u64 = 2 << 20;
@@ -186,7 +185,7 @@ impl Rig {
             scanout_id: 0,
             segment_id: self.segment_id,
             address: self.base + offset,
-            format: FORMAT_B8G8R8X8,
+            format: VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
             width: WIDTH,
             height: HEIGHT,
             pitch: PITCH,

@@ -27,8 +27,8 @@ pub const STATUS_FEATURES_OK: u8 = 8;
 pub const STATUS_DEVICE_NEEDS_RESET: u8 = 0x40;
 /// The driver gave up on the device.
 pub const STATUS_FAILED: u8 = 0x80;
-/// `VIRTIO_F_VERSION_1`: the only feature this driver accepts.
-pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+/// `VIRTIO_F_VERSION_1`, the only feature this driver accepts, as a mask.
+pub const VERSION_1: u64 = 1 << wddm_gpu_abi::features::VIRTIO_F_VERSION_1;
 /// MSI-X "no vector".
 const NO_VECTOR: u16 = 0xffff;
 
@@ -206,14 +206,14 @@ impl VirtioPci {
             features |= u64::from(self.common.read32(DEVICE_FEATURE)) << (32 * half);
         }
         self.device_features = features;
-        if features & VIRTIO_F_VERSION_1 == 0 {
+        if features & VERSION_1 == 0 {
             self.add_status(STATUS_FAILED);
             return Err(TransportError::NotModern(features));
         }
         for half in 0..2u32 {
             self.common.write32(DRIVER_FEATURE_SELECT, half);
             self.common
-                .write32(DRIVER_FEATURE, (VIRTIO_F_VERSION_1 >> (32 * half)) as u32);
+                .write32(DRIVER_FEATURE, (VERSION_1 >> (32 * half)) as u32);
         }
         self.add_status(STATUS_FEATURES_OK);
         if self.status() & STATUS_FEATURES_OK == 0 {

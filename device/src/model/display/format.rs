@@ -3,6 +3,13 @@
 //! image) is PIXMAN x8r8g8b8 / a8r8g8b8 in host order, bytes B, G, R, X/A on little-endian
 //! hosts, which is this device's [`DisplayBytes`].
 
+use wddm_gpu_abi::display::{
+    VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM, VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM,
+    VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM,
+    VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM, VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM,
+    VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM, VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM,
+};
+
 /// Bytes per pixel of every 2D format.
 pub const BYTES_PER_PIXEL: u32 = 4;
 
@@ -43,14 +50,14 @@ impl PixelFormat {
     /// The format of a wire value; `None` for values the spec does not list.
     pub fn from_wire(value: u32) -> Option<Self> {
         Some(match value {
-            1 => Self::B8G8R8A8,
-            2 => Self::B8G8R8X8,
-            3 => Self::A8R8G8B8,
-            4 => Self::X8R8G8B8,
-            67 => Self::R8G8B8A8,
-            68 => Self::X8B8G8R8,
-            121 => Self::A8B8G8R8,
-            134 => Self::R8G8B8X8,
+            VIRTIO_GPU_FORMAT_B8G8R8A8_UNORM => Self::B8G8R8A8,
+            VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM => Self::B8G8R8X8,
+            VIRTIO_GPU_FORMAT_A8R8G8B8_UNORM => Self::A8R8G8B8,
+            VIRTIO_GPU_FORMAT_X8R8G8B8_UNORM => Self::X8R8G8B8,
+            VIRTIO_GPU_FORMAT_R8G8B8A8_UNORM => Self::R8G8B8A8,
+            VIRTIO_GPU_FORMAT_X8B8G8R8_UNORM => Self::X8B8G8R8,
+            VIRTIO_GPU_FORMAT_A8B8G8R8_UNORM => Self::A8B8G8R8,
+            VIRTIO_GPU_FORMAT_R8G8B8X8_UNORM => Self::R8G8B8X8,
             _ => return None,
         })
     }

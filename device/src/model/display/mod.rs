@@ -3,7 +3,6 @@
 //! value is checked; a refused command is answered with the spec's error and a rate-limited
 //! warning. The display itself is a [`DisplaySink`] the transport provides.
 
-pub mod command;
 pub mod edid;
 pub mod format;
 pub mod pixel_buffer;
@@ -11,7 +10,6 @@ pub mod rect;
 pub mod resource;
 pub mod sink;
 pub mod vram_scanout;
-pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,9 +20,14 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_MAX_SCANOUTS, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_ERR_UNSPEC,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA,
 };
+use wddm_gpu_abi::display::{
+    WddmGpuRect, WddmGpuRespEdid, VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
+    VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID, VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY,
+    VIRTIO_GPU_RESP_OK_EDID,
+};
+use wddm_gpu_abi::request::{CursorCommand, DisplayCommand};
 use zerocopy::IntoBytes;
 
-use self::command::{CursorCommand, DisplayCommand};
 use self::edid::{edid, EDID_SIZE};
 use self::format::{PixelFormat, BYTES_PER_PIXEL};
 use self::pixel_buffer::PixelBuffer;
@@ -34,10 +37,6 @@ use self::sink::{
     CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES, CURSOR_SIZE,
 };
 use self::vram_scanout::{Shown, Vblank, VramScanout, VramScanoutError, VramSurface};
-use self::wire::{
-    RespEdid, WireRect, RESP_ERR_INVALID_RESOURCE_ID, RESP_ERR_INVALID_SCANOUT_ID,
-    RESP_ERR_OUT_OF_MEMORY, RESP_OK_EDID,
-};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
@@ -111,21 +110,26 @@ pub enum DisplayError {
     Transfer(u32, TransferError),
     #[error("SET_SCANOUT_VRAM on scanout {0}: {1}")]
     VramScanout(u32, VramScanoutError),
+    #[error("unsupported cursor command {0:#x}")]
+    UnknownCursorCommand(u32),
 }
 
 impl DisplayError {
     /// The response type answering it.
     pub fn response_type(&self) -> u32 {
         match self {
-            Self::NoScanout(_) => RESP_ERR_INVALID_SCANOUT_ID,
-            Self::NoResource(_) | Self::ResourceIdTaken(_) => RESP_ERR_INVALID_RESOURCE_ID,
-            Self::OutOfMemory { .. } => RESP_ERR_OUT_OF_MEMORY,
+            Self::NoScanout(_) => VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
+            Self::NoResource(_) | Self::ResourceIdTaken(_) => {
+                VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID
+            }
+            Self::OutOfMemory { .. } => VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY,
             Self::BadFormat(_) | Self::Rect(..) | Self::Transfer(..) | Self::VramScanout(..) => {
                 VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
             }
-            Self::BackingAttached(_) | Self::NoBacking(_) | Self::Backing(..) => {
-                VIRTIO_GPU_RESP_ERR_UNSPEC
-            }
+            Self::BackingAttached(_)
+            | Self::NoBacking(_)
+            | Self::Backing(..)
+            | Self::UnknownCursorCommand(_) => VIRTIO_GPU_RESP_ERR_UNSPEC,
         }
     }
 }
@@ -134,7 +138,7 @@ impl DisplayError {
 fn resource_and_rect(
     resources: &HashMap<u32, Resource>,
     resource_id: u32,
-    rect: WireRect,
+    rect: WddmGpuRect,
 ) -> Result<(&Resource, Rect), DisplayError> {
     let resource = resources
         .get(&resource_id)
@@ -338,7 +342,7 @@ impl Display {
     fn transfer<M: GuestMemoryBackend>(
         &mut self,
         resource_id: u32,
-        rect: WireRect,
+        rect: WddmGpuRect,
         offset: u64,
         ram: &GuestRam<'_, M>,
     ) -> Result<Vec<u8>, DisplayError> {
@@ -409,8 +413,8 @@ impl Display {
         if scanout >= self.config.scanouts {
             return Err(DisplayError::NoScanout(scanout));
         }
-        let mut response = RespEdid {
-            hdr: WddmGpuCtrlHdr::with_type(RESP_OK_EDID),
+        let mut response = WddmGpuRespEdid {
+            hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_EDID),
             size: EDID_SIZE as u32,
             padding: 0,
             edid: [0; 1024],
@@ -437,7 +441,7 @@ impl Display {
         if width == 0 || height == 0 {
             return Err(DisplayError::Rect(
                 resource_id,
-                RectError::Empty(WireRect {
+                RectError::Empty(WddmGpuRect {
                     x: 0,
                     y: 0,
                     width,
@@ -500,7 +504,7 @@ impl Display {
         &mut self,
         scanout_id: u32,
         resource_id: u32,
-        rect: WireRect,
+        rect: WddmGpuRect,
     ) -> Result<Vec<u8>, DisplayError> {
         if scanout_id >= self.config.scanouts {
             return Err(DisplayError::NoScanout(scanout_id));
@@ -575,7 +579,7 @@ impl Display {
         Some(event)
     }
 
-    fn flush(&mut self, resource_id: u32, rect: WireRect) -> Result<Vec<u8>, DisplayError> {
+    fn flush(&mut self, resource_id: u32, rect: WddmGpuRect) -> Result<Vec<u8>, DisplayError> {
         let (_, rect) = resource_and_rect(&self.resources, resource_id, rect)?;
         let streamed = self.resource_mut(resource_id)?.streamed.take();
         let resource = &self.resources[&resource_id];
@@ -615,6 +619,7 @@ impl Display {
     /// described in the error.
     pub fn cursor(&mut self, command: CursorCommand) -> Result<(), DisplayError> {
         match command {
+            CursorCommand::Unknown(type_) => return Err(DisplayError::UnknownCursorCommand(type_)),
             CursorCommand::Move { scanout_id, x, y } => {
                 self.check_scanout(scanout_id)?;
                 if let Some(sink) = &mut self.sink {
@@ -646,7 +651,7 @@ impl Display {
                     .ok_or(DisplayError::NoResource(resource_id))?;
                 // The image is the resource's top-left 64x64 pixels (Linux makes them 64x64).
                 let size = Rect::inside(
-                    WireRect {
+                    WddmGpuRect {
                         x: 0,
                         y: 0,
                         width: resource.width.min(CURSOR_SIZE),

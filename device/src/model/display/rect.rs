@@ -1,6 +1,6 @@
 //! Rectangles from the guest, checked against the surface they address.
 
-use super::wire::WireRect;
+use wddm_gpu_abi::display::WddmGpuRect;
 
 /// A non-empty rectangle whose right and bottom edges fit in `u32` (made only by
 /// [`Rect::inside`] and [`Rect::intersect`], which check that).
@@ -16,10 +16,10 @@ pub struct Rect {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RectError {
     #[error("rectangle {0:?} is empty")]
-    Empty(WireRect),
+    Empty(WddmGpuRect),
     #[error("rectangle {rect:?} reaches past the {width}x{height} surface")]
     Outside {
-        rect: WireRect,
+        rect: WddmGpuRect,
         width: u32,
         height: u32,
     },
@@ -27,7 +27,7 @@ pub enum RectError {
 
 impl Rect {
     /// `rect` if it is non-empty and lies within a `width` x `height` surface.
-    pub fn inside(rect: WireRect, width: u32, height: u32) -> Result<Self, RectError> {
+    pub fn inside(rect: WddmGpuRect, width: u32, height: u32) -> Result<Self, RectError> {
         if rect.width == 0 || rect.height == 0 {
             return Err(RectError::Empty(rect));
         }
@@ -106,8 +106,8 @@ impl Rect {
 mod tests {
     use super::*;
 
-    fn wire(x: u32, y: u32, width: u32, height: u32) -> WireRect {
-        WireRect {
+    fn wire(x: u32, y: u32, width: u32, height: u32) -> WddmGpuRect {
+        WddmGpuRect {
             x,
             y,
             width,

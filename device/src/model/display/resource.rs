@@ -4,20 +4,17 @@
 use std::sync::Arc;
 
 use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::display::{WddmGpuMemEntry, WDDM_GPU_MAX_BACKING_ENTRIES};
 
 use super::format::{PixelFormat, BYTES_PER_PIXEL};
 use super::pixel_buffer::PixelBuffer;
 use super::rect::Rect;
-use super::wire::MemEntry;
 use crate::memory::guest_ram::{GuestRam, RamError};
-
-/// Most backing entries one ATTACH_BACKING may carry (QEMU's limit too).
-pub const MAX_BACKING_ENTRIES: u32 = 16384;
 
 /// Why a backing was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BackingError {
-    #[error("{count} backing entries, more than the {MAX_BACKING_ENTRIES} allowed")]
+    #[error("{count} backing entries, more than the {WDDM_GPU_MAX_BACKING_ENTRIES} allowed")]
     TooManyEntries { count: u32 },
     #[error("backing entry {index}: {error}")]
     Entry { index: usize, error: RamError },
@@ -29,7 +26,7 @@ pub enum BackingError {
 /// attached, and again at each copy, since the memory table may change in between.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Backing {
-    entries: Vec<MemEntry>,
+    entries: Vec<WddmGpuMemEntry>,
     /// Where each entry starts within the backing, so a read finds its first entry by a binary
     /// search instead of a walk (a 1080-row frame over 2,025 pages would walk 2 million times).
     starts: Vec<u64>,
@@ -39,11 +36,11 @@ pub struct Backing {
 impl Backing {
     /// Checks `entries` against guest RAM.
     pub fn attach<M: GuestMemoryBackend>(
-        entries: Vec<MemEntry>,
+        entries: Vec<WddmGpuMemEntry>,
         ram: &GuestRam<'_, M>,
     ) -> Result<Self, BackingError> {
         let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
-        if count > MAX_BACKING_ENTRIES {
+        if count > WDDM_GPU_MAX_BACKING_ENTRIES {
             return Err(BackingError::TooManyEntries { count });
         }
         let mut len = 0u64;
@@ -217,9 +214,9 @@ impl Resource {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wire::WireRect;
     use super::*;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+    use wddm_gpu_abi::display::WddmGpuRect;
 
     const VRAM_WINDOW: std::ops::Range<u64> = 0x10_0000..0x20_0000;
 
@@ -227,8 +224,8 @@ mod tests {
         GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x30_0000)]).unwrap()
     }
 
-    fn entry(addr: u64, length: u32) -> MemEntry {
-        MemEntry {
+    fn entry(addr: u64, length: u32) -> WddmGpuMemEntry {
+        WddmGpuMemEntry {
             addr,
             length,
             padding: 0,
@@ -253,7 +250,7 @@ mod tests {
                 "{bad:?}: {result:?}"
             );
         }
-        let many = vec![entry(0, 1); MAX_BACKING_ENTRIES as usize + 1];
+        let many = vec![entry(0, 1); WDDM_GPU_MAX_BACKING_ENTRIES as usize + 1];
         assert!(matches!(
             Backing::attach(many, &ram),
             Err(BackingError::TooManyEntries { .. })
@@ -278,7 +275,7 @@ mod tests {
             streamed: None,
         };
         let whole = Rect::inside(
-            WireRect {
+            WddmGpuRect {
                 x: 0,
                 y: 0,
                 width: 4,
@@ -293,7 +290,7 @@ mod tests {
         // Pixel (1, 1) only: its source byte offset is 16 + 4.
         Arc::make_mut(&mut resource.pixels).fill(0);
         let one = Rect::inside(
-            WireRect {
+            WddmGpuRect {
                 x: 1,
                 y: 1,
                 width: 1,

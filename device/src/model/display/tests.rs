@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+use wddm_gpu_abi::display::WddmGpuMemEntry;
+
 use super::*;
 
 const WINDOW: std::ops::Range<u64> = 0x80_0000..0x90_0000;
@@ -47,8 +49,8 @@ impl DisplaySink for Recorder {
     }
 }
 
-fn wire(x: u32, y: u32, width: u32, height: u32) -> WireRect {
-    WireRect {
+fn wire(x: u32, y: u32, width: u32, height: u32) -> WddmGpuRect {
+    WddmGpuRect {
         x,
         y,
         width,
@@ -86,13 +88,13 @@ fn resource_memory_is_capped_and_given_back_by_unref() {
     assert!(create(&mut display, 2, 1, 64, 64).is_ok());
     assert_eq!(display.used_memory(), 64 * 64 * 4 * 2);
     let refused = create(&mut display, 3, 1, 1, 1).unwrap_err();
-    assert_eq!(refused.response_type(), RESP_ERR_OUT_OF_MEMORY);
+    assert_eq!(refused.response_type(), VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY);
     // Sizes whose byte count overflows are out of memory too, not a panic.
     assert_eq!(
         create(&mut display, 3, 1, u32::MAX, u32::MAX)
             .unwrap_err()
             .response_type(),
-        RESP_ERR_OUT_OF_MEMORY
+        VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY
     );
     let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
     let ram = GuestRam::new(&mem, None);
@@ -105,13 +107,13 @@ fn resource_memory_is_capped_and_given_back_by_unref() {
         create(&mut display, 0, 1, 1, 1)
             .unwrap_err()
             .response_type(),
-        RESP_ERR_INVALID_RESOURCE_ID
+        VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID
     );
     assert_eq!(
         create(&mut display, 3, 1, 1, 1)
             .unwrap_err()
             .response_type(),
-        RESP_ERR_INVALID_RESOURCE_ID
+        VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID
     );
     assert_eq!(
         create(&mut display, 9, 5, 1, 1),
@@ -137,7 +139,7 @@ fn a_flush_sends_the_scanout_part_of_the_rectangle_converted_to_bgra() {
     let pixels: Vec<u8> = (0..16u8).flat_map(|i| [i % 4, i / 4, 9, 1]).collect();
     mem.write_slice(&pixels, GuestAddress(0x4000)).unwrap();
     create(&mut display, 7, 67, 4, 4).unwrap();
-    let entries = vec![wire::MemEntry {
+    let entries = vec![WddmGpuMemEntry {
         addr: 0x4000,
         length: 64,
         padding: 0,
@@ -221,7 +223,7 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
                 resource_id: 1,
                 rect: wire(0, 0, 1, 1),
             },
-            RESP_ERR_INVALID_SCANOUT_ID,
+            VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
         ),
         (
             DisplayCommand::SetScanout {
@@ -229,7 +231,7 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
                 resource_id: 5,
                 rect: wire(0, 0, 1, 1),
             },
-            RESP_ERR_INVALID_RESOURCE_ID,
+            VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
         ),
         (
             DisplayCommand::SetScanout {
@@ -261,7 +263,7 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
         (
             DisplayCommand::AttachBacking {
                 resource_id: 1,
-                entries: vec![wire::MemEntry {
+                entries: vec![WddmGpuMemEntry {
                     addr: WINDOW.start,
                     length: 4096,
                     padding: 0,
@@ -271,11 +273,11 @@ fn hostile_scanouts_resources_and_rectangles_are_refused() {
         ),
         (
             DisplayCommand::GetEdid { scanout: 2 },
-            RESP_ERR_INVALID_SCANOUT_ID,
+            VIRTIO_GPU_RESP_ERR_INVALID_SCANOUT_ID,
         ),
         (
             DisplayCommand::ResourceUnref { resource_id: 2 },
-            RESP_ERR_INVALID_RESOURCE_ID,
+            VIRTIO_GPU_RESP_ERR_INVALID_RESOURCE_ID,
         ),
     ];
     for (command, expected) in cases {
@@ -351,7 +353,7 @@ impl Streaming {
             pattern,
         };
         create(&mut rig.display, 1, 2, WIDE, TALL).unwrap();
-        let entries = vec![wire::MemEntry {
+        let entries = vec![WddmGpuMemEntry {
             addr: BACKING,
             length: (STRIDE * TALL as usize) as u32,
             padding: 0,
@@ -371,7 +373,7 @@ impl Streaming {
         self.display.handle(command, &ram)
     }
 
-    fn show(&mut self, rect: WireRect) {
+    fn show(&mut self, rect: WddmGpuRect) {
         self.command(DisplayCommand::SetScanout {
             scanout_id: 0,
             resource_id: 1,
@@ -380,7 +382,7 @@ impl Streaming {
         .unwrap();
     }
 
-    fn transfer(&mut self, rect: WireRect) {
+    fn transfer(&mut self, rect: WddmGpuRect) {
         let offset = (rect.y as usize * STRIDE + rect.x as usize * 4) as u64;
         self.command(DisplayCommand::TransferToHost2d {
             resource_id: 1,
@@ -390,7 +392,7 @@ impl Streaming {
         .unwrap();
     }
 
-    fn flush(&mut self, rect: WireRect) {
+    fn flush(&mut self, rect: WddmGpuRect) {
         self.command(DisplayCommand::ResourceFlush {
             resource_id: 1,
             rect,
@@ -505,7 +507,7 @@ fn a_refused_band_stops_the_transfer_with_an_error_and_leaves_nothing_marked_sen
     // The backing covers the first 200 rows only: rows past it are refused up front.
     rig.command(DisplayCommand::DetachBacking { resource_id: 1 })
         .unwrap();
-    let entries = vec![wire::MemEntry {
+    let entries = vec![WddmGpuMemEntry {
         addr: BACKING,
         length: (STRIDE * 200) as u32,
         padding: 0,
