@@ -73,10 +73,11 @@ def judge_results(marker, text):
 
 # `python3 -m unittest -v`: "test_x (package.module.Class.test_x) ... ok" (Python 3.11; before,
 # the parentheses hold package.module.Class); a test with a docstring has its first line on the
-# next line, where " ... ok" then ends; a test module that does not import is "package.module
-# (unittest.loader._FailedTest.package.module) ... ERROR". A test's own output may come first on
-# the line. The verdicts end at the first separator line (the failures' tracebacks follow), then
-# "Ran N tests in 0.01s" and "OK" or "FAILED (...)".
+# next line, where " ... ok" then ends; each failed subtest gets a line
+# "  test_x (...) (i=1) ... FAIL" after its test's line (which then has no outcome); a test module
+# that does not import is "package.module (unittest.loader._FailedTest.package.module) ... ERROR".
+# A test's own output may come first on the line. The verdicts end at the first separator line
+# (the failures' tracebacks follow), then "Ran N tests in 0.01s" and "OK" or "FAILED (...)".
 UNIT_START_RE = re.compile(r"([\w.]+) \(([\w.]+)\)")
 UNIT_OUTCOME_RE = re.compile(
     r" \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$")
@@ -103,7 +104,7 @@ def unittest_results(text, strip_prefix=""):
     in order (verdict SKIP for a skipped test, which counts neither way), the test id without
     strip_prefix; problems say what makes the run incomplete (no "Ran N tests" line, N not the
     number of tests read, no final OK or FAILED line)."""
-    results, current, ran, ended, in_verdicts = [], None, None, False, True
+    results, current, ran, ended, in_verdicts = {}, None, None, False, True
     for line in text.splitlines():
         line = line.rstrip("\r")
         if UNIT_SEPARATOR_RE.match(line):
@@ -117,8 +118,10 @@ def unittest_results(text, strip_prefix=""):
             outcome = UNIT_OUTCOME_RE.search(line)
             if outcome and current is not None:
                 word = outcome.group(1)
-                results.append((current, "SKIP" if word.startswith("skipped")
-                                else UNIT_VERDICTS[word]))
+                got = "SKIP" if word.startswith("skipped") else UNIT_VERDICTS[word]
+                # A failed subtest has a line of its own: one failure fails the test once.
+                if results.get(current) in (None, "PASS", "SKIP"):
+                    results[current] = got
                 current = None
         ran_m = UNIT_RAN_RE.match(line)
         if ran_m:
@@ -132,7 +135,7 @@ def unittest_results(text, strip_prefix=""):
         problems.append(f"ran {ran} tests, {len(results)} verdicts read")
     if ran is not None and not ended:
         problems.append("no final OK or FAILED line")
-    return results, problems
+    return list(results.items()), problems
 
 
 def main(argv):

@@ -111,6 +111,13 @@ class UnittestOutputTest(unittest.TestCase):
         self.assertEqual(verdicts.unittest_results(text),
                          ([("m.A.test_a", "PASS"), ("m.A.test_b", "PASS")], []))
 
+    def test_failed_subtests_fail_their_test_once(self):
+        text = ("test_ok (p.T.test_ok) ... ok\ntest_s (p.T.test_s) ... \n"
+                "  test_s (p.T.test_s) (i=1) ... FAIL\n  test_s (p.T.test_s) (i=2) ... FAIL\n"
+                "\n======\nRan 2 tests in 0.03s\n\nFAILED (failures=2)\n")
+        self.assertEqual(verdicts.unittest_results(text),
+                         ([("p.T.test_ok", "PASS"), ("p.T.test_s", "FAIL")], []))
+
     def test_count_mismatch_and_no_end(self):
         text = "test_a (m.A.test_a) ... ok\nRan 2 tests in 0.1s\n"
         _, problems = verdicts.unittest_results(text)
