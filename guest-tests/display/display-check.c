@@ -167,7 +167,7 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The known pattern; scripts/lib/display_pattern.py computes the same values. */
+/* The known pattern; scripts/lib/gpuhost/display_pattern.py computes the same values. */
 static void pattern_rgb(uint32_t x, uint32_t y, uint8_t rgb[3])
 {
     rgb[0] = (uint8_t)(x ^ y);

@@ -3,10 +3,10 @@
 # Unlike the wddm guest, this one loads the kernel's own virtio_gpu driver (Debian's modules, in
 # /lib/modules/load-order) and checks the display through it with /bin/display-check.
 #
-# Host protocol (scripts/lib/display_host.py): "GUEST-SYNC <point>" on the console (ttyS0), then
-# one answer line read from /dev/ttyS1. Points: boot (answer: go), fb-drawn (the host takes its
-# screendump; go), cursor-done (the host waits until the cursor messages left the backend; go),
-# fb-redrawn (a second screendump; go), done (reboot or poweroff). Checks are "DISPLAY-CHECK <name> PASS|FAIL ...".
+# Host protocol (scripts/lib/gpuhost/display_host.py): "GUEST-SYNC <point>" on the console
+# (ttyS0), then one answer line read from /dev/ttyS1. Points: boot (answer: go), fb-drawn (the
+# host takes its screendump; go), cursor-done (the host waits until the cursor messages left the
+# backend; go), fb-redrawn (a second screendump; go), done (reboot or poweroff). Checks are "DISPLAY-CHECK <name> PASS|FAIL ...".
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 set -f
 

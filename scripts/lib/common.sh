@@ -16,6 +16,12 @@ _WDDM_COMMON_SH=1
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SCRIPT_NAME="${0##*/}"
 
+# The host programs, the Python package scripts/lib/gpuhost: "${GPUHOST_PYTHON[@]}" -m
+# gpuhost.NAME ARG... (writes no bytecode into the tree; env execs python3, so $! of a run in
+# the background is Python's own pid).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+GPUHOST_PYTHON=(env "PYTHONPATH=${REPO_ROOT}/scripts/lib" PYTHONDONTWRITEBYTECODE=1 python3)
+
 # Suite that carries QEMU >= 10 for Debian 12.
 readonly _BACKPORTS_SUITE=bookworm-backports
 readonly _BACKPORTS_LIST=/etc/apt/sources.list.d/bookworm-backports.list

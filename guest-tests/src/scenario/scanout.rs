@@ -3,9 +3,10 @@
 //! 11). Two surfaces are drawn into the CPU-visible VRAM segment through the BAR; the driver
 //! shows one, flips to the other and back, and turns the scanout off, counting VBLANK events.
 //! At each surface shown it prints `GUEST-SYNC <point>` and the host helper
-//! (`scripts/lib/vmctl.py`, plan `scanout`) takes a QMP screendump, compares it pixel for pixel
-//! with the surface (`scripts/lib/display_pattern.py`, pattern `a` or `b`) and answers `match`
-//! or `mismatch`. Output as in `suite`: one `GUEST-TEST` line per test, then `GUEST-SUMMARY`.
+//! (`scripts/lib/gpuhost/vmctl.py`, plan `scanout`) takes a QMP screendump, compares it pixel
+//! for pixel with the surface (`scripts/lib/gpuhost/display_pattern.py`, pattern `a` or `b`) and
+//! answers `match` or `mismatch`. Output as in `suite`: one `GUEST-TEST` line per test, then
+//! `GUEST-SUMMARY`.
 //!
 //! | point | surface the host expects |
 //! | --- | --- |

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Host side of the firmware checks (scripts/firmware-test, docs/firmware-tests.md): started before
 QEMU, which boots OVMF with -vga none and our GPU; it watches QMP, the serial console, the
 backend's log and its stats endpoint, and prints one verdict line per check:
@@ -46,12 +45,13 @@ import socket
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import display_pattern  # noqa: E402
-import info_pci  # noqa: E402
-from vmctl import ESCAPE_RE, LineTail, Qmp, QemuGone, StepError  # noqa: E402
+from . import display_pattern
+from . import info_pci
+from .hostlog import Log
+from .qmp import Qmp, QemuGone, StepError
+from .serial import ESCAPE_RE, LineTail
+from .verdicts import print_results, verdict
 
-START = time.monotonic()
 BAR_MAPPED_RE = re.compile(r"VRAM BAR mapped at guest-physical (0x[0-9a-fA-F]+)")
 # The kernel proper (its EFI stub's lines come while the firmware still owns the screen).
 KERNEL_LINE_RE = re.compile(r"^\[ *\d+\.\d+\]|Linux version")
@@ -68,8 +68,7 @@ LOGO_COLOURS = 16
 FOUR_GIB = 1 << 32
 
 
-def log(msg):
-    print(f"FIRMWARE-HOST [{time.monotonic() - START:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = Log("FIRMWARE-HOST")
 
 
 def parse_info_pci(text):
@@ -100,15 +99,12 @@ class FirmwareHost:
         self.guest_lines = []
         self.requests_before = (0, 0)
         self.requests_at_kernel = None
-        self.qmp = Qmp(args.qmp, time.monotonic() + args.connect_timeout)
+        self.qmp = Qmp(args.qmp, time.monotonic() + args.connect_timeout, log)
 
     def record(self, name, ok, detail, expected_failure=False):
-        if expected_failure:
-            verdict = "XPASS" if ok else "XFAIL"
-        else:
-            verdict = "PASS" if ok else "FAIL"
-        self.results[name] = (verdict, detail)
-        log(f"{name}: {verdict} {detail}")
+        word = verdict(ok, expected_failure)
+        self.results[name] = (word, detail)
+        log(f"{name}: {word} {detail}")
 
     def poll_console(self):
         for raw in self.console.lines():
@@ -149,8 +145,7 @@ class FirmwareHost:
 
     def pci_bars(self):
         """QMP info pci: (functions, problems, assigned) for the GPU's slot."""
-        text = self.qmp.execute("human-monitor-command",
-                                arguments={"command-line": "info pci"})
+        text = self.qmp.hmp("info pci")
         functions = parse_info_pci(text)
         wanted = [0, 1] if self.args.mode == "ivshmem" else [0]
         problems, assigned = [], []
@@ -342,19 +337,16 @@ class FirmwareHost:
         for name in wanted:
             if name not in self.results:
                 self.record(name, False, "never reached")
-        passed = failed = 0
-        for name, (verdict, detail) in self.results.items():
-            print(f"FIRMWARE-RESULT {name} {verdict} {detail}", flush=True)
-            if verdict in ("PASS", "XFAIL"):
-                passed += 1
-            else:
-                failed += 1
-        print(f"FIRMWARE-SUMMARY {passed} passed, {failed} failed", flush=True)
+        _, failed = print_results(
+            "FIRMWARE-RESULT",
+            [(name, word, detail) for name, (word, detail) in self.results.items()],
+            "FIRMWARE-SUMMARY")
         return failed == 0
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python3 -m gpuhost.firmware_host", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=["ivshmem", "shmem"], required=True)
     p.add_argument("--vram-size", type=int, required=True, help="bytes")
     p.add_argument("--qmp", required=True)

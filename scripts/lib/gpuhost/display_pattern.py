@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Screendumps for the display tests: read QEMU's PPM screendump, compare it pixel for pixel with
 the known pattern guest-tests/display/display-check.c draws, or describe its colours.
 
-  display_pattern.py compare FILE.ppm WIDTH HEIGHT   exit 0 iff FILE is exactly the pattern
-  display_pattern.py stats FILE.ppm                  exit 0 iff FILE is not a single colour
+  python3 -m gpuhost.display_pattern compare FILE.ppm WIDTH HEIGHT   exit 0 iff FILE is exactly the pattern
+  python3 -m gpuhost.display_pattern stats FILE.ppm                  exit 0 iff FILE is not a single colour
 
 Standard library only.
 """

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Host side of the external-driver display tests (scripts/display-test): started before QEMU,
 it answers the display guest (guest-tests/display/init.sh) on its second serial port, takes QMP
 screendumps, collects the guest's checks and prints one verdict line per check:
@@ -40,20 +39,12 @@ import socket
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import display_pattern  # noqa: E402
-from vmctl import (  # noqa: E402
-    LineTail,
-    Qmp,
-    QemuGone,
-    StepError,
-    answer_sync,
-    connect_unix,
-    drain_sync,
-)
+from . import display_pattern
+from .hostlog import Log
+from .qmp import Qmp, QemuGone, StepError, connect_unix
+from .serial import LineTail, answer_sync, drain_sync, sync_point
+from .verdicts import print_results, verdict
 
-START = time.monotonic()
-SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
 CHECK_RE = re.compile(r"DISPLAY-CHECK (\S+) (PASS|FAIL) ?(.*)")
 FB_RE = re.compile(r"DISPLAY-FB (\d+)x(\d+)")
 FIRMWARE_BOOTING = "BdsDxe: starting"
@@ -91,8 +82,7 @@ EXPECTED_FAILURES = {
 }
 
 
-def log(msg):
-    print(f"DISPLAY-HOST [{time.monotonic() - START:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = Log("DISPLAY-HOST")
 
 
 def process_alive(pid):
@@ -117,8 +107,8 @@ class DisplayHost:
         self.display_before = None  # our backend's display counters at the boot's start
         self.console = LineTail(args.console_log)
         deadline = time.monotonic() + args.connect_timeout
-        self.qmp = Qmp(args.qmp, deadline)
-        self.sync = connect_unix(args.sync, deadline, "sync")
+        self.qmp = Qmp(args.qmp, deadline, log)
+        self.sync = connect_unix(args.sync, deadline, "sync", log)
         self.sync.setblocking(False)
 
     def prefix(self):
@@ -315,9 +305,9 @@ class DisplayHost:
             self.answer("go")
 
     def handle_line(self, line):
-        m = SYNC_RE.search(line)
-        if m:
-            self.handle_sync(m.group(1))
+        point = sync_point(line)
+        if point:
+            self.handle_sync(point)
             return
         m = CHECK_RE.search(line)
         if m:
@@ -390,28 +380,25 @@ class DisplayHost:
                    if bad else f"all {len(second)} checks passed"))
             self.results.setdefault("reboot:backend_survives", (False, "no second boot"))
         expected = EXPECTED_FAILURES.get(self.args.backend, {})
-        passed = failed = 0
+        lines = []
         for name in self.expected_names() + [n for n in self.results if n == "run_completed"]:
             ok, detail = self.results.get(name, (False, "never reported"))
             if name in expected:
-                verdict = "XPASS" if ok else "XFAIL"
+                word = verdict(ok, expected_failure=True)
                 detail += f" (expected to fail: {expected[name]})"
             elif name.startswith("after_reboot:") and "reboot:second_init" in expected and not ok:
                 # Folded into reboot:second_init, which is the expected failure.
-                verdict = "XFAIL"
+                word = "XFAIL"
             else:
-                verdict = "PASS" if ok else "FAIL"
-            if verdict in ("PASS", "XFAIL"):
-                passed += 1
-            else:
-                failed += 1
-            print(f"DISPLAY-RESULT {name} {verdict} {detail}", flush=True)
-        print(f"DISPLAY-SUMMARY {passed} passed, {failed} failed", flush=True)
+                word = verdict(ok)
+            lines.append((name, word, detail))
+        _, failed = print_results("DISPLAY-RESULT", lines, "DISPLAY-SUMMARY")
         return 1 if failed else 0
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python3 -m gpuhost.display_host", description=__doc__.split("\n\n")[0])
     ap.add_argument("--qmp", required=True)
     ap.add_argument("--sync", required=True)
     ap.add_argument("--console-log", required=True)
@@ -432,7 +419,7 @@ def main():
     try:
         host = DisplayHost(args)
     except QemuGone:
-        print("DISPLAY-HOST error: QEMU closed QMP during the handshake", file=sys.stderr)
+        log.error("QEMU closed QMP during the handshake")
         return 2
     return host.run()
 

@@ -1,4 +1,5 @@
-"""Merge the guest's WDDM-GUEST-JSON report with what the backend logged, for scripts/demo.
+"""Merge the guest's WDDM-GUEST-JSON report with what the backend logged, for scripts/demo
+(`python3 -m gpuhost.demo_report ...`).
 
 Arguments: QEMU log, backend log, guest exit code, a file holding `check-layout --json`
 output (empty when the default layout is used): the layout the guest read from the device is

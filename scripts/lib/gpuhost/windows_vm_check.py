@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Checks of a Windows VM that scripts/windows-vm started (no Windows needed: the firmware runs
 on an empty disk), used by scripts/test. Over QMP: QEMU runs; `info pci` shows the GPU (1af4:1050,
 id gpu0) with its BARs assigned and, in BAR mode ivshmem, the ivshmem function (1af4:1110) with its
@@ -17,10 +16,13 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import display_pattern  # noqa: E402
-import info_pci  # noqa: E402
-from vmctl import Qmp, QemuGone, StepError  # noqa: E402
+from . import display_pattern
+from . import info_pci
+from .hostlog import Log
+from .qmp import Qmp, QemuGone, StepError
+from .verdicts import result_line, verdict
+
+log = Log("WINVM")
 
 # Windows 11 24H2 needs x86-64-v2 (SSE4.2 and POPCNT among them).
 # The firmware's screen (its logo, or its coloured text) has more than two colours; QEMU's
@@ -35,11 +37,8 @@ class Checker:
         self.failed = 0
 
     def record(self, name, ok, detail):
-        print(f"WINVM-CHECK {name} {'PASS' if ok else 'FAIL'} {detail}", flush=True)
+        print(result_line("WINVM-CHECK", name, verdict(ok), detail), flush=True)
         self.failed += 0 if ok else 1
-
-    def hmp(self, qmp, command):
-        return qmp.execute("human-monitor-command", arguments={"command-line": command})
 
     def wait_log(self, needle, deadline):
         """The first backend log line with needle, or None at the deadline."""
@@ -71,7 +70,7 @@ class Checker:
         # The firmware assigns the BARs while it enumerates PCI: ask until it has (or time is up).
         gpu_bar = 4 if self.args.bar_mode == "shmem" else 1
         while True:
-            blocks = info_pci.functions(self.hmp(qmp, "info pci"))
+            blocks = info_pci.functions(qmp.hmp("info pci"))
             gpu = blocks.get((4, 0), "")
             gpu_bar_at = info_pci.bar_range(info_pci.bars(gpu).get(gpu_bar, ""))
             if gpu_bar_at or time.monotonic() >= deadline:
@@ -113,7 +112,7 @@ class Checker:
     def run(self):
         deadline = time.monotonic() + self.args.timeout
         try:
-            qmp = Qmp(self.args.qmp, time.monotonic() + 30)
+            qmp = Qmp(self.args.qmp, time.monotonic() + 30, log)
         except SystemExit:
             print("WINVM-CHECK qmp_answers FAIL no QMP", flush=True)
             return 2
@@ -125,9 +124,9 @@ class Checker:
             line = self.wait_log(connected, time.monotonic() + 30)
             self.record("backend_connected", line is not None, line or f"no '{connected}' in the backend log")
             if self.args.tpm:
-                tpm = self.hmp(qmp, "info tpm")
+                tpm = qmp.hmp("info tpm")
                 self.record("tpm_crb_emulator", "tpm-crb" in tpm and "emulator" in tpm, " ".join(tpm.split()))
-            chardev = self.hmp(qmp, "info chardev")
+            chardev = qmp.hmp("info chardev")
             m = re.search(r"kdcom: filename=(\S+)", chardev)
             self.record("kd_serial_tcp_server", bool(m and "server=on" in m.group(1)),
                         m.group(1) if m else "no kdcom chardev")
@@ -154,7 +153,8 @@ class Checker:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python3 -m gpuhost.windows_vm_check", description=__doc__.splitlines()[0])
     p.add_argument("--qmp", required=True)
     p.add_argument("--backend-log", required=True)
     p.add_argument("--bar-mode", choices=["ivshmem", "shmem"], required=True)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Host side of the guest's VM-lifecycle scenario (stop/cont and system_reset while the guest uses
-the GPU). Started in the background before QEMU (scripts/lib/gpu.sh: gpu_run_guest_vmctl); ends
-when QEMU does.
+the GPU). Started in the background before QEMU as `python3 -m gpuhost.vmctl` (scripts/lib/gpu.sh:
+gpu_run_guest_vmctl); ends when QEMU does.
 
 Protocol: the guest prints "GUEST-SYNC <point>" on its console (ttyS0, i.e. the QEMU log) and
 then blocks reading one line from /dev/ttyS1, a second serial port whose host end is the socket
@@ -22,7 +21,7 @@ Plan "scanout" (the guest's `wddm-guest scanout`: a surface in VRAM on the scano
 
   scanout-a, scanout-b, scanout-a-again
                     QMP screendump of device gpu0 (PPM, kept in --out-dir); compare it pixel for pixel with
-                    pattern a or b of 320x240 (display_pattern.py); answer "match", or
+                    pattern a or b of 320x240 (display_pattern); answer "match", or
                     "mismatch" (a failure, with the first differing pixel in the log)
   scanout-stop-cont QMP stop; wait for the backend's "device paused"; screendump (pattern a);
                     QMP cont; wait for "device resumed"; screendump again (pattern a); answer
@@ -45,21 +44,17 @@ unexpected reboot); 2 for bad arguments or sockets that never appeared. Standard
 """
 
 import argparse
-import json
 import os
-import re
 import select
 import signal
-import socket
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import display_pattern  # noqa: E402
+from . import display_pattern
+from .hostlog import Log
+from .qmp import Qmp, QemuGone, StepError, connect_unix
+from .serial import LineTail, answer_sync, drain_sync, sync_point
 
-START = time.monotonic()
-SYNC_RE = re.compile(r"GUEST-SYNC ([A-Za-z0-9_.-]+)")
-ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 PLAN_POINTS = {
     "lifecycle": ["boot", "paused-after-map", "transfer-running", "reset-point"],
     "pause-only": ["boot", "paused-after-map", "transfer-running", "reset-point"],
@@ -73,151 +68,7 @@ SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a",
                   "scanout-a-after-reset": "a"}
 SCANOUT_SIZE = (320, 240)
 
-
-def log(msg):
-    print(f"VMCTL [{time.monotonic() - START:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-class QemuGone(Exception):
-    """QEMU closed the QMP socket: it has exited."""
-
-
-class StepError(Exception):
-    """A step failed (timeout, QMP error); the message says which."""
-
-
-def connect_unix(path, deadline, what):
-    """Connect to the Unix socket at path, retrying until QEMU has created it."""
-    last = None
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(path)
-                return sock
-            except OSError as err:
-                last = err
-                sock.close()
-        time.sleep(0.1)
-    print(f"VMCTL error: the {what} socket {path} did not accept a connection in time"
-          f" ({last or 'it never appeared'})", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def answer_sync(sock, word):
-    """Sends the guest its one-word answer on the (non-blocking) sync channel."""
-    sock.setblocking(True)
-    try:
-        sock.sendall(word.encode() + b"\n")
-    finally:
-        sock.setblocking(False)
-
-
-def drain_sync(sock):
-    """The guest's tty may echo our answers back: read and drop them."""
-    try:
-        while sock.recv(4096):
-            pass
-    except OSError:
-        pass
-
-
-class Qmp:
-    """A QMP client: one JSON object per line; events are kept, not returned."""
-
-    def __init__(self, path, deadline):
-        self.sock = connect_unix(path, deadline, "QMP")
-        self.buf = b""
-        self.events = []
-        greeting = self.read(max(deadline - time.monotonic(), 10))
-        if greeting is None or "QMP" not in greeting:
-            print(f"VMCTL error: no QMP greeting on {path}: {greeting!r}", file=sys.stderr)
-            raise SystemExit(2)
-        version = greeting["QMP"].get("version", {}).get("qemu", {})
-        log("QMP connected (QEMU {}.{}.{})".format(
-            version.get("major", "?"), version.get("minor", "?"), version.get("micro", "?")))
-        self.execute("qmp_capabilities")
-
-    def fileno(self):
-        return self.sock.fileno()
-
-    def read(self, timeout):
-        """The next message, None on timeout; raises QemuGone at EOF."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            left = max(deadline - time.monotonic(), 0)
-            ready, _, _ = select.select([self.sock], [], [], left)
-            if not ready:
-                return None
-            try:
-                data = self.sock.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                raise QemuGone()
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def poll_events(self):
-        """Read the events that have arrived, without waiting; raises QemuGone at EOF."""
-        while True:
-            msg = self.read(0)
-            if msg is None:
-                return
-            self._event(msg)
-
-    def _event(self, msg):
-        if "event" in msg:
-            self.events.append(msg)
-            log(f"QMP event {msg['event']} {json.dumps(msg.get('data', {}))}")
-
-    def execute(self, command, timeout=30.0, arguments=None):
-        """Run a command; return its "return" value; StepError on an error or a timeout."""
-        request = {"execute": command}
-        if arguments is not None:
-            request["arguments"] = arguments
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.read(max(deadline - time.monotonic(), 0))
-            if msg is None:
-                raise StepError(f"QMP {command}: no answer in {timeout:.0f}s")
-            if "return" in msg:
-                return msg["return"]
-            if "error" in msg:
-                err = msg["error"]
-                raise StepError(f"QMP {command} failed: {err.get('class')}: {err.get('desc')}")
-            self._event(msg)
-
-
-class LineTail:
-    """New complete lines of a growing file (a log written by another process)."""
-
-    def __init__(self, path):
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
-    def skip_to_end(self):
-        """Forget everything written so far: later lines only."""
-        self.lines()
-        self.partial = b""
-
-    def lines(self):
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:  # truncated: the writer started over
-                    self.offset, self.partial = 0, b""
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        *complete, self.partial = data.split(b"\n")
-        return [ESCAPE_RE.sub("", l.decode("utf-8", "replace")).rstrip("\r") for l in complete]
+log = Log("VMCTL")
 
 
 class Vmctl:
@@ -229,8 +80,8 @@ class Vmctl:
         self.console = LineTail(args.console_log)
         self.backend = LineTail(args.backend_log)
         deadline = time.monotonic() + args.connect_timeout
-        self.qmp = Qmp(args.qmp, deadline)
-        self.sync = connect_unix(args.sync, deadline, "sync")
+        self.qmp = Qmp(args.qmp, deadline, log)
+        self.sync = connect_unix(args.sync, deadline, "sync", log)
         self.sync.setblocking(False)
         log(f"sync channel connected ({args.sync})")
 
@@ -419,9 +270,9 @@ class Vmctl:
         try:
             while True:
                 for line in self.console.lines():
-                    m = SYNC_RE.search(line)
-                    if m:
-                        self.handle(m.group(1))
+                    point = sync_point(line)
+                    if point:
+                        self.handle(point)
                 self.drain_sync()
                 if time.monotonic() > deadline:
                     self.fail("vmctl", f"QEMU still running after {self.args.timeout:.0f}s")
@@ -432,9 +283,9 @@ class Vmctl:
         except QemuGone:
             # The guest's last lines may still be in flight to the log: one more look.
             for line in self.console.lines():
-                m = SYNC_RE.search(line)
-                if m:
-                    self.fail(m.group(1), "seen after QEMU had exited")
+                point = sync_point(line)
+                if point:
+                    self.fail(point, "seen after QEMU had exited")
             if any(e.get("event") == "SHUTDOWN" for e in self.qmp.events):
                 log("QEMU exited (QMP closed)")
             else:
@@ -457,7 +308,8 @@ class Vmctl:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python3 -m gpuhost.vmctl", description=__doc__.split("\n\n")[0])
     ap.add_argument("--qmp", required=True, help="QMP socket QEMU creates (-qmp unix:PATH,server=on,wait=off)")
     ap.add_argument("--sync", required=True, help="socket of the guest's /dev/ttyS1 (-chardev socket,server=on,wait=off)")
     ap.add_argument("--console-log", required=True, help="file QEMU's stdout (the guest's ttyS0) goes to")
@@ -477,7 +329,7 @@ def main():
     try:
         vmctl = Vmctl(args)
     except QemuGone:
-        print("VMCTL error: QEMU closed QMP during the handshake", file=sys.stderr)
+        log.error("QEMU closed QMP during the handshake")
         return 2
     return vmctl.run()
 
