@@ -1,74 +1,16 @@
-//! Parsing and validation of the segment-layout capability set (`wddm_gpu_abi::caps`).
+//! The segment-layout capability set (`wddm_gpu_abi::caps`) as the guest driver keeps it.
 //!
-//! The blob comes from the device, so nothing in it is trusted: every offset, count and size is
-//! checked against the blob before use, and the layout must be self-consistent (ids in order,
-//! bank tables inside their segment, BAR windows inside the BAR) before a KMD could hand it to
-//! dxgkrnl as `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0: no banks,
-//! and none of the flag bits 11-21 on 1.3).
+//! The blob comes from the device, so nothing in it is trusted: [`parse`] runs the ABI crate's
+//! validator (`wddm_gpu_abi::capset_rules`, the one set of capset rules the backend and the C
+//! library follow too) and only then copies the checked view into owned [`Layout`] and
+//! [`Segment`]s the scenarios query.
 
-use std::mem::size_of;
+use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_NO_BAR_OFFSET};
+use wddm_gpu_abi::capset_rules::{self, validate_capset};
+use wddm_gpu_abi::segment_flags::SegmentFlags;
 
-use thiserror::Error;
-use wddm_gpu_abi::caps::{
-    WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM,
-    WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_CAPSET_VERSION,
-    WDDM_GPU_CAPS_MAGIC, WDDM_GPU_NO_BAR_OFFSET, WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0,
-};
-use wddm_gpu_abi::packet::{WddmGpuPacketTransfer, WDDM_GPU_PACKET_ALIGN};
-use wddm_gpu_abi::segment_flags::{SegmentFlags, SEGMENT_FLAGS_RESERVED_MASK};
-use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
-use zerocopy::FromBytes;
-
-/// `DXGK_SEGMENTFLAGS` members WDDM 1.3 does not have (bits 11-21 are reserved there).
-const WDDM2_ONLY_FLAGS: u32 = 0x003F_F800;
-
-/// Why a capset blob was refused.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum CapsError {
-    /// The blob is shorter than the header or than the header's `total_size`.
-    #[error("capset blob truncated: need {need} bytes, have {have}")]
-    Truncated { need: u64, have: usize },
-    /// `magic` is not "WDGC".
-    #[error("capset magic {0:#010x} is not WDGC")]
-    BadMagic(u32),
-    /// A blob version this driver does not know.
-    #[error("capset blob version {0} unsupported (want {WDDM_GPU_CAPSET_VERSION})")]
-    BadVersion(u32),
-    /// `total_size` is smaller than the header.
-    #[error("capset total_size {0} is smaller than the header")]
-    BadTotalSize(u32),
-    /// `wddm_version` is neither 1.3 nor 2.0.
-    #[error("capset wddm_version {0:#06x} unknown")]
-    BadWddmVersion(u32),
-    /// `segment_desc_size` cannot hold a descriptor.
-    #[error("segment_desc_size {0} is smaller than a segment descriptor")]
-    DescTooSmall(u32),
-    /// There are no segments.
-    #[error("capset lists no segments")]
-    NoSegments,
-    /// A table lies (partly) outside the blob or inside the header.
-    #[error(
-        "{table} table [{offset:#x}, +{len:#x}) is outside the blob body (total_size {total:#x})"
-    )]
-    TableOutOfBounds {
-        table: &'static str,
-        offset: u32,
-        len: u64,
-        total: u32,
-    },
-    /// A header limit makes no sense.
-    #[error("capset limit {0}")]
-    BadLimit(&'static str),
-    /// The VRAM BAR locator is inconsistent.
-    #[error("VRAM BAR locator: {0}")]
-    BadVramBar(&'static str),
-    /// A segment descriptor is inconsistent.
-    #[error("segment #{index}: {reason}")]
-    BadSegment { index: usize, reason: String },
-    /// `paging_buffer_segment_id` is neither 0 nor an aperture segment.
-    #[error("paging_buffer_segment_id {0} is neither 0 nor an aperture segment")]
-    BadPagingSegment(u32),
-}
+/// Why a capset blob was refused: the ABI validator's error.
+pub use wddm_gpu_abi::capset_rules::CapsetError as CapsError;
 
 /// One validated segment with its slice of the bank table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,8 +29,7 @@ impl Segment {
 
     /// Aperture (no storage) rather than memory segment.
     pub fn is_aperture(&self) -> bool {
-        self.flags()
-            .intersects(SegmentFlags::APERTURE | SegmentFlags::AGP)
+        capset_rules::is_aperture(self.desc.flags)
     }
 
     /// "memory" or "aperture", as `DXGK_QUERYSEGMENTOUT3` classifies it.
@@ -157,293 +98,33 @@ impl Layout {
     }
 }
 
-/// Parses and validates a capset blob (the GET_CAPSET payload, possibly padded past
-/// `total_size`).
+/// Validates a capset blob (the GET_CAPSET payload, possibly padded past `total_size`) and
+/// keeps what it describes.
 pub fn parse(blob: &[u8]) -> Result<Layout, CapsError> {
-    let header_size = size_of::<WddmGpuCapsHeader>();
-    let (header, _) =
-        WddmGpuCapsHeader::read_from_prefix(blob).map_err(|_| CapsError::Truncated {
-            need: header_size as u64,
-            have: blob.len(),
-        })?;
-    if header.magic != WDDM_GPU_CAPS_MAGIC {
-        return Err(CapsError::BadMagic(header.magic));
-    }
-    if header.version != WDDM_GPU_CAPSET_VERSION {
-        return Err(CapsError::BadVersion(header.version));
-    }
-    let total = header.total_size;
-    if (total as usize) < header_size {
-        return Err(CapsError::BadTotalSize(total));
-    }
-    let body = blob.get(..total as usize).ok_or(CapsError::Truncated {
-        need: u64::from(total),
-        have: blob.len(),
-    })?;
-    if ![WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0].contains(&header.wddm_version) {
-        return Err(CapsError::BadWddmVersion(header.wddm_version));
-    }
-    check_limits(&header)?;
-    check_vram_bar(&header)?;
-
-    if header.segment_count == 0 {
-        return Err(CapsError::NoSegments);
-    }
-    let desc_size = header.segment_desc_size;
-    if (desc_size as usize) < size_of::<WddmGpuSegmentDesc>() {
-        return Err(CapsError::DescTooSmall(desc_size));
-    }
-    let seg_table = table(
-        body,
-        "segment",
-        header.segments_offset,
-        u64::from(header.segment_count) * u64::from(desc_size),
-    )?;
-    let bank_table = table(
-        body,
-        "bank",
-        header.bank_table_offset,
-        u64::from(header.bank_entry_count) * 8,
-    )?;
-    let bank_entries: Vec<u64> = bank_table
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+    let capset = validate_capset(blob)?;
+    let segments = capset
+        .segments()
+        .map(|segment| Segment {
+            desc: *segment.desc(),
+            banks: segment.bank_ends().collect(),
+        })
         .collect();
-
-    let segments = seg_table
-        .chunks_exact(desc_size as usize)
-        .enumerate()
-        .map(|(index, raw)| parse_segment(index, raw, &header, &bank_entries))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_bar_overlap(&segments)?;
-
-    let paging = header.paging_buffer_segment_id;
-    if paging != 0 {
-        let ok = usize::try_from(paging)
-            .ok()
-            .and_then(|id| segments.get(id.checked_sub(1)?))
-            .is_some_and(Segment::is_aperture);
-        if !ok {
-            return Err(CapsError::BadPagingSegment(paging));
-        }
-    }
-    Ok(Layout { header, segments })
-}
-
-/// `len` bytes at `offset` of the body, which must not overlap the header.
-fn table<'a>(
-    body: &'a [u8],
-    name: &'static str,
-    offset: u32,
-    len: u64,
-) -> Result<&'a [u8], CapsError> {
-    let err = CapsError::TableOutOfBounds {
-        table: name,
-        offset,
-        len,
-        total: body.len() as u32,
-    };
-    let start = offset as usize;
-    if len > 0 && start < size_of::<WddmGpuCapsHeader>() {
-        return Err(err);
-    }
-    let end = u64::from(offset)
-        .checked_add(len)
-        .filter(|end| *end <= body.len() as u64)
-        .ok_or(err)?;
-    Ok(&body[start..end as usize])
-}
-
-fn check_limits(h: &WddmGpuCapsHeader) -> Result<(), CapsError> {
-    if h.max_frame_list_entries == 0 {
-        return Err(CapsError::BadLimit("max_frame_list_entries is 0"));
-    }
-    if (h.max_packet_size as usize) < size_of::<WddmGpuPacketTransfer>() {
-        return Err(CapsError::BadLimit(
-            "max_packet_size cannot hold a TRANSFER packet",
-        ));
-    }
-    if !h.max_packet_size.is_multiple_of(WDDM_GPU_PACKET_ALIGN) {
-        return Err(CapsError::BadLimit(
-            "max_packet_size is not a multiple of 8",
-        ));
-    }
-    Ok(())
-}
-
-fn check_vram_bar(h: &WddmGpuCapsHeader) -> Result<(), CapsError> {
-    let bar = &h.vram_bar;
-    if ![WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM].contains(&bar.mode) {
-        return Err(CapsError::BadVramBar("unknown mode"));
-    }
-    if bar.reserved != 0 {
-        return Err(CapsError::BadVramBar("reserved field not zero"));
-    }
-    if bar.pci_function > 7 || bar.bar_index > 5 {
-        return Err(CapsError::BadVramBar(
-            "PCI function or BAR index out of range",
-        ));
-    }
-    match bar.state {
-        WDDM_GPU_BAR_STATE_NOT_MAPPED => Ok(()),
-        WDDM_GPU_BAR_STATE_KNOWN
-            if !bar
-                .guest_physical_address
-                .is_multiple_of(WDDM_GPU_PAGE_SIZE) =>
-        {
-            Err(CapsError::BadVramBar(
-                "guest_physical_address not page aligned",
-            ))
-        }
-        WDDM_GPU_BAR_STATE_KNOWN => Ok(()),
-        _ => Err(CapsError::BadVramBar("unknown state")),
-    }
-}
-
-fn parse_segment(
-    index: usize,
-    raw: &[u8],
-    header: &WddmGpuCapsHeader,
-    bank_entries: &[u64],
-) -> Result<Segment, CapsError> {
-    let bad = |reason: String| CapsError::BadSegment { index, reason };
-    let (desc, _) = WddmGpuSegmentDesc::read_from_prefix(raw)
-        .map_err(|_| bad("descriptor truncated".into()))?;
-    if desc.id as usize != index + 1 {
-        return Err(bad(format!(
-            "id {} out of order (want {})",
-            desc.id,
-            index + 1
-        )));
-    }
-    if desc.flags & SEGMENT_FLAGS_RESERVED_MASK != 0 {
-        return Err(bad(format!("flags {:#x} set reserved bits", desc.flags)));
-    }
-    if header.wddm_version == WDDM_GPU_WDDM_1_3 && desc.flags & WDDM2_ONLY_FLAGS != 0 {
-        return Err(bad(format!(
-            "flags {:#x} set bits 11-21, reserved in the WDDM 1.3 DXGK_SEGMENTFLAGS",
-            desc.flags
-        )));
-    }
-    if header.wddm_version == WDDM_GPU_WDDM_2_0 && desc.bank_count != 0 {
-        return Err(bad(format!(
-            "{} banks on a WDDM 2.0 layout (DXGK_SEGMENTDESCRIPTOR4 has no banks)",
-            desc.bank_count
-        )));
-    }
-    if desc.size == 0 || desc.size % WDDM_GPU_PAGE_SIZE != 0 {
-        return Err(bad(format!(
-            "size {:#x} is not a non-zero page multiple",
-            desc.size
-        )));
-    }
-    if desc.base_address.checked_add(desc.size).is_none() {
-        return Err(bad("base_address + size overflows".into()));
-    }
-    if desc.commit_limit > desc.size {
-        return Err(bad(format!(
-            "commit_limit {:#x} exceeds size {:#x}",
-            desc.commit_limit, desc.size
-        )));
-    }
-    let banks = segment_banks(&desc, bank_entries).map_err(bad)?;
-    let segment = Segment { desc, banks };
-    check_segment_bar(&segment, header).map_err(bad)?;
-    Ok(segment)
-}
-
-fn segment_banks(desc: &WddmGpuSegmentDesc, entries: &[u64]) -> Result<Vec<u64>, String> {
-    let banking = SegmentFlags::from_bits_retain(desc.flags).contains(SegmentFlags::USE_BANKING);
-    if banking != (desc.bank_count != 0) {
-        return Err(format!(
-            "bank_count {} disagrees with the UseBanking flag",
-            desc.bank_count
-        ));
-    }
-    let start = desc.bank_table_index as usize;
-    let banks = start
-        .checked_add(desc.bank_count as usize)
-        .and_then(|end| entries.get(start..end))
-        .ok_or_else(|| {
-            format!(
-                "banks [{start}, +{}) outside the bank table ({} entries)",
-                desc.bank_count,
-                entries.len()
-            )
-        })?;
-    let mut previous = 0;
-    for &end in banks {
-        if end <= previous || end > desc.size {
-            return Err(format!(
-                "bank end {end:#x} not increasing or past the segment size {:#x}",
-                desc.size
-            ));
-        }
-        previous = end;
-    }
-    Ok(banks.to_vec())
-}
-
-fn check_segment_bar(segment: &Segment, header: &WddmGpuCapsHeader) -> Result<(), String> {
-    let desc = &segment.desc;
-    let bar = &header.vram_bar;
-    let Some(offset) = segment.bar_offset() else {
-        if !segment.is_aperture() && segment.flags().contains(SegmentFlags::CPU_VISIBLE) {
-            return Err("CpuVisible memory segment has no bar_offset".into());
-        }
-        return if desc.cpu_translated_address == 0 {
-            Ok(())
-        } else {
-            Err("cpu_translated_address set on a segment outside the BAR".into())
-        };
-    };
-    if offset
-        .checked_add(desc.size)
-        .is_none_or(|end| end > bar.size)
-    {
-        return Err(format!(
-            "BAR window [{offset:#x}, +{:#x}) exceeds the BAR size {:#x}",
-            desc.size, bar.size
-        ));
-    }
-    let expected = if bar.state == WDDM_GPU_BAR_STATE_KNOWN {
-        bar.guest_physical_address.wrapping_add(offset)
-    } else {
-        0
-    };
-    if desc.cpu_translated_address != expected {
-        return Err(format!(
-            "cpu_translated_address {:#x} != BAR address {:#x} + bar_offset {offset:#x}",
-            desc.cpu_translated_address, bar.guest_physical_address
-        ));
-    }
-    Ok(())
-}
-
-fn check_bar_overlap(segments: &[Segment]) -> Result<(), CapsError> {
-    let windows: Vec<(usize, u64, u64)> = segments
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| Some((i, s.bar_offset()?, s.desc.size)))
-        .collect();
-    for (n, &(i, a, a_len)) in windows.iter().enumerate() {
-        for &(j, b, b_len) in &windows[n + 1..] {
-            if a < b + b_len && b < a + a_len {
-                return Err(CapsError::BadSegment {
-                    index: j,
-                    reason: format!("BAR window overlaps segment #{i}"),
-                });
-            }
-        }
-    }
-    Ok(())
+    Ok(Layout {
+        header: *capset.header(),
+        segments,
+    })
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use wddm_gpu_abi::caps::{WddmGpuVramBar, WDDM_GPU_CAPSET_VERSION};
-    use zerocopy::IntoBytes;
+    use std::mem::size_of;
+    use wddm_gpu_abi::caps::{
+        WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN,
+        WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC,
+        WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0,
+    };
+    use zerocopy::{FromBytes, IntoBytes};
 
     pub(crate) const MIB: u64 = 1 << 20;
     pub(crate) const BAR: u64 = 0xfe00_0000_0000;

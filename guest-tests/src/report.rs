@@ -14,13 +14,7 @@ use wddm_gpu_abi::segment_flags::SegmentFlags;
 use crate::caps::{Layout, Segment};
 
 /// The DXGK structures a layout is reported in: `(query output, segment descriptor)`.
-pub fn dxgk_structs(wddm_version: u32) -> (&'static str, &'static str) {
-    if wddm_version == WDDM_GPU_WDDM_2_0 {
-        ("DXGK_QUERYSEGMENTOUT4", "DXGK_SEGMENTDESCRIPTOR4")
-    } else {
-        ("DXGK_QUERYSEGMENTOUT3", "DXGK_SEGMENTDESCRIPTOR3")
-    }
-}
+pub use wddm_gpu_abi::capset_rules::dxgk_structs;
 
 /// The layout as `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0) would
 /// hold it, one field per line.

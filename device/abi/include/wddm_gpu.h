@@ -18,6 +18,12 @@
 #define WDDM_GPU_PAGE_SHIFT 12
 
 /**
+ * The page size of a segment with `Use64KBPages`: its size, bank ends and BAR window are
+ * multiples of it.
+ */
+#define WDDM_GPU_LARGE_PAGE_SIZE (64 << 10)
+
+/**
  * Capability-set id: the top of the range Linux's `virtio_gpu` accepts (1..=63; it logs
  * `invalid capset id` for anything larger), far from the registered ids (1 VIRGL .. 6 DRM).
  */
@@ -27,6 +33,11 @@
  * Blob version this crate describes.
  */
 #define WDDM_GPU_CAPSET_VERSION 1
+
+/**
+ * `magic`: the bytes "WDGC" read as a little-endian `u32` (a literal, so C gets it too).
+ */
+#define WDDM_GPU_CAPS_MAGIC 1128744023
 
 /**
  * `wddm_version` for WDDM 1.3 (`DXGK_SEGMENTDESCRIPTOR3`).
@@ -60,6 +71,36 @@
  * `WddmGpuVramBar::state`: `guest_physical_address` holds where the guest sees the BAR.
  */
 #define WDDM_GPU_BAR_STATE_KNOWN 1
+
+/**
+ * Most segments of a WDDM 1.3 layout: segment ids are 5 bits wide (1..=31).
+ */
+#define WDDM_GPU_MAX_SEGMENTS_WDDM_1_3 31
+
+/**
+ * Most segments of a WDDM 2.0 layout: id 31 is `DXGK_SEGMENT_ID_SYSTEMMEMORY` there.
+ */
+#define WDDM_GPU_MAX_SEGMENTS_WDDM_2_0 30
+
+/**
+ * Most banks of one segment: bank ids in `DXGK_SEGMENTBANKPREFERENCE` are 7 bits, 0 is "none".
+ */
+#define WDDM_GPU_MAX_BANKS 127
+
+/**
+ * `bank_table_offset` is a multiple of this (the table holds `u64`s).
+ */
+#define WDDM_GPU_BANK_TABLE_ALIGN 8
+
+/**
+ * Highest `WddmGpuVramBar::pci_function` (a PCI slot has functions 0..=7).
+ */
+#define WDDM_GPU_MAX_PCI_FUNCTION 7
+
+/**
+ * Highest `WddmGpuVramBar::bar_index` (a PCI function has BARs 0..=5).
+ */
+#define WDDM_GPU_MAX_BAR_INDEX 5
 
 /**
  * `WddmGpuSegmentDesc::bar_offset` of a segment that is not in the BAR.
@@ -442,6 +483,12 @@
  * Bits 22-31: `Reserved`, always zero.
  */
 #define SEGMENT_FLAGS_RESERVED_MASK 4290772992
+
+/**
+ * Bits 11-21 (`Use64KBPages` .. `PopulatedByReservedDDRByFirmware`): members that exist only
+ * from WDDM 2.0 on; the WDDM 1.3 `DXGK_SEGMENTFLAGS` reserves them.
+ */
+#define SEGMENT_FLAGS_WDDM2_ONLY_MASK 4192256
 
 /**
  * Status-page layout version.

@@ -20,8 +20,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 pub const WDDM_GPU_CAPSET_ID: u32 = 63;
 /// Blob version this crate describes.
 pub const WDDM_GPU_CAPSET_VERSION: u32 = 1;
-/// `magic`: the bytes "WDGC".
-pub const WDDM_GPU_CAPS_MAGIC: u32 = u32::from_le_bytes(*b"WDGC");
+/// `magic`: the bytes "WDGC" read as a little-endian `u32` (a literal, so C gets it too).
+pub const WDDM_GPU_CAPS_MAGIC: u32 = 0x4347_4457;
 
 /// `wddm_version` for WDDM 1.3 (`DXGK_SEGMENTDESCRIPTOR3`).
 pub const WDDM_GPU_WDDM_1_3: u32 = 0x0103;
@@ -40,6 +40,19 @@ pub const WDDM_GPU_BAR_MODE_SHMEM: u32 = 2;
 pub const WDDM_GPU_BAR_STATE_NOT_MAPPED: u32 = 0;
 /// `WddmGpuVramBar::state`: `guest_physical_address` holds where the guest sees the BAR.
 pub const WDDM_GPU_BAR_STATE_KNOWN: u32 = 1;
+
+/// Most segments of a WDDM 1.3 layout: segment ids are 5 bits wide (1..=31).
+pub const WDDM_GPU_MAX_SEGMENTS_WDDM_1_3: u32 = 31;
+/// Most segments of a WDDM 2.0 layout: id 31 is `DXGK_SEGMENT_ID_SYSTEMMEMORY` there.
+pub const WDDM_GPU_MAX_SEGMENTS_WDDM_2_0: u32 = 30;
+/// Most banks of one segment: bank ids in `DXGK_SEGMENTBANKPREFERENCE` are 7 bits, 0 is "none".
+pub const WDDM_GPU_MAX_BANKS: u32 = 127;
+/// `bank_table_offset` is a multiple of this (the table holds `u64`s).
+pub const WDDM_GPU_BANK_TABLE_ALIGN: u32 = 8;
+/// Highest `WddmGpuVramBar::pci_function` (a PCI slot has functions 0..=7).
+pub const WDDM_GPU_MAX_PCI_FUNCTION: u32 = 7;
+/// Highest `WddmGpuVramBar::bar_index` (a PCI function has BARs 0..=5).
+pub const WDDM_GPU_MAX_BAR_INDEX: u32 = 5;
 
 /// `WddmGpuSegmentDesc::bar_offset` of a segment that is not in the BAR.
 pub const WDDM_GPU_NO_BAR_OFFSET: u64 = u64::MAX;

@@ -10,6 +10,7 @@
 //! - [`decode`]: reading a packet's kind and struct, the one decode the device uses.
 //! - [`build`]: building packets and DMA buffers, for drivers, tests and tools.
 //! - [`caps`]: the segment-layout capability set a KMD reads to fill `DXGK_QUERYSEGMENTOUT3`.
+//! - [`capset_rules`]: the one validator of that blob, for the guest driver and the backend.
 //! - [`status`]: the status page, events, preemption.
 //! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
 //! - [`preference`]: `D3DDDI_SEGMENTPREFERENCE` and `DXGK_SEGMENTBANKPREFERENCE` placement hints.
@@ -22,6 +23,9 @@ compile_error!("the wddm-gpu wire format is little-endian; big-endian targets ar
 
 pub mod build;
 pub mod caps;
+/// Rust types and logic, not part of the C interface (its limits are in `caps`).
+/// cbindgen:ignore
+pub mod capset_rules;
 pub mod ctrl;
 /// Host-side reading, not part of the C interface.
 /// cbindgen:ignore
@@ -42,3 +46,6 @@ pub mod submit;
 pub const WDDM_GPU_PAGE_SIZE: u64 = 4096;
 /// log2 of [`WDDM_GPU_PAGE_SIZE`].
 pub const WDDM_GPU_PAGE_SHIFT: u32 = 12;
+/// The page size of a segment with `Use64KBPages`: its size, bank ends and BAR window are
+/// multiples of it.
+pub const WDDM_GPU_LARGE_PAGE_SIZE: u64 = 64 << 10;

@@ -54,6 +54,9 @@ bitflags::bitflags! {
 
 /// Bits 22-31: `Reserved`, always zero.
 pub const SEGMENT_FLAGS_RESERVED_MASK: u32 = 0xFFC0_0000;
+/// Bits 11-21 (`Use64KBPages` .. `PopulatedByReservedDDRByFirmware`): members that exist only
+/// from WDDM 2.0 on; the WDDM 1.3 `DXGK_SEGMENTFLAGS` reserves them.
+pub const SEGMENT_FLAGS_WDDM2_ONLY_MASK: u32 = 0x003F_F800;
 
 /// The documented member names (as in `d3dkmddi.h`), in bit order.
 pub const SEGMENT_FLAG_NAMES: [(&str, SegmentFlags); 22] = [

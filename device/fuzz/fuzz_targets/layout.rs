@@ -20,13 +20,14 @@ use vhost_user_wddm_gpu::{build_capset, MAX_CAPSET_SIZE};
 use vhost_user_wddm_gpu::{parse_layout, LayoutSpec};
 use vhost_user_wddm_gpu::{SegmentKind, SegmentLayout};
 use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuVramBar, WDDM_GPU_WDDM_2_0};
-use wddm_gpu_abi::segment_flags::{SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK};
+use wddm_gpu_abi::segment_flags::{
+    SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK,
+    SEGMENT_FLAGS_WDDM2_ONLY_MASK as WDDM2_ONLY_FLAGS,
+};
 use zerocopy::FromBytes;
 
 /// BAR sizes every layout is validated against, smallest first.
 const BAR_SIZES: [u64; 5] = [1 << 20, 16 << 20, 256 << 20, 4 << 30, 1 << 40];
-/// Members bits 11-21, which WDDM 1.3 reserves (private in `layout_rules`).
-const WDDM2_ONLY_FLAGS: u32 = 0x003F_F800;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
+use wddm_gpu_abi::capset_rules::dxgk_structs;
 
 use crate::layout::rules::human;
 use crate::layout::{SegmentKind, SegmentLayout};
@@ -97,12 +98,8 @@ impl LayoutReport {
 
     /// The text form, as the descriptor structures name their fields.
     pub fn text(&self) -> String {
-        let wddm2 = self.wddm == "2.0";
-        let (out_struct, desc_struct) = if wddm2 {
-            ("DXGK_QUERYSEGMENTOUT4", "DXGK_SEGMENTDESCRIPTOR4")
-        } else {
-            ("DXGK_QUERYSEGMENTOUT3", "DXGK_SEGMENTDESCRIPTOR3")
-        };
+        let wddm2 = self.wddm_version == WDDM_GPU_WDDM_2_0;
+        let (out_struct, desc_struct) = dxgk_structs(self.wddm_version);
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = writeln!(

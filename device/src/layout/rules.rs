@@ -1,21 +1,33 @@
 //! The WDDM rules a segment layout must obey, checked on the host before any guest boots.
 //! [`validate`] turns a [`LayoutSpec`] into a [`SegmentLayout`] (placing CPU-visible segments in
 //! the BAR and the others in device-only VRAM), or lists every broken rule.
+//!
+//! The rules here speak of the `--layout` file (every broken rule at once, by file field) and
+//! add the host's policy (flag combinations dxgkrnl refuses, what the backend can emulate). The
+//! capset's wire rules live once in `wddm_gpu_abi::capset_rules`: the limits below come from
+//! there, and the capset a valid layout publishes must pass that validator too.
 
 use std::fmt;
 
-use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
-use wddm_gpu_abi::segment_flags::{SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK};
+use wddm_gpu_abi::caps::{
+    WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_MAX_BANKS,
+    WDDM_GPU_MAX_SEGMENTS_WDDM_1_3, WDDM_GPU_MAX_SEGMENTS_WDDM_2_0, WDDM_GPU_WDDM_2_0,
+};
+use wddm_gpu_abi::capset_rules::{segment_page_size, validate_capset, CapsetError};
+use wddm_gpu_abi::segment_flags::{
+    SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK, SEGMENT_FLAGS_WDDM2_ONLY_MASK,
+};
 
+use crate::layout::capset::build_capset;
 use crate::layout::file::{LayoutSpec, SegmentSpec};
 use crate::layout::{Segment, SegmentKind, SegmentLayout};
 
 /// Segment ids are 5 bits wide; WDDM 1.x can use 1..=31.
-pub const MAX_SEGMENTS_WDDM1: usize = 31;
+pub const MAX_SEGMENTS_WDDM1: usize = WDDM_GPU_MAX_SEGMENTS_WDDM_1_3 as usize;
 /// WDDM 2.x reserves id 31 (`DXGK_SEGMENT_ID_SYSTEMMEMORY`).
-pub const MAX_SEGMENTS_WDDM2: usize = 30;
+pub const MAX_SEGMENTS_WDDM2: usize = WDDM_GPU_MAX_SEGMENTS_WDDM_2_0 as usize;
 /// Bank ids in `DXGK_SEGMENTBANKPREFERENCE` are 7 bits wide and 0 means "none".
-pub const MAX_BANKS: usize = 127;
+pub const MAX_BANKS: usize = WDDM_GPU_MAX_BANKS as usize;
 /// CPU-visible segments without a `bar_offset` are packed into the BAR at this alignment
 /// (the largest WDDM page size, so any segment's pages stay naturally aligned).
 pub const BAR_PACK_ALIGN: u64 = 64 << 10;
@@ -25,11 +37,6 @@ pub const MAX_DEVICE_ONLY_VRAM: u64 = 64 << 30;
 /// The most aperture the backend emulates, all apertures together: their translation tables
 /// (8 bytes per 4 KiB page, allocated at start) take 128 MiB at this size.
 pub const MAX_APERTURE_TOTAL: u64 = 64 << 30;
-
-const PAGE_4K: u64 = 4 << 10;
-const PAGE_64K: u64 = 64 << 10;
-/// Members the WDDM 1.3 flags union does not have (bits 11-21 are reserved there).
-const WDDM2_ONLY_FLAGS: u32 = 0x003F_F800;
 
 /// One documented rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +164,8 @@ pub enum Rule {
     PagingBufferPrivateDataSize(u64),
     /// The WDDM 2.0 design guide asks for exactly one aperture segment.
     Wddm2ApertureCount(usize),
+    /// The capset this layout would publish breaks a wire rule the guest checks.
+    Capset(CapsetError),
 }
 
 impl Rule {
@@ -184,6 +193,7 @@ impl Rule {
             PagingBufferSize(_) => "paging_buffer_size",
             PagingBufferPrivateDataSize(_) => "paging_buffer_private_data_size",
             Wddm2ApertureCount(_) => "wddm, segments",
+            Capset(_) => "capset",
             _ => "flags",
         }
     }
@@ -234,6 +244,7 @@ impl fmt::Display for Rule {
             PagingBufferSize(size) => write!(f, "PagingBufferSize {size:#x} must be non-zero and fit in 32 bits"),
             PagingBufferPrivateDataSize(size) => write!(f, "PagingBufferPrivateDataSize {size:#x} must fit in 32 bits"),
             Wddm2ApertureCount(count) => write!(f, "{count} aperture segments, but WDDM 2.0 drivers report exactly one"),
+            Capset(error) => write!(f, "the published capset would be refused: {error}"),
         }
     }
 }
@@ -272,9 +283,9 @@ fn flag_rules(flags: u32, wddm2: bool, out: &mut Vec<Rule>) {
     if flags & SEGMENT_FLAGS_RESERVED_MASK != 0 {
         out.push(Rule::ReservedBits(flags & SEGMENT_FLAGS_RESERVED_MASK));
     }
-    if !wddm2 && flags & WDDM2_ONLY_FLAGS != 0 {
+    if !wddm2 && flags & SEGMENT_FLAGS_WDDM2_ONLY_MASK != 0 {
         out.push(Rule::NeedsWddm2(
-            F::from_bits_truncate(flags & WDDM2_ONLY_FLAGS).names(),
+            F::from_bits_truncate(flags & SEGMENT_FLAGS_WDDM2_ONLY_MASK).names(),
         ));
     }
     if has(F::RESERVED_SYS_MEM) {
@@ -320,11 +331,7 @@ fn flag_rules(flags: u32, wddm2: bool, out: &mut Vec<Rule>) {
 fn shape_rules(spec: &SegmentSpec, wddm2: bool, out: &mut Vec<Rule>) -> Vec<u64> {
     let flags = F::from_bits_truncate(spec.flags);
     let aperture = flags.contains(F::APERTURE);
-    let unit = if flags.contains(F::USE_64KB_PAGES) {
-        PAGE_64K
-    } else {
-        PAGE_4K
-    };
+    let unit = segment_page_size(spec.flags);
     if spec.size == 0 {
         out.push(Rule::SizeZero);
     } else if !spec.size.is_multiple_of(unit) {
@@ -447,11 +454,7 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
         flag_rules(segment.flags, wddm2, &mut rules);
         let banks = shape_rules(segment, wddm2, &mut rules);
         let flags = F::from_bits_truncate(segment.flags);
-        let unit = if flags.contains(F::USE_64KB_PAGES) {
-            PAGE_64K
-        } else {
-            PAGE_4K
-        };
+        let unit = segment_page_size(segment.flags);
         let aperture = flags.contains(F::APERTURE);
         let cpu_visible_memory = flags.contains(F::CPU_VISIBLE) && !aperture;
 
@@ -540,13 +543,39 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
     if !violations.is_empty() {
         return Err(violations);
     }
-    Ok(SegmentLayout {
+    let layout = SegmentLayout {
         wddm_version: spec.wddm_version,
         segments,
         paging_buffer_segment_id: paging,
         // Checked above to fit.
         paging_buffer_size: spec.paging_buffer_size as u32,
         paging_buffer_private_data_size: spec.paging_buffer_private_data_size as u32,
+    };
+    published_capset_rules(&layout, bar_size)?;
+    Ok(layout)
+}
+
+/// The capset the device will publish for `layout` must pass the guest's validator. Before the
+/// frontend announces the BAR the locator is NOT_MAPPED; where it then lands moves no segment.
+fn published_capset_rules(layout: &SegmentLayout, bar_size: u64) -> Result<(), Vec<Violation>> {
+    let unmapped_bar = WddmGpuVramBar {
+        mode: WDDM_GPU_BAR_MODE_IVSHMEM,
+        state: WDDM_GPU_BAR_STATE_NOT_MAPPED,
+        size: bar_size,
+        ..WddmGpuVramBar::default()
+    };
+    let blob = build_capset(layout, &unmapped_bar);
+    validate_capset(&blob).map(drop).map_err(|error| {
+        let segment = match error {
+            CapsetError::BadSegment { index, .. } => u32::try_from(index)
+                .ok()
+                .and_then(|index| index.checked_add(1)),
+            _ => None,
+        };
+        vec![Violation {
+            segment,
+            rule: Rule::Capset(error),
+        }]
     })
 }
 

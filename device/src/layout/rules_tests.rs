@@ -522,3 +522,27 @@ fn messages_name_the_segment_fields_and_rule() {
         .collect();
     assert_eq!(lines, ["segment 2 (flags): Aperture with CpuVisible is refused: this device's GART has no CPU window that translates through it"]);
 }
+
+#[test]
+fn every_valid_layout_publishes_a_capset_the_guest_accepts() {
+    let mut wddm2 = base_wddm2();
+    wddm2.segments[0].flags |= names(&["Use64KBPages"]);
+    let banked = with_segment(2, |s| {
+        s.flags |= names(&["UseBanking"]);
+        s.banks = Some(vec![32 * MIB]);
+    });
+    for spec in [base(), wddm2, banked] {
+        let layout = validate(&spec, BAR).unwrap();
+        assert_eq!(published_capset_rules(&layout, BAR), Ok(()));
+    }
+    // A layout the file rules never let through: the capset check still names its segment.
+    let mut broken = validate(&base(), BAR).unwrap();
+    broken.segments[1].commit_limit = broken.segments[1].size + 4096;
+    let violations = published_capset_rules(&broken, BAR).unwrap_err();
+    assert_eq!(violations.len(), 1);
+    assert_eq!(violations[0].segment, Some(2));
+    assert_eq!(
+        violations[0].rule.to_string(),
+        "the published capset would be refused: segment #1: commit_limit 0x20001000 exceeds size 0x20000000"
+    );
+}

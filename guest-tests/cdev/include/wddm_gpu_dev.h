@@ -58,10 +58,11 @@ typedef struct wddm_dxgk_segmentflags {
 #define WDDM_DXGK_SEGMENT_CPU_VISIBLE (1u << 2)
 #define WDDM_DXGK_SEGMENT_USE_BANKING (1u << 3)
 #define WDDM_DXGK_SEGMENT_CACHE_COHERENT (1u << 4)
+#define WDDM_DXGK_SEGMENT_USE_64KB_PAGES (1u << 11)
 #define WDDM_DXGK_SEGMENT_SUPPORTS_CPU_HOST_APERTURE (1u << 13)
-/* Bits 11-21 exist only from WDDM 2.0 on; bits 22-31 are reserved everywhere. */
-#define WDDM_DXGK_SEGMENT_WDDM2_ONLY_MASK 0x003FF800u
-#define WDDM_DXGK_SEGMENT_RESERVED_MASK 0xFFC00000u
+/* Bits 11-21 exist only from WDDM 2.0 on; bits 22-31 are reserved everywhere (wddm_gpu.h). */
+#define WDDM_DXGK_SEGMENT_WDDM2_ONLY_MASK ((uint32_t)SEGMENT_FLAGS_WDDM2_ONLY_MASK)
+#define WDDM_DXGK_SEGMENT_RESERVED_MASK ((uint32_t)SEGMENT_FLAGS_RESERVED_MASK)
 
 /* DXGK_SEGMENTDESCRIPTOR3 (WDDM 1.3), x64: 72 bytes. */
 typedef struct wddm_dxgk_segmentdescriptor3 {

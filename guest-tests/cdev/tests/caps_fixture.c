@@ -8,7 +8,7 @@ void caps_valid(test_caps *c, int wddm2)
 {
     memset(c, 0, sizeof(*c));
     WddmGpuCapsHeader *h = &c->h;
-    h->magic = 0x43474457u;
+    h->magic = WDDM_GPU_CAPS_MAGIC;
     h->version = WDDM_GPU_CAPSET_VERSION;
     h->total_size = sizeof(*c);
     h->wddm_version = wddm2 ? WDDM_GPU_WDDM_2_0 : WDDM_GPU_WDDM_1_3;

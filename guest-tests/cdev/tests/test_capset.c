@@ -1,11 +1,13 @@
 /* The capset parser against hostile capsets: one test per rule the parser checks, each
  * asserting WDDM_E_CAPSET, the rule's own log message (so another rule catching the same blob
- * cannot pass for it) and that the caller's layout was left untouched. */
+ * cannot pass for it) and that the caller's layout was left untouched. Then the capset corpus
+ * the Rust validator (wddm-gpu-abi capset_rules) is tested with: the same verdict on each blob. */
 
 #include <stdio.h>
 #include <string.h>
 
 #include "caps_fixture.h"
+#include "capset_corpus.h"
 #include "check.h"
 #include "fake_os.h"
 #include "../src/util.h"
@@ -197,6 +199,23 @@ static void valid_capsets(void)
     CHECK_EQ(wddm_layout_parse(&layout, NULL, 1), WDDM_E_INVALID);
 }
 
+static const capset_corpus_entry *corpus_entry;
+
+/* The Rust validator accepts the valid blobs and refuses each broken one (capset_corpus.rs). */
+static void same_verdict_as_rust(void)
+{
+    /* DMA memory is page aligned: give the blob the alignment the parser may rely on. */
+    static uint64_t aligned[(WDDM_MAX_CAPSET_SIZE + 7) / 8];
+    static wddm_layout layout;
+    CHECK(corpus_entry->size <= sizeof(aligned));
+    if (corpus_entry->size > sizeof(aligned))
+        return;
+    memcpy(aligned, corpus_entry->bytes, corpus_entry->size);
+    bool valid = corpus_entry->rule[0] == '\0';
+    CHECK_EQ(wddm_layout_parse(&layout, aligned, corpus_entry->size),
+             valid ? WDDM_OK : WDDM_E_CAPSET);
+}
+
 void capset_tests(void)
 {
     char name[96];
@@ -205,5 +224,10 @@ void capset_tests(void)
         current = &rules[i];
         snprintf(name, sizeof(name), "capset_refuses_%s", rules[i].name);
         run_test(name, hostile_capset);
+    }
+    for (size_t i = 0; i < sizeof(capset_corpus) / sizeof(capset_corpus[0]); i++) {
+        corpus_entry = &capset_corpus[i];
+        snprintf(name, sizeof(name), "capset_corpus_%s", corpus_entry->name);
+        run_test(name, same_verdict_as_rust);
     }
 }
