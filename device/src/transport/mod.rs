@@ -17,3 +17,6 @@ mod lifecycle;
 mod memory_table;
 mod queue;
 mod shmem;
+
+#[cfg(test)]
+mod tests;
