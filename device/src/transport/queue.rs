@@ -1,0 +1,199 @@
+//! The two virtqueues: taking the descriptor chains the guest made available, checking each,
+//! and handing its request to the GPU with a [`ChainReply`]. A chain that breaks a rule is
+//! completed with nothing written; a ring whose avail index is out of range is refused until
+//! the guest sets it up again. Nothing here returns an error for what the guest wrote.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::QueueOwnedT;
+use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
+use wddm_gpu_abi::request::{decode_control, decode_cursor, MAX_REQUEST_SIZE};
+
+use crate::model::gpu::Gpu;
+use crate::model::reply::Reply;
+use crate::observe::stats::RequestOutcome;
+use crate::transport::chain_reply::{Chain, ChainReply, Gate};
+use crate::transport::in_flight::InFlight;
+
+/// Queue 0 carries control requests, queue 1 cursor updates.
+pub const CONTROL_QUEUE: u16 = 0;
+pub const CURSOR_QUEUE: u16 = 1;
+pub const NUM_QUEUES: usize = 2;
+pub const MAX_QUEUE_SIZE: usize = 1024;
+
+/// What one pass over a ring did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Every available chain was taken.
+    Done,
+    /// The ring handed out nothing: stopped, or its avail index is out of range.
+    Refused,
+}
+
+/// Serves the control and cursor rings.
+pub struct Queues {
+    /// Every answer goes through it.
+    gate: Arc<Gate>,
+    /// Control-queue heads taken and not answered yet.
+    in_flight: Arc<InFlight>,
+    /// The control and cursor rings' avail index was found out of range (reported once).
+    broken_ring: [bool; 2],
+}
+
+impl Queues {
+    /// Queues answering through `gate`, holding control heads in `in_flight`.
+    pub fn new(gate: Arc<Gate>, in_flight: Arc<InFlight>) -> Self {
+        Self {
+            gate,
+            in_flight,
+            broken_ring: [false; 2],
+        }
+    }
+
+    /// Takes every chain available on `vring` (queue `queue`) for this kick. With EVENT_IDX,
+    /// notifications are off while it drains, and the ring is drained again if the guest added
+    /// chains meanwhile. Errs only when the ring's notification state cannot be changed.
+    pub fn serve(
+        &mut self,
+        gpu: &Gpu,
+        vring: &VringRwLock,
+        queue: u16,
+        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+        event_idx: bool,
+    ) -> io::Result<()> {
+        loop {
+            if event_idx {
+                vring.disable_notification().map_err(io::Error::other)?;
+            }
+            // A ring that hands out nothing must not be asked again: its avail index stays ahead
+            // of the device's, so re-enabling notifications would report work forever and this
+            // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
+            if self.drain(gpu, vring, queue, mem) == Drained::Refused {
+                break;
+            }
+            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(
+        &mut self,
+        gpu: &Gpu,
+        vring: &VringRwLock,
+        queue: u16,
+        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    ) -> Drained {
+        // A ring the guest corrupted (an avail index running past the queue size) is refused
+        // here rather than returned as an error: an error from handle_event would end the vring
+        // worker for good, and with it every later request, even after a ring reset. It is
+        // reported once; the guest must set the ring up again (a device reset).
+        let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
+        let chains: Vec<_> = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
+            Ok(chains) => chains.collect(),
+            // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
+            Err(virtio_queue::Error::QueueNotReady) => return Drained::Refused,
+            Err(error) => {
+                if !std::mem::replace(broken, true) {
+                    crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                }
+                return Drained::Refused;
+            }
+        };
+        *broken = false;
+        let window = gpu.vram().guest_window();
+        for chain in chains {
+            if let Some(window) = &window {
+                if touches_window(&chain, window) {
+                    // VRAM is not guest RAM: nothing is read from or written into the BAR
+                    // window through a descriptor (a response there would overwrite VRAM).
+                    crate::guest_warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
+                    let reply =
+                        ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone(), None);
+                    self.gate.send(reply, &[]);
+                    continue;
+                }
+            }
+            let claim = match queue {
+                CONTROL_QUEUE => match self.in_flight.claim(chain.head_index()) {
+                    Some(claim) => Some(claim),
+                    None => {
+                        crate::guest_warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
+                        gpu.stats().request(RequestOutcome::Refused);
+                        let reply = ChainReply::new(
+                            chain,
+                            mem.clone(),
+                            vring.clone(),
+                            self.gate.clone(),
+                            None,
+                        );
+                        self.gate.send(reply, &[]);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            let reply = Box::new(ChainReply::new(
+                chain.clone(),
+                mem.clone(),
+                vring.clone(),
+                self.gate.clone(),
+                claim,
+            ));
+            match queue {
+                CONTROL_QUEUE => answer(gpu, chain, reply, mem),
+                // Cursor commands have no response.
+                _ => {
+                    if let Some(request) = read_request(&chain, mem) {
+                        gpu.handle_cursor(decode_cursor(&request));
+                    }
+                    reply.send(&[]);
+                }
+            }
+        }
+        Drained::Done
+    }
+}
+
+/// Reads one request from the chain and hands it to the GPU with its reply.
+fn answer(
+    gpu: &Gpu,
+    chain: Chain,
+    reply: Box<ChainReply>,
+    mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+) {
+    match read_request(&chain, mem) {
+        // The one decode of the request: everything after works on its type.
+        Some(request) => gpu.handle(decode_control(&request), reply, mem.clone()),
+        None => reply.send(&[]),
+    }
+}
+
+/// The readable bytes of a chain, up to [`MAX_REQUEST_SIZE`]; `None` (logged) when unreadable.
+fn read_request(chain: &Chain, mem: &GuestMemoryLoadGuard<GuestMemoryMmap>) -> Option<Vec<u8>> {
+    let mut reader = match chain.clone().reader(mem) {
+        Ok(reader) => reader,
+        Err(error) => {
+            crate::guest_warn!("descriptor chain refused: {error}");
+            return None;
+        }
+    };
+    let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
+    if let Err(error) = reader.read_exact(&mut request) {
+        crate::guest_warn!("request unreadable: {error}");
+        return None;
+    }
+    Some(request)
+}
+
+/// Whether any buffer of `chain` overlaps `window` (guest-physical).
+fn touches_window(chain: &Chain, window: &std::ops::Range<u64>) -> bool {
+    chain.clone().any(|descriptor| {
+        let start = descriptor.addr().0;
+        let end = start.saturating_add(u64::from(descriptor.len()));
+        start < window.end && window.start < end
+    })
+}
