@@ -8,9 +8,10 @@
 //! - `layout`: segments and address resolution, the `--layout` file, the WDDM rules, the
 //!   `DXGK_QUERYSEGMENTOUT3`/`4` report, the capability-set blob, DXGK value decoding.
 //! - `memory`: guest RAM, the shared VRAM file and its BAR locator, aperture translation.
+//! - `engine`: the paging engine executing DMA buffers of paging packets, and the record it
+//!   makes of each packet.
 //! - `observe`: counters and histograms, the `--trace` timeline, the stats endpoint, the
 //!   benchmark's echo.
-//! - `engine`: the paging engine executing DMA buffers of paging packets.
 //! - `model`: the device model answering control requests, how answers and events go out, the
 //!   status page, and the scheduler of the engine thread.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
@@ -32,6 +33,7 @@ pub mod support;
 #[cfg(test)]
 mod testkit;
 
+pub use engine::record::PacketRecord;
 pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;
@@ -45,7 +47,7 @@ pub use model::display;
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;
-pub use observe::stats::{PacketRecord, Stats};
+pub use observe::stats::Stats;
 pub use observe::trace::Trace;
 pub use transport::backend::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
 pub use transport::fd_relay;

@@ -218,10 +218,20 @@ impl Packet {
     /// struct, checked in that order. Field values are not checked.
     pub fn decode(packet: &[u8]) -> Result<Self, DecodeError> {
         let header = read_header(packet)?;
+        Self::checked(&header, Self::read_body(&header, packet))
+    }
+
+    /// What [`Self::decode`] answers for a body already read with [`Self::read_body`]: the
+    /// header's flags are checked first. The device reads each packet's body once, weighs what
+    /// it declares, then executes this.
+    pub fn checked(
+        header: &WddmGpuPacketHeader,
+        body: Result<Self, DecodeError>,
+    ) -> Result<Self, DecodeError> {
         if header.flags != 0 {
             return Err(DecodeError::ReservedHeaderFlags(header.flags));
         }
-        Self::read_body(&header, packet)
+        body
     }
 
     /// Reads the struct `header`'s opcode names, without the header-flags check: for reading

@@ -2,13 +2,13 @@
 //! the scheduler weighs (whether it may run on the control-queue thread) and the traffic the
 //! statistics attribute to segments and banks.
 
-use wddm_gpu_abi::decode::{read_header, Packet};
+use wddm_gpu_abi::decode::Packet;
 use wddm_gpu_abi::packet::{
-    WddmGpuEndpoint, WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2,
+    WddmGpuEndpoint, WddmGpuPacketHeader, WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2,
     WddmGpuPacketUnmapAperture,
 };
 
-use crate::observe::stats::{Direction, Traffic};
+use crate::engine::record::{Direction, Traffic};
 
 /// A packet's declared work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,53 +36,61 @@ fn endpoint(endpoint: &WddmGpuEndpoint, length: u64, direction: Direction) -> Tr
     }
 }
 
-/// Reads what `packet` (a whole packet, header first) declares. Values are the guest's, not
-/// yet checked (header flags included): callers use them for weighing and accounting only.
-pub fn declared(packet: &[u8]) -> Declared {
-    let Ok(header) = read_header(packet) else {
-        return Declared::default();
-    };
+/// What a packet with this header and body (read once, by [`Packet::read_body`]) declares.
+/// Values are the guest's, not yet checked (header flags included): callers use them for
+/// weighing and accounting only. A body that did not decode declares its opcode alone.
+pub fn declared(header: &WddmGpuPacketHeader, body: Option<&Packet>) -> Declared {
     let mut declared = Declared {
         opcode: header.opcode,
         ..Declared::default()
     };
-    match Packet::read_body(&header, packet) {
-        Ok(Packet::Transfer(p)) => {
+    match body {
+        Some(Packet::Transfer(p)) => {
             declared.work = p.length;
             declared.traffic = [
                 Some(endpoint(&p.source, p.length, Direction::Read)),
                 Some(endpoint(&p.destination, p.length, Direction::Write)),
             ];
         }
-        Ok(Packet::Fill(p)) => {
+        Some(Packet::Fill(p)) => {
             declared.work = p.length;
             declared.traffic = [
                 None,
                 Some(endpoint(&p.destination, p.length, Direction::Write)),
             ];
         }
-        Ok(Packet::MapAperture(WddmGpuPacketMapAperture { page_count, .. }))
-        | Ok(Packet::MapAperture2(WddmGpuPacketMapAperture2 { page_count, .. }))
-        | Ok(Packet::UnmapAperture(WddmGpuPacketUnmapAperture { page_count, .. })) => {
-            declared.pages = page_count;
+        Some(
+            Packet::MapAperture(WddmGpuPacketMapAperture { page_count, .. })
+            | Packet::MapAperture2(WddmGpuPacketMapAperture2 { page_count, .. })
+            | Packet::UnmapAperture(WddmGpuPacketUnmapAperture { page_count, .. }),
+        ) => {
+            declared.pages = *page_count;
             declared.work = page_count.saturating_mul(8);
         }
-        Ok(
+        Some(
             Packet::DiscardContent(_)
             | Packet::ReadPhysical(_)
             | Packet::WritePhysical(_)
             | Packet::Fence(_),
         )
-        | Err(_) => {}
+        | None => {}
     }
     declared
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use wddm_gpu_abi::decode::read_header;
     use wddm_gpu_abi::packet::*;
     use zerocopy::IntoBytes;
+
+    use super::*;
+
+    /// What the engine weighs for these bytes: their header and body, read once.
+    fn declared_by(bytes: &[u8]) -> Declared {
+        let header = read_header(bytes).unwrap();
+        declared(&header, Packet::read_body(&header, bytes).ok().as_ref())
+    }
 
     #[test]
     fn transfer_declares_both_endpoints() {
@@ -105,7 +113,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        let declared = declared(packet.as_bytes());
+        let declared = declared_by(packet.as_bytes());
         assert_eq!(declared.work, 0x3000);
         assert_eq!(
             declared.traffic[0],
@@ -131,13 +139,24 @@ mod tests {
             page_count: u64::MAX,
             ..Default::default()
         };
-        let declared = declared(packet.as_bytes());
+        let declared = declared_by(packet.as_bytes());
         assert_eq!(declared.pages, u64::MAX);
         assert_eq!(declared.work, u64::MAX);
     }
 
     #[test]
-    fn truncated_packets_declare_nothing() {
-        assert_eq!(declared(&[1, 0]), Declared::default());
+    fn packets_whose_body_does_not_decode_declare_their_opcode_alone() {
+        let header = WddmGpuPacketHeader {
+            opcode: WDDM_GPU_OP_TRANSFER,
+            flags: 0,
+            size: 8,
+        };
+        assert_eq!(
+            declared_by(header.as_bytes()),
+            Declared {
+                opcode: WDDM_GPU_OP_TRANSFER,
+                ..Declared::default()
+            }
+        );
     }
 }

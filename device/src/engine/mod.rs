@@ -15,11 +15,12 @@ mod access;
 pub mod describe;
 pub mod fault;
 mod ops;
+pub mod record;
 
 use std::time::Instant;
 
 use vm_memory::GuestMemoryBackend;
-use wddm_gpu_abi::decode::read_header;
+use wddm_gpu_abi::decode::{read_header, Packet};
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
 use wddm_gpu_abi::submit::{
     WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
@@ -28,12 +29,12 @@ use wddm_gpu_abi::submit::{
 use self::access::{read_side, read_vram, Side};
 use self::describe::declared;
 pub use self::fault::{Fault, Interruption, Stop};
+use self::record::PacketRecord;
 use crate::layout::{ResolveError, Resolved, SegmentLayout, SegmentRange};
 use crate::memory::frames::FrameList;
 use crate::memory::gart::Gart;
 use crate::memory::guest_ram::{GuestRam, RamRange};
 use crate::memory::vram::Vram;
-use crate::observe::stats::PacketRecord;
 
 /// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
 pub const CHUNK: u64 = 1 << 20;
@@ -172,7 +173,7 @@ impl Engine {
                 completion.stop = Some((offset, interruption.into()));
                 break;
             }
-            let PacketAt { size, next } =
+            let PacketAt { header, size, next } =
                 match self.read_packet(cmd, buffer, offset, mem, &mut packet) {
                     Ok(read) => read,
                     Err(fault) => {
@@ -181,14 +182,15 @@ impl Engine {
                         break;
                     }
                 };
-            let packet = &packet[..size as usize];
-            let declared = declared(packet);
+            // The one read of the packet's body: weighed, then executed, from this.
+            let body = Packet::read_body(&header, &packet[..size as usize]);
+            let declared = declared(&header, body.as_ref().ok());
             if hooks.defer(declared.work) {
                 completion.deferred = Some(offset);
                 break;
             }
             let start = Instant::now();
-            let result = self.execute_packet(packet, mem, hooks);
+            let result = self.execute_packet(Packet::checked(&header, body), mem, hooks);
             hooks.packet(&PacketRecord {
                 opcode: declared.opcode,
                 dma_offset: offset,
@@ -272,7 +274,8 @@ impl Engine {
         }
     }
 
-    /// Copies the packet at `offset` into `packet` and returns its size.
+    /// Copies the packet at `offset` into `packet`; returns its header (read once, the copy's
+    /// own), its size and where the next packet starts.
     fn read_packet<M: GuestMemoryBackend>(
         &self,
         cmd: &WddmGpuCmdSubmit,
@@ -290,8 +293,7 @@ impl Engine {
                 reason: "header runs past end_offset",
             });
         }
-        let position = u64::from(offset);
-        let read = |buf: &mut [u8]| match buffer {
+        let read = |position: u64, buf: &mut [u8]| match buffer {
             DmaBuffer::Guest(range) => {
                 mem.ram
                     .read(range.at(position), buf)
@@ -305,8 +307,10 @@ impl Engine {
                 read_side(side, position, buf, &self.frame_lists, &self.gart, mem)
             }
         };
-        read(&mut packet[..header_size as usize])?;
-        let size = read_header(&packet[..])?.size;
+        let position = u64::from(offset);
+        read(position, &mut packet[..header_size as usize])?;
+        let header = read_header(&packet[..])?;
+        let size = header.size;
         let reason = if size < header_size {
             Some("smaller than the header")
         } else if size % WDDM_GPU_PACKET_ALIGN != 0 {
@@ -326,15 +330,22 @@ impl Engine {
             size,
             reason: "runs past end_offset",
         })?;
-        // One read of the whole packet: what executes is this copy.
-        read(&mut packet[..size as usize])?;
-        Ok(PacketAt { size, next })
+        // The rest of the packet after the header already read: what executes is this copy, with
+        // that header, so a guest rewriting its buffer meanwhile changes nothing checked.
+        if size > header_size {
+            read(
+                position + u64::from(header_size),
+                &mut packet[header_size as usize..size as usize],
+            )?;
+        }
+        Ok(PacketAt { header, size, next })
     }
 }
 
-/// Where a packet read from the DMA buffer sits: its size, and the offset of the next packet.
+/// A packet read from the DMA buffer: its header, its size, and the offset of the next packet.
 #[derive(Clone, Copy)]
 struct PacketAt {
+    header: WddmGpuPacketHeader,
     size: u32,
     next: u32,
 }

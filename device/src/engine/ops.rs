@@ -7,7 +7,7 @@ use crate::memory::frames::{FrameError, FrameListError, FrameRun};
 use crate::memory::gart::AperturePages;
 use crate::memory::guest_ram::RamError;
 use vm_memory::GuestMemoryBackend;
-use wddm_gpu_abi::decode::Packet;
+use wddm_gpu_abi::decode::{DecodeError, Packet};
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
@@ -16,15 +16,16 @@ use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 const FILL_BUFFER: usize = 64 << 10;
 
 impl Engine {
-    /// Executes one packet; returns the bytes it moved.
+    /// Executes one decoded packet (or fails with why it did not decode); returns the bytes it
+    /// moved.
     pub(super) fn execute_packet<M: GuestMemoryBackend>(
         &mut self,
-        packet: &[u8],
+        packet: Result<Packet, DecodeError>,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
     ) -> Result<u64, Stop> {
         // Only the packets that move data run long enough to be interrupted.
-        let moving_nothing = match Packet::decode(packet).map_err(Fault::from)? {
+        let moving_nothing = match packet.map_err(Fault::from)? {
             Packet::Transfer(p) => return self.transfer(&p, mem, hooks),
             Packet::Fill(p) => return self.fill(&p, mem, hooks),
             Packet::DiscardContent(p) | Packet::ReadPhysical(p) | Packet::WritePhysical(p) => {

@@ -31,13 +31,14 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
+use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::model::reply::{respond, Mem, Notify, Reply};
 use crate::model::status_page::CompletedBy;
-use crate::observe::stats::{PacketRecord, Stats, SubmissionRecord};
+use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
 use vm_memory::GuestMemoryMmap;

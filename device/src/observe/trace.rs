@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use log::warn;
 use serde::{Serialize, Serializer};
 
-use crate::observe::stats::{self, Direction, PacketRecord, SubmissionRecord, Traffic};
+use crate::engine::record::{Direction, PacketRecord, Traffic};
+use crate::observe::stats::{self, SubmissionRecord};
 use crate::support::sync::lock;
 
 /// Track (`tid`) of the GPU engine, where every submission and packet goes.

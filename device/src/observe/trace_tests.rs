@@ -10,7 +10,8 @@ use wddm_gpu_abi::packet::{WDDM_GPU_OP_FILL, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::*;
-use crate::observe::stats::{Direction, PacketRecord, SubmissionRecord, Traffic};
+use crate::engine::record::{Direction, PacketRecord, Traffic};
+use crate::observe::stats::SubmissionRecord;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wddm-trace-{}-{name}", std::process::id()));
