@@ -13,12 +13,12 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
+use crate::display::DisplayConfig;
 use crate::layout::file::read_layout;
 use crate::layout::report::LayoutReport;
 use crate::layout::rules::validate;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram, VramError};
-use crate::model::display::DisplayConfig;
 use crate::model::gpu::Gpu;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
 use crate::observe::endpoint;

@@ -12,15 +12,20 @@
 //!   makes of each packet.
 //! - `observe`: counters and histograms, the `--trace` timeline, the stats endpoint, the
 //!   benchmark's echo.
-//! - `model`: the device model answering control requests, how answers and events go out, the
-//!   status page, and the scheduler of the engine thread.
+//! - [`display`] and `gpu`, two sibling devices that do not import each other: the standard
+//!   virtio-gpu 2D device with the VRAM scanouts, and the paging GPU (submissions, the
+//!   scheduler of the engine thread, the status page, events, how answers go out).
+//! - `model`: the GPU the transport drives ([`Gpu`]), the router sending each request to one of
+//!   the two, and a kick's hold of the display's output.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
 //! - [`daemon`]: one configuration and one start function for the binary.
 //!
 //! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
 //! below, so the compiler sees every item nothing uses.
 
+pub mod display;
 mod engine;
+mod gpu;
 mod layout;
 mod memory;
 mod model;
@@ -43,7 +48,6 @@ pub use layout::rules;
 pub use layout::{Resolved, SegmentKind, SegmentLayout};
 pub use memory::guest_ram::GuestRam;
 pub use memory::vram::{BarMode, Vram, VramError};
-pub use model::display;
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;

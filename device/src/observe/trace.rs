@@ -65,11 +65,12 @@ struct Writer {
     scratch: Vec<u8>,
     /// Bytes in the file so far.
     written: u64,
-    shared: Arc<Shared>,
+    shared: Arc<TraceLimits>,
 }
 
-/// Settings and counts the writer thread and the recording side share.
-struct Shared {
+/// The file's size limit and the counts of events dropped (over it, or behind a full queue),
+/// shared by the writer thread and the recording side.
+struct TraceLimits {
     /// Where the file stops growing.
     max_size: AtomicU64,
     /// Events not written because the file reached `max_size`.
@@ -84,7 +85,7 @@ struct Shared {
 pub struct Trace {
     queue: Mutex<Option<SyncSender<Record>>>,
     writer: Mutex<Option<JoinHandle<io::Result<()>>>>,
-    shared: Arc<Shared>,
+    shared: Arc<TraceLimits>,
 }
 
 /// Writes a value through its `Display` (no intermediate string).
@@ -180,7 +181,7 @@ fn micros(duration: Duration) -> f64 {
 impl Trace {
     /// Creates (truncates) the trace file, writes its header and starts the writer thread.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(TraceLimits {
             max_size: AtomicU64::new(DEFAULT_MAX_SIZE),
             over_size: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
@@ -18,10 +18,11 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::guest;
 use super::scratch::ScratchFile;
+use crate::gpu::reply::Reply;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;
-use crate::model::reply::Reply;
+use crate::model::kick::Kick;
 
 pub const RAM: u64 = 64 << 20;
 pub const VRAM: u64 = 128 << 20;
@@ -44,7 +45,7 @@ impl Reply for ChannelReply {
     fn room(&self) -> usize {
         self.room
     }
-    fn send(self: Box<Self>, response: &[u8]) {
+    fn complete(self: Box<Self>, response: &[u8]) {
         let _ = self.tx.send(response.to_vec());
     }
 }
@@ -57,6 +58,8 @@ pub struct GpuRig {
     file: ScratchFile,
     fence: u32,
     bar: Cell<u64>,
+    /// The kick the requests belong to.
+    kick: Mutex<Option<Kick>>,
 }
 
 impl GpuRig {
@@ -71,6 +74,7 @@ impl GpuRig {
             file,
             fence: 0,
             bar: Cell::new(0),
+            kick: Mutex::new(None),
         };
         rig.map_bar(VRAM_GPA);
         rig
@@ -96,14 +100,24 @@ impl GpuRig {
 
     /// One request brought by a kick of its own, as the transport hands them over.
     pub fn request(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
-        self.gpu.new_kick();
+        self.new_kick();
         self.request_same_kick(bytes, room)
+    }
+
+    /// Ends the kick before (if any) and starts a new one, as the transport does at a kick.
+    pub fn new_kick(&self) {
+        let mut kick = self.kick.lock().unwrap();
+        drop(kick.take());
+        *kick = Some(self.gpu.kick());
     }
 
     /// One more request of the kick before.
     pub fn request_same_kick(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
         let (tx, rx) = channel();
+        let mut kick = self.kick.lock().unwrap();
+        let kick = kick.get_or_insert_with(|| self.gpu.kick());
         self.gpu.handle(
+            kick,
             decode_control(bytes),
             Box::new(ChannelReply { room, tx }),
             self.atomic.memory(),

@@ -105,9 +105,11 @@ impl WddmGpuBackend {
             return Ok(());
         };
         let mem = atomic.memory();
-        self.gpu.new_kick();
+        // Dropped when this returns: the answers given on this thread are on the used ring by
+        // then, and what the kick's display commands showed goes to the display after them.
+        let kick = self.gpu.kick();
         self.queues
-            .serve(&self.gpu, vring, queue, &mem, self.event_idx)
+            .serve(&self.gpu, &kick, vring, queue, &mem, self.event_idx)
     }
 }
 
@@ -256,9 +258,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
                 };
                 self.lifecycle.watch(vrings);
                 self.restarted();
-                let processed = self.process_queue(vring, device_event);
-                self.gpu.end_kick();
-                processed
+                self.process_queue(vring, device_event)
             }
             ECHO_EVENT => {
                 self.echo.answer();

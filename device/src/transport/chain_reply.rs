@@ -8,7 +8,7 @@ use log::warn;
 use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 
-use crate::model::reply::Reply;
+use crate::gpu::reply::Reply;
 use crate::transport::gate::{AnswerGate, Deliver};
 use crate::transport::in_flight::Claim;
 
@@ -18,8 +18,8 @@ pub type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryM
 /// The gate every chain's answer passes through.
 pub type Gate = AnswerGate<ChainReply>;
 
-/// Completes one descriptor chain. Sent from whichever thread finishes the request (the engine
-/// thread for submissions), through the [`Gate`].
+/// Completes one descriptor chain. Completed from whichever thread finishes the request (the
+/// engine thread for submissions), through the [`Gate`].
 pub struct ChainReply {
     chain: Chain,
     mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
@@ -60,9 +60,9 @@ impl Reply for ChainReply {
         self.room
     }
 
-    fn send(self: Box<Self>, response: &[u8]) {
+    fn complete(self: Box<Self>, response: &[u8]) {
         let gate = self.gate.clone();
-        gate.send(*self, response);
+        gate.pass(*self, response);
     }
 }
 

@@ -28,11 +28,9 @@ use vhost::vhost_user::gpu_message::{
 };
 use vhost::vhost_user::GpuBackend;
 
-use crate::model::display::pixel_buffer::PixelBuffer;
-use crate::model::display::rect::Rect;
-use crate::model::display::sink::{
-    CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES,
-};
+use crate::display::pixel_buffer::PixelBuffer;
+use crate::display::rect::Rect;
+use crate::display::sink::{CursorImage, DisplayPixels, DisplaySink, ScanoutState, CURSOR_BYTES};
 use crate::observe::stats::display::{DisplayCounters, SentMessage, Unsent};
 use crate::support::sync::lock;
 

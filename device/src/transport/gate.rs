@@ -59,8 +59,8 @@ impl<A: Deliver> AnswerGate<A> {
         std::mem::take(&mut state.held).len()
     }
 
-    /// Delivers `response` now, or holds it while the gate is closed.
-    pub fn send(&self, answer: A, response: &[u8]) {
+    /// Lets `answer` through (delivers `response` now), or holds it while the gate is closed.
+    pub fn pass(&self, answer: A, response: &[u8]) {
         let mut state = lock(&self.state);
         if state.closed {
             state.held.push((answer, response.to_vec()));

@@ -11,8 +11,9 @@ use virtio_queue::QueueOwnedT;
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::request::{decode_control, decode_cursor, MAX_REQUEST_SIZE};
 
+use crate::gpu::reply::Reply;
 use crate::model::gpu::Gpu;
-use crate::model::reply::Reply;
+use crate::model::kick::Kick;
 use crate::observe::stats::RequestOutcome;
 use crate::transport::chain_reply::{Chain, ChainReply, Gate};
 use crate::transport::in_flight::InFlight;
@@ -52,12 +53,14 @@ impl Queues {
         }
     }
 
-    /// Takes every chain available on `vring` (queue `queue`) for this kick. With EVENT_IDX,
+    /// Takes every chain available on `vring` (queue `queue`) for `kick`. With EVENT_IDX,
     /// notifications are off while it drains, and the ring is drained again if the guest added
     /// chains meanwhile. Errs only when the ring's notification state cannot be changed.
+    #[allow(clippy::too_many_arguments)]
     pub fn serve(
         &mut self,
         gpu: &Gpu,
+        kick: &Kick,
         vring: &VringRwLock,
         queue: u16,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
@@ -70,7 +73,7 @@ impl Queues {
             // A ring that hands out nothing must not be asked again: its avail index stays ahead
             // of the device's, so re-enabling notifications would report work forever and this
             // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
-            if self.drain(gpu, vring, queue, mem) == Drained::Refused {
+            if self.drain(gpu, kick, vring, queue, mem) == Drained::Refused {
                 break;
             }
             if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
@@ -83,6 +86,7 @@ impl Queues {
     fn drain(
         &mut self,
         gpu: &Gpu,
+        kick: &Kick,
         vring: &VringRwLock,
         queue: u16,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
@@ -113,7 +117,7 @@ impl Queues {
                     crate::guest_warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
                     let reply =
                         ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone(), None);
-                    self.gate.send(reply, &[]);
+                    self.gate.pass(reply, &[]);
                     continue;
                 }
             }
@@ -130,7 +134,7 @@ impl Queues {
                             self.gate.clone(),
                             None,
                         );
-                        self.gate.send(reply, &[]);
+                        self.gate.pass(reply, &[]);
                         continue;
                     }
                 },
@@ -144,13 +148,13 @@ impl Queues {
                 claim,
             ));
             match queue {
-                CONTROL_QUEUE => answer(gpu, chain, reply, mem),
+                CONTROL_QUEUE => hand_over(gpu, kick, chain, reply, mem),
                 // Cursor commands have no response.
                 _ => {
                     if let Some(request) = read_request(&chain, mem) {
-                        gpu.handle_cursor(decode_cursor(&request));
+                        gpu.handle_cursor(kick, decode_cursor(&request));
                     }
-                    reply.send(&[]);
+                    reply.complete(&[]);
                 }
             }
         }
@@ -158,17 +162,19 @@ impl Queues {
     }
 }
 
-/// Reads one request from the chain and hands it to the GPU with its reply.
-fn answer(
+/// Reads one request from the chain and hands it to the GPU with its reply (completed at once,
+/// with nothing written, when the chain is unreadable).
+fn hand_over(
     gpu: &Gpu,
+    kick: &Kick,
     chain: Chain,
     reply: Box<ChainReply>,
     mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
 ) {
     match read_request(&chain, mem) {
         // The one decode of the request: everything after works on its type.
-        Some(request) => gpu.handle(decode_control(&request), reply, mem.clone()),
-        None => reply.send(&[]),
+        Some(request) => gpu.handle(kick, decode_control(&request), reply, mem.clone()),
+        None => reply.complete(&[]),
     }
 }
 

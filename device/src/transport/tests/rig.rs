@@ -20,9 +20,9 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::display::DisplayConfig;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram};
-use crate::model::display::DisplayConfig;
 use crate::model::gpu::Gpu;
 use crate::observe::stats::Stats;
 use crate::testkit::guest;

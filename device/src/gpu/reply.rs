@@ -1,6 +1,12 @@
-//! How the device model answers: a request's [`Reply`], and [`Notify`], what the driver is told
-//! without asking (the status page and posted WAIT_EVENT requests). The GPU and its scheduler
-//! both answer through these.
+//! How requests are answered: a request's [`Reply`], which the transport completes on its ring;
+//! [`answer`] and [`refuse`], which check the response fits first; and [`Notify`], what the
+//! driver is told without asking (the status page and posted WAIT_EVENT requests), which
+//! [`signal`](Notify::signal)s events. The paging GPU, its scheduler and the router answer
+//! through these.
+//!
+//! The verbs: a request is *answered* (its response chosen and checked to fit) and its reply
+//! *completed* (the response written and the request handed back, by the transport); an event
+//! is *signalled* (the status page published, then a posted WAIT_EVENT answered).
 
 use std::collections::VecDeque;
 
@@ -10,8 +16,9 @@ use wddm_gpu_abi::request::FenceEcho;
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_CANCELLED};
 use zerocopy::IntoBytes;
 
+use crate::gpu::status_page::StatusPage;
 use crate::memory::guest_ram::GuestRam;
-use crate::model::status_page::StatusPage;
+use crate::observe::stats::RequestOutcome;
 
 /// A snapshot of guest memory, kept alive while a request that uses it is pending.
 pub type Mem = GuestMemoryLoadGuard<GuestMemoryMmap>;
@@ -21,14 +28,26 @@ pub trait Reply: Send {
     /// Bytes the response buffer holds.
     fn room(&self) -> usize;
     /// Writes the response and completes the request (raising the queue's interrupt).
-    fn send(self: Box<Self>, response: &[u8]);
+    fn complete(self: Box<Self>, response: &[u8]);
 }
 
-/// Sends `response`, or a header-only `ERR_UNSPEC` cut to the room when it does not fit.
-pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
+/// A header-only response of type `type_`.
+pub fn header(type_: u32) -> Vec<u8> {
+    WddmGpuCtrlHdr::with_type(type_).as_bytes().to_vec()
+}
+
+/// Answers with a header-only error of type `type_`.
+pub fn refuse(reply: Box<dyn Reply>, type_: u32) -> RequestOutcome {
+    answer(reply, &header(type_));
+    RequestOutcome::Refused
+}
+
+/// Completes `reply` with `response`, or with a header-only `ERR_UNSPEC` cut to the room when
+/// it does not fit.
+pub fn answer(reply: Box<dyn Reply>, response: &[u8]) {
     let room = reply.room();
     if response.len() <= room {
-        reply.send(response);
+        reply.complete(response);
         return;
     }
     crate::guest_warn!(
@@ -36,7 +55,7 @@ pub fn respond(reply: Box<dyn Reply>, response: &[u8]) {
         response.len()
     );
     let hdr = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
-    reply.send(&hdr.as_bytes()[..room.min(hdr.as_bytes().len())]);
+    reply.complete(&hdr.as_bytes()[..room.min(hdr.as_bytes().len())]);
 }
 
 /// `reply`, answering with the request's fence fields in its response header.
@@ -55,10 +74,10 @@ impl Reply for EchoingReply {
         self.inner.room()
     }
 
-    fn send(self: Box<Self>, response: &[u8]) {
+    fn complete(self: Box<Self>, response: &[u8]) {
         let mut stamped = response.to_vec();
         self.echo.stamp(&mut stamped);
-        self.inner.send(&stamped);
+        self.inner.complete(&stamped);
     }
 }
 
@@ -74,7 +93,7 @@ impl Notify {
     /// Publishes the status page, then completes the oldest posted WAIT_EVENT with `event` (or
     /// counts it as dropped, in what the page shows): a driver woken by the event finds the
     /// page already up to date.
-    pub fn deliver<M: GuestMemoryBackend>(
+    pub fn signal<M: GuestMemoryBackend>(
         &mut self,
         mut event: WddmGpuRespEvent,
         ram: &GuestRam<'_, M>,
@@ -86,19 +105,19 @@ impl Notify {
         }
         self.status.publish(ram);
         if let Some(reply) = reply {
-            reply.send(event.as_bytes());
+            reply.complete(event.as_bytes());
         }
     }
 
     /// Completes the oldest posted WAIT_EVENT with `event` if one is posted; otherwise the event
     /// is lost uncounted and the status page left alone (vblanks: the next one's counter says
     /// how many were missed, and the vblank thread holds no guest memory to publish with).
-    pub fn deliver_if_waiting(&mut self, mut event: WddmGpuRespEvent) -> bool {
+    pub fn signal_if_waiting(&mut self, mut event: WddmGpuRespEvent) -> bool {
         let Some(reply) = self.events.pop_front() else {
             return false;
         };
         event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
-        reply.send(event.as_bytes());
+        reply.complete(event.as_bytes());
         true
     }
 
@@ -110,7 +129,7 @@ impl Notify {
                 kind: WDDM_GPU_EVENT_CANCELLED,
                 ..Default::default()
             };
-            reply.send(event.as_bytes());
+            reply.complete(event.as_bytes());
         }
     }
 }

@@ -6,9 +6,9 @@ use std::time::Instant;
 use wddm_gpu_abi::ctrl::{WddmGpuCmdSetScanoutVram, WDDM_GPU_CMD_SET_SCANOUT_VRAM};
 
 use super::*;
+use crate::display::vram_scanout::VramScanoutError;
 use crate::layout::{ResolveError, Resolved};
 use crate::memory::vram::BarMode;
-use crate::model::display::vram_scanout::VramScanoutError;
 use crate::testkit::guest::vram_write;
 use crate::testkit::layouts::{from_file, DEVICE_ONLY, NON_COHERENT};
 use crate::testkit::scratch::ScratchFile;

@@ -10,7 +10,7 @@ use wddm_gpu_abi::submit::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::seconds_of_copying;
-use crate::model::scheduler::{INLINE_PACKETS, INLINE_WORK};
+use crate::gpu::scheduler::{INLINE_PACKETS, INLINE_WORK};
 use crate::testkit::gpu_rig::*;
 use crate::testkit::packets::{ap, b, vr, AP};
 
@@ -216,7 +216,7 @@ fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
     let command = |fence: u32| submit_cmd(DMA, packets.len(), fence);
     // Eight submissions in one kick: four fit the kick's inline budget, the rest go to the
     // engine thread, so a ring full of small submissions cannot hold the control queue.
-    rig.gpu.new_kick();
+    rig.new_kick();
     let answers: Vec<_> = (1..=8u32)
         .map(|fence| rig.request_same_kick(command(fence).as_bytes(), 64))
         .collect();

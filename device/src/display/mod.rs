@@ -1,7 +1,14 @@
 //! The standard virtio-gpu 2D device (virtio 1.2 device 16): scanouts with their EDID, 2D
-//! resources with guest backing, transfers, flushes to the display and the cursor. Every guest
-//! value is checked; a refused command is answered with the spec's error and a rate-limited
-//! warning. The display itself is a [`DisplaySink`] the transport provides.
+//! resources with guest backing, transfers, flushes to the display and the cursor, and the VRAM
+//! scanouts (SET_SCANOUT_VRAM, shown at each vblank). Every guest value is checked; a refused
+//! command is answered with the spec's error and a rate-limited warning. The display itself is a
+//! [`DisplaySink`] the transport provides.
+//!
+//! The VRAM scanouts live here rather than with the paging GPU (`crate::gpu`): a scanout shows a
+//! 2D resource or a VRAM surface, never both, and every change of what it shows (SET_SCANOUT, a
+//! flip taking effect, a reset, a new display announced) must see and change both under one
+//! lock. The GPU's part is only the vblank events, which the device (`crate::model::gpu`)
+//! hands from [`Display::vblank`] to the GPU's event queue once the display lock is released.
 
 pub mod edid;
 pub mod format;
@@ -9,6 +16,7 @@ pub mod pixel_buffer;
 pub mod rect;
 pub mod resource;
 pub mod sink;
+pub mod vblank;
 pub mod vram_scanout;
 
 use std::collections::HashMap;
@@ -205,14 +213,16 @@ impl Display {
         self.config.scanouts
     }
 
-    /// A kick's requests start: the display may hold what they show (see [`DisplaySink::hold`]).
+    /// A display command of a kick is about to run: the display may hold what the kick shows
+    /// (see [`DisplaySink::hold`]). Only the kick's hold guard (`crate::model::kick`) calls it.
     pub fn hold(&mut self) {
         if let Some(sink) = &mut self.sink {
             sink.hold();
         }
     }
 
-    /// The kick's answers are out: the display passes on what it held.
+    /// The kick's answers are out: the display passes on what it held. Only the kick's hold
+    /// guard calls it.
     pub fn release(&mut self) {
         if let Some(sink) = &mut self.sink {
             sink.release();

@@ -33,11 +33,11 @@ use zerocopy::IntoBytes;
 
 use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
+use crate::gpu::reply::{answer, Mem, Notify, Reply};
+use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
-use crate::model::reply::{respond, Mem, Notify, Reply};
-use crate::model::status_page::CompletedBy;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
@@ -127,8 +127,8 @@ struct Partial {
     bytes_transferred: u64,
 }
 
-/// A finished submission's response, not yet sent.
-struct Answer {
+/// A finished submission's answer, not yet given.
+struct SubmitAnswer {
     status: SubmitStatus,
     reply: Box<dyn Reply>,
     response: WddmGpuRespSubmit,
@@ -137,8 +137,8 @@ struct Answer {
 
 /// How one run of a submission ended.
 enum Ran {
-    /// Finished, its effects published; the response is ready.
-    Answered(Answer),
+    /// Finished, its effects published; the answer is ready.
+    Finished(SubmitAnswer),
     /// Stopped at a packet over the inline budget; the job continues from there.
     Deferred(Job),
 }
@@ -164,7 +164,9 @@ impl Queue {
     }
 }
 
-struct Shared {
+/// Where submissions execute: the engine, its queue and the flags that interrupt it, shared by
+/// the control-queue thread (inline runs, stops) and the engine thread.
+struct Execution {
     layout: Arc<SegmentLayout>,
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
@@ -193,14 +195,14 @@ pub struct Paused {
 
 /// The engine thread and its queue.
 pub struct Scheduler {
-    shared: Arc<Shared>,
+    shared: Arc<Execution>,
     /// What this kick may still run on the control-queue thread (only that thread uses it).
     kick_budget: Mutex<InlineBudget>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Hooks<'a, 'm> {
-    shared: &'a Shared,
+    shared: &'a Execution,
     interrupt: &'a AtomicU8,
     last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
@@ -228,7 +230,7 @@ impl EngineHooks for Hooks<'_, '_> {
         self.last_completed.store(fence_id, Ordering::Release);
         let mut notify = lock(self.notify);
         notify.status.complete(fence_id, CompletedBy::FencePacket);
-        notify.deliver(
+        notify.signal(
             WddmGpuRespEvent {
                 kind: WDDM_GPU_EVENT_FENCE,
                 fence_id,
@@ -276,7 +278,7 @@ impl Scheduler {
         stats: Arc<Stats>,
         trace: Option<Arc<Trace>>,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
             layout,
             vram,
@@ -345,7 +347,7 @@ impl Scheduler {
             packets: 0,
         });
         let answer = match ran {
-            Ran::Answered(answer) => answer,
+            Ran::Finished(answer) => answer,
             Ran::Deferred(job) => {
                 let mut queue = lock(&shared.queue);
                 // A PREEMPT or RESET raised meanwhile already took back what was queued and
@@ -371,7 +373,7 @@ impl Scheduler {
         // this thread. Nothing can start in between: only this thread starts inline work and
         // the queue was empty.
         shared.finished(fence, answer.status);
-        shared.send(answer);
+        shared.answer(answer);
     }
 
     /// Stops the running submission at its next chunk and returns it and every queued one
@@ -481,7 +483,7 @@ impl Scheduler {
     }
 }
 
-impl Shared {
+impl Execution {
     /// Sets the interrupt flag to `to` if it is `from`; any other flag stays.
     fn replace_interrupt(&self, from: u8, to: u8) {
         let _ = self
@@ -542,12 +544,12 @@ impl Shared {
             };
             let fence = job.cmd.submission_fence_id;
             let answer = match self.run(job, &mut None) {
-                Ran::Answered(answer) => answer,
+                Ran::Finished(answer) => answer,
                 // Only inline runs have a budget.
                 Ran::Deferred(job) => self.stop_deferred(job, Interruption::Reset),
             };
             let status = answer.status;
-            self.send(answer);
+            self.answer(answer);
             self.finished(fence, status);
         }
     }
@@ -572,18 +574,18 @@ impl Shared {
     fn answer_drained(&self, job: Job, interruption: Interruption) {
         if job.before.is_some() {
             let answer = self.stop_deferred(job, interruption);
-            self.send(answer);
+            self.answer(answer);
             return;
         }
         let status = Stop::Interrupted(interruption).status();
-        respond(
+        answer(
             job.reply,
             submit_response(job.cmd.submission_fence_id, status).as_bytes(),
         );
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
-    fn stop_deferred(&self, job: Job, interruption: Interruption) -> Answer {
+    fn stop_deferred(&self, job: Job, interruption: Interruption) -> SubmitAnswer {
         let completion = Completion {
             fence_id: job.cmd.submission_fence_id,
             packets_completed: 0,
@@ -592,12 +594,12 @@ impl Shared {
             fault_opcode: 0,
             deferred: None,
         };
-        // A deferred job carries the start of its first part, which `answer` reports.
-        self.answer(job, completion, Instant::now(), Runner::Engine)
+        // A deferred job carries the start of its first part, which `settle` reports.
+        self.settle(job, completion, Instant::now(), Runner::Engine)
     }
 
     /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
-    /// answers it unless it was deferred.
+    /// settles it unless it was deferred.
     /// `inline_budget` is left with what the run did not use.
     fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>) -> Ran {
         let memory = DeviceMemory {
@@ -635,18 +637,18 @@ impl Shared {
             job.cmd.start_offset = offset;
             return Ran::Deferred(job);
         }
-        Ran::Answered(self.answer(job, completion, start, runner))
+        Ran::Finished(self.settle(job, completion, start, runner))
     }
 
-    /// Publishes a submission's effects and records it; the response is sent by [`Self::send`].
+    /// Publishes a submission's effects and records it; the answer is given by [`Self::answer`].
     /// `runner`: the thread this last run was on.
-    fn answer(
+    fn settle(
         &self,
         job: Job,
         mut completion: Completion,
         start: Instant,
         runner: Runner,
-    ) -> Answer {
+    ) -> SubmitAnswer {
         let ram = GuestRam::new(&*job.mem, job.window.clone());
         // Inline: the whole submission ran on the control-queue thread.
         let inline = runner == Runner::ControlQueue && job.before.is_none();
@@ -682,7 +684,7 @@ impl Shared {
                 },
                 &ram,
             );
-            notify.deliver(
+            notify.signal(
                 WddmGpuRespEvent {
                     kind: WDDM_GPU_EVENT_FAULT,
                     fault: record,
@@ -718,7 +720,7 @@ impl Shared {
             inline,
         };
         self.stats.record_submission(&record);
-        Answer {
+        SubmitAnswer {
             status,
             reply: job.reply,
             response,
@@ -727,11 +729,11 @@ impl Shared {
     }
 
     /// Hands a submission to the trace (before its packets' successors, so the timeline keeps
-    /// the order), then sends its response.
-    fn send(&self, answer: Answer) {
+    /// the order), then answers it.
+    fn answer(&self, finished: SubmitAnswer) {
         if let Some(trace) = &self.trace {
-            trace.submission(&answer.record);
+            trace.submission(&finished.record);
         }
-        respond(answer.reply, answer.response.as_bytes());
+        answer(finished.reply, finished.response.as_bytes());
     }
 }

@@ -19,14 +19,15 @@ enum Run {
     Stopping,
 }
 
-struct Shared {
+/// What the timer's owner and its thread share: whether it ticks, and the wake-up for a change.
+struct TimerControl {
     run: Mutex<Run>,
     changed: Condvar,
 }
 
 /// A running vblank timer.
 pub struct VblankTimer {
-    shared: Arc<Shared>,
+    shared: Arc<TimerControl>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -36,7 +37,7 @@ impl VblankTimer {
         if hz == 0 {
             return Ok(None);
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(TimerControl {
             run: Mutex::new(Run::Ticking),
             changed: Condvar::new(),
         });
@@ -70,7 +71,7 @@ impl VblankTimer {
     }
 }
 
-fn run(shared: &Shared, period: Duration, mut tick: impl FnMut()) {
+fn run(shared: &TimerControl, period: Duration, mut tick: impl FnMut()) {
     let mut deadline = Instant::now() + period;
     loop {
         {

@@ -1,0 +1,264 @@
+//! The paging GPU: paging submissions run by the [`Scheduler`] on the engine, the status page,
+//! events (WAIT_EVENT, [`Notify`]), PREEMPT and RESET, the capability set and the VRAM's BAR.
+//! Transport-independent, and apart from the 2D display (its sibling, `crate::display`): the
+//! device (`crate::model::gpu`) hands it every decoded control request that the router
+//! (`crate::model::router`) does not send to the display, with a [`Reply`] to answer through,
+//! now or later.
+
+pub mod reply;
+pub mod scheduler;
+pub mod status_page;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use log::info;
+use vm_memory::GuestMemoryMmap;
+use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
+use wddm_gpu_abi::ctrl::{
+    WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
+    VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
+    VIRTIO_GPU_RESP_OK_NODATA,
+};
+use wddm_gpu_abi::request::ControlCommand;
+use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
+use wddm_gpu_abi::submit::WddmGpuRespSubmit;
+use zerocopy::IntoBytes;
+
+use self::reply::{answer, header, refuse, Mem, Notify, Reply};
+use self::scheduler::{Paused, ResetBy, Scheduler};
+use self::status_page::StatusPage;
+use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
+use crate::layout::SegmentLayout;
+use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::{BarChange, Vram};
+use crate::observe::stats::{RequestOutcome, Stats};
+use crate::observe::trace::Trace;
+use crate::support::sync::lock;
+
+/// The paging GPU.
+pub struct PagingGpu {
+    layout: Arc<SegmentLayout>,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+    scheduler: Scheduler,
+}
+
+impl PagingGpu {
+    /// Capability sets the GPU offers (the config space's `num_capsets`).
+    pub const CAPSETS: u32 = 1;
+
+    /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
+    /// writing every submission and packet to `trace`; starts its engine thread.
+    pub fn start(
+        layout: Arc<SegmentLayout>,
+        vram: Arc<Vram>,
+        stats: Arc<Stats>,
+        trace: Option<Trace>,
+    ) -> std::io::Result<Self> {
+        let notify = Arc::new(Mutex::new(Notify {
+            status: StatusPage::default(),
+            events: VecDeque::new(),
+        }));
+        let scheduler = Scheduler::start(
+            layout.clone(),
+            vram.clone(),
+            notify.clone(),
+            stats,
+            trace.map(Arc::new),
+        )?;
+        Ok(Self {
+            layout,
+            vram,
+            notify,
+            scheduler,
+        })
+    }
+
+    /// The segment layout.
+    pub fn layout(&self) -> &SegmentLayout {
+        &self.layout
+    }
+
+    /// The VRAM.
+    pub fn vram(&self) -> &Vram {
+        &self.vram
+    }
+
+    /// The VRAM, for work that outlives a request (the shared-memory mapping, vblanks).
+    pub fn shared_vram(&self) -> Arc<Vram> {
+        self.vram.clone()
+    }
+
+    /// The status page and the posted WAIT_EVENTs, for events raised off the request path
+    /// (vblanks).
+    pub fn shared_notify(&self) -> Arc<Mutex<Notify>> {
+        self.notify.clone()
+    }
+
+    /// Learns the VRAM BAR location from a new memory table; a change is published on the
+    /// status page and signalled as an event.
+    pub fn memory_changed(&self, mem: &GuestMemoryMmap) {
+        let change = self.vram.observe_memory_table(mem);
+        let bar = self.vram.wire_locator();
+        match change {
+            BarChange::Unchanged => return,
+            BarChange::MappedAt(address) => {
+                info!(
+                    "VRAM BAR mapped at guest-physical {address:#x} (generation {})",
+                    bar.generation
+                )
+            }
+            BarChange::Unmapped => {
+                info!("VRAM BAR no longer mapped (generation {})", bar.generation)
+            }
+        }
+        let ram = GuestRam::new(mem, self.vram.guest_window());
+        let mut notify = lock(&self.notify);
+        notify.status.set_bar(&bar);
+        notify.signal(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_BAR_CHANGED,
+                bar_state: bar.state,
+                bar_generation: bar.generation,
+                bar_address: bar.guest_physical_address,
+                ..Default::default()
+            },
+            &ram,
+        );
+    }
+
+    /// The transport took a kick: short submissions may run on its thread again, up to the
+    /// scheduler's per-kick budget.
+    pub fn new_kick(&self) {
+        self.scheduler.new_kick();
+    }
+
+    /// Answers one control command (its reply already echoes the request's fence fields) now,
+    /// or later (submissions, events). The router sends display commands to the display; one
+    /// that reaches the GPU is refused.
+    pub fn handle(
+        &self,
+        command: ControlCommand,
+        reply: Box<dyn Reply>,
+        mem: Mem,
+    ) -> RequestOutcome {
+        let response = match command {
+            ControlCommand::Submit(cmd) => {
+                // Checked before anything runs: work whose answer cannot be written must not
+                // happen (the driver would never learn what its packets did).
+                if reply.room() < std::mem::size_of::<WddmGpuRespSubmit>() {
+                    crate::guest_warn!(
+                        "SUBMIT fence {} refused unexecuted: response buffer of {} bytes is too small",
+                        cmd.submission_fence_id,
+                        reply.room()
+                    );
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+                }
+                self.scheduler.submit(cmd, reply, mem);
+                return RequestOutcome::Taken;
+            }
+            ControlCommand::WaitEvent => {
+                if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
+                    crate::guest_warn!(
+                        "WAIT_EVENT response buffer of {} bytes is too small",
+                        reply.room()
+                    );
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+                }
+                lock(&self.notify).events.push_back(reply);
+                return RequestOutcome::Taken;
+            }
+            ControlCommand::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
+            ControlCommand::Reset => {
+                self.scheduler.reset(ResetBy::Driver);
+                header(VIRTIO_GPU_RESP_OK_NODATA)
+            }
+            ControlCommand::RegisterStatusPage(address) => {
+                let ram = GuestRam::new(&*mem, self.vram.guest_window());
+                let bar = self.vram.wire_locator();
+                // Bound first: the lock must be released before the reply is completed.
+                let registered = lock(&self.notify).status.register(address, &ram, &bar);
+                match registered {
+                    Ok(()) => header(VIRTIO_GPU_RESP_OK_NODATA),
+                    Err(error) => {
+                        crate::guest_warn!("{error}");
+                        return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                    }
+                }
+            }
+            ControlCommand::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
+                hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
+                capset_id: WDDM_GPU_CAPSET_ID,
+                capset_max_version: WDDM_GPU_CAPSET_VERSION,
+                capset_max_size: MAX_CAPSET_SIZE,
+                padding: 0,
+            }
+            .as_bytes()
+            .to_vec(),
+            ControlCommand::GetCapset { id, version }
+                if id == WDDM_GPU_CAPSET_ID && version == WDDM_GPU_CAPSET_VERSION =>
+            {
+                let mut response = header(VIRTIO_GPU_RESP_OK_CAPSET);
+                response.extend(build_capset(&self.layout, &self.vram.wire_locator()));
+                response
+            }
+            ControlCommand::GetCapsetInfo(index) => {
+                crate::guest_warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
+                return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+            }
+            ControlCommand::GetCapset { id, version } => {
+                crate::guest_warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
+                return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+            }
+            ControlCommand::Unknown(type_) => {
+                crate::guest_warn!("unsupported control command {type_:#x}");
+                return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+            }
+            ControlCommand::GetDisplayInfo
+            | ControlCommand::SetScanoutVram(_)
+            | ControlCommand::Display(_) => {
+                log::error!("a display command reached the paging GPU; refused");
+                return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+            }
+        };
+        answer(reply, &response);
+        RequestOutcome::Taken
+    }
+
+    /// Virtio reset (the frontend stops the rings): running work stops within one chunk,
+    /// pending work and posted events are dropped unanswered, the GART and the status page
+    /// registration are cleared. VRAM keeps its contents.
+    pub fn device_reset(&self) {
+        self.scheduler.reset(ResetBy::Frontend);
+    }
+
+    /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step
+    /// of a reset): the engine parks at its next chunk boundary. Everything the GPU holds
+    /// (GART, status page registration, posted events, queued work) is kept for [`Self::resume`].
+    /// The status page is not written while paused (a snapshot may be reading guest RAM).
+    pub fn pause(&self) -> Paused {
+        let paused = self.scheduler.pause();
+        lock(&self.notify).status.suspend();
+        paused
+    }
+
+    /// The rings run again where they stopped: the status page catches up with what changed
+    /// meanwhile (a BAR event), then the parked submission goes on.
+    pub fn resume(&self, mem: Option<&GuestMemoryMmap>) {
+        if let Some(mem) = mem {
+            let ram = GuestRam::new(mem, self.vram.guest_window());
+            lock(&self.notify).status.resume(&ram);
+        }
+        self.scheduler.resume();
+    }
+}
+
+impl Drop for PagingGpu {
+    fn drop(&mut self) {
+        self.scheduler.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests;
