@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
-use wddm_gpu_abi::ctrl::WddmGpuRespCapsetInfo;
+use wddm_gpu_abi::ctrl::{WddmGpuConfig, WddmGpuRespCapsetInfo};
+use wddm_gpu_abi::pci::{
+    VIRTIO_PCI_VENDOR_ID, WDDM_GPU_IVSHMEM_PCI_DEVICE_ID, WDDM_GPU_PCI_DEVICE_ID,
+};
 
 use crate::caps::{self, CapsError, Layout};
 use crate::dma::DmaArena;
@@ -13,18 +16,10 @@ use crate::gpu::{GpuControl, GpuError};
 use crate::pci::sysfs::{PciError, PciFunction, COMMAND_MEMORY};
 use crate::virtio::transport::{TransportError, VirtioPci};
 
-/// virtio vendor id.
-pub const VIRTIO_VENDOR: u16 = 0x1af4;
-/// virtio-gpu, modern id.
-pub const VIRTIO_GPU_DEVICE: u16 = 0x1050;
-/// ivshmem (also Red Hat's vendor id).
-pub const IVSHMEM_DEVICE: u16 = 0x1110;
 /// Control queue index.
 const CONTROL_QUEUE: u16 = 0;
 /// Ring size this driver wants (the device may offer less).
 const QUEUE_SIZE: u16 = 64;
-/// Offset of `num_capsets` in `struct virtio_gpu_config`.
-const CONFIG_NUM_CAPSETS: usize = 12;
 /// How long the driver waits for the VRAM BAR to be known: in mode 2 the backend maps the VRAM
 /// only after the device started (DRIVER_OK), and QEMU then has to put it in the memory table.
 pub const BAR_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,7 +70,7 @@ pub struct Device {
 impl Device {
     /// Finds the GPU by id and runs the virtio initialisation up to DRIVER_OK.
     pub fn bring_up(arena: &'static DmaArena, timeout: Duration) -> Result<Self, InitError> {
-        let function = PciFunction::find(VIRTIO_VENDOR, VIRTIO_GPU_DEVICE)?.remove(0);
+        let function = PciFunction::find(VIRTIO_PCI_VENDOR_ID, WDDM_GPU_PCI_DEVICE_ID)?.remove(0);
         // The backend learns where the VRAM BAR is from the memory table QEMU sends at
         // DRIVER_OK, so the BAR must decode by then. Which function carries it is only known from
         // the capset, read after DRIVER_OK; so enable every ivshmem function of the slot now (mode
@@ -83,7 +78,10 @@ impl Device {
         // `VirtioPci::open` enabled memory on the function; there is no ivshmem function then.
         for n in 1..8 {
             let sibling = function.sibling(n);
-            if sibling.exists() && sibling.ids().ok() == Some((VIRTIO_VENDOR, IVSHMEM_DEVICE)) {
+            if sibling.exists()
+                && sibling.ids().ok()
+                    == Some((VIRTIO_PCI_VENDOR_ID, WDDM_GPU_IVSHMEM_PCI_DEVICE_ID))
+            {
                 sibling.update_command(COMMAND_MEMORY, 0)?;
             }
         }
@@ -92,7 +90,9 @@ impl Device {
         let queue = virtio.setup_queue(arena, CONTROL_QUEUE, QUEUE_SIZE)?;
         let control = GpuControl::new(arena, queue, timeout)?;
         virtio.driver_ok()?;
-        let num_capsets = virtio.device_config().read32(CONFIG_NUM_CAPSETS);
+        let num_capsets = virtio
+            .device_config()
+            .read32(std::mem::offset_of!(WddmGpuConfig, num_capsets));
         Ok(Self {
             virtio,
             control,

@@ -7,9 +7,11 @@
 
 use thiserror::Error;
 use wddm_gpu_abi::caps::{WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM};
+use wddm_gpu_abi::pci::{
+    VIRTIO_PCI_VENDOR_ID, WDDM_GPU_IVSHMEM_PCI_DEVICE_ID, WDDM_GPU_VRAM_SHMID,
+};
 
 use crate::caps::Segment;
-use crate::driver::{IVSHMEM_DEVICE, VIRTIO_VENDOR};
 use crate::mmio::{MmioError, MmioWindow};
 use crate::pattern;
 use crate::pci::config::{self, ConfigError, SharedMemoryCap};
@@ -17,8 +19,6 @@ use crate::pci::sysfs::{PciError, PciFunction, COMMAND_MEMORY};
 
 /// Chunk size for pattern work, so no large buffer is needed.
 const CHUNK: usize = 64 << 10;
-/// The shared memory region (shmid) the VRAM is in, in mode 2.
-pub const VRAM_SHMID: u8 = 0;
 
 /// Locating or mapping the BAR failed.
 #[derive(Debug, Error)]
@@ -39,7 +39,7 @@ pub enum VramError {
     #[error("config space of {bdf}: {source}")]
     Config { bdf: String, source: ConfigError },
     /// The shared memory region does not match the locator.
-    #[error("{bdf} shared memory region {VRAM_SHMID}: {source}")]
+    #[error("{bdf} shared memory region {WDDM_GPU_VRAM_SHMID}: {source}")]
     Region { bdf: String, source: RegionError },
     /// sysfs access failed.
     #[error(transparent)]
@@ -139,7 +139,7 @@ pub fn locate(gpu: &PciFunction, bar: &WddmGpuVramBar) -> Result<VramLocation, V
         WDDM_GPU_BAR_MODE_IVSHMEM => {
             let function = gpu.sibling(bar.pci_function);
             let ids = function.ids()?;
-            if ids != (VIRTIO_VENDOR, IVSHMEM_DEVICE) {
+            if ids != (VIRTIO_PCI_VENDOR_ID, WDDM_GPU_IVSHMEM_PCI_DEVICE_ID) {
                 return Err(VramError::NotIvshmem {
                     bdf: function.bdf().to_string(),
                     ids: format!("{:04x}:{:04x}", ids.0, ids.1),
@@ -177,7 +177,7 @@ pub fn locate(gpu: &PciFunction, bar: &WddmGpuVramBar) -> Result<VramLocation, V
 }
 
 /// The offset of the VRAM in its BAR in mode 2: the first shared memory capability with shmid
-/// [`VRAM_SHMID`] must name the locator's BAR, have the VRAM's size and fit the BAR's
+/// [`WDDM_GPU_VRAM_SHMID`] must name the locator's BAR, have the VRAM's size and fit the BAR's
 /// `bar_size` bytes.
 pub fn shm_region(
     caps: &[SharedMemoryCap],
@@ -186,7 +186,7 @@ pub fn shm_region(
 ) -> Result<u64, RegionError> {
     let cap = caps
         .iter()
-        .find(|c| c.id == VRAM_SHMID)
+        .find(|c| c.id == WDDM_GPU_VRAM_SHMID)
         .ok_or(RegionError::Missing)?;
     if u32::from(cap.bar) != bar.bar_index {
         return Err(RegionError::OtherBar {

@@ -401,6 +401,13 @@
 #define WDDM_GPU_DEVICE_FEATURES 1104762896386
 
 /**
+ * The features a driver of this device must accept: `VIRTIO_F_VERSION_1` alone, the modern
+ * interface (virtio 1.2, 6.1); the reference drivers accept exactly these. One literal, like
+ * [`WDDM_GPU_DEVICE_FEATURES`] (a test checks the bits).
+ */
+#define WDDM_GPU_REQUIRED_FEATURES 4294967296
+
+/**
  * TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
  */
 #define WDDM_GPU_OP_TRANSFER 1
@@ -478,6 +485,312 @@
  * Most entries one frame list may hold: 1 GiB of 4 KiB frames (a 2 MiB list).
  */
 #define WDDM_GPU_MAX_FRAME_LIST_ENTRIES 262144
+
+/**
+ * PCI vendor id of every virtio device (virtio 1.2, 4.1.2).
+ */
+#define VIRTIO_PCI_VENDOR_ID 6900
+
+/**
+ * Virtio device id of a GPU device (virtio 1.2, 5 "Device Types").
+ */
+#define VIRTIO_ID_GPU 16
+
+/**
+ * A modern virtio-pci device's PCI device id is this plus its virtio device id (virtio 1.2,
+ * 4.1.2).
+ */
+#define VIRTIO_PCI_MODERN_DEVICE_ID_BASE 4160
+
+/**
+ * PCI device id of this device: a modern virtio GPU, `VIRTIO_PCI_MODERN_DEVICE_ID_BASE +
+ * VIRTIO_ID_GPU` (virtio 1.2, 4.1.2; a literal so that C reads it too, a test checks the sum).
+ */
+#define WDDM_GPU_PCI_DEVICE_ID 4176
+
+/**
+ * PCI device id of QEMU's `ivshmem-plain` (vendor [`VIRTIO_PCI_VENDOR_ID`]): the function that
+ * holds the VRAM in `WDDM_GPU_BAR_MODE_IVSHMEM` (QEMU's `docs/specs/ivshmem-spec.rst`; not a
+ * virtio device).
+ */
+#define WDDM_GPU_IVSHMEM_PCI_DEVICE_ID 4368
+
+/**
+ * `cap_vndr` of every virtio capability: a vendor-specific PCI capability (`PCI_CAP_ID_VNDR`,
+ * virtio 1.2, 4.1.4).
+ */
+#define VIRTIO_PCI_CAP_ID_VENDOR 9
+
+/**
+ * `cfg_type` of the common configuration block (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_CAP_COMMON_CFG 1
+
+/**
+ * `cfg_type` of the notification area (virtio 1.2, 4.1.4.4).
+ */
+#define VIRTIO_PCI_CAP_NOTIFY_CFG 2
+
+/**
+ * `cfg_type` of the ISR status byte (virtio 1.2, 4.1.4.5).
+ */
+#define VIRTIO_PCI_CAP_ISR_CFG 3
+
+/**
+ * `cfg_type` of the device-specific configuration, `WddmGpuConfig` (virtio 1.2, 4.1.4.6).
+ */
+#define VIRTIO_PCI_CAP_DEVICE_CFG 4
+
+/**
+ * `cfg_type` of the PCI configuration access window, which drivers here ignore (virtio 1.2,
+ * 4.1.4.9).
+ */
+#define VIRTIO_PCI_CAP_PCI_CFG 5
+
+/**
+ * `cfg_type` of a shared memory region, a `struct virtio_pci_cap64` (virtio 1.2, 4.1.4.7).
+ */
+#define VIRTIO_PCI_CAP_SHARED_MEMORY_CFG 8
+
+/**
+ * Highest `bar` a capability may name; capabilities naming a higher (reserved) BAR are ignored
+ * (virtio 1.2, 4.1.4).
+ */
+#define VIRTIO_PCI_CAP_MAX_BAR 5
+
+/**
+ * Length of `struct virtio_pci_cap`, the least `cap_len` of any virtio capability (virtio 1.2,
+ * 4.1.4).
+ */
+#define VIRTIO_PCI_CAP_LEN 16
+
+/**
+ * Length of `struct virtio_pci_notify_cap`: the capability, then `notify_off_multiplier`
+ * (virtio 1.2, 4.1.4.4).
+ */
+#define VIRTIO_PCI_NOTIFY_CAP_LEN 20
+
+/**
+ * Length of `struct virtio_pci_cap64`: the capability, then `offset_hi` and `length_hi`
+ * (virtio 1.2, 4.1.4.7).
+ */
+#define VIRTIO_PCI_CAP64_LEN 24
+
+/**
+ * Shared memory region id (`id` of its capability) of the VRAM in `WDDM_GPU_BAR_MODE_SHMEM`
+ * (virtio 1.2, 2.10 and 4.1.4.7).
+ */
+#define WDDM_GPU_VRAM_SHMID 0
+
+/**
+ * `device_feature_select` (le32): which 32 feature bits `device_feature` shows (virtio 1.2,
+ * 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_DEVICE_FEATURE_SELECT 0
+
+/**
+ * `device_feature` (le32, read-only): the selected 32 bits of the device's features (virtio
+ * 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_DEVICE_FEATURE 4
+
+/**
+ * `driver_feature_select` (le32): which 32 feature bits `driver_feature` takes (virtio 1.2,
+ * 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_DRIVER_FEATURE_SELECT 8
+
+/**
+ * `driver_feature` (le32): the selected 32 bits of the features the driver accepts (virtio 1.2,
+ * 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_DRIVER_FEATURE 12
+
+/**
+ * `config_msix_vector` (le16): MSI-X vector of configuration changes (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_CONFIG_MSIX_VECTOR 16
+
+/**
+ * `num_queues` (le16, read-only): how many virtqueues the device has (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_NUM_QUEUES 18
+
+/**
+ * `device_status` (u8): the `VIRTIO_STATUS_*` bits; writing 0 resets the device (virtio 1.2,
+ * 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_DEVICE_STATUS 20
+
+/**
+ * `config_generation` (u8, read-only): changes when the device configuration does (virtio 1.2,
+ * 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_CONFIG_GENERATION 21
+
+/**
+ * `queue_select` (le16): which virtqueue the `queue_*` registers show (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_SELECT 22
+
+/**
+ * `queue_size` (le16): the selected queue's size; reads its maximum, 0 if it is unavailable
+ * (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_SIZE 24
+
+/**
+ * `queue_msix_vector` (le16): MSI-X vector of the selected queue (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_MSIX_VECTOR 26
+
+/**
+ * `queue_enable` (le16): write 1 to enable the selected queue (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_ENABLE 28
+
+/**
+ * `queue_notify_off` (le16, read-only): the selected queue's notify address is the notification
+ * area plus this times `notify_off_multiplier` (virtio 1.2, 4.1.4.3 and 4.1.4.4).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_NOTIFY_OFF 30
+
+/**
+ * `queue_desc` (le64): guest-physical address of the descriptor table (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_DESC 32
+
+/**
+ * `queue_driver` (le64): guest-physical address of the available ring (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_DRIVER 40
+
+/**
+ * `queue_device` (le64): guest-physical address of the used ring (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_DEVICE 48
+
+/**
+ * `queue_notify_data` (le16, read-only; with `VIRTIO_F_NOTIFICATION_DATA`, which this device
+ * does not offer) (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_NOTIFY_DATA 56
+
+/**
+ * `queue_reset` (le16; with `VIRTIO_F_RING_RESET`): write 1 to reset the selected queue
+ * (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_QUEUE_RESET 58
+
+/**
+ * Bytes of the common configuration up to the end of `queue_device` (the virtio 1.0 layout):
+ * the least a common block must have for a driver that uses neither `queue_notify_data` nor
+ * `queue_reset` (virtio 1.2, 4.1.4.3).
+ */
+#define VIRTIO_PCI_COMMON_CFG_LEN 56
+
+/**
+ * `device_status` bit: the guest found the device (virtio 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_ACKNOWLEDGE 1
+
+/**
+ * `device_status` bit: the guest has a driver for the device (virtio 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_DRIVER 2
+
+/**
+ * `device_status` bit: the driver is ready and its queues are live (virtio 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_DRIVER_OK 4
+
+/**
+ * `device_status` bit: feature negotiation is done; the device clears it if it refuses the
+ * features (virtio 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_FEATURES_OK 8
+
+/**
+ * `device_status` bit: the device hit an error it cannot recover from without a reset (virtio
+ * 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_DEVICE_NEEDS_RESET 64
+
+/**
+ * `device_status` bit: the driver gave up on the device (virtio 1.2, 2.1).
+ */
+#define VIRTIO_STATUS_FAILED 128
+
+/**
+ * MSI-X vector register value meaning "no vector": no MSI-X interrupt for this source (virtio
+ * 1.2, 4.1.5.1.2).
+ */
+#define VIRTIO_MSI_NO_VECTOR 65535
+
+/**
+ * `VIRTQ_DESC_F_NEXT`: the buffer continues in the descriptor `next` names (virtio 1.2, 2.7.5).
+ */
+#define VIRTQ_DESC_F_NEXT 1
+
+/**
+ * `VIRTQ_DESC_F_WRITE`: the device writes the buffer rather than reads it (virtio 1.2, 2.7.5).
+ */
+#define VIRTQ_DESC_F_WRITE 2
+
+/**
+ * `VIRTQ_DESC_F_INDIRECT`: the buffer is a table of descriptors (virtio 1.2, 2.7.5.3).
+ */
+#define VIRTQ_DESC_F_INDIRECT 4
+
+/**
+ * `VIRTQ_AVAIL_F_NO_INTERRUPT`: available-ring `flags` bit asking the device not to interrupt
+ * when it uses buffers (virtio 1.2, 2.7.7).
+ */
+#define VIRTQ_AVAIL_F_NO_INTERRUPT 1
+
+/**
+ * `VIRTQ_USED_F_NO_NOTIFY`: used-ring `flags` bit telling the driver it need not notify the
+ * device of new buffers (virtio 1.2, 2.7.10).
+ */
+#define VIRTQ_USED_F_NO_NOTIFY 1
+
+/**
+ * Alignment of the descriptor table in guest memory (virtio 1.2, 2.7 "Virtqueue Alignment").
+ */
+#define VIRTQ_DESC_ALIGN 16
+
+/**
+ * Alignment of the available ring in guest memory (virtio 1.2, 2.7).
+ */
+#define VIRTQ_AVAIL_ALIGN 2
+
+/**
+ * Alignment of the used ring in guest memory (virtio 1.2, 2.7).
+ */
+#define VIRTQ_USED_ALIGN 4
+
+/**
+ * Offset of `idx` in the available and in the used ring, after the le16 `flags` (virtio 1.2,
+ * 2.7.6 and 2.7.8).
+ */
+#define VIRTQ_RING_IDX_OFFSET 2
+
+/**
+ * Offset of the first entry (`ring[0]`) in the available and in the used ring, after `flags`
+ * and `idx` (virtio 1.2, 2.7.6 and 2.7.8).
+ */
+#define VIRTQ_RING_ENTRIES_OFFSET 4
+
+/**
+ * Bytes of one available-ring entry: the le16 head of a descriptor chain (virtio 1.2, 2.7.6).
+ */
+#define VIRTQ_AVAIL_ENTRY_SIZE 2
+
+/**
+ * Bytes after the last entry of either ring: `used_event` or `avail_event`, le16 (virtio 1.2,
+ * 2.7.6 and 2.7.8).
+ */
+#define VIRTQ_RING_EVENT_SIZE 2
 
 /**
  * Bits 22-31: `Reserved`, always zero.
@@ -1789,6 +2102,43 @@ typedef struct WddmGpuUpdateCursor {
    */
   uint32_t padding;
 } WddmGpuUpdateCursor;
+
+/**
+ * `struct virtq_desc`: one entry of the descriptor table (virtio 1.2, 2.7.5).
+ */
+typedef struct WddmGpuVirtqDesc {
+  /**
+   * Guest-physical address of the buffer.
+   */
+  uint64_t addr;
+  /**
+   * Length of the buffer in bytes.
+   */
+  uint32_t len;
+  /**
+   * `VIRTQ_DESC_F_*`.
+   */
+  uint16_t flags;
+  /**
+   * The next descriptor of the chain, with `VIRTQ_DESC_F_NEXT`.
+   */
+  uint16_t next;
+} WddmGpuVirtqDesc;
+
+/**
+ * `struct virtq_used_elem`: one entry of the used ring (virtio 1.2, 2.7.8).
+ */
+typedef struct WddmGpuVirtqUsedElem {
+  /**
+   * Head descriptor of the chain the device used (le32, although descriptor indexes are
+   * 16-bit).
+   */
+  uint32_t id;
+  /**
+   * Bytes the device wrote into the chain's device-writable buffers.
+   */
+  uint32_t len;
+} WddmGpuVirtqUsedElem;
 
 /**
  * Every status, in value order.

@@ -262,6 +262,14 @@ _Static_assert(offsetof(WddmGpuRespPreempt, preempted_fence) == 24, "WddmGpuResp
 _Static_assert(offsetof(WddmGpuRespPreempt, last_completed_fence) == 28, "WddmGpuRespPreempt.last_completed_fence offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, preempted_count) == 32, "WddmGpuRespPreempt.preempted_count offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, reserved) == 36, "WddmGpuRespPreempt.reserved offset");
+_Static_assert(sizeof(WddmGpuVirtqDesc) == 16, "WddmGpuVirtqDesc size");
+_Static_assert(offsetof(WddmGpuVirtqDesc, addr) == 0, "WddmGpuVirtqDesc.addr offset");
+_Static_assert(offsetof(WddmGpuVirtqDesc, len) == 8, "WddmGpuVirtqDesc.len offset");
+_Static_assert(offsetof(WddmGpuVirtqDesc, flags) == 12, "WddmGpuVirtqDesc.flags offset");
+_Static_assert(offsetof(WddmGpuVirtqDesc, next) == 14, "WddmGpuVirtqDesc.next offset");
+_Static_assert(sizeof(WddmGpuVirtqUsedElem) == 8, "WddmGpuVirtqUsedElem size");
+_Static_assert(offsetof(WddmGpuVirtqUsedElem, id) == 0, "WddmGpuVirtqUsedElem.id offset");
+_Static_assert(offsetof(WddmGpuVirtqUsedElem, len) == 4, "WddmGpuVirtqUsedElem.len offset");
 _Static_assert(WDDM_GPU_CAPSET_ID == 63u, "capset id");
 _Static_assert(WDDM_GPU_CMD_SUBMIT == 32769, "submit");
 _Static_assert(WDDM_GPU_OP_TRANSFER == 1, "transfer");

@@ -28,6 +28,11 @@ pub const VIRTIO_F_RING_RESET: u32 = 40;
 /// are. Written as one literal so that C reads it as a 64-bit value (a test checks the bits).
 pub const WDDM_GPU_DEVICE_FEATURES: u64 = 0x0000_0101_3900_0002;
 
+/// The features a driver of this device must accept: `VIRTIO_F_VERSION_1` alone, the modern
+/// interface (virtio 1.2, 6.1); the reference drivers accept exactly these. One literal, like
+/// [`WDDM_GPU_DEVICE_FEATURES`] (a test checks the bits).
+pub const WDDM_GPU_REQUIRED_FEATURES: u64 = 0x0000_0001_0000_0000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +50,14 @@ mod tests {
         ];
         let offer = named.iter().fold(0u64, |offer, bit| offer | (1u64 << bit));
         assert_eq!(WDDM_GPU_DEVICE_FEATURES, offer);
+    }
+
+    #[test]
+    fn the_required_features_are_version_1_and_offered() {
+        assert_eq!(WDDM_GPU_REQUIRED_FEATURES, 1u64 << VIRTIO_F_VERSION_1);
+        assert_eq!(
+            WDDM_GPU_DEVICE_FEATURES & WDDM_GPU_REQUIRED_FEATURES,
+            WDDM_GPU_REQUIRED_FEATURES
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! The programming interface of the vhost-user-wddm-gpu device, shared by the backend, the guest
 //! reference driver and (through the generated `include/wddm_gpu.h`) C kernel-mode drivers.
 //!
+//! - [`pci`]: how a driver finds and drives the device on PCI: ids, virtio-pci capabilities,
+//!   common configuration registers, status bits.
+//! - [`ring`]: the split virtqueue's descriptors, ring layout and flags.
 //! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
 //! - [`display`]: the standard virtio-gpu 2D commands (scanouts, resources, cursor).
 //! - [`features`]: the feature bits the device offers.
@@ -33,10 +36,12 @@ pub mod decode;
 pub mod display;
 pub mod features;
 pub mod packet;
+pub mod pci;
 pub mod preference;
 /// Host-side reading, not part of the C interface.
 /// cbindgen:ignore
 pub mod request;
+pub mod ring;
 pub mod segment_flags;
 pub mod status;
 pub mod submit;

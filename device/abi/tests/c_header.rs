@@ -10,6 +10,7 @@ use wddm_gpu_abi::caps::*;
 use wddm_gpu_abi::ctrl::*;
 use wddm_gpu_abi::display::*;
 use wddm_gpu_abi::packet::*;
+use wddm_gpu_abi::ring::*;
 use wddm_gpu_abi::status::*;
 use wddm_gpu_abi::submit::*;
 
@@ -30,7 +31,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 41] = [
+const EXPORTED_TYPES: [&str; 43] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -72,6 +73,8 @@ const EXPORTED_TYPES: [&str; 41] = [
     "WddmGpuRespEdid",
     "WddmGpuCursorPos",
     "WddmGpuUpdateCursor",
+    "WddmGpuVirtqDesc",
+    "WddmGpuVirtqUsedElem",
 ];
 
 #[test]
@@ -538,6 +541,16 @@ fn c_layout_check_is_current() {
             reserved
         }
     );
+    layout_asserts!(
+        out,
+        WddmGpuVirtqDesc {
+            addr,
+            len,
+            flags,
+            next
+        }
+    );
+    layout_asserts!(out, WddmGpuVirtqUsedElem { id, len });
     out.push_str(&format!(
         "_Static_assert(WDDM_GPU_CAPSET_ID == {}u, \"capset id\");\n_Static_assert(WDDM_GPU_CMD_SUBMIT == {}, \"submit\");\n_Static_assert(WDDM_GPU_OP_TRANSFER == {}, \"transfer\");\n",
         WDDM_GPU_CAPSET_ID, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_OP_TRANSFER

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use log::{info, warn};
 use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags, VhostUserShMemConfig};
 use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
+use wddm_gpu_abi::pci::WDDM_GPU_VRAM_SHMID;
 
 use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;
@@ -22,9 +23,6 @@ pub enum BarModeRequest {
     /// back to ivshmem).
     Shmem,
 }
-
-/// The shared-memory region id of the VRAM.
-const VRAM_SHMID: u8 = 0;
 
 /// Whether the VRAM is to be, or was, mapped into the frontend's shared-memory region.
 pub struct ShmemMapping {
@@ -87,7 +85,7 @@ impl ShmemMapping {
                 return;
             };
             let request = VhostUserMMap {
-                shmid: VRAM_SHMID,
+                shmid: WDDM_GPU_VRAM_SHMID,
                 fd_offset: 0,
                 shm_offset: 0,
                 len: vram.size(),
@@ -96,7 +94,7 @@ impl ShmemMapping {
             };
             match channel.shmem_map(&request, file) {
                 Ok(0) => {
-                    info!("VRAM mapped into shared-memory region {VRAM_SHMID} of the GPU function (SHMEM_MAP)");
+                    info!("VRAM mapped into shared-memory region {WDDM_GPU_VRAM_SHMID} of the GPU function (SHMEM_MAP)");
                     vram.set_mode(BarMode::Shmem);
                 }
                 Ok(code) => {
@@ -125,7 +123,7 @@ impl ShmemMapping {
         }
         let size = vram.size();
         info!(
-            "frontend asked for shared-memory regions: VRAM is region {VRAM_SHMID} ({size:#x} bytes; \
+            "frontend asked for shared-memory regions: VRAM is region {WDDM_GPU_VRAM_SHMID} ({size:#x} bytes; \
              QEMU's vhost-user-test-device-pci shows it as BAR 4, mapped at the first device start after each reset)"
         );
         self.requested.store(true, Ordering::Release);

@@ -312,7 +312,7 @@ typedef struct wddm_vq {
 typedef struct wddm_dev_config {
     uint32_t timeout_ms;   /* synchronous requests (capset, PREEMPT, RESET); 0 = 5000 */
     uint32_t queue_size;   /* control queue entries wanted; 0 = WDDM_VQ_MAX_SIZE */
-    bool use_msix;         /* false: every vector NO_VECTOR (polling or INTx) */
+    bool use_msix;         /* false: every vector VIRTIO_MSI_NO_VECTOR (polling or INTx) */
     uint16_t config_vector; /* MSI-X vectors when use_msix */
     uint16_t queue_vector;
 } wddm_dev_config;

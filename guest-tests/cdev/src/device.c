@@ -12,39 +12,10 @@
 #define PCI_COMMAND_MEMORY 0x2u
 #define PCI_COMMAND_MASTER 0x4u
 #define PCI_STATUS_CAP_LIST 0x10u
-#define PCI_CAP_ID_VENDOR 0x09
 
-#define CAP_COMMON 1
-#define CAP_NOTIFY 2
-#define CAP_ISR 3
-#define CAP_DEVICE 4
-#define CAP_SHARED_MEMORY 8
-
-#define COMMON_DFSELECT 0x00
-#define COMMON_DF 0x04
-#define COMMON_GFSELECT 0x08
-#define COMMON_GF 0x0c
-#define COMMON_MSIX 0x10
-#define COMMON_NUMQ 0x12
-#define COMMON_STATUS 0x14
-#define COMMON_Q_SELECT 0x16
-#define COMMON_Q_SIZE 0x18
-#define COMMON_Q_MSIX 0x1a
-#define COMMON_Q_ENABLE 0x1c
-#define COMMON_Q_NOFF 0x1e
-#define COMMON_Q_DESC 0x20
-#define COMMON_Q_DRIVER 0x28
-#define COMMON_Q_DEVICE 0x30
-#define COMMON_LEN 0x38
-
-#define STATUS_ACKNOWLEDGE 1u
-#define STATUS_DRIVER 2u
-#define STATUS_DRIVER_OK 4u
-#define STATUS_FEATURES_OK 8u
-#define STATUS_NEEDS_RESET 0x40u
-#define STATUS_FAILED 0x80u
-#define VIRTIO_F_VERSION_1 (1ull << 32)
-#define NO_VECTOR 0xffffu
+/* The virtio-pci identity, capabilities, common configuration registers and status bits are
+ * wddm_gpu.h's (VIRTIO_PCI_*, VIRTIO_STATUS_*, WDDM_GPU_PCI_DEVICE_ID); the PCI header
+ * registers above are the PCI specification's. */
 
 typedef struct vcap {
     bool found;
@@ -72,31 +43,35 @@ static wddm_result find_caps(wddm_dev *dev, vcap caps[5])
             return wddm_broken(dev, "capability list broken at", ptr, 0);
         if (cfg(dev, ptr, 1, &id) || cfg(dev, ptr + 1, 1, &next))
             return WDDM_E_OS;
-        if (id == PCI_CAP_ID_VENDOR) {
-            if (ptr + 16 > 0x100 || cfg(dev, ptr + 2, 1, &len) || cfg(dev, ptr + 3, 1, &type) ||
+        if (id == VIRTIO_PCI_CAP_ID_VENDOR) {
+            if (ptr + VIRTIO_PCI_CAP_LEN > 0x100 || cfg(dev, ptr + 2, 1, &len) ||
+                cfg(dev, ptr + 3, 1, &type) ||
                 cfg(dev, ptr + 4, 1, &bar) || cfg(dev, ptr + 8, 4, &off) ||
                 cfg(dev, ptr + 12, 4, &length))
                 return WDDM_E_OS;
-            if (len < 16)
+            if (len < VIRTIO_PCI_CAP_LEN)
                 return wddm_broken(dev, "virtio capability too short at", ptr, len);
-            if (bar <= 5 && type >= CAP_COMMON && type <= CAP_DEVICE && !caps[type].found) {
+            if (bar <= VIRTIO_PCI_CAP_MAX_BAR && type >= VIRTIO_PCI_CAP_COMMON_CFG &&
+                type <= VIRTIO_PCI_CAP_DEVICE_CFG && !caps[type].found) {
                 vcap *c = &caps[type];
                 c->found = true;
                 c->bar = bar;
                 c->offset = off;
                 c->length = length;
-                if (type == CAP_NOTIFY) {
-                    if (len < 20 || ptr + 20 > 0x100 || cfg(dev, ptr + 16, 4, &c->extra))
+                if (type == VIRTIO_PCI_CAP_NOTIFY_CFG) {
+                    if (len < VIRTIO_PCI_NOTIFY_CAP_LEN || ptr + VIRTIO_PCI_NOTIFY_CAP_LEN > 0x100 ||
+                        cfg(dev, ptr + 16, 4, &c->extra))
                         return wddm_broken(dev, "notify capability too short at", ptr, len);
                 }
-            } else if (bar <= 5 && type == CAP_SHARED_MEMORY && !dev->has_shm) {
+            } else if (bar <= VIRTIO_PCI_CAP_MAX_BAR && type == VIRTIO_PCI_CAP_SHARED_MEMORY_CFG &&
+                       !dev->has_shm) {
                 uint32_t shmid, off_hi, len_hi;
-                if (len < 24 || ptr + 24 > 0x100)
+                if (len < VIRTIO_PCI_CAP64_LEN || ptr + VIRTIO_PCI_CAP64_LEN > 0x100)
                     return wddm_broken(dev, "shared memory capability too short at", ptr, len);
                 if (cfg(dev, ptr + 5, 1, &shmid) || cfg(dev, ptr + 16, 4, &off_hi) ||
                     cfg(dev, ptr + 20, 4, &len_hi))
                     return WDDM_E_OS;
-                if (shmid == 0) {
+                if (shmid == WDDM_GPU_VRAM_SHMID) {
                     dev->has_shm = true;
                     dev->shm_bar = bar;
                     dev->shm_offset = (uint64_t)off_hi << 32 | off;
@@ -106,7 +81,7 @@ static wddm_result find_caps(wddm_dev *dev, vcap caps[5])
         }
         ptr = next & 0xfc;
     }
-    for (int t = CAP_COMMON; t <= CAP_DEVICE; t++)
+    for (int t = VIRTIO_PCI_CAP_COMMON_CFG; t <= VIRTIO_PCI_CAP_DEVICE_CFG; t++)
         if (!caps[t].found)
             return wddm_broken(dev, "virtio capability type missing", (uint64_t)t, 0);
     return WDDM_OK;
@@ -124,16 +99,16 @@ static volatile uint8_t *map_block(wddm_dev *dev, const vcap *c, uint32_t min_le
     return va;
 }
 
-static uint8_t status(wddm_dev *dev) { return mmio_r8(dev->common, COMMON_STATUS); }
+static uint8_t status(wddm_dev *dev) { return mmio_r8(dev->common, VIRTIO_PCI_COMMON_DEVICE_STATUS); }
 
 static void add_status(wddm_dev *dev, uint8_t bits)
 {
-    mmio_w8(dev->common, COMMON_STATUS, (uint8_t)(status(dev) | bits));
+    mmio_w8(dev->common, VIRTIO_PCI_COMMON_DEVICE_STATUS, (uint8_t)(status(dev) | bits));
 }
 
 static wddm_result reset_function(wddm_dev *dev)
 {
-    mmio_w8(dev->common, COMMON_STATUS, 0);
+    mmio_w8(dev->common, VIRTIO_PCI_COMMON_DEVICE_STATUS, 0);
     uint64_t start = dev->os.now_us(dev->os.ctx);
     while (status(dev) != 0) {
         if (dev->os.now_us(dev->os.ctx) - start > 1000000)
@@ -148,25 +123,25 @@ static wddm_result negotiate(wddm_dev *dev)
     wddm_result r = reset_function(dev);
     if (r)
         return r;
-    add_status(dev, STATUS_ACKNOWLEDGE);
-    add_status(dev, STATUS_DRIVER);
+    add_status(dev, VIRTIO_STATUS_ACKNOWLEDGE);
+    add_status(dev, VIRTIO_STATUS_DRIVER);
     uint64_t features = 0;
     for (uint32_t half = 0; half < 2; half++) {
-        mmio_w32(dev->common, COMMON_DFSELECT, half);
-        features |= (uint64_t)mmio_r32(dev->common, COMMON_DF) << (32 * half);
+        mmio_w32(dev->common, VIRTIO_PCI_COMMON_DEVICE_FEATURE_SELECT, half);
+        features |= (uint64_t)mmio_r32(dev->common, VIRTIO_PCI_COMMON_DEVICE_FEATURE) << (32 * half);
     }
     dev->device_features = features;
-    if (!(features & VIRTIO_F_VERSION_1)) {
-        add_status(dev, STATUS_FAILED);
+    if (!(features & WDDM_GPU_REQUIRED_FEATURES)) {
+        add_status(dev, VIRTIO_STATUS_FAILED);
         return wddm_broken(dev, "device lacks VIRTIO_F_VERSION_1, features", features, 0);
     }
     for (uint32_t half = 0; half < 2; half++) {
-        mmio_w32(dev->common, COMMON_GFSELECT, half);
-        mmio_w32(dev->common, COMMON_GF, (uint32_t)(VIRTIO_F_VERSION_1 >> (32 * half)));
+        mmio_w32(dev->common, VIRTIO_PCI_COMMON_DRIVER_FEATURE_SELECT, half);
+        mmio_w32(dev->common, VIRTIO_PCI_COMMON_DRIVER_FEATURE, (uint32_t)(WDDM_GPU_REQUIRED_FEATURES >> (32 * half)));
     }
-    add_status(dev, STATUS_FEATURES_OK);
-    if (!(status(dev) & STATUS_FEATURES_OK)) {
-        add_status(dev, STATUS_FAILED);
+    add_status(dev, VIRTIO_STATUS_FEATURES_OK);
+    if (!(status(dev) & VIRTIO_STATUS_FEATURES_OK)) {
+        add_status(dev, VIRTIO_STATUS_FAILED);
         return wddm_broken(dev, "device cleared FEATURES_OK", status(dev), 0);
     }
     return WDDM_OK;
@@ -174,14 +149,14 @@ static wddm_result negotiate(wddm_dev *dev)
 
 static wddm_result setup_queue(wddm_dev *dev, const wddm_dev_config *config)
 {
-    uint16_t vec = config->use_msix ? config->config_vector : NO_VECTOR;
-    mmio_w16(dev->common, COMMON_MSIX, vec);
-    if (mmio_r16(dev->common, COMMON_MSIX) != vec)
+    uint16_t vec = config->use_msix ? config->config_vector : VIRTIO_MSI_NO_VECTOR;
+    mmio_w16(dev->common, VIRTIO_PCI_COMMON_CONFIG_MSIX_VECTOR, vec);
+    if (mmio_r16(dev->common, VIRTIO_PCI_COMMON_CONFIG_MSIX_VECTOR) != vec)
         return wddm_broken(dev, "config MSI-X vector refused", vec, 0);
-    if (mmio_r16(dev->common, COMMON_NUMQ) < 1)
+    if (mmio_r16(dev->common, VIRTIO_PCI_COMMON_NUM_QUEUES) < 1)
         return wddm_broken(dev, "device has no queues", 0, 0);
-    mmio_w16(dev->common, COMMON_Q_SELECT, 0);
-    uint16_t max = mmio_r16(dev->common, COMMON_Q_SIZE);
+    mmio_w16(dev->common, VIRTIO_PCI_COMMON_QUEUE_SELECT, 0);
+    uint16_t max = mmio_r16(dev->common, VIRTIO_PCI_COMMON_QUEUE_SIZE);
     if (max == 0)
         return wddm_broken(dev, "control queue unavailable (size 0)", 0, 0);
     uint32_t want = config->queue_size ? config->queue_size : WDDM_VQ_MAX_SIZE;
@@ -193,29 +168,29 @@ static wddm_result setup_queue(wddm_dev *dev, const wddm_dev_config *config)
     wddm_result r = wddm_vq_init(&dev->ctrl, &dev->os, size);
     if (r)
         return r;
-    uint32_t noff = mmio_r16(dev->common, COMMON_Q_NOFF);
+    uint32_t noff = mmio_r16(dev->common, VIRTIO_PCI_COMMON_QUEUE_NOTIFY_OFF);
     uint64_t at = (uint64_t)noff * dev->notify_off_multiplier;
     if (at + 2 > dev->notify_len)
         return wddm_broken(dev, "queue notify offset outside the notify block", at,
                            dev->notify_len);
     dev->ctrl.notify = (volatile uint16_t *)(dev->notify_base + at);
     dev->ctrl.queue_index = 0;
-    mmio_w16(dev->common, COMMON_Q_SIZE, size);
-    mmio_w64(dev->common, COMMON_Q_DESC, dev->ctrl.ring.bus);
-    mmio_w64(dev->common, COMMON_Q_DRIVER, dev->ctrl.ring.bus + 1024);
-    mmio_w64(dev->common, COMMON_Q_DEVICE, dev->ctrl.ring.bus + 2048);
-    uint16_t qvec = config->use_msix ? config->queue_vector : NO_VECTOR;
-    mmio_w16(dev->common, COMMON_Q_MSIX, qvec);
-    if (mmio_r16(dev->common, COMMON_Q_MSIX) != qvec)
+    mmio_w16(dev->common, VIRTIO_PCI_COMMON_QUEUE_SIZE, size);
+    mmio_w64(dev->common, VIRTIO_PCI_COMMON_QUEUE_DESC, dev->ctrl.ring.bus);
+    mmio_w64(dev->common, VIRTIO_PCI_COMMON_QUEUE_DRIVER, dev->ctrl.ring.bus + WDDM_VQ_AVAIL_OFFSET);
+    mmio_w64(dev->common, VIRTIO_PCI_COMMON_QUEUE_DEVICE, dev->ctrl.ring.bus + WDDM_VQ_USED_OFFSET);
+    uint16_t qvec = config->use_msix ? config->queue_vector : VIRTIO_MSI_NO_VECTOR;
+    mmio_w16(dev->common, VIRTIO_PCI_COMMON_QUEUE_MSIX_VECTOR, qvec);
+    if (mmio_r16(dev->common, VIRTIO_PCI_COMMON_QUEUE_MSIX_VECTOR) != qvec)
         return wddm_broken(dev, "queue MSI-X vector refused", qvec, 0);
-    mmio_w16(dev->common, COMMON_Q_ENABLE, 1);
+    mmio_w16(dev->common, VIRTIO_PCI_COMMON_QUEUE_ENABLE, 1);
     return WDDM_OK;
 }
 
 static void unmap_blocks(wddm_dev *dev, const vcap caps[5])
 {
     volatile uint8_t *blocks[5] = {0, dev->common, dev->notify_base, dev->isr, dev->device_cfg};
-    for (int t = CAP_COMMON; t <= CAP_DEVICE; t++)
+    for (int t = VIRTIO_PCI_CAP_COMMON_CFG; t <= VIRTIO_PCI_CAP_DEVICE_CFG; t++)
         if (blocks[t])
             dev->os.bar_unmap(dev->os.ctx, blocks[t], caps[t].length);
 }
@@ -237,7 +212,7 @@ wddm_result wddm_dev_init(wddm_dev *dev, const wddm_os *os, const wddm_dev_confi
     uint32_t vendor, device, command;
     if (cfg(dev, PCI_VENDOR_ID, 2, &vendor) || cfg(dev, PCI_DEVICE_ID, 2, &device))
         return WDDM_E_OS;
-    if (vendor != 0x1af4 || device != 0x1050)
+    if (vendor != VIRTIO_PCI_VENDOR_ID || device != WDDM_GPU_PCI_DEVICE_ID)
         return wddm_broken(dev, "not a virtio-gpu function (vendor, device)", vendor, device);
     if (cfg(dev, PCI_COMMAND, 2, &command))
         return WDDM_E_OS;
@@ -252,29 +227,31 @@ wddm_result wddm_dev_init(wddm_dev *dev, const wddm_os *os, const wddm_dev_confi
     dev->lock = dev->os.lock_create(dev->os.ctx);
     if (!dev->lock)
         return WDDM_E_OS;
-    dev->common = map_block(dev, &caps[CAP_COMMON], COMMON_LEN);
-    dev->notify_base = map_block(dev, &caps[CAP_NOTIFY], 2);
-    dev->isr = map_block(dev, &caps[CAP_ISR], 1);
-    dev->device_cfg = map_block(dev, &caps[CAP_DEVICE], sizeof(WddmGpuConfig));
-    dev->notify_len = caps[CAP_NOTIFY].length;
-    dev->notify_off_multiplier = caps[CAP_NOTIFY].extra;
-    dev->bar_len[CAP_COMMON] = caps[CAP_COMMON].length; /* unmap lengths, by block type */
-    dev->bar_len[CAP_NOTIFY] = caps[CAP_NOTIFY].length;
-    dev->bar_len[CAP_ISR] = caps[CAP_ISR].length;
-    dev->bar_len[CAP_DEVICE] = caps[CAP_DEVICE].length;
+    dev->common = map_block(dev, &caps[VIRTIO_PCI_CAP_COMMON_CFG], VIRTIO_PCI_COMMON_CFG_LEN);
+    dev->notify_base = map_block(dev, &caps[VIRTIO_PCI_CAP_NOTIFY_CFG], 2);
+    dev->isr = map_block(dev, &caps[VIRTIO_PCI_CAP_ISR_CFG], 1);
+    dev->device_cfg = map_block(dev, &caps[VIRTIO_PCI_CAP_DEVICE_CFG], sizeof(WddmGpuConfig));
+    dev->notify_len = caps[VIRTIO_PCI_CAP_NOTIFY_CFG].length;
+    dev->notify_off_multiplier = caps[VIRTIO_PCI_CAP_NOTIFY_CFG].extra;
+    /* unmap lengths, by block type */
+    dev->bar_len[VIRTIO_PCI_CAP_COMMON_CFG] = caps[VIRTIO_PCI_CAP_COMMON_CFG].length;
+    dev->bar_len[VIRTIO_PCI_CAP_NOTIFY_CFG] = caps[VIRTIO_PCI_CAP_NOTIFY_CFG].length;
+    dev->bar_len[VIRTIO_PCI_CAP_ISR_CFG] = caps[VIRTIO_PCI_CAP_ISR_CFG].length;
+    dev->bar_len[VIRTIO_PCI_CAP_DEVICE_CFG] = caps[VIRTIO_PCI_CAP_DEVICE_CFG].length;
     if (!dev->common || !dev->notify_base || !dev->isr || !dev->device_cfg) {
         r = dev->broken ? WDDM_E_DEVICE : WDDM_E_OS;
         goto fail;
     }
     if ((r = negotiate(dev)) || (r = setup_queue(dev, config)) || (r = wddm_ctrl_init(dev)))
         goto fail;
-    add_status(dev, STATUS_DRIVER_OK);
+    add_status(dev, VIRTIO_STATUS_DRIVER_OK);
     uint8_t st = status(dev);
-    if (st & (STATUS_NEEDS_RESET | STATUS_FAILED) || !(st & STATUS_DRIVER_OK)) {
+    if (st & (VIRTIO_STATUS_DEVICE_NEEDS_RESET | VIRTIO_STATUS_FAILED) ||
+        !(st & VIRTIO_STATUS_DRIVER_OK)) {
         r = wddm_broken(dev, "device status after DRIVER_OK", st, 0);
         goto fail;
     }
-    if (mmio_r32(dev->device_cfg, 12) < 1) { /* WddmGpuConfig.num_capsets */
+    if (mmio_r32(dev->device_cfg, offsetof(WddmGpuConfig, num_capsets)) < 1) {
         r = wddm_broken(dev, "config space num_capsets is 0", 0, 0);
         goto fail;
     }
@@ -294,7 +271,7 @@ void wddm_dev_teardown(wddm_dev *dev)
     if (!dev || !dev->lock)
         return;
     if (dev->common)
-        mmio_w8(dev->common, COMMON_STATUS, 0); /* the device stops using our memory */
+        mmio_w8(dev->common, VIRTIO_PCI_COMMON_DEVICE_STATUS, 0); /* the device stops using our memory */
     if (dev->common)
         (void)reset_function(dev);
     const wddm_os *os = &dev->os;
@@ -306,7 +283,7 @@ void wddm_dev_teardown(wddm_dev *dev)
     if (dev->status_mem.cpu)
         os->dma_free(os->ctx, &dev->status_mem);
     vcap caps[5] = {{0}};
-    for (int t = CAP_COMMON; t <= CAP_DEVICE; t++)
+    for (int t = VIRTIO_PCI_CAP_COMMON_CFG; t <= VIRTIO_PCI_CAP_DEVICE_CFG; t++)
         caps[t].length = (uint32_t)dev->bar_len[t];
     unmap_blocks(dev, caps);
     os->lock_destroy(os->ctx, dev->lock);

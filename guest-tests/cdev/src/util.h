@@ -7,6 +7,12 @@
 
 #define WDDM_PAGE 4096u
 
+/* Where wddm_vq_init puts the parts of a split virtqueue in its one ring page (wddm_gpu.h has
+ * their layout): the descriptor table at 0 (16 * WDDM_VQ_MAX_SIZE = 1024 bytes), the available
+ * ring here (at most 4 + 2 * 64 + 2 bytes), the used ring here (at most 4 + 8 * 64 + 2). */
+#define WDDM_VQ_AVAIL_OFFSET 1024u
+#define WDDM_VQ_USED_OFFSET 2048u
+
 static inline void wddm_copy(void *dst, const volatile void *src, uint64_t n)
 {
     uint8_t *d = dst;

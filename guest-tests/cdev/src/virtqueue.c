@@ -5,33 +5,26 @@
 
 #include "util.h"
 
-#define DESC_F_NEXT 1u
-#define DESC_F_WRITE 2u
-#define AVAIL_OFFSET 1024u
-#define USED_OFFSET 2048u
-
-typedef struct vq_desc {
-    uint64_t addr;
-    uint32_t len;
-    uint16_t flags;
-    uint16_t next;
-} vq_desc;
-
-static volatile vq_desc *desc_at(wddm_vq *vq, uint16_t i)
+static volatile WddmGpuVirtqDesc *desc_at(wddm_vq *vq, uint16_t i)
 {
-    return (volatile vq_desc *)vq->desc + i;
+    return (volatile WddmGpuVirtqDesc *)vq->desc + i;
 }
-static volatile uint16_t *avail_u16(wddm_vq *vq, uint32_t i)
+static volatile uint16_t *avail_ring_idx(wddm_vq *vq)
 {
-    return (volatile uint16_t *)vq->avail + i; /* 0 flags, 1 idx, 2.. ring */
+    return (volatile uint16_t *)((volatile uint8_t *)vq->avail + VIRTQ_RING_IDX_OFFSET);
+}
+static volatile uint16_t *avail_entry(wddm_vq *vq, uint16_t i)
+{
+    return (volatile uint16_t *)((volatile uint8_t *)vq->avail + VIRTQ_RING_ENTRIES_OFFSET) + i;
 }
 static volatile uint16_t *used_idx(wddm_vq *vq)
 {
-    return (volatile uint16_t *)vq->used + 1;
+    return (volatile uint16_t *)((volatile uint8_t *)vq->used + VIRTQ_RING_IDX_OFFSET);
 }
-static volatile uint32_t *used_elem(wddm_vq *vq, uint16_t i)
+static volatile WddmGpuVirtqUsedElem *used_elem(wddm_vq *vq, uint16_t i)
 {
-    return (volatile uint32_t *)((volatile uint8_t *)vq->used + 4) + 2u * i;
+    return (volatile WddmGpuVirtqUsedElem *)((volatile uint8_t *)vq->used +
+                                             VIRTQ_RING_ENTRIES_OFFSET) + i;
 }
 
 wddm_result wddm_vq_init(wddm_vq *vq, const wddm_os *os, uint16_t size)
@@ -44,8 +37,8 @@ wddm_result wddm_vq_init(wddm_vq *vq, const wddm_os *os, uint16_t size)
     wddm_zero(vq->ring.cpu, WDDM_PAGE);
     vq->size = size;
     vq->desc = vq->ring.cpu;
-    vq->avail = (uint8_t *)vq->ring.cpu + AVAIL_OFFSET;
-    vq->used = (uint8_t *)vq->ring.cpu + USED_OFFSET;
+    vq->avail = (uint8_t *)vq->ring.cpu + WDDM_VQ_AVAIL_OFFSET;
+    vq->used = (uint8_t *)vq->ring.cpu + WDDM_VQ_USED_OFFSET;
     for (uint16_t i = 0; i < size; i++)
         vq->next[i] = (uint16_t)(i + 1 < size ? i + 1 : 0);
     vq->free_head = 0;
@@ -75,17 +68,17 @@ wddm_result wddm_vq_add2(wddm_vq *vq, uint64_t out_bus, uint32_t out_len, uint64
         return WDDM_E_FULL;
     uint16_t a = take_desc(vq), b = take_desc(vq);
     vq->next[a] = b;
-    volatile vq_desc *da = desc_at(vq, a), *db = desc_at(vq, b);
+    volatile WddmGpuVirtqDesc *da = desc_at(vq, a), *db = desc_at(vq, b);
     da->addr = out_bus;
     da->len = out_len;
-    da->flags = DESC_F_NEXT;
+    da->flags = VIRTQ_DESC_F_NEXT;
     da->next = b;
     db->addr = in_bus;
     db->len = in_len;
-    db->flags = DESC_F_WRITE;
+    db->flags = VIRTQ_DESC_F_WRITE;
     db->next = 0;
     vq->chain_len[a] = 2;
-    *avail_u16(vq, 2u + (vq->avail_idx & (vq->size - 1))) = a;
+    *avail_entry(vq, (uint16_t)(vq->avail_idx & (vq->size - 1))) = a;
     vq->avail_idx++;
     *head = a;
     return WDDM_OK;
@@ -94,7 +87,7 @@ wddm_result wddm_vq_add2(wddm_vq *vq, uint64_t out_bus, uint32_t out_len, uint64
 void wddm_vq_kick(wddm_vq *vq, const wddm_os *os)
 {
     os->memory_barrier(os->ctx); /* descriptors and ring entry before the index */
-    *avail_u16(vq, 1) = vq->avail_idx;
+    *avail_ring_idx(vq) = vq->avail_idx;
     os->memory_barrier(os->ctx); /* index before the notification */
     *vq->notify = vq->queue_index;
 }
@@ -108,9 +101,9 @@ wddm_result wddm_vq_pop(wddm_vq *vq, const wddm_os *os, uint16_t *head, uint32_t
     if (ahead > vq->size)
         return WDDM_E_DEVICE;
     os->memory_barrier(os->ctx); /* the index before the entry it covers */
-    volatile uint32_t *e = used_elem(vq, vq->last_used & (vq->size - 1));
-    uint32_t id = e[0];
-    *len = e[1];
+    volatile WddmGpuVirtqUsedElem *e = used_elem(vq, (uint16_t)(vq->last_used & (vq->size - 1)));
+    uint32_t id = e->id;
+    *len = e->len;
     if (id >= vq->size || vq->chain_len[id] == 0)
         return WDDM_E_DEVICE;
     vq->last_used++;

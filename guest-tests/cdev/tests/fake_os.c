@@ -1,4 +1,5 @@
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +8,7 @@
 #include "check.h"
 
 #define CAP_AT 0x40u
-#define CAP_LEN 20u
+#define CAP_LEN VIRTIO_PCI_NOTIFY_CAP_LEN /* every capability long enough for a multiplier */
 #define COMMON_AT 0x0000u
 #define NOTIFY_AT 0x1000u
 #define ISR_AT 0x2000u
@@ -29,7 +30,7 @@ static void add_cap(fake *f, uint32_t at, uint32_t next, uint8_t type, uint32_t 
                     uint32_t length, uint32_t extra)
 {
     uint8_t *c = f->config + at;
-    c[0] = 0x09; /* vendor-specific */
+    c[0] = VIRTIO_PCI_CAP_ID_VENDOR;
     c[1] = (uint8_t)next;
     c[2] = CAP_LEN;
     c[3] = type;
@@ -44,18 +45,21 @@ void fake_init(fake *f, const void *capset, uint32_t capset_size)
     memset(f, 0, sizeof(*f));
     f->capset = capset;
     f->capset_size = capset_size;
-    put16(f->config + 0x00, 0x1af4);
-    put16(f->config + 0x02, 0x1050);
+    put16(f->config + 0x00, VIRTIO_PCI_VENDOR_ID);
+    put16(f->config + 0x02, WDDM_GPU_PCI_DEVICE_ID);
     put16(f->config + 0x06, 0x10); /* capability list */
     f->config[0x34] = CAP_AT;
-    add_cap(f, CAP_AT, CAP_AT + CAP_LEN, 1, COMMON_AT, 0x38, 0);
-    add_cap(f, CAP_AT + CAP_LEN, CAP_AT + 2 * CAP_LEN, 2, NOTIFY_AT, 4, 2);
-    add_cap(f, CAP_AT + 2 * CAP_LEN, CAP_AT + 3 * CAP_LEN, 3, ISR_AT, 1, 0);
-    add_cap(f, CAP_AT + 3 * CAP_LEN, 0, 4, DEVICE_AT, sizeof(WddmGpuConfig), 0);
-    put32(f->bar0 + COMMON_AT + 0x04, 1);  /* device features: VERSION_1 (bit 32) in each half */
-    put16(f->bar0 + COMMON_AT + 0x12, 1);  /* num_queues */
-    put16(f->bar0 + COMMON_AT + 0x18, 64); /* queue_size max */
-    put32(f->bar0 + DEVICE_AT + 12, 1);    /* num_capsets */
+    add_cap(f, CAP_AT, CAP_AT + CAP_LEN, VIRTIO_PCI_CAP_COMMON_CFG, COMMON_AT,
+            VIRTIO_PCI_COMMON_CFG_LEN, 0);
+    add_cap(f, CAP_AT + CAP_LEN, CAP_AT + 2 * CAP_LEN, VIRTIO_PCI_CAP_NOTIFY_CFG, NOTIFY_AT, 4, 2);
+    add_cap(f, CAP_AT + 2 * CAP_LEN, CAP_AT + 3 * CAP_LEN, VIRTIO_PCI_CAP_ISR_CFG, ISR_AT, 1, 0);
+    add_cap(f, CAP_AT + 3 * CAP_LEN, 0, VIRTIO_PCI_CAP_DEVICE_CFG, DEVICE_AT,
+            sizeof(WddmGpuConfig), 0);
+    /* device features: VERSION_1 (bit 32) in each half */
+    put32(f->bar0 + COMMON_AT + VIRTIO_PCI_COMMON_DEVICE_FEATURE, 1);
+    put16(f->bar0 + COMMON_AT + VIRTIO_PCI_COMMON_NUM_QUEUES, 1);
+    put16(f->bar0 + COMMON_AT + VIRTIO_PCI_COMMON_QUEUE_SIZE, 64); /* the maximum */
+    put32(f->bar0 + DEVICE_AT + offsetof(WddmGpuConfig, num_capsets), 1);
     f->hold_type = UINT32_MAX;
 }
 
@@ -218,32 +222,28 @@ void fake_down_checked(fake *f, wddm_dev *dev)
 
 /* ---- the device ---- */
 
-typedef struct desc {
-    uint64_t addr;
-    uint32_t len;
-    uint16_t flags;
-    uint16_t next;
-} desc;
-
 static uint16_t queue_size(fake *f)
 {
     uint16_t v;
-    memcpy(&v, f->bar0 + COMMON_AT + 0x18, 2);
+    memcpy(&v, f->bar0 + COMMON_AT + VIRTIO_PCI_COMMON_QUEUE_SIZE, 2);
     return v;
 }
 
 volatile uint16_t *fake_used_idx(fake *f)
 {
-    return (volatile uint16_t *)ptr(bar_u64(f, COMMON_AT + 0x30)) + 1;
+    volatile uint8_t *used = ptr(bar_u64(f, COMMON_AT + VIRTIO_PCI_COMMON_QUEUE_DEVICE));
+    return (volatile uint16_t *)(used + VIRTQ_RING_IDX_OFFSET);
 }
 
 void fake_push_used(fake *f, uint32_t id, uint32_t len)
 {
     volatile uint16_t *idx = fake_used_idx(f);
-    volatile uint32_t *ring = (volatile uint32_t *)(idx + 1);
+    volatile WddmGpuVirtqUsedElem *ring =
+        (volatile WddmGpuVirtqUsedElem *)((volatile uint8_t *)idx - VIRTQ_RING_IDX_OFFSET +
+                                          VIRTQ_RING_ENTRIES_OFFSET);
     uint16_t at = (uint16_t)(*idx & (queue_size(f) - 1));
-    ring[2u * at] = id;
-    ring[2u * at + 1] = len;
+    ring[at].id = id;
+    ring[at].len = len;
     atomic_thread_fence(memory_order_seq_cst);
     *idx = (uint16_t)(*idx + 1);
 }
@@ -312,14 +312,16 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
 
 void fake_service(fake *f)
 {
-    uint64_t desc_bus = bar_u64(f, COMMON_AT + 0x20);
+    uint64_t desc_bus = bar_u64(f, COMMON_AT + VIRTIO_PCI_COMMON_QUEUE_DESC);
     if (!desc_bus)
         return; /* no queue yet */
-    volatile desc *table = ptr(desc_bus);
-    volatile uint16_t *avail = ptr(bar_u64(f, COMMON_AT + 0x28));
+    volatile WddmGpuVirtqDesc *table = ptr(desc_bus);
+    volatile uint8_t *avail = ptr(bar_u64(f, COMMON_AT + VIRTIO_PCI_COMMON_QUEUE_DRIVER));
+    volatile uint16_t *avail_idx = (volatile uint16_t *)(avail + VIRTQ_RING_IDX_OFFSET);
+    volatile uint16_t *avail_ring = (volatile uint16_t *)(avail + VIRTQ_RING_ENTRIES_OFFSET);
     uint16_t size = queue_size(f);
-    while (f->seen_avail != avail[1]) {
-        uint16_t head = avail[2 + (f->seen_avail & (size - 1))];
+    while (f->seen_avail != *avail_idx) {
+        uint16_t head = avail_ring[f->seen_avail & (size - 1)];
         f->seen_avail++;
         const uint8_t *req = ptr(table[head].addr);
         uint16_t in = table[head].next;

@@ -3,31 +3,17 @@
 //! registers.
 
 use thiserror::Error;
+use wddm_gpu_abi::pci::{
+    VIRTIO_PCI_CAP64_LEN, VIRTIO_PCI_CAP_COMMON_CFG, VIRTIO_PCI_CAP_DEVICE_CFG,
+    VIRTIO_PCI_CAP_ID_VENDOR, VIRTIO_PCI_CAP_ISR_CFG, VIRTIO_PCI_CAP_LEN, VIRTIO_PCI_CAP_MAX_BAR,
+    VIRTIO_PCI_CAP_NOTIFY_CFG, VIRTIO_PCI_CAP_SHARED_MEMORY_CFG, VIRTIO_PCI_NOTIFY_CAP_LEN,
+};
 
 /// Status register; bit 4 says a capability list exists.
 const STATUS: usize = 0x06;
 const STATUS_CAP_LIST: u16 = 1 << 4;
 /// Pointer to the first capability.
 const CAP_PTR: usize = 0x34;
-/// Capability id of vendor-specific capabilities (virtio uses them).
-const CAP_ID_VENDOR: u8 = 0x09;
-/// Length of `struct virtio_pci_cap`.
-const VIRTIO_CAP_LEN: usize = 16;
-/// Length of `struct virtio_pci_notify_cap`.
-const VIRTIO_NOTIFY_CAP_LEN: usize = 20;
-
-/// `cfg_type` of the common configuration.
-pub const VIRTIO_PCI_CAP_COMMON_CFG: u8 = 1;
-/// `cfg_type` of the notification area.
-pub const VIRTIO_PCI_CAP_NOTIFY_CFG: u8 = 2;
-/// `cfg_type` of the ISR status.
-pub const VIRTIO_PCI_CAP_ISR_CFG: u8 = 3;
-/// `cfg_type` of the device-specific configuration.
-pub const VIRTIO_PCI_CAP_DEVICE_CFG: u8 = 4;
-/// `cfg_type` of a shared memory region (virtio 1.2, 4.1.4.7): a `struct virtio_pci_cap64`.
-pub const VIRTIO_PCI_CAP_SHARED_MEMORY_CFG: u8 = 8;
-/// Length of `struct virtio_pci_cap64`: the capability, then `offset_hi` and `length_hi`.
-const VIRTIO_CAP64_LEN: usize = 24;
 
 /// Config space is unusable.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -125,8 +111,8 @@ pub fn shared_memory_caps(config: &[u8]) -> Result<Vec<SharedMemoryCap>, ConfigE
         }
         let cap_len = usize::from(head[2]);
         let raw = config
-            .get(ptr..ptr + VIRTIO_CAP64_LEN)
-            .filter(|_| cap_len >= VIRTIO_CAP64_LEN)
+            .get(ptr..ptr + VIRTIO_PCI_CAP64_LEN)
+            .filter(|_| cap_len >= VIRTIO_PCI_CAP64_LEN)
             .ok_or(short(cap_len))?;
         let cap = SharedMemoryCap {
             id: raw[5],
@@ -134,7 +120,7 @@ pub fn shared_memory_caps(config: &[u8]) -> Result<Vec<SharedMemoryCap>, ConfigE
             offset: u64::from(u32_at(raw, 8)) | u64::from(u32_at(raw, 16)) << 32,
             length: u64::from(u32_at(raw, 12)) | u64::from(u32_at(raw, 20)) << 32,
         };
-        if cap.bar <= 5 {
+        if cap.bar <= VIRTIO_PCI_CAP_MAX_BAR {
             caps.push(cap);
         }
         Ok(())
@@ -166,7 +152,7 @@ fn for_each_vendor_cap(
             .filter(|_| (0x40..0x100).contains(&ptr))
             .ok_or(ConfigError::BrokenList(ptr))?;
         let (id, next) = (cap[0], usize::from(cap[1] & 0xfc));
-        if id == CAP_ID_VENDOR {
+        if id == VIRTIO_PCI_CAP_ID_VENDOR {
             visit(ptr)?;
         }
         ptr = next;
@@ -186,9 +172,9 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 /// other types); `None` for other types and reserved BAR numbers, which the spec says to ignore.
 fn parse_virtio_cap(config: &[u8], ptr: usize) -> Result<Option<(VirtioCap, u32)>, ConfigError> {
     let short = |len| ConfigError::ShortCap { offset: ptr, len };
-    let raw = config.get(ptr..ptr + VIRTIO_CAP_LEN).ok_or(short(0))?;
+    let raw = config.get(ptr..ptr + VIRTIO_PCI_CAP_LEN).ok_or(short(0))?;
     let cap_len = usize::from(raw[2]);
-    if cap_len < VIRTIO_CAP_LEN {
+    if cap_len < VIRTIO_PCI_CAP_LEN {
         return Err(short(cap_len));
     }
     let cap = VirtioCap {
@@ -198,15 +184,15 @@ fn parse_virtio_cap(config: &[u8], ptr: usize) -> Result<Option<(VirtioCap, u32)
         length: u32_at(raw, 12),
     };
     if !(VIRTIO_PCI_CAP_COMMON_CFG..=VIRTIO_PCI_CAP_DEVICE_CFG).contains(&cap.cfg_type)
-        || cap.bar > 5
+        || cap.bar > VIRTIO_PCI_CAP_MAX_BAR
     {
         return Ok(None);
     }
     let mut multiplier = 0;
     if cap.cfg_type == VIRTIO_PCI_CAP_NOTIFY_CFG {
         let full = config
-            .get(ptr..ptr + VIRTIO_NOTIFY_CAP_LEN)
-            .filter(|_| cap_len >= VIRTIO_NOTIFY_CAP_LEN)
+            .get(ptr..ptr + VIRTIO_PCI_NOTIFY_CAP_LEN)
+            .filter(|_| cap_len >= VIRTIO_PCI_NOTIFY_CAP_LEN)
             .ok_or(short(cap_len))?;
         multiplier = u32_at(full, 16);
     }
@@ -292,6 +278,7 @@ impl MemBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wddm_gpu_abi::pci::VIRTIO_PCI_CAP_PCI_CFG;
 
     /// Config space shaped like QEMU's virtio-pci modern device: MSI-X first, then the virtio
     /// capabilities in BAR4, plus a PCI_CFG capability (type 5) the driver ignores.
@@ -304,7 +291,7 @@ mod tests {
         c[0x98] = 0x11;
         c[0x99] = 0x84;
         let mut put = |at: usize, next: u8, len: u8, ty: u8, bar: u8, off: u32, length: u32| {
-            c[at] = CAP_ID_VENDOR;
+            c[at] = VIRTIO_PCI_CAP_ID_VENDOR;
             c[at + 1] = next;
             c[at + 2] = len;
             c[at + 3] = ty;
@@ -312,7 +299,7 @@ mod tests {
             c[at + 8..at + 12].copy_from_slice(&off.to_le_bytes());
             c[at + 12..at + 16].copy_from_slice(&length.to_le_bytes());
         };
-        put(0x84, 0x70, 20, 5, 0, 0, 0);
+        put(0x84, 0x70, 20, VIRTIO_PCI_CAP_PCI_CFG, 0, 0, 0);
         put(0x70, 0x60, 20, 2, 4, 0x3000, 0x1000);
         put(0x60, 0x50, 16, 4, 4, 0x2000, 0x1000);
         put(0x50, 0x40, 16, 3, 4, 0x1000, 0x1000);
@@ -387,10 +374,10 @@ mod tests {
     fn with_shm(bar: u8, id: u8, offset: u64, length: u64) -> Vec<u8> {
         let mut c = qemu_like();
         c[CAP_PTR] = 0xa0;
-        let cap = &mut c[0xa0..0xa0 + VIRTIO_CAP64_LEN];
-        cap[0] = CAP_ID_VENDOR;
+        let cap = &mut c[0xa0..0xa0 + VIRTIO_PCI_CAP64_LEN];
+        cap[0] = VIRTIO_PCI_CAP_ID_VENDOR;
         cap[1] = 0x98;
-        cap[2] = VIRTIO_CAP64_LEN as u8;
+        cap[2] = VIRTIO_PCI_CAP64_LEN as u8;
         cap[3] = VIRTIO_PCI_CAP_SHARED_MEMORY_CFG;
         cap[4] = bar;
         cap[5] = id;

@@ -1,5 +1,5 @@
 //! A split virtqueue (virtio 1.x, 2.7) in pinned DMA memory, polled: completions are found by
-//! reading the used ring, never through interrupts (`VRING_AVAIL_F_NO_INTERRUPT` suppresses them,
+//! reading the used ring, never through interrupts (`VIRTQ_AVAIL_F_NO_INTERRUPT` suppresses them,
 //! since nothing in the guest would handle them).
 //!
 //! Several chains may be in flight at once, and the device may complete them in any order: a
@@ -14,15 +14,20 @@ use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
+use wddm_gpu_abi::ring::{
+    WddmGpuVirtqDesc, WddmGpuVirtqUsedElem, VIRTQ_AVAIL_ENTRY_SIZE, VIRTQ_AVAIL_F_NO_INTERRUPT,
+    VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VIRTQ_RING_ENTRIES_OFFSET, VIRTQ_RING_EVENT_SIZE,
+    VIRTQ_RING_IDX_OFFSET,
+};
+use zerocopy::IntoBytes;
 
 use crate::dma::{DmaArena, DmaBuf, DmaError};
 use crate::mmio::MmioWindow;
 
-const DESC_SIZE: usize = 16;
-const VIRTQ_DESC_F_NEXT: u16 = 1;
-const VIRTQ_DESC_F_WRITE: u16 = 2;
-/// Avail ring flag: do not interrupt when buffers are used.
-pub const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+/// Bytes of one descriptor-table entry.
+const DESC_SIZE: usize = size_of::<WddmGpuVirtqDesc>();
+/// Bytes of one used-ring entry.
+const USED_ELEM_SIZE: usize = size_of::<WddmGpuVirtqUsedElem>();
 
 /// A request on the queue failed.
 #[derive(Debug, Error)]
@@ -70,9 +75,10 @@ impl RingLayout {
     pub fn new(size: u16) -> Self {
         let n = usize::from(size);
         let avail = DESC_SIZE * n;
-        let avail_len = 6 + 2 * n;
+        let avail_len =
+            VIRTQ_RING_ENTRIES_OFFSET + VIRTQ_AVAIL_ENTRY_SIZE * n + VIRTQ_RING_EVENT_SIZE;
         let used = (avail + avail_len).div_ceil(4096) * 4096;
-        let used_len = 6 + 8 * n;
+        let used_len = VIRTQ_RING_ENTRIES_OFFSET + USED_ELEM_SIZE * n + VIRTQ_RING_EVENT_SIZE;
         Self {
             desc: 0,
             avail,
@@ -161,7 +167,7 @@ impl SplitQueue {
         };
         queue
             .ring_u16(layout.avail)
-            .store(VRING_AVAIL_F_NO_INTERRUPT, Ordering::Release);
+            .store(VIRTQ_AVAIL_F_NO_INTERRUPT, Ordering::Release);
         Ok(queue)
     }
 
@@ -226,14 +232,15 @@ impl SplitQueue {
                 }
                 None => 0,
             };
-            let mut desc = [0u8; DESC_SIZE];
-            desc[0..8].copy_from_slice(&seg.addr.to_le_bytes());
-            desc[8..12].copy_from_slice(&seg.len.to_le_bytes());
-            desc[12..14].copy_from_slice(&flags.to_le_bytes());
-            desc[14..16].copy_from_slice(&next.to_le_bytes());
+            let desc = WddmGpuVirtqDesc {
+                addr: seg.addr,
+                len: seg.len,
+                flags,
+                next,
+            };
             self.mem.write(
                 self.layout.desc + usize::from(descriptors[i]) * DESC_SIZE,
-                &desc,
+                desc.as_bytes(),
             );
         }
         let head = descriptors[0];
@@ -242,12 +249,14 @@ impl SplitQueue {
             used: None,
         });
         let slot = usize::from(self.next_avail % self.size);
-        self.ring_u16(self.layout.avail + 4 + 2 * slot)
-            .store(head, Ordering::Relaxed);
+        self.ring_u16(
+            self.layout.avail + VIRTQ_RING_ENTRIES_OFFSET + VIRTQ_AVAIL_ENTRY_SIZE * slot,
+        )
+        .store(head, Ordering::Relaxed);
         // Descriptors and ring entry must be visible before the index that publishes them.
         fence(Ordering::SeqCst);
         let published = self.next_avail.wrapping_add(1);
-        self.ring_u16(self.layout.avail + 2)
+        self.ring_u16(self.layout.avail + VIRTQ_RING_IDX_OFFSET)
             .store(published, Ordering::Release);
         self.next_avail = published;
         // The index must be visible before the device is told to look.
@@ -262,7 +271,9 @@ impl SplitQueue {
         if self.broken {
             return Err(QueueError::Broken(self.index));
         }
-        let idx = self.ring_u16(self.layout.used + 2).load(Ordering::Acquire);
+        let idx = self
+            .ring_u16(self.layout.used + VIRTQ_RING_IDX_OFFSET)
+            .load(Ordering::Acquire);
         let new = idx.wrapping_sub(self.last_used);
         let waiting = self
             .in_flight
@@ -280,10 +291,12 @@ impl SplitQueue {
         fence(Ordering::Acquire);
         for _ in 0..new {
             let slot = usize::from(self.last_used % self.size);
-            let mut elem = [0u8; 8];
-            self.mem.read(self.layout.used + 4 + 8 * slot, &mut elem);
-            let id = u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]);
-            let len = u32::from_le_bytes([elem[4], elem[5], elem[6], elem[7]]);
+            let mut elem = WddmGpuVirtqUsedElem::default();
+            self.mem.read(
+                self.layout.used + VIRTQ_RING_ENTRIES_OFFSET + USED_ELEM_SIZE * slot,
+                elem.as_mut_bytes(),
+            );
+            let WddmGpuVirtqUsedElem { id, len } = elem;
             let entry = usize::try_from(id)
                 .ok()
                 .and_then(|i| self.in_flight.get_mut(i))

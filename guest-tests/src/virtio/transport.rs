@@ -1,6 +1,6 @@
 //! The virtio-pci modern transport from user space: find the register blocks through the
 //! capabilities, enable the function, and run the device initialisation of virtio 1.x (3.1.1).
-//! MSI-X stays off and every vector is `NO_VECTOR`: completions are polled.
+//! MSI-X stays off and every vector is `VIRTIO_MSI_NO_VECTOR`: completions are polled.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,41 +14,8 @@ use crate::pci::sysfs::{
     PciError, PciFunction, COMMAND_BUS_MASTER, COMMAND_INTX_DISABLE, COMMAND_MEMORY,
 };
 use crate::virtio::split_queue::{QueueError, SplitQueue};
-
-/// Device status bits.
-pub const STATUS_ACKNOWLEDGE: u8 = 1;
-/// The guest has a driver for the device.
-pub const STATUS_DRIVER: u8 = 2;
-/// The driver is ready; queues are live.
-pub const STATUS_DRIVER_OK: u8 = 4;
-/// Feature negotiation is complete.
-pub const STATUS_FEATURES_OK: u8 = 8;
-/// The device hit an error it cannot recover from.
-pub const STATUS_DEVICE_NEEDS_RESET: u8 = 0x40;
-/// The driver gave up on the device.
-pub const STATUS_FAILED: u8 = 0x80;
-/// `VIRTIO_F_VERSION_1`, the only feature this driver accepts, as a mask.
-pub const VERSION_1: u64 = 1 << wddm_gpu_abi::features::VIRTIO_F_VERSION_1;
-/// MSI-X "no vector".
-const NO_VECTOR: u16 = 0xffff;
-
-// Common configuration layout (`struct virtio_pci_common_cfg`).
-const DEVICE_FEATURE_SELECT: usize = 0x00;
-const DEVICE_FEATURE: usize = 0x04;
-const DRIVER_FEATURE_SELECT: usize = 0x08;
-const DRIVER_FEATURE: usize = 0x0c;
-const CONFIG_MSIX_VECTOR: usize = 0x10;
-const NUM_QUEUES: usize = 0x12;
-const DEVICE_STATUS: usize = 0x14;
-const QUEUE_SELECT: usize = 0x16;
-const QUEUE_SIZE: usize = 0x18;
-const QUEUE_MSIX_VECTOR: usize = 0x1a;
-const QUEUE_ENABLE: usize = 0x1c;
-const QUEUE_NOTIFY_OFF: usize = 0x1e;
-const QUEUE_DESC: usize = 0x20;
-const QUEUE_DRIVER: usize = 0x28;
-const QUEUE_DEVICE: usize = 0x30;
-const COMMON_CFG_LEN: u32 = 0x38;
+use wddm_gpu_abi::features::WDDM_GPU_REQUIRED_FEATURES;
+use wddm_gpu_abi::pci::*;
 
 /// Bringing the device up failed.
 #[derive(Debug, Error)]
@@ -154,7 +121,7 @@ impl VirtioPci {
                 bar.sub(u64::from(cap.offset), u64::from(cap.length))
                     .map_err(|source| TransportError::Block { what, source })
             };
-        let common = block("common", caps.common, COMMON_CFG_LEN)?;
+        let common = block("common", caps.common, VIRTIO_PCI_COMMON_CFG_LEN as u32)?;
         let notify = block("notify", caps.notify, 2)?;
         let device_cfg = block("device", caps.device, 0)?;
         Ok(Self {
@@ -180,17 +147,18 @@ impl VirtioPci {
 
     /// Current device status.
     pub fn status(&self) -> u8 {
-        self.common.read8(DEVICE_STATUS)
+        self.common.read8(VIRTIO_PCI_COMMON_DEVICE_STATUS)
     }
 
     fn add_status(&self, bits: u8) {
-        self.common.write8(DEVICE_STATUS, self.status() | bits);
+        self.common
+            .write8(VIRTIO_PCI_COMMON_DEVICE_STATUS, self.status() | bits);
     }
 
     /// Resets the device and negotiates features: reset, ACKNOWLEDGE, DRIVER, accept only
     /// VERSION_1, FEATURES_OK (checked to stick). Queues can be set up afterwards.
     pub fn reset_and_negotiate(&mut self) -> Result<(), TransportError> {
-        self.common.write8(DEVICE_STATUS, 0);
+        self.common.write8(VIRTIO_PCI_COMMON_DEVICE_STATUS, 0);
         let start = Instant::now();
         while self.status() != 0 {
             if start.elapsed() > Duration::from_secs(1) {
@@ -198,30 +166,36 @@ impl VirtioPci {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.add_status(STATUS_ACKNOWLEDGE);
-        self.add_status(STATUS_DRIVER);
+        self.add_status(VIRTIO_STATUS_ACKNOWLEDGE);
+        self.add_status(VIRTIO_STATUS_DRIVER);
         let mut features = 0u64;
         for half in 0..2u32 {
-            self.common.write32(DEVICE_FEATURE_SELECT, half);
-            features |= u64::from(self.common.read32(DEVICE_FEATURE)) << (32 * half);
+            self.common
+                .write32(VIRTIO_PCI_COMMON_DEVICE_FEATURE_SELECT, half);
+            features |=
+                u64::from(self.common.read32(VIRTIO_PCI_COMMON_DEVICE_FEATURE)) << (32 * half);
         }
         self.device_features = features;
-        if features & VERSION_1 == 0 {
-            self.add_status(STATUS_FAILED);
+        if features & WDDM_GPU_REQUIRED_FEATURES == 0 {
+            self.add_status(VIRTIO_STATUS_FAILED);
             return Err(TransportError::NotModern(features));
         }
         for half in 0..2u32 {
-            self.common.write32(DRIVER_FEATURE_SELECT, half);
             self.common
-                .write32(DRIVER_FEATURE, (VERSION_1 >> (32 * half)) as u32);
+                .write32(VIRTIO_PCI_COMMON_DRIVER_FEATURE_SELECT, half);
+            self.common.write32(
+                VIRTIO_PCI_COMMON_DRIVER_FEATURE,
+                (WDDM_GPU_REQUIRED_FEATURES >> (32 * half)) as u32,
+            );
         }
-        self.add_status(STATUS_FEATURES_OK);
-        if self.status() & STATUS_FEATURES_OK == 0 {
+        self.add_status(VIRTIO_STATUS_FEATURES_OK);
+        if self.status() & VIRTIO_STATUS_FEATURES_OK == 0 {
             let status = self.status();
-            self.add_status(STATUS_FAILED);
+            self.add_status(VIRTIO_STATUS_FAILED);
             return Err(TransportError::FeaturesRefused(status));
         }
-        self.common.write16(CONFIG_MSIX_VECTOR, NO_VECTOR);
+        self.common
+            .write16(VIRTIO_PCI_COMMON_CONFIG_MSIX_VECTOR, VIRTIO_MSI_NO_VECTOR);
         Ok(())
     }
 
@@ -236,18 +210,18 @@ impl VirtioPci {
             queue: index,
             reason,
         };
-        let num_queues = self.common.read16(NUM_QUEUES);
+        let num_queues = self.common.read16(VIRTIO_PCI_COMMON_NUM_QUEUES);
         if index >= num_queues {
             return Err(bad(format!("device has only {num_queues} queues")));
         }
-        self.common.write16(QUEUE_SELECT, index);
-        let device_max = self.common.read16(QUEUE_SIZE);
+        self.common.write16(VIRTIO_PCI_COMMON_QUEUE_SELECT, index);
+        let device_max = self.common.read16(VIRTIO_PCI_COMMON_QUEUE_SIZE);
         if device_max == 0 {
             return Err(bad("not available (size 0)".into()));
         }
         // Split rings need a power-of-two size.
         let size = 1u16 << (max_size.min(device_max).ilog2());
-        let notify_off = u64::from(self.common.read16(QUEUE_NOTIFY_OFF));
+        let notify_off = u64::from(self.common.read16(VIRTIO_PCI_COMMON_QUEUE_NOTIFY_OFF));
         let notify_at = notify_off * u64::from(self.notify_off_multiplier);
         let notify = self
             .notify
@@ -255,13 +229,17 @@ impl VirtioPci {
             .map_err(|e| bad(format!("notify address: {e}")))?;
         let queue = SplitQueue::new(arena, index, size, notify)?;
         let (desc, driver, device) = queue.addresses();
-        self.common.write16(QUEUE_SIZE, size);
-        self.common.write16(QUEUE_MSIX_VECTOR, NO_VECTOR);
-        self.common.write64_split(QUEUE_DESC, desc);
-        self.common.write64_split(QUEUE_DRIVER, driver);
-        self.common.write64_split(QUEUE_DEVICE, device);
-        self.common.write16(QUEUE_ENABLE, 1);
-        if self.common.read16(QUEUE_ENABLE) != 1 {
+        self.common.write16(VIRTIO_PCI_COMMON_QUEUE_SIZE, size);
+        self.common
+            .write16(VIRTIO_PCI_COMMON_QUEUE_MSIX_VECTOR, VIRTIO_MSI_NO_VECTOR);
+        self.common
+            .write64_split(VIRTIO_PCI_COMMON_QUEUE_DESC, desc);
+        self.common
+            .write64_split(VIRTIO_PCI_COMMON_QUEUE_DRIVER, driver);
+        self.common
+            .write64_split(VIRTIO_PCI_COMMON_QUEUE_DEVICE, device);
+        self.common.write16(VIRTIO_PCI_COMMON_QUEUE_ENABLE, 1);
+        if self.common.read16(VIRTIO_PCI_COMMON_QUEUE_ENABLE) != 1 {
             return Err(bad("queue_enable did not stick".into()));
         }
         Ok(queue)
@@ -270,10 +248,10 @@ impl VirtioPci {
     /// Sets DRIVER_OK (a vhost-user frontend hands memory and rings to the backend now) and
     /// checks the device did not fail.
     pub fn driver_ok(&self) -> Result<(), TransportError> {
-        self.add_status(STATUS_DRIVER_OK);
+        self.add_status(VIRTIO_STATUS_DRIVER_OK);
         let status = self.status();
-        if status & (STATUS_DEVICE_NEEDS_RESET | STATUS_FAILED) != 0
-            || status & STATUS_DRIVER_OK == 0
+        if status & (VIRTIO_STATUS_DEVICE_NEEDS_RESET | VIRTIO_STATUS_FAILED) != 0
+            || status & VIRTIO_STATUS_DRIVER_OK == 0
         {
             return Err(TransportError::DeviceFailed(status));
         }

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "linux_os.h"
+#include "wddm_gpu.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -226,7 +227,7 @@ int linux_os_open(linux_os *os, const char *bdf, wddm_os *table)
             snprintf(path, sizeof(path), SYSFS_PCI "/%s/device", e->d_name);
             if (read_hex(path, &device))
                 continue;
-            if (vendor == 0x1af4 && device == 0x1050) {
+            if (vendor == VIRTIO_PCI_VENDOR_ID && device == WDDM_GPU_PCI_DEVICE_ID) {
                 snprintf(os->bdf, sizeof(os->bdf), "%.31s", e->d_name);
                 break;
             }
