@@ -5,6 +5,7 @@
 //! (`crate::model::router`) does not send to the display, with a [`Reply`] to answer through,
 //! now or later.
 
+pub mod engine_state;
 pub mod reply;
 pub mod scheduler;
 pub mod status_page;

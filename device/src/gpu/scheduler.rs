@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -33,6 +33,7 @@ use zerocopy::IntoBytes;
 
 use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
+use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
@@ -42,20 +43,6 @@ use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
 use vm_memory::GuestMemoryMmap;
-
-const RUN: u8 = 0;
-const PREEMPT: u8 = 1;
-const RESET: u8 = 2;
-const PAUSE: u8 = 3;
-
-/// The interruption a raised PREEMPT or RESET flag (the backend exiting raises RESET) stands for.
-fn interruption_of(interrupt: u8) -> Interruption {
-    if interrupt == PREEMPT {
-        Interruption::Preempted
-    } else {
-        Interruption::Reset
-    }
-}
 
 /// What a reset does with the requests it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,7 +151,7 @@ impl Queue {
     }
 }
 
-/// Where submissions execute: the engine, its queue and the flags that interrupt it, shared by
+/// Where submissions execute: the engine, its queue and the flags that interrupt it, execution by
 /// the control-queue thread (inline runs, stops) and the engine thread.
 struct Execution {
     layout: Arc<SegmentLayout>,
@@ -178,7 +165,7 @@ struct Execution {
     idle: Condvar,
     /// Signalled when a pause ends (resume, reset or shutdown).
     unpark: Condvar,
-    interrupt: AtomicU8,
+    interrupt: EngineSignal,
     last_completed: AtomicU32,
     stats: Arc<Stats>,
     trace: Option<Arc<Trace>>,
@@ -195,15 +182,15 @@ pub struct Paused {
 
 /// The engine thread and its queue.
 pub struct Scheduler {
-    shared: Arc<Execution>,
+    execution: Arc<Execution>,
     /// What this kick may still run on the control-queue thread (only that thread uses it).
     kick_budget: Mutex<InlineBudget>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Hooks<'a, 'm> {
-    shared: &'a Execution,
-    interrupt: &'a AtomicU8,
+    execution: &'a Execution,
+    interrupt: &'a EngineSignal,
     last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
     ram: &'a GuestRam<'m, GuestMemoryMmap>,
@@ -215,10 +202,9 @@ struct Hooks<'a, 'm> {
 
 impl EngineHooks for Hooks<'_, '_> {
     fn interruption(&self) -> Option<Interruption> {
-        match self.interrupt.load(Ordering::Acquire) {
-            RUN => None,
-            PAUSE => self.shared.park(),
-            interrupt => Some(interruption_of(interrupt)),
+        match self.interrupt.load() {
+            EngineState::Pause => self.execution.park(),
+            state => state.interruption(),
         }
     }
 
@@ -278,7 +264,7 @@ impl Scheduler {
         stats: Arc<Stats>,
         trace: Option<Arc<Trace>>,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Execution {
+        let execution = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
             layout,
             vram,
@@ -287,17 +273,17 @@ impl Scheduler {
             wake: Condvar::new(),
             idle: Condvar::new(),
             unpark: Condvar::new(),
-            interrupt: AtomicU8::new(RUN),
+            interrupt: EngineSignal::new(EngineState::Run),
             last_completed: AtomicU32::new(0),
             stats,
             trace,
         });
-        let thread_shared = shared.clone();
+        let thread_shared = execution.clone();
         let worker = std::thread::Builder::new()
             .name("wddm-gpu-engine".into())
             .spawn(move || thread_shared.work())?;
         Ok(Self {
-            shared,
+            execution,
             kick_budget: Mutex::new(InlineBudget::FULL),
             worker: Mutex::new(Some(worker)),
         })
@@ -312,21 +298,21 @@ impl Scheduler {
     /// Runs a submission: here, within what is left of this kick's inline budget, when the
     /// engine is idle; on the engine thread otherwise (or for the rest, past the budget).
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
-        let shared = &self.shared;
+        let execution = &self.execution;
         let job = Job {
             cmd,
             reply,
             mem,
             // The transport hands requests over while no memory table can change, so the
             // window read now is the one of `mem`.
-            window: self.shared.vram.guest_window(),
+            window: self.execution.vram.guest_window(),
             queued: Instant::now(),
             before: None,
         };
         let fence = cmd.submission_fence_id;
         let mut budget = Some(*lock(&self.kick_budget));
         {
-            let mut queue = lock(&shared.queue);
+            let mut queue = lock(&execution.queue);
             let idle = queue.pending.is_empty()
                 && queue.running.is_none()
                 && !queue.paused
@@ -334,14 +320,14 @@ impl Scheduler {
                 && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
-                shared.stats.queue_depth(queue.depth());
-                shared.wake.notify_one();
+                execution.stats.queue_depth(queue.depth());
+                execution.wake.notify_one();
                 return;
             }
             queue.running = Some(fence);
-            shared.stats.queue_depth(queue.depth());
+            execution.stats.queue_depth(queue.depth());
         }
-        let ran = shared.run(job, &mut budget);
+        let ran = execution.run(job, &mut budget);
         *lock(&self.kick_budget) = budget.unwrap_or(InlineBudget {
             bytes: 0,
             packets: 0,
@@ -349,22 +335,26 @@ impl Scheduler {
         let answer = match ran {
             Ran::Finished(answer) => answer,
             Ran::Deferred(job) => {
-                let mut queue = lock(&shared.queue);
+                let mut queue = lock(&execution.queue);
                 // A PREEMPT or RESET raised meanwhile already took back what was queued and
                 // waits for this run: the rest must not slip into the queue behind it.
-                match shared.interrupt.load(Ordering::Acquire) {
+                match execution.interrupt.load() {
                     // A pause lets the rest wait in the queue like any other work.
-                    RUN | PAUSE => {
+                    EngineState::Run | EngineState::Pause => {
                         queue.pending.push_front(job);
                         queue.running = None;
-                        shared.stats.queue_depth(queue.depth());
-                        shared.wake.notify_one();
-                        shared.idle.notify_all();
+                        execution.stats.queue_depth(queue.depth());
+                        execution.wake.notify_one();
+                        execution.idle.notify_all();
                         return;
                     }
-                    interrupt => {
+                    EngineState::Preempt => {
                         drop(queue);
-                        shared.stop_deferred(job, interruption_of(interrupt))
+                        execution.stop_deferred(job, Interruption::Preempted)
+                    }
+                    EngineState::Reset => {
+                        drop(queue);
+                        execution.stop_deferred(job, Interruption::Reset)
                     }
                 }
             }
@@ -372,35 +362,35 @@ impl Scheduler {
         // Bookkeeping first, the response last: the guest's wake-up is not delayed behind
         // this thread. Nothing can start in between: only this thread starts inline work and
         // the queue was empty.
-        shared.finished(fence, answer.status);
-        shared.answer(answer);
+        execution.finished(fence, answer.status);
+        execution.answer(answer);
     }
 
     /// Stops the running submission at its next chunk and returns it and every queued one
     /// with status PREEMPTED, in order. The answer carries what `DXGK_INTERRUPT_DMA_PREEMPTED`
     /// needs.
     pub fn preempt(&self, mem: &Mem) -> WddmGpuRespPreempt {
-        let shared = &self.shared;
-        let drained = shared.stop(PREEMPT);
-        let running = lock(&shared.queue).preempted_running.take();
-        shared.interrupt.store(RUN, Ordering::Release);
-        let last_completed = shared.last_completed.load(Ordering::Acquire);
+        let execution = &self.execution;
+        let drained = execution.stop(EngineState::Preempt);
+        let running = lock(&execution.queue).preempted_running.take();
+        execution.interrupt.store(EngineState::Run);
+        let last_completed = execution.last_completed.load(Ordering::Acquire);
         let preempted_fence = running
             .or_else(|| drained.first().map(|job| job.cmd.submission_fence_id))
             .unwrap_or(0);
         let preempted_count = u32::from(running.is_some()) + drained.len() as u32;
         {
-            let mut notify = lock(&shared.notify);
-            shared.stats.preempted(u64::from(preempted_count));
+            let mut notify = lock(&execution.notify);
+            execution.stats.preempted(u64::from(preempted_count));
             if preempted_count > 0 {
                 notify.status.preempted(preempted_fence, last_completed);
                 notify
                     .status
-                    .publish(&GuestRam::new(&**mem, shared.vram.guest_window()));
+                    .publish(&GuestRam::new(&**mem, execution.vram.guest_window()));
             }
         }
         for job in drained {
-            shared.answer_drained(job, Interruption::Preempted);
+            execution.answer_drained(job, Interruption::Preempted);
         }
         WddmGpuRespPreempt {
             hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
@@ -414,11 +404,11 @@ impl Scheduler {
     /// Drops all work, clears the GART and the status-page registration; VRAM is kept.
     /// `by` says whether the dropped requests are answered.
     pub fn reset(&self, by: ResetBy) {
-        let shared = &self.shared;
-        let drained = shared.stop(RESET);
-        lock(&shared.engine).reset();
+        let execution = &self.execution;
+        let drained = execution.stop(EngineState::Reset);
+        lock(&execution.engine).reset();
         {
-            let mut notify = lock(&shared.notify);
+            let mut notify = lock(&execution.notify);
             notify.status.unregister();
             if by == ResetBy::Driver {
                 notify.cancel_events();
@@ -427,15 +417,15 @@ impl Scheduler {
             }
         }
         {
-            let mut queue = lock(&shared.queue);
+            let mut queue = lock(&execution.queue);
             queue.preempted_running = None;
             queue.paused = false;
         }
-        shared.interrupt.store(RUN, Ordering::Release);
-        shared.wake.notify_one();
+        execution.interrupt.store(EngineState::Run);
+        execution.wake.notify_one();
         if by == ResetBy::Driver {
             for job in drained {
-                shared.answer_drained(job, Interruption::Reset);
+                execution.answer_drained(job, Interruption::Reset);
             }
         }
     }
@@ -443,13 +433,15 @@ impl Scheduler {
     /// Pauses the engine: the running submission parks at its next chunk boundary and queued
     /// ones wait. Returns once the engine is parked or idle, with what it stopped.
     pub fn pause(&self) -> Paused {
-        let shared = &self.shared;
-        let mut queue = lock(&shared.queue);
+        let execution = &self.execution;
+        let mut queue = lock(&execution.queue);
         queue.paused = true;
         // A PREEMPT or RESET being handled keeps its flag; the pause follows it.
-        shared.replace_interrupt(RUN, PAUSE);
+        execution
+            .interrupt
+            .replace(EngineState::Run, EngineState::Pause);
         while queue.running.is_some() && !queue.parked {
-            queue = wait(&shared.idle, queue);
+            queue = wait(&execution.idle, queue);
         }
         Paused {
             parked: queue.running.filter(|_| queue.parked),
@@ -459,24 +451,26 @@ impl Scheduler {
 
     /// Ends a pause: the parked submission goes on where it stood, then the queued ones.
     pub fn resume(&self) {
-        let shared = &self.shared;
-        let mut queue = lock(&shared.queue);
+        let execution = &self.execution;
+        let mut queue = lock(&execution.queue);
         queue.paused = false;
-        shared.replace_interrupt(PAUSE, RUN);
-        shared.unpark.notify_all();
-        shared.wake.notify_one();
+        execution
+            .interrupt
+            .replace(EngineState::Pause, EngineState::Run);
+        execution.unpark.notify_all();
+        execution.wake.notify_one();
     }
 
     /// Stops the engine thread (the backend is exiting).
     pub fn shutdown(&self) {
         {
-            let mut queue = lock(&self.shared.queue);
+            let mut queue = lock(&self.execution.queue);
             queue.shutdown = true;
             queue.pending.clear();
-            self.shared.interrupt.store(RESET, Ordering::Release);
+            self.execution.interrupt.store(EngineState::Reset);
         }
-        self.shared.wake.notify_all();
-        self.shared.unpark.notify_all();
+        self.execution.wake.notify_all();
+        self.execution.unpark.notify_all();
         if let Some(worker) = lock(&self.worker).take() {
             let _ = worker.join();
         }
@@ -484,35 +478,26 @@ impl Scheduler {
 }
 
 impl Execution {
-    /// Sets the interrupt flag to `to` if it is `from`; any other flag stays.
-    fn replace_interrupt(&self, from: u8, to: u8) {
-        let _ = self
-            .interrupt
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire);
-    }
-
     /// Parks the running submission at a chunk boundary until the pause ends; then says whether
     /// it goes on (`None`) or stops (the pause ended in a reset or a shutdown).
     fn park(&self) -> Option<Interruption> {
         let mut queue = lock(&self.queue);
         queue.parked = true;
         self.idle.notify_all();
-        while self.interrupt.load(Ordering::Acquire) == PAUSE {
+        while self.interrupt.load() == EngineState::Pause {
             queue = wait(&self.unpark, queue);
         }
         queue.parked = false;
-        match self.interrupt.load(Ordering::Acquire) {
-            RUN => None,
-            interrupt => Some(interruption_of(interrupt)),
-        }
+        // Not Pause any more: Run goes on, Preempt or Reset stops.
+        self.interrupt.load().interruption()
     }
 
     /// Raises `interrupt`, takes back the queued work and waits for the engine to go idle.
-    fn stop(&self, interrupt: u8) -> Vec<Job> {
+    fn stop(&self, interrupt: EngineState) -> Vec<Job> {
         // Raised under the queue lock, with the queue drained in the same critical section: the
         // engine cannot start another queued submission between the two.
         let mut queue = lock(&self.queue);
-        self.interrupt.store(interrupt, Ordering::Release);
+        self.interrupt.store(interrupt);
         // A parked submission wakes up to the new flag and stops.
         self.unpark.notify_all();
         let drained: Vec<Job> = queue.pending.drain(..).collect();
@@ -564,7 +549,7 @@ impl Execution {
         self.stats.queue_depth(queue.depth());
         // Only a stop waits for idle, and it raises `interrupt` under this lock before waiting:
         // checking it here spares every other submission a futex wake (a system call).
-        if self.interrupt.load(Ordering::Acquire) != RUN {
+        if self.interrupt.load() != EngineState::Run {
             self.idle.notify_all();
         }
     }
@@ -608,7 +593,7 @@ impl Execution {
             layout: &self.layout,
         };
         let mut hooks = Hooks {
-            shared: self,
+            execution: self,
             interrupt: &self.interrupt,
             last_completed: &self.last_completed,
             notify: &self.notify,
