@@ -24,8 +24,6 @@
 /// `--display`: QEMU's C vhost-user-gpu against ours on the 2D command set.
 #[path = "paging/display.rs"]
 mod display;
-#[path = "../tests/harness/mod.rs"]
-mod harness;
 
 use std::fmt::Write as _;
 use std::os::fd::AsRawFd;
@@ -33,7 +31,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use harness::{pattern, segment, submit_command, Harness, SpawnOptions, DMA_BUFFER, PAGE};
 use serde_json::{json, Map, Value};
 use vhost_user_wddm_gpu::echo::{self, EchoPeer};
 use vmm_sys_util::eventfd::EventFd;
@@ -41,6 +38,13 @@ use wddm_gpu_abi::build::{self, Endpoint};
 use wddm_gpu_abi::caps::WDDM_GPU_CAPSET_ID;
 use wddm_gpu_abi::packet::WDDM_GPU_MAX_FRAME_LIST_ENTRIES;
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
+use wddm_gpu_frontend_kit::{
+    backend_process::{SpawnOptions, TIMEOUT},
+    harness::{Harness, DMA_BUFFER, PAGE},
+    pattern::pattern,
+    requests::{frames, segment, submit_command, unknown_packet},
+    stats::{median, min_max, percentile_us, round_to},
+};
 use zerocopy::{Immutable, IntoBytes};
 
 const MIB: u64 = 1 << 20;
@@ -146,32 +150,6 @@ fn short(value: f64) -> String {
     }
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
-            (lo.min(v), hi.max(v))
-        })
-}
-
-/// Percentile `p` (0-100) of samples, in microseconds.
-fn percentile_us(samples: &mut [Duration], p: usize) -> f64 {
-    samples.sort_unstable();
-    let index = (samples.len() * p / 100).min(samples.len() - 1);
-    samples[index].as_secs_f64() * 1e6
-}
-
 fn gbps(bytes: u64, time: Duration) -> f64 {
     bytes as f64 / time.as_secs_f64() / 1e9
 }
@@ -188,7 +166,7 @@ fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> Vec<u8> {
 }
 
 fn frame_list(list: u64, frame_count: u64) -> Endpoint {
-    harness::frames(list, frame_count as u32, 0)
+    frames(list, frame_count as u32, 0)
 }
 
 fn map_packet(page_count: u64, list: u64) -> Vec<u8> {
@@ -535,7 +513,7 @@ fn echo_round_trip(peer: &EchoPeer) -> Duration {
 }
 
 fn wait_call(call: &EventFd) {
-    let deadline = Instant::now() + harness::TIMEOUT;
+    let deadline = Instant::now() + TIMEOUT;
     loop {
         let mut pollfd = libc::pollfd {
             fd: call.as_raw_fd(),
@@ -932,7 +910,7 @@ fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
             .expect("RssAnon of the backend")
             / 1024
     };
-    let unknown = dma(&harness::unknown_packet(0x7777));
+    let unknown = dma(&unknown_packet(0x7777));
     let small_in = transfer(
         PAGE,
         frame_list(CONTIGUOUS_LIST, 1),
@@ -1042,12 +1020,4 @@ fn soak(bench: &mut Bench, submissions: u64, json: bool) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
-}
-
-fn round_to(value: f64, decimals: usize) -> Value {
-    if decimals == 0 {
-        return json!(value.round() as u64);
-    }
-    let scale = 10f64.powi(decimals as i32);
-    json!((value * scale).round() / scale)
 }

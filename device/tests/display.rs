@@ -2,11 +2,8 @@
 //! echo the request's fence, the 2D command set answers good and hostile requests, and the
 //! display socket QEMU hands over carries what the guest shows.
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{submit_command, Harness, SpawnOptions, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA};
 use wddm_gpu_abi::build::display::{
     attach_backing, backing_entry, get_edid, rect, resource_create_2d, resource_flush, set_scanout,
     transfer_to_host_2d,
@@ -27,6 +24,11 @@ use wddm_gpu_abi::display::{
     VIRTIO_GPU_RESP_ERR_OUT_OF_MEMORY, VIRTIO_GPU_RESP_OK_EDID,
 };
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_VBLANK};
+use wddm_gpu_frontend_kit::{
+    backend_process::SpawnOptions,
+    harness::{Harness, BUFFER_SIZE, DATA, DMA_BUFFER, VRAM_GPA},
+    requests::submit_command,
+};
 use zerocopy::{Immutable, IntoBytes};
 
 const HDR_SIZE: usize = std::mem::size_of::<WddmGpuCtrlHdr>();

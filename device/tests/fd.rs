@@ -2,12 +2,14 @@
 //! socket as libvirt passes (one end of a socketpair). The frontend negotiates through it and a
 //! hang-up ends the backend cleanly.
 
-mod harness;
-
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
+use wddm_gpu_frontend_kit::harness::{Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE};
+use wddm_gpu_frontend_kit::pattern::pattern;
+use wddm_gpu_frontend_kit::requests::{frames, segment, submit_command};
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
@@ -106,29 +108,25 @@ fn a_descriptor_that_is_not_a_socket_is_refused() {
 fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
     // Every message of a real session, memory-table fds (guest RAM's memfd, the VRAM file) and
     // the kick and call eventfds among them, goes through the relay; the device then works.
-    let options = harness::SpawnOptions {
+    let options = SpawnOptions {
         via_fd: true,
-        ..harness::SpawnOptions::default()
+        ..SpawnOptions::default()
     };
-    let mut h = harness::Harness::ready_with_options("fd-relay-session", &options);
+    let mut h = Harness::ready_with_options("fd-relay-session", &options);
     let info = h.capset_info();
     assert_eq!(info.capset_id, wddm_gpu_abi::caps::WDDM_GPU_CAPSET_ID);
-    let data = harness::pattern(0xfd, 0x3000);
-    h.write_ram(harness::DATA, &data);
-    let frames: Vec<u64> = (0..3).map(|i| harness::DATA / harness::PAGE + i).collect();
-    h.write_frame_list(harness::FRAME_LISTS, &frames);
+    let data = pattern(0xfd, 0x3000);
+    h.write_ram(DATA, &data);
+    let frame_numbers: Vec<u64> = (0..3).map(|i| DATA / PAGE + i).collect();
+    h.write_frame_list(FRAME_LISTS, &frame_numbers);
     let packet = wddm_gpu_abi::build::transfer(
         data.len() as u64,
-        harness::frames(harness::FRAME_LISTS, 3, 0),
-        harness::segment(1, 0x1000),
+        frames(FRAME_LISTS, 3, 0),
+        segment(1, 0x1000),
     );
     let packet = zerocopy::IntoBytes::as_bytes(&packet);
-    h.write_ram(harness::DMA_BUFFER, packet);
-    let response = h.submit(&harness::submit_command(
-        harness::DMA_BUFFER,
-        packet.len() as u32,
-        1,
-    ));
+    h.write_ram(DMA_BUFFER, packet);
+    let response = h.submit(&submit_command(DMA_BUFFER, packet.len() as u32, 1));
     assert_eq!(
         response.bytes_transferred,
         data.len() as u64,

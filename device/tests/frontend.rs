@@ -3,16 +3,8 @@
 //! changes, paging submissions moving real bytes between the VRAM file and guest RAM, hostile
 //! requests, and a clean exit when the frontend goes away.
 
-mod harness;
-
 use std::time::Duration;
 
-use harness::{
-    frames, pattern, segment, status, submit_command, Desc, Harness, Reply, BUFFER_SIZE, DATA,
-    DESC_TABLE, DMA_BUFFER, FRAME_LISTS, INDIRECT_TABLE, PAGE, RAM_SIZE, REQUEST, RESPONSE,
-    RESPONSE_FILL, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VRAM_GPA,
-    VRAM_SIZE,
-};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::VhostBackend;
 use wddm_gpu_abi::build::transfer;
@@ -31,6 +23,16 @@ use wddm_gpu_abi::features::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
+use wddm_gpu_frontend_kit::{
+    harness::{
+        Harness, Reply, AVAIL_RING, BUFFER_SIZE, DATA, DESC_TABLE, DMA_BUFFER, FRAME_LISTS,
+        INDIRECT_TABLE, PAGE, QUEUE_SIZE, RAM_SIZE, REQUEST, RESPONSE, RESPONSE_FILL, VRAM_GPA,
+        VRAM_SIZE,
+    },
+    pattern::pattern,
+    requests::{frames, segment, status, submit_command},
+    split_ring::{Descriptor, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE},
+};
 use zerocopy::IntoBytes;
 
 // The device's feature bits are the ABI crate's (checked against virtio-bindings there);
@@ -486,21 +488,21 @@ fn descriptors_outside_guest_memory_complete_with_nothing_written() {
     let mut h = Harness::ready("bad-descriptors");
     let request = capset_info_request();
     h.write_ram(REQUEST, request.as_bytes());
-    let cases: [(&str, Desc, Desc); 3] = [
+    let cases: [(&str, Descriptor, Descriptor); 3] = [
         (
             "request past the end of RAM",
-            Desc::new(RAM_SIZE - 8, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(RAM_SIZE - 8, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response in unmapped memory",
-            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(0x8000_0000, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(0x8000_0000, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "4 GiB request",
-            Desc::new(0, u32::MAX, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(0, u32::MAX, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
     ];
     assert_completed_with_nothing_written(&mut h, &cases, |_, _| {});
@@ -515,8 +517,8 @@ fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
     h.write_descriptors(
         DESC_TABLE,
         &[
-            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(RESPONSE, 64, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 0),
         ],
     );
     h.publish(0);
@@ -535,14 +537,19 @@ fn requests_through_an_indirect_descriptor_table_are_answered() {
     h.write_descriptors(
         INDIRECT_TABLE,
         &[
-            Desc::new(REQUEST, 10, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(REQUEST + 10, 22, VIRTQ_DESC_F_NEXT, 2),
-            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(REQUEST, 10, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(REQUEST + 10, 22, VIRTQ_DESC_F_NEXT, 2),
+            Descriptor::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ],
     );
     h.write_descriptors(
         DESC_TABLE,
-        &[Desc::new(INDIRECT_TABLE, 3 * 16, VIRTQ_DESC_F_INDIRECT, 0)],
+        &[Descriptor::new(
+            INDIRECT_TABLE,
+            3 * 16,
+            VIRTQ_DESC_F_INDIRECT,
+            0,
+        )],
     );
     h.publish(0);
     let used = h.expect_used();
@@ -560,7 +567,7 @@ fn requests_through_an_indirect_descriptor_table_are_answered() {
 #[test]
 fn many_requests_wrap_the_rings() {
     let mut h = Harness::ready("wrap");
-    for round in 0..(3 * u32::from(harness::QUEUE_SIZE) + 7) {
+    for round in 0..(3 * u32::from(QUEUE_SIZE) + 7) {
         let info = h.capset_info();
         assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID, "round {round}");
     }
@@ -597,7 +604,7 @@ fn control_queue_is_answered_again_after_a_stop_and_restart() {
 fn an_out_of_range_head_index_does_not_wedge_the_device_until_restart() {
     let mut h = Harness::ready("bad-head");
     // A head index past the queue size in the available ring.
-    h.publish(harness::QUEUE_SIZE + 5);
+    h.publish(QUEUE_SIZE + 5);
     let _ = h.wait_used_for(Duration::from_secs(1));
     assert!(h.backend.is_running());
     // Even if the device gives up on the ring, a ring restart (guest reset) must bring it back.
@@ -624,7 +631,7 @@ fn backend_exits_with_status_zero_when_the_frontend_disconnects_before_negotiati
 fn an_avail_index_far_ahead_is_reported_once_and_never_holds_the_backend() {
     let mut h = Harness::ready("avail-ahead");
     assert_eq!(h.capset_info().capset_id, WDDM_GPU_CAPSET_ID);
-    let ahead = h.avail_idx().wrapping_add(harness::QUEUE_SIZE + 193);
+    let ahead = h.avail_idx().wrapping_add(QUEUE_SIZE + 193);
     for _ in 0..20 {
         h.write_avail_idx(ahead);
         std::thread::sleep(Duration::from_millis(5));
@@ -686,18 +693,18 @@ fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
     let cases = [
         (
             "request in the BAR window",
-            Desc::new(VRAM_GPA + 0x1000, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(VRAM_GPA + 0x1000, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(RESPONSE, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response in the BAR window",
-            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(VRAM_GPA + 0x2000, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(VRAM_GPA + 0x2000, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
         (
             "response straddling the window's start",
-            Desc::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
-            Desc::new(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
+            Descriptor::new(REQUEST, 32, VIRTQ_DESC_F_NEXT, 1),
+            Descriptor::new(VRAM_GPA - 16, 64, VIRTQ_DESC_F_WRITE, 0),
         ),
     ];
     assert_completed_with_nothing_written(&mut h, &cases, |h, what| {
@@ -782,7 +789,7 @@ fn capset_info_request() -> WddmGpuGetCapsetInfo {
 /// alone. The device serves afterwards.
 fn assert_completed_with_nothing_written(
     h: &mut Harness,
-    cases: &[(&str, Desc, Desc)],
+    cases: &[(&str, Descriptor, Descriptor)],
     check: impl Fn(&Harness, &str),
 ) {
     for &(what, first, second) in cases {
@@ -828,7 +835,7 @@ fn a_transfer_onto_the_drivers_own_avail_ring_never_holds_the_backend() {
     // The guest points a TRANSFER at its own avail ring's page: 0xff bytes land on the avail
     // index (EVENT_IDX on, as the Linux driver negotiates).
     h.write_vram(0x8000, &[0xff; PAGE as usize]);
-    h.write_frame_list(FRAME_LISTS, &[harness::AVAIL_RING / PAGE]);
+    h.write_frame_list(FRAME_LISTS, &[AVAIL_RING / PAGE]);
     let packet = transfer(PAGE, segment(1, 0x8000), frames(FRAME_LISTS, 1, 0));
     h.write_ram(DMA_BUFFER, packet.as_bytes());
     let pending = h.post(

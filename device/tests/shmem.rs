@@ -5,14 +5,11 @@
 //! start after each reset maps again; a refusal falls back to the ivshmem mode; `--bar-mode
 //! ivshmem` reports no region.
 
-mod harness;
-
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{Harness, SpawnOptions, VRAM_GPA, VRAM_SIZE};
 use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags, VhostUserProtocolFeatures};
 use vhost::vhost_user::{
     FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
@@ -20,6 +17,10 @@ use vhost::vhost_user::{
 use wddm_gpu_abi::caps::{
     WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
     WDDM_GPU_BAR_STATE_NOT_MAPPED,
+};
+use wddm_gpu_frontend_kit::{
+    backend_process::SpawnOptions,
+    harness::{Harness, VRAM_GPA, VRAM_SIZE},
 };
 
 /// One SHMEM_MAP as the frontend received it.

@@ -2,17 +2,19 @@
 //! renderings, the default `.stats` path, `--stats-socket`, a missing endpoint, `--trace`; and,
 //! with the vhost-user frontend harness, real paging traffic showing up in both.
 
-mod harness;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{frames, segment, Harness, SpawnOptions, DATA, FRAME_LISTS, PAGE};
 use prometheus_parse::{Scrape, Value};
 use serde_json::Value as Json;
 use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
+use wddm_gpu_frontend_kit::{
+    backend_process::SpawnOptions,
+    harness::{Harness, DATA, FRAME_LISTS, PAGE},
+    requests::{frames, segment},
+};
 
 fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))

@@ -37,13 +37,16 @@ use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_RESP_
 use wddm_gpu_abi::display::{WddmGpuRect, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM};
 use zerocopy::IntoBytes;
 
-use super::harness::display_peer::c_backend::{installed_c_backend, GlibDebug, C_VHOST_USER_GPU};
-use super::harness::display_peer::{DisplayMode, DisplayPeer, DisplaySeen};
-use super::harness::{
-    pattern, Harness, Pending, Reply, SpawnOptions, DATA, PAGE, RAM_SIZE, SLOT_ROOM, TIMEOUT,
-    VRAM_GPA,
+use wddm_gpu_frontend_kit::display_peer::c_backend::{
+    installed_c_backend, GlibDebug, C_VHOST_USER_GPU,
 };
-use super::{median, min_max, percentile_us, round_to};
+use wddm_gpu_frontend_kit::display_peer::{DisplayMode, DisplayPeer, DisplaySeen};
+use wddm_gpu_frontend_kit::{
+    backend_process::{SpawnOptions, TIMEOUT},
+    harness::{Harness, Pending, Reply, DATA, PAGE, RAM_SIZE, SLOT_ROOM, VRAM_GPA},
+    pattern::pattern,
+    stats::{median, min_max, percentile_us, round_to},
+};
 
 const WIDTH: u32 = 1920;
 const HEIGHT: u32 = 1080;

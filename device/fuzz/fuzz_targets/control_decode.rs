@@ -43,7 +43,11 @@ fuzz_target!(|data: &[u8]| {
     // The transport never hands over more than this.
     let bytes = &data[..data.len().min(MAX_REQUEST_SIZE)];
     let decoded = decode_control(bytes);
-    assert_eq!(decoded, decode_control(bytes), "decoding is a pure function");
+    assert_eq!(
+        decoded,
+        decode_control(bytes),
+        "decoding is a pure function"
+    );
     let hdr_size = std::mem::size_of::<WddmGpuCtrlHdr>();
     let needed = |type_: u32| match type_ {
         VIRTIO_GPU_CMD_GET_CAPSET_INFO => std::mem::size_of::<WddmGpuGetCapsetInfo>(),

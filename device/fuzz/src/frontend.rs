@@ -10,6 +10,12 @@
 //! `vhost-user-backend` 0.24 `handler.rs`), including its refusals (a message the handler
 //! refuses never reaches the backend). Where the handler hands the backend an error the
 //! session ends, a refused memory table included: the operations stop there.
+//!
+//! The guest's side (rings, descriptors, requests) is written with the split-ring writer the
+//! integration tests use (`wddm_gpu_frontend_kit`), over a [`RingMemory`] that drops what a
+//! fuzzed guest writes outside its RAM. The message side is not the tests' socket frontend:
+//! an in-process handler mirror keeps each input deterministic, never blocks on a backend
+//! that refused a message, and reaches the backend without a daemon thread.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::FromRawFd;
@@ -18,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::{Backend, GpuBackend};
 use vhost_user_backend::{VhostUserBackendMut, VringRwLock, VringT};
 use vhost_user_wddm_gpu::Gpu;
@@ -31,8 +37,13 @@ use vm_memory::{
     GuestMemoryMmap, GuestRegionMmap, MmapRegion, VolatileMemory,
 };
 use vmm_sys_util::epoll::EventSet;
-use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::features::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use wddm_gpu_abi::submit::WddmGpuRespSubmit;
+use wddm_gpu_frontend_kit::guest_memory::memfd;
+use wddm_gpu_frontend_kit::requests::submit_command;
+use wddm_gpu_frontend_kit::split_ring::{
+    Descriptor, RingMemory, SplitRing, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE,
+};
 use zerocopy::IntoBytes;
 
 use crate::engine_world::{fixed_layout, LAYOUT_MIXED, LAYOUT_WDDM2};
@@ -69,12 +80,9 @@ pub const DATA: u64 = 0xb_0000;
 /// Operations per input.
 pub const MAX_OPS: usize = 96;
 
-const VIRTQ_DESC_F_NEXT: u16 = 1;
-const VIRTQ_DESC_F_WRITE: u16 = 2;
-const VIRTQ_DESC_F_INDIRECT: u16 = 4;
-const F_INDIRECT_DESC: u64 = 1 << 28;
-const F_EVENT_IDX: u64 = 1 << 29;
-const F_PROTOCOL_FEATURES: u64 = 1 << 30;
+const F_INDIRECT_DESC: u64 = 1 << VIRTIO_RING_F_INDIRECT_DESC;
+const F_EVENT_IDX: u64 = 1 << VIRTIO_RING_F_EVENT_IDX;
+const F_PROTOCOL_FEATURES: u64 = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
 /// `VHOST_USER_CONFIG_SIZE`: offset + size of a GET_CONFIG stay within it.
 const CONFIG_SPACE: u32 = 0x1000;
 
@@ -234,10 +242,7 @@ pub fn header(bar_mode: u8, layout: u8) -> u8 {
 /// What the frontend knows of one queue (the guest driver's view of its rings).
 #[derive(Clone, Copy, Debug)]
 struct Ring {
-    desc: u64,
-    avail: u64,
-    used: u64,
-    size: u16,
+    layout: SplitRing,
     /// The driver's next available index.
     avail_idx: u16,
     /// Where GET_VRING_BASE said the device stopped.
@@ -248,10 +253,12 @@ impl Ring {
     fn default_for(queue: usize) -> Self {
         let base = RINGS + queue as u64 * RING_STRIDE;
         Self {
-            desc: base,
-            avail: base + 0x800,
-            used: base + 0x1000,
-            size: QUEUE_SIZE,
+            layout: SplitRing {
+                desc: base,
+                avail: base + 0x800,
+                used: base + 0x1000,
+                size: QUEUE_SIZE,
+            },
             avail_idx: 0,
             stopped_at: None,
         }
@@ -265,7 +272,7 @@ pub struct Frontend {
     vrings: Vec<VringRwLock>,
     atomic: GuestMemoryAtomic<GuestMemoryMmap>,
     /// The frontend's own view of guest RAM (file offset = GPA below [`RAM_SIZE`]).
-    ram_view: MmapRegion<()>,
+    ram_view: RamView,
     ram: File,
     vram_path: PathBuf,
     rings: [Ring; 2],
@@ -289,14 +296,27 @@ fn vram_path() -> PathBuf {
         .clone()
 }
 
-fn memfd(size: u64) -> File {
-    // SAFETY: memfd_create with a static name; the descriptor is owned by the File below.
-    let fd = unsafe { libc::memfd_create(c"wddm-fuzz-ram".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: a fresh descriptor nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(size).expect("memfd size");
-    file
+/// Guest RAM as the fuzzed guest writes it: anything may point anywhere, so bytes past the
+/// end of RAM are dropped and reads there see zeros (a test's RAM panics instead).
+struct RamView(MmapRegion<()>);
+
+impl RingMemory for RamView {
+    fn write(&self, gpa: u64, bytes: &[u8]) {
+        let Some(room) = RAM_SIZE.checked_sub(gpa) else {
+            return;
+        };
+        let len = bytes.len().min(room as usize);
+        if let Ok(slice) = self.0.get_slice(gpa as usize, len) {
+            slice.copy_from(&bytes[..len]);
+        }
+    }
+
+    fn read(&self, gpa: u64, bytes: &mut [u8]) {
+        bytes.fill(0);
+        if let Ok(slice) = self.0.get_slice(gpa as usize, bytes.len()) {
+            slice.copy_to(bytes);
+        }
+    }
 }
 
 fn eventfd() -> File {
@@ -339,12 +359,14 @@ impl Frontend {
                 VringRwLock::new(atomic.clone(), backend.max_queue_size() as u16).expect("vring")
             })
             .collect();
-        let ram = memfd(RAM_SIZE);
-        let ram_view = MmapRegion::from_file(
-            FileOffset::new(ram.try_clone().expect("memfd dup"), 0),
-            RAM_SIZE as usize,
-        )
-        .expect("RAM view");
+        let ram = memfd(c"wddm-fuzz-ram", RAM_SIZE);
+        let ram_view = RamView(
+            MmapRegion::from_file(
+                FileOffset::new(ram.try_clone().expect("memfd dup"), 0),
+                RAM_SIZE as usize,
+            )
+            .expect("RAM view"),
+        );
         let mut frontend = Self {
             backend,
             vrings,
@@ -405,16 +427,7 @@ impl Frontend {
             }
             Op::Submit(queue, slot, fence, packets) => {
                 self.write(DMA, packets);
-                let size = packets.len() as u32;
-                let cmd = WddmGpuCmdSubmit {
-                    hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-                    dma_buffer_address: DMA,
-                    flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-                    dma_buffer_size: size,
-                    end_offset: size,
-                    submission_fence_id: *fence,
-                    ..Default::default()
-                };
+                let cmd = submit_command(DMA, packets.len() as u32, *fence);
                 let room = std::mem::size_of::<WddmGpuRespSubmit>() as u16;
                 self.post(*queue, *slot, 0, room, cmd.as_bytes());
             }
@@ -426,7 +439,7 @@ impl Frontend {
                 }
                 let queue = usize::from(*queue % 2);
                 self.vrings[queue].set_queue_size(*num);
-                self.rings[queue].size = *num;
+                self.rings[queue].layout.size = *num;
             }
             Op::VringAddr(queue, desc, avail, used) => {
                 self.vring_addr(usize::from(*queue % 2), *desc, *avail, *used)
@@ -481,13 +494,12 @@ impl Frontend {
             }
             Op::ProtocolFeatures(features) => self.protocol_features = *features,
             Op::AvailIdx(queue, idx) => {
-                let ring = self.rings[usize::from(*queue % 2)];
-                self.write(ring.avail + 2, &idx.to_le_bytes());
+                let ring = self.rings[usize::from(*queue % 2)].layout;
+                ring.write_avail_idx(&self.ram_view, *idx);
             }
             Op::UsedEvent(queue, idx) => {
-                let ring = self.rings[usize::from(*queue % 2)];
-                let at = ring.avail + 4 + 2 * u64::from(ring.size);
-                self.write(at, &idx.to_le_bytes());
+                let ring = self.rings[usize::from(*queue % 2)].layout;
+                ring.write_used_event(&self.ram_view, *idx);
             }
             Op::Settle(n) => std::thread::sleep(Duration::from_micros(20 * u64::from(n % 8 + 1))),
             Op::GpuSocket => {
@@ -503,14 +515,15 @@ impl Frontend {
     pub fn describe_used(&self) -> String {
         let mut out = String::new();
         for (queue, ring) in self.rings.iter().enumerate() {
-            let idx = u16::from_le_bytes(self.read::<2>(ring.used + 2));
+            let ring = ring.layout;
+            let idx = ring.used_idx(&self.ram_view);
             out.push_str(&format!("q{queue} used idx {idx}:"));
             for i in 0..idx.min(ring.size).min(16) {
-                let entry = self.read::<8>(ring.used + 4 + 8 * u64::from(i));
-                let head = u32::from_le_bytes(entry[..4].try_into().unwrap());
-                let len = u32::from_le_bytes(entry[4..].try_into().unwrap());
+                let used = ring.used_entry(&self.ram_view, i);
+                let (head, len) = (used.id, used.len);
                 let response = SLOTS + u64::from(head / 2) * SLOT_STRIDE + 0x1000;
-                let bytes = self.read::<32>(response);
+                let mut bytes = [0u8; 32];
+                self.ram_view.read(response, &mut bytes);
                 let type_ = u32::from_le_bytes(bytes[..4].try_into().unwrap());
                 let status = u32::from_le_bytes(bytes[28..32].try_into().unwrap());
                 out.push_str(&format!(
@@ -522,33 +535,10 @@ impl Frontend {
         out
     }
 
-    fn read<const N: usize>(&self, address: u64) -> [u8; N] {
-        let mut out = [0u8; N];
-        if let Ok(slice) = self.ram_view.get_slice(address as usize, N) {
-            slice.copy_to(&mut out[..]);
-        }
-        out
-    }
-
     /// Writes guest RAM through the frontend's own mapping (GPA = file offset); bytes past
     /// the end of RAM are dropped.
     fn write(&self, address: u64, bytes: &[u8]) {
-        let Some(room) = RAM_SIZE.checked_sub(address) else {
-            return;
-        };
-        let len = bytes.len().min(room as usize);
-        if let Ok(slice) = self.ram_view.get_slice(address as usize, len) {
-            slice.copy_from(&bytes[..len]);
-        }
-    }
-
-    fn write_desc(&self, table: u64, index: u16, address: u64, len: u32, flags: u16, next: u16) {
-        let mut desc = [0u8; 16];
-        desc[..8].copy_from_slice(&address.to_le_bytes());
-        desc[8..12].copy_from_slice(&len.to_le_bytes());
-        desc[12..14].copy_from_slice(&flags.to_le_bytes());
-        desc[14..].copy_from_slice(&next.to_le_bytes());
-        self.write(table + 16 * u64::from(index), &desc);
+        self.ram_view.write(address, bytes);
     }
 
     /// The guest writes a request into slot `slot`, a descriptor chain of shape `shape` for it,
@@ -556,7 +546,7 @@ impl Frontend {
     fn post(&mut self, queue: u8, slot: u8, shape: u8, room: u16, request: &[u8]) {
         let queue = usize::from(queue % 2);
         let ring = self.rings[queue];
-        let size = ring.size.max(1);
+        let size = ring.layout.size.max(1);
         let slot = slot % SLOT_COUNT;
         let head = (u16::from(slot) * 2) % size;
         let second = (head + 1) % size;
@@ -568,59 +558,66 @@ impl Frontend {
         let len = request.len() as u32;
         let room = u32::from(room);
         let (read, write, next) = (0, VIRTQ_DESC_F_WRITE, VIRTQ_DESC_F_NEXT);
+        let ram = &self.ram_view;
+        let put = |index: u16, desc: Descriptor| desc.write(ram, ring.layout.desc, index);
         match shape % 10 {
             // Request, then response (what drivers post).
             0 => {
-                self.write_desc(ring.desc, head, request_at, len, next, second);
-                self.write_desc(ring.desc, second, response_at, room, write, 0);
+                put(head, Descriptor::new(request_at, len, next, second));
+                put(second, Descriptor::new(response_at, room, write, 0));
             }
             // Request only (no room for an answer).
-            1 => self.write_desc(ring.desc, head, request_at, len, read, 0),
+            1 => put(head, Descriptor::new(request_at, len, read, 0)),
             // Response only (nothing to read).
-            2 => self.write_desc(ring.desc, head, response_at, room, write, 0),
+            2 => put(head, Descriptor::new(response_at, room, write, 0)),
             // The request split over two descriptors, then the response.
             3 => {
                 let half = len / 2;
-                self.write_desc(ring.desc, head, request_at, half, next, second);
+                put(head, Descriptor::new(request_at, half, next, second));
                 let rest = request_at + u64::from(half);
-                self.write_desc(ring.desc, second, rest, len - half, next, third);
-                self.write_desc(ring.desc, third, response_at, room, write, 0);
+                put(second, Descriptor::new(rest, len - half, next, third));
+                put(third, Descriptor::new(response_at, room, write, 0));
             }
             // An indirect table holding request and response.
             4 => {
                 let table = INDIRECT + u64::from(slot) * 0x100;
-                self.write_desc(table, 0, request_at, len, next, 1);
-                self.write_desc(table, 1, response_at, room, write, 0);
-                self.write_desc(ring.desc, head, table, 32, VIRTQ_DESC_F_INDIRECT, 0);
+                Descriptor::new(request_at, len, next, 1).write(ram, table, 0);
+                Descriptor::new(response_at, room, write, 0).write(ram, table, 1);
+                put(head, Descriptor::new(table, 32, VIRTQ_DESC_F_INDIRECT, 0));
             }
             // A chain that loops on itself.
-            5 => self.write_desc(ring.desc, head, request_at, len, next, head),
+            5 => put(head, Descriptor::new(request_at, len, next, head)),
             // Response first, then the request (writable before readable).
             6 => {
-                self.write_desc(ring.desc, head, response_at, room, write | next, second);
-                self.write_desc(ring.desc, second, request_at, len, read, 0);
+                put(
+                    head,
+                    Descriptor::new(response_at, room, write | next, second),
+                );
+                put(second, Descriptor::new(request_at, len, read, 0));
             }
             // The response buffer in the VRAM BAR window.
             7 => {
-                self.write_desc(ring.desc, head, request_at, len, next, second);
-                self.write_desc(ring.desc, second, VRAM_GPA, room, write, 0);
+                put(head, Descriptor::new(request_at, len, next, second));
+                put(second, Descriptor::new(VRAM_GPA, room, write, 0));
             }
             // The request outside guest RAM.
             8 => {
-                self.write_desc(ring.desc, head, RAM_SIZE - 8, len.max(16), next, second);
-                self.write_desc(ring.desc, second, response_at, room, write, 0);
+                put(
+                    head,
+                    Descriptor::new(RAM_SIZE - 8, len.max(16), next, second),
+                );
+                put(second, Descriptor::new(response_at, room, write, 0));
             }
             // The response spilling past the end of RAM.
             _ => {
-                self.write_desc(ring.desc, head, request_at, len, next, second);
-                self.write_desc(ring.desc, second, RAM_SIZE - 16, room.max(64), write, 0);
+                put(head, Descriptor::new(request_at, len, next, second));
+                put(
+                    second,
+                    Descriptor::new(RAM_SIZE - 16, room.max(64), write, 0),
+                );
             }
         }
-        let entry = ring.avail + 4 + 2 * u64::from(ring.avail_idx % size);
-        self.write(entry, &head.to_le_bytes());
-        let idx = ring.avail_idx.wrapping_add(1);
-        self.write(ring.avail + 2, &idx.to_le_bytes());
-        self.rings[queue].avail_idx = idx;
+        self.rings[queue].avail_idx = ring.layout.make_available(ram, ring.avail_idx, head);
     }
 
     /// A kick, delivered as the vring worker delivers it: only to a started and enabled ring
@@ -697,8 +694,8 @@ impl Frontend {
             return;
         };
         vring.set_queue_next_used(idx);
-        let ring = &mut self.rings[queue];
-        (ring.desc, ring.avail, ring.used) = (desc, avail, used);
+        let layout = &mut self.rings[queue].layout;
+        (layout.desc, layout.avail, layout.used) = (desc, avail, used);
     }
 
     fn set_features(&mut self, features: u64) {
@@ -742,7 +739,7 @@ impl Frontend {
             let base = if fresh {
                 // The driver zeroes its rings and starts over.
                 let zeros = vec![0u8; RING_STRIDE as usize];
-                self.write(ring.desc, &zeros);
+                self.write(ring.layout.desc, &zeros);
                 self.rings[queue] = ring;
                 0
             } else {
@@ -755,7 +752,10 @@ impl Frontend {
             };
             self.vrings[queue].set_queue_size(QUEUE_SIZE);
             self.vrings[queue].set_queue_next_avail(base);
-            self.vring_addr(queue, ring.desc, ring.avail, ring.used);
+            let SplitRing {
+                desc, avail, used, ..
+            } = ring.layout;
+            self.vring_addr(queue, desc, avail, used);
             self.vrings[queue].set_kick(Some(eventfd()));
             self.init_if_needed(queue);
             self.vrings[queue].set_call(Some(eventfd()));

@@ -19,11 +19,13 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{Immutable, IntoBytes};
 
-use crate::harness::{
-    frames, pattern, segment, submit_command, Harness, Pending, DATA, DMA_BUFFER, FRAME_LISTS,
-    PAGE, STATUS_PAGE, TIMEOUT, VRAM_SIZE,
+pub use wddm_gpu_frontend_kit::requests::{status, unknown_packet};
+use wddm_gpu_frontend_kit::{
+    backend_process::TIMEOUT,
+    harness::{Harness, Pending, DATA, DMA_BUFFER, FRAME_LISTS, PAGE, STATUS_PAGE, VRAM_SIZE},
+    pattern::pattern,
+    requests::{frames, segment, submit_command},
 };
-pub use crate::harness::{status, unknown_packet};
 
 /// The default layout: segment 1 is CPU-visible VRAM, segment 2 a cache-coherent aperture, both
 /// with `BaseAddress` 0 (checked by [`ready`]).

@@ -4,8 +4,12 @@ use wddm_gpu_abi::build::{self, fill, transfer};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::common::*;
-use crate::harness::{frames, pattern, segment, submit_command, FRAME_LISTS, PAGE, VRAM_SIZE};
 use crate::place::*;
+use wddm_gpu_frontend_kit::{
+    harness::{FRAME_LISTS, PAGE, VRAM_SIZE},
+    pattern::pattern,
+    requests::{frames, segment, submit_command},
+};
 
 #[test]
 fn dma_buffer_in_the_aperture_is_read_through_the_gart() {

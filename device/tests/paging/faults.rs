@@ -16,9 +16,12 @@ use wddm_gpu_abi::submit::{
 use zerocopy::{Immutable, IntoBytes};
 
 use crate::common::*;
-use crate::harness::{
-    frames, pattern, segment, submit_command, Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE,
-    RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE,
+use wddm_gpu_frontend_kit::{
+    harness::{
+        Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE,
+    },
+    pattern::pattern,
+    requests::{frames, segment, submit_command},
 };
 
 /// Where the first, valid packet of a faulting submission copies to (and from).

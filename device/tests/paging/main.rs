@@ -1,4 +1,4 @@
-//! The paging engine driven over the real vhost-user socket (see `harness`), checked byte for
+//! The paging engine driven over the real vhost-user socket (see `wddm_gpu_frontend_kit::harness`), checked byte for
 //! byte in the memfd guest RAM and the VRAM file, one module a topic:
 //!
 //! - [`ops`]: every packet, every endpoint combination of TRANSFER, FENCE events.
@@ -12,9 +12,6 @@
 //!
 //! Submissions run on the device's own thread: requests posted with `Harness::post` are
 //! answered in any order while the control queue keeps serving, and every wait is bounded.
-
-#[path = "../harness/mod.rs"]
-mod harness;
 
 mod common;
 mod place;

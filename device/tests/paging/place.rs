@@ -3,7 +3,10 @@
 use wddm_gpu_abi::build::Endpoint;
 
 use crate::common::{assert_bytes, map_pages, APERTURE_SEGMENT, GUARD, SENTINEL, VRAM_SEGMENT};
-use crate::harness::{frames, segment, Harness, PAGE};
+use wddm_gpu_frontend_kit::{
+    harness::{Harness, PAGE},
+    requests::{frames, segment},
+};
 
 /// Where an endpoint's bytes are, and how the test reaches them directly.
 #[derive(Clone, Debug)]

@@ -11,8 +11,12 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 
 use crate::common::*;
-use crate::harness::{pattern, segment, submit_command, FRAME_LISTS, PAGE, STATUS_PAGE};
 use crate::place::*;
+use wddm_gpu_frontend_kit::{
+    harness::{FRAME_LISTS, PAGE, STATUS_PAGE},
+    pattern::pattern,
+    requests::{segment, submit_command},
+};
 
 #[test]
 fn preempt_mid_transfer_returns_the_running_and_queued_submissions() {

@@ -8,8 +8,10 @@ use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GP
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::common::*;
-use crate::harness::{
-    frames, pattern, segment, submit_command, FRAME_LISTS, PAGE, STATUS_PAGE, VRAM_GPA,
+use wddm_gpu_frontend_kit::{
+    harness::{FRAME_LISTS, PAGE, STATUS_PAGE, VRAM_GPA},
+    pattern::pattern,
+    requests::{frames, segment, submit_command},
 };
 
 #[test]

@@ -19,7 +19,7 @@ use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WddmGpuRespDisplayInfo, VIRTIO_GPU_RESP
 use wddm_gpu_abi::display::{WddmGpuRespEdid, VIRTIO_GPU_RESP_OK_EDID};
 use zerocopy::IntoBytes;
 
-use super::Harness;
+use crate::harness::Harness;
 
 pub mod c_backend;
 

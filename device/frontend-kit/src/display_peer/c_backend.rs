@@ -15,7 +15,9 @@ use std::sync::atomic::Ordering;
 
 use vhost::vhost_user::message::VhostUserHeaderFlag;
 
-use super::super::{map_file, BackendProcess, Deadline, Harness, INSTANCE, PAGE, TIMEOUT};
+use crate::backend_process::{BackendProcess, Deadline, INSTANCE, TIMEOUT};
+use crate::guest_memory::map_file;
+use crate::harness::{Harness, PAGE};
 
 /// Where Debian's `qemu-system-gui` installs it.
 pub const C_VHOST_USER_GPU: &str = "/usr/lib/qemu/vhost-user-gpu";

@@ -14,19 +14,10 @@
 //! The backend child is killed, and its files removed, when the harness is dropped; if the test
 //! is failing, its log is printed first.
 
-#![allow(dead_code)]
-
-pub mod display_peer;
-
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use vhost::vhost_user::message::{
@@ -34,9 +25,8 @@ use vhost::vhost_user::message::{
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-use wddm_gpu_abi::build::Endpoint;
 use wddm_gpu_abi::caps::{
     WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION,
 };
@@ -44,18 +34,21 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_RESP_OK_CAPSET,
     VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
-    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
-    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
+    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT,
+    WDDM_GPU_RESP_SUBMIT,
 };
-use wddm_gpu_abi::packet::{WddmGpuPacketFence, WddmGpuPacketTransfer};
+use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{
     WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt,
     WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
 };
-use wddm_gpu_abi::submit::{
-    SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
-};
+use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{FromBytes, IntoBytes};
+
+use crate::backend_process::{BackendProcess, SpawnOptions, TIMEOUT};
+use crate::guest_memory::{map_file, memfd, memory_region};
+use crate::requests::submit_command;
+use crate::split_ring::{Descriptor, SplitRing, UsedEntry, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 
 /// Guest RAM: 64 MiB at GPA 0.
 pub const RAM_SIZE: u64 = 64 << 20;
@@ -96,269 +89,16 @@ pub const SLOTS: u16 = QUEUE_SIZE / 2;
 /// A spare 4 KiB-aligned page for a status page.
 pub const STATUS_PAGE: u64 = 0x5_0000;
 
+/// The control queue's rings in guest RAM.
+pub const CONTROL_RING: SplitRing = SplitRing {
+    desc: DESC_TABLE,
+    avail: AVAIL_RING,
+    used: USED_RING,
+    size: QUEUE_SIZE,
+};
+
 /// Byte written into response buffers before each request, to see what the device wrote.
 pub const RESPONSE_FILL: u8 = 0xcc;
-
-/// Split-ring descriptor flags.
-pub const VIRTQ_DESC_F_NEXT: u16 = 1;
-pub const VIRTQ_DESC_F_WRITE: u16 = 2;
-pub const VIRTQ_DESC_F_INDIRECT: u16 = 4;
-
-/// Every wait for the backend gives up after this long.
-pub const TIMEOUT: Duration = Duration::from_secs(10);
-
-static INSTANCE: AtomicU32 = AtomicU32::new(0);
-
-/// The end of a bounded wait that polls every 10 ms.
-struct Deadline(Instant);
-
-impl Deadline {
-    fn after(timeout: Duration) -> Self {
-        Self(Instant::now() + timeout)
-    }
-
-    /// Panics with `why` once the deadline has passed; otherwise waits before the next poll.
-    fn wait_or_panic(&self, why: impl FnOnce() -> String) {
-        assert!(Instant::now() < self.0, "{}", why());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// How to start a backend and size the guest: [`Default`] is what [`Harness::ready`] uses.
-#[derive(Clone, Debug)]
-pub struct SpawnOptions {
-    /// `--vram-size` (a power of two).
-    pub vram_size: u64,
-    /// Guest RAM at GPA 0 (memfd-backed; pages are only allocated when touched).
-    pub ram_size: u64,
-    /// More backend arguments, e.g. `--layout FILE`.
-    pub args: Vec<OsString>,
-    /// `RUST_LOG` of the backend.
-    pub log_filter: String,
-    /// Hand the backend one end of a socketpair with `--fd` (as libvirt does) instead of a
-    /// socket path: every message then goes through the backend's relay.
-    pub via_fd: bool,
-}
-
-impl SpawnOptions {
-    /// The defaults with `vram_size` bytes of VRAM.
-    pub fn with_vram(vram_size: u64) -> Self {
-        Self {
-            vram_size,
-            ..Self::default()
-        }
-    }
-}
-
-impl Default for SpawnOptions {
-    fn default() -> Self {
-        Self {
-            vram_size: VRAM_SIZE,
-            ram_size: RAM_SIZE,
-            args: Vec::new(),
-            log_filter: "debug".to_string(),
-            via_fd: false,
-        }
-    }
-}
-
-/// The backend binary running as a child, with its socket, VRAM file and log.
-pub struct BackendProcess {
-    child: Option<Child>,
-    dir: PathBuf,
-    pub socket: PathBuf,
-    pub vram_path: PathBuf,
-    /// The `--vram-size` given.
-    pub vram_size: u64,
-    log: PathBuf,
-    /// With [`SpawnOptions::via_fd`]: the frontend's end of the socketpair, until connected.
-    paired: std::sync::Mutex<Option<UnixStream>>,
-}
-
-impl BackendProcess {
-    /// Starts the backend with `options` (its VRAM size, extra arguments and log filter) and
-    /// waits until its socket exists.
-    pub fn spawn_with_options(name: &str, options: &SpawnOptions) -> Self {
-        let vram_size = options.vram_size;
-        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let unique = format!("{}-{instance}-{name}", std::process::id());
-        let dir = std::env::temp_dir().join(format!("wddm-frontend-{unique}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("backend.sock");
-        let vram_path = PathBuf::from(format!("/dev/shm/wddm-frontend-test-{unique}.vram"));
-        let log = dir.join("backend.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"));
-        let mut paired = None;
-        let mut backend_end = None;
-        if options.via_fd {
-            let (ours, theirs) = UnixStream::pair().unwrap();
-            // SAFETY: F_SETFD on a descriptor this test owns: the child inherits it.
-            let inheritable = unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) };
-            assert_eq!(inheritable, 0);
-            command.arg("--fd").arg(theirs.as_raw_fd().to_string());
-            paired = Some(ours);
-            backend_end = Some(theirs);
-        } else {
-            command.arg("--socket-path").arg(&socket);
-        }
-        let child = command
-            .arg("--vram-path")
-            .arg(&vram_path)
-            .arg("--vram-size")
-            .arg(format!("{vram_size:#x}"))
-            .args(&options.args)
-            .env("RUST_LOG", &options.log_filter)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        // Only the child holds its end now: its hang-up is seen when it exits.
-        drop(backend_end);
-        let via_fd = paired.is_some();
-        let mut process = Self {
-            child: Some(child),
-            dir,
-            socket,
-            vram_path,
-            vram_size,
-            log,
-            paired: std::sync::Mutex::new(paired),
-        };
-        let deadline = Deadline::after(TIMEOUT);
-        // With --fd there is no socket to wait for: the backend says when it is ready.
-        let ready = |process: &Self| {
-            if via_fd {
-                process.log().contains("waiting for the frontend")
-            } else {
-                process.socket.exists()
-            }
-        };
-        while !ready(&process) {
-            if let Some(status) = process.try_wait() {
-                panic!(
-                    "backend exited ({status}) before listening:\n{}",
-                    process.log()
-                );
-            }
-            deadline.wait_or_panic(|| {
-                format!(
-                    "backend never created {}:\n{}",
-                    process.socket.display(),
-                    process.log()
-                )
-            });
-        }
-        process
-    }
-
-    /// Connects a frontend, retrying while the listener is not accepting yet. Socket reads and
-    /// writes time out, so a backend that stops answering fails the test instead of hanging it.
-    pub fn connect(&self) -> Frontend {
-        if let Some(stream) = self.paired.lock().unwrap().take() {
-            stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-            stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-            return Frontend::from_stream(stream, 2);
-        }
-        let deadline = Deadline::after(TIMEOUT);
-        let stream = loop {
-            match UnixStream::connect(&self.socket) {
-                Ok(stream) => break stream,
-                Err(error) => deadline.wait_or_panic(|| {
-                    format!(
-                        "cannot connect to {}: {error}\n{}",
-                        self.socket.display(),
-                        self.log()
-                    )
-                }),
-            }
-        };
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-        Frontend::from_stream(stream, 2)
-    }
-
-    /// The backend's process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// The stats socket the backend serves by default: the vhost-user socket path + `.stats`.
-    pub fn stats_socket(&self) -> PathBuf {
-        let mut path = self.socket.clone().into_os_string();
-        path.push(".stats");
-        PathBuf::from(path)
-    }
-
-    /// A `VmRSS`-style field of `/proc/PID/status` (e.g. `RssAnon`), in bytes.
-    pub fn status_kib_field(&self, field: &str) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        status.lines().find_map(|line| {
-            let value = line.strip_prefix(field)?.strip_prefix(':')?;
-            let kib: u64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
-            Some(kib * 1024)
-        })
-    }
-
-    /// The exit status if the backend has exited.
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut()?.try_wait().unwrap()
-    }
-
-    /// Whether the backend is still running.
-    pub fn is_running(&mut self) -> bool {
-        self.child.is_some() && self.try_wait().is_none()
-    }
-
-    /// Waits (bounded) for the backend to exit and returns its status.
-    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Deadline::after(timeout);
-        loop {
-            if let Some(status) = self.try_wait() {
-                return status;
-            }
-            deadline.wait_or_panic(|| {
-                format!(
-                    "backend still running {timeout:?} after the frontend went away:\n{}",
-                    self.log()
-                )
-            });
-        }
-    }
-
-    /// Waits (bounded) for the backend to exit, which must be with status 0.
-    pub fn assert_exits_cleanly(&mut self, timeout: Duration) {
-        let status = self.wait_exit(timeout);
-        assert!(
-            status.success(),
-            "backend exited with {status}:\n{}",
-            self.log()
-        );
-    }
-
-    /// What the backend logged so far.
-    pub fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = File::open(&self.log) {
-            let _ = file.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for BackendProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("---- backend log ----\n{}---- end ----", self.log());
-        }
-        let _ = std::fs::remove_file(&self.vram_path);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// What the handshake learned.
 #[derive(Clone, Copy, Debug)]
@@ -368,37 +108,10 @@ pub struct Negotiated {
     pub config: [u8; 16],
 }
 
-/// One descriptor as the driver writes it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Desc {
-    pub addr: u64,
-    pub len: u32,
-    pub flags: u16,
-    pub next: u16,
-}
-
-impl Desc {
-    pub const fn new(addr: u64, len: u32, flags: u16, next: u16) -> Self {
-        Self {
-            addr,
-            len,
-            flags,
-            next,
-        }
-    }
-}
-
-/// A used-ring entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Used {
-    pub id: u32,
-    pub len: u32,
-}
-
 /// The answer to one control request.
 #[derive(Clone, Debug)]
 pub struct Reply {
-    pub used: Used,
+    pub used: UsedEntry,
     /// The first `used.len` bytes of the response buffer.
     pub bytes: Vec<u8>,
     /// Position of the used entry among all entries collected on this ring (answers compare
@@ -476,10 +189,10 @@ pub struct Harness {
     last_used: u16,
     /// Heads posted and not answered yet.
     outstanding: HashSet<u16>,
-    /// Used entries collected from the ring and not handed out yet, by head, with their
+    /// UsedEntry entries collected from the ring and not handed out yet, by head, with their
     /// position.
-    completed: HashMap<u16, (Used, u64)>,
-    /// Used entries collected so far on this ring.
+    completed: HashMap<u16, (UsedEntry, u64)>,
+    /// UsedEntry entries collected so far on this ring.
     collected: u64,
     /// Free asynchronous slots (1 to SLOTS - 1).
     free_slots: Vec<u16>,
@@ -506,13 +219,7 @@ impl Harness {
         let frontend = backend.connect();
         frontend.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
 
-        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
-        let fd = unsafe { libc::memfd_create(c"wddm-guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is a freshly created descriptor nobody else owns.
-        let ram_file = unsafe { File::from_raw_fd(fd) };
-        ram_file.set_len(ram_size).unwrap();
-        let ram = map_file(ram_file, ram_size);
+        let ram = map_file(memfd(c"wddm-guest-ram", ram_size), ram_size);
 
         let vram_file = OpenOptions::new()
             .read(true)
@@ -755,13 +462,8 @@ impl Harness {
     }
 
     /// The used-ring entry at `index` (modulo the queue size), as the device wrote it.
-    pub fn used_entry(&self, index: u16) -> Used {
-        let slot = u64::from(index % QUEUE_SIZE);
-        let entry = USED_RING + 4 + 8 * slot;
-        Used {
-            id: u32::from_le(self.ram.read_obj(GuestAddress(entry)).unwrap()),
-            len: u32::from_le(self.ram.read_obj(GuestAddress(entry + 4)).unwrap()),
-        }
+    pub fn used_entry(&self, index: u16) -> UsedEntry {
+        CONTROL_RING.used_entry(&self.ram, index)
     }
 
     /// Closes the frontend connection (as QEMU does when it quits) and hands back the backend
@@ -837,14 +539,9 @@ impl Harness {
     // ---- the split ring ----
 
     /// Writes descriptors at consecutive indices of the table at `table` (GPA).
-    pub fn write_descriptors(&self, table: u64, descs: &[Desc]) {
-        for (index, desc) in descs.iter().enumerate() {
-            let mut raw = [0u8; 16];
-            raw[0..8].copy_from_slice(&desc.addr.to_le_bytes());
-            raw[8..12].copy_from_slice(&desc.len.to_le_bytes());
-            raw[12..14].copy_from_slice(&desc.flags.to_le_bytes());
-            raw[14..16].copy_from_slice(&desc.next.to_le_bytes());
-            self.write_ram(table + 16 * index as u64, &raw);
+    pub fn write_descriptors(&self, table: u64, descs: &[Descriptor]) {
+        for (index, desc) in (0..).zip(descs) {
+            desc.write(&self.ram, table, index);
         }
     }
 
@@ -859,17 +556,8 @@ impl Harness {
     /// Writes `head` into the next available slot and used_event (interrupt once the entry
     /// after `last_used` is used), then advances the available index.
     fn add_to_avail_ring(&mut self, head: u16) {
-        let slot = u64::from(self.next_avail % QUEUE_SIZE);
-        self.ram
-            .write_obj(head.to_le(), GuestAddress(AVAIL_RING + 4 + 2 * slot))
-            .unwrap();
         self.write_used_event();
-        fence(Ordering::SeqCst);
-        self.next_avail = self.next_avail.wrapping_add(1);
-        self.ram
-            .write_obj(self.next_avail.to_le(), GuestAddress(AVAIL_RING + 2))
-            .unwrap();
-        fence(Ordering::SeqCst);
+        self.next_avail = CONTROL_RING.make_available(&self.ram, self.next_avail, head);
     }
 
     /// Kicks queue 0, noting when (for [`Self::last_round_trip`]).
@@ -880,26 +568,22 @@ impl Harness {
 
     /// A hostile guest's avail index: written as is (no entries behind it), then a kick.
     pub fn write_avail_idx(&mut self, idx: u16) {
-        self.ram
-            .write_obj(idx.to_le(), GuestAddress(AVAIL_RING + 2))
-            .unwrap();
-        fence(Ordering::SeqCst);
+        CONTROL_RING.write_avail_idx(&self.ram, idx);
         self.kick.write(1).unwrap();
     }
 
     fn used_idx(&self) -> u16 {
-        fence(Ordering::SeqCst);
-        u16::from_le(self.ram.read_obj(GuestAddress(USED_RING + 2)).unwrap())
+        CONTROL_RING.used_idx(&self.ram)
     }
 
     /// Waits (bounded by [`TIMEOUT`]) for the next used entry and its call notification.
-    pub fn wait_used(&mut self) -> Result<Used, String> {
+    pub fn wait_used(&mut self) -> Result<UsedEntry, String> {
         self.wait_used_for(TIMEOUT)
     }
 
     /// Waits at most `timeout` for the next used entry and its call notification. Only for
     /// heads published with [`Self::publish`] while no [`Self::post`]ed request is pending.
-    pub fn wait_used_for(&mut self, timeout: Duration) -> Result<Used, String> {
+    pub fn wait_used_for(&mut self, timeout: Duration) -> Result<UsedEntry, String> {
         assert!(
             self.outstanding.is_empty() && self.completed.is_empty(),
             "wait_used_for while posted requests are pending: use wait_reply"
@@ -940,16 +624,13 @@ impl Harness {
             self.last_used.wrapping_add(1),
             "more than one used entry for one request"
         );
-        let slot = u64::from(self.last_used % QUEUE_SIZE);
-        let entry = USED_RING + 4 + 8 * slot;
-        let id: u32 = u32::from_le(self.ram.read_obj(GuestAddress(entry)).unwrap());
-        let len: u32 = u32::from_le(self.ram.read_obj(GuestAddress(entry + 4)).unwrap());
+        let used = self.used_entry(self.last_used);
         self.last_used = used_idx;
-        Ok(Used { id, len })
+        Ok(used)
     }
 
     /// Like [`Self::wait_used`], panicking with the backend log on timeout.
-    pub fn expect_used(&mut self) -> Used {
+    pub fn expect_used(&mut self) -> UsedEntry {
         match self.wait_used() {
             Ok(used) => used,
             Err(why) => panic!("{why}\n---- backend log ----\n{}", self.backend.log()),
@@ -995,7 +676,7 @@ impl Harness {
             "head {head} is still in use"
         );
         self.write_ram(request_gpa, request);
-        let mut descs = vec![Desc {
+        let mut descs = vec![Descriptor {
             addr: request_gpa,
             len: request.len() as u32,
             flags: 0,
@@ -1004,7 +685,7 @@ impl Harness {
         if response_room > 0 {
             descs[0].flags = VIRTQ_DESC_F_NEXT;
             descs[0].next = head + 1;
-            descs.push(Desc {
+            descs.push(Descriptor {
                 addr: response_gpa,
                 len: response_room,
                 flags: VIRTQ_DESC_F_WRITE,
@@ -1036,12 +717,7 @@ impl Harness {
     /// used_event (after the available ring): interrupt once the entry after `last_used` is
     /// used.
     fn write_used_event(&self) {
-        self.ram
-            .write_obj(
-                self.last_used.to_le(),
-                GuestAddress(AVAIL_RING + 4 + 2 * u64::from(QUEUE_SIZE)),
-            )
-            .unwrap();
+        CONTROL_RING.write_used_event(&self.ram, self.last_used);
     }
 
     /// Moves every new used entry into `completed`. Each must be the head of a pending
@@ -1152,7 +828,7 @@ impl Harness {
 
     /// What the device wrote for `pending` according to `used` (which may come from
     /// [`Self::used_entry`] for a ring the harness no longer collects from).
-    pub fn read_reply(&self, pending: &Pending, used: Used) -> Reply {
+    pub fn read_reply(&self, pending: &Pending, used: UsedEntry) -> Reply {
         assert_eq!(
             used.id,
             u32::from(pending.head),
@@ -1361,86 +1037,4 @@ impl Harness {
         let info = self.capset_info();
         assert_eq!(info.capset_id, WDDM_GPU_CAPSET_ID);
     }
-}
-
-/// `size` bytes of `file` mapped here, at "guest address" 0 of the mapping.
-fn map_file(file: File, size: u64) -> GuestMemoryMmap<()> {
-    GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(0),
-        size as usize,
-        Some(FileOffset::new(file, 0)),
-    )])
-    .unwrap()
-}
-
-/// The memory-table entry announcing the file-backed `memory` (all `size` bytes of it) at `gpa`.
-fn memory_region(memory: &GuestMemoryMmap<()>, gpa: u64, size: u64) -> VhostUserMemoryRegionInfo {
-    let region = memory.find_region(GuestAddress(0)).unwrap();
-    let fd = vm_memory::GuestMemoryRegion::file_offset(region)
-        .unwrap()
-        .file()
-        .as_raw_fd();
-    VhostUserMemoryRegionInfo {
-        guest_phys_addr: gpa,
-        memory_size: size,
-        userspace_addr: memory.get_host_address(GuestAddress(0)).unwrap() as u64,
-        mmap_offset: 0,
-        mmap_handle: fd,
-    }
-}
-
-/// A paging submission of `[0, size)` of the DMA buffer at `address`.
-pub fn submit_command(address: u64, size: u32, fence_id: u32) -> WddmGpuCmdSubmit {
-    WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: address,
-        dma_buffer_segment_id: 0,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: size,
-        start_offset: 0,
-        end_offset: size,
-        submission_fence_id: fence_id,
-        node_ordinal: 0,
-        reserved: 0,
-    }
-}
-
-/// The status a completion reports (`None` for a value this build does not know).
-pub fn status(response: &WddmGpuRespSubmit) -> Option<SubmitStatus> {
-    SubmitStatus::from_raw(response.status)
-}
-
-/// A 16-byte packet with an opcode the device does not know: a FENCE's bytes (header, then
-/// zeros) under another opcode. Only tests need it, so it is not in `build`.
-pub fn unknown_packet(opcode: u16) -> WddmGpuPacketFence {
-    let mut packet = wddm_gpu_abi::build::fence(0);
-    packet.header.opcode = opcode;
-    packet
-}
-
-/// A segment endpoint.
-pub fn segment(id: u32, address: u64) -> Endpoint {
-    Endpoint::Segment { id, address }
-}
-
-/// A frame-list endpoint.
-pub fn frames(list_address: u64, frame_count: u32, byte_offset: u32) -> Endpoint {
-    Endpoint::Frames {
-        list_address,
-        frame_count,
-        byte_offset,
-    }
-}
-
-/// Deterministic bytes that differ at every offset (xorshift), seeded per use.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
 }
