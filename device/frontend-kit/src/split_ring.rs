@@ -6,15 +6,22 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+// The ring's layout is the ABI crate's, re-exported for the tests that build chains by hand.
+use std::mem::size_of;
+pub use wddm_gpu_abi::ring::{VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 
-/// Split-ring descriptor flags, as the descriptor's `u16` field holds them.
-pub const VIRTQ_DESC_F_NEXT: u16 = VRING_DESC_F_NEXT as u16;
-pub const VIRTQ_DESC_F_WRITE: u16 = VRING_DESC_F_WRITE as u16;
-pub const VIRTQ_DESC_F_INDIRECT: u16 = VRING_DESC_F_INDIRECT as u16;
+use wddm_gpu_abi::ring::{
+    WddmGpuVirtqDesc, VIRTQ_AVAIL_ENTRY_SIZE, VIRTQ_RING_ENTRIES_OFFSET, VIRTQ_RING_IDX_OFFSET,
+};
+use zerocopy::IntoBytes;
+
+/// Where a ring's index and entries start, and an avail entry's size, as offsets.
+const IDX: u64 = VIRTQ_RING_IDX_OFFSET as u64;
+const ENTRIES: u64 = VIRTQ_RING_ENTRIES_OFFSET as u64;
+const AVAIL_ENTRY: u64 = VIRTQ_AVAIL_ENTRY_SIZE as u64;
 
 /// Bytes of one descriptor in a table.
-pub const DESCRIPTOR_SIZE: u64 = 16;
+pub const DESCRIPTOR_SIZE: u64 = std::mem::size_of::<WddmGpuVirtqDesc>() as u64;
 
 /// Guest memory the rings are written into, by guest-physical address. What an access outside
 /// the memory does is the implementation's choice: a test fails, a fuzzed guest is ignored.
@@ -44,21 +51,18 @@ impl Descriptor {
 
     /// Writes the descriptor as entry `index` of the table at `table`.
     pub fn write(&self, memory: &impl RingMemory, table: u64, index: u16) {
-        let mut raw = [0u8; DESCRIPTOR_SIZE as usize];
-        raw[0..8].copy_from_slice(&self.addr.to_le_bytes());
-        raw[8..12].copy_from_slice(&self.len.to_le_bytes());
-        raw[12..14].copy_from_slice(&self.flags.to_le_bytes());
-        raw[14..16].copy_from_slice(&self.next.to_le_bytes());
-        memory.write(table + DESCRIPTOR_SIZE * u64::from(index), &raw);
+        let wire = WddmGpuVirtqDesc {
+            addr: self.addr,
+            len: self.len,
+            flags: self.flags,
+            next: self.next,
+        };
+        memory.write(table + DESCRIPTOR_SIZE * u64::from(index), wire.as_bytes());
     }
 }
 
 /// A used-ring entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UsedEntry {
-    pub id: u32,
-    pub len: u32,
-}
+pub use wddm_gpu_abi::ring::WddmGpuVirtqUsedElem as UsedEntry;
 
 /// Where a queue's three parts are (guest-physical) and how many entries it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +78,10 @@ impl SplitRing {
     /// returns the new available index.
     pub fn make_available(&self, memory: &impl RingMemory, avail_idx: u16, head: u16) -> u16 {
         let slot = u64::from(avail_idx % self.size.max(1));
-        memory.write(self.avail + 4 + 2 * slot, &head.to_le_bytes());
+        memory.write(
+            self.avail + ENTRIES + AVAIL_ENTRY * slot,
+            &head.to_le_bytes(),
+        );
         // The entry must be visible before the index that publishes it.
         fence(Ordering::SeqCst);
         let next = avail_idx.wrapping_add(1);
@@ -84,7 +91,7 @@ impl SplitRing {
 
     /// Writes the available index as is (a hostile guest may write any).
     pub fn write_avail_idx(&self, memory: &impl RingMemory, idx: u16) {
-        memory.write(self.avail + 2, &idx.to_le_bytes());
+        memory.write(self.avail + IDX, &idx.to_le_bytes());
         fence(Ordering::SeqCst);
     }
 
@@ -92,7 +99,7 @@ impl SplitRing {
     /// the entry at this index.
     pub fn write_used_event(&self, memory: &impl RingMemory, idx: u16) {
         memory.write(
-            self.avail + 4 + 2 * u64::from(self.size),
+            self.avail + ENTRIES + AVAIL_ENTRY * u64::from(self.size),
             &idx.to_le_bytes(),
         );
     }
@@ -101,18 +108,16 @@ impl SplitRing {
     pub fn used_idx(&self, memory: &impl RingMemory) -> u16 {
         fence(Ordering::SeqCst);
         let mut raw = [0u8; 2];
-        memory.read(self.used + 2, &mut raw);
+        memory.read(self.used + IDX, &mut raw);
         u16::from_le_bytes(raw)
     }
 
     /// The used entry at `index` (modulo the ring size), as the device wrote it.
     pub fn used_entry(&self, memory: &impl RingMemory, index: u16) -> UsedEntry {
         let slot = u64::from(index % self.size.max(1));
-        let mut raw = [0u8; 8];
-        memory.read(self.used + 4 + 8 * slot, &mut raw);
-        UsedEntry {
-            id: u32::from_le_bytes(raw[..4].try_into().unwrap()),
-            len: u32::from_le_bytes(raw[4..].try_into().unwrap()),
-        }
+        let mut entry = UsedEntry::default();
+        let at = ENTRIES + size_of::<UsedEntry>() as u64 * slot;
+        memory.read(self.used + at, entry.as_mut_bytes());
+        entry
     }
 }
