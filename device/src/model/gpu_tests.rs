@@ -25,7 +25,7 @@ use crate::display::rect::Rect;
 use crate::display::sink::{CursorImage, DisplayPixels, ScanoutState};
 use crate::memory::vram::BarMode;
 use crate::testkit::gpu_rig::{submit_cmd, DMA};
-use crate::testkit::packets::b;
+use crate::testkit::packets::packet_bytes;
 use crate::testkit::scratch::ScratchFile;
 
 const RAM: u64 = 64 << 20;
@@ -106,7 +106,8 @@ impl Rig {
         };
         let gpu = Gpu::with_telemetry(layout, vram, stats, None, display).unwrap();
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
-        ram.write_slice(&b(fence(7)), GuestAddress(DMA)).unwrap();
+        ram.write_slice(&packet_bytes(fence(7)), GuestAddress(DMA))
+            .unwrap();
         let log = Log::default();
         gpu.attach_display(Some(Box::new(Recording(log.clone()))));
         Self {
@@ -124,7 +125,7 @@ impl Rig {
     }
 
     fn submit(&self, kick: &Kick, fence: u32) {
-        let packets = b(wddm_gpu_abi::build::fence(fence));
+        let packets = packet_bytes(wddm_gpu_abi::build::fence(fence));
         self.request(kick, submit_cmd(DMA, packets.len(), fence).as_bytes());
     }
 

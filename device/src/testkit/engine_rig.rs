@@ -10,7 +10,7 @@ use zerocopy::IntoBytes;
 
 use super::guest;
 use super::layouts;
-use super::packets::AP;
+use super::packets::APERTURE_SEGMENT;
 use super::scratch::ScratchFile;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks};
 use crate::layout::{SegmentLayout, DEFAULT_APERTURE_SIZE};
@@ -29,21 +29,23 @@ pub const DATA: u64 = 0x40_0000;
 pub const DATA_SIZE: u64 = 4 << 20;
 pub const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 /// Pages of the default layout's aperture.
-pub const AP_PAGES: u64 = DEFAULT_APERTURE_SIZE / PAGE;
+pub const APERTURE_PAGES: u64 = DEFAULT_APERTURE_SIZE / PAGE;
 
 /// Frame number of data page `i`.
-pub fn df(i: u64) -> u64 {
+pub fn data_frame(i: u64) -> u64 {
     DATA / PAGE + i
 }
 
 /// Frame numbers of these data pages.
-pub fn dfs(pages: &[u64]) -> Vec<u64> {
-    pages.iter().map(|&p| df(p)).collect()
+pub fn data_frames(pages: &[u64]) -> Vec<u64> {
+    pages.iter().map(|&p| data_frame(p)).collect()
 }
 
 /// Data frames in a scrambled order: entry i is data page (i * 7919) % 1024.
 pub fn scattered(count: usize) -> Vec<u64> {
-    (0..count as u64).map(|i| df((i * 7919) % 1024)).collect()
+    (0..count as u64)
+        .map(|i| data_frame((i * 7919) % 1024))
+        .collect()
 }
 
 /// A paging submission of `[start, end)` of the `size`-byte DMA buffer at `address` in segment
@@ -162,6 +164,8 @@ impl Rig {
 
     /// The default aperture's table entries for these pages.
     pub fn entries(&self, pages: impl Iterator<Item = u64>) -> Vec<Option<u64>> {
-        pages.map(|p| self.engine.gart().entry(AP, p)).collect()
+        pages
+            .map(|p| self.engine.gart().entry(APERTURE_SEGMENT, p))
+            .collect()
     }
 }

@@ -8,10 +8,10 @@ use zerocopy::{Immutable, IntoBytes};
 /// The default layout's BAR VRAM segment.
 pub const VRAM_SEGMENT: u32 = 1;
 /// The default layout's aperture segment.
-pub const AP: u32 = 2;
+pub const APERTURE_SEGMENT: u32 = 2;
 
 /// A packet's wire bytes.
-pub fn b<T: IntoBytes + Immutable>(packet: T) -> Vec<u8> {
+pub fn packet_bytes<T: IntoBytes + Immutable>(packet: T) -> Vec<u8> {
     packet.as_bytes().to_vec()
 }
 
@@ -21,13 +21,13 @@ pub fn seg(id: u32, address: u64) -> Endpoint {
 }
 
 /// An offset in the BAR VRAM segment.
-pub fn vr(offset: u64) -> Endpoint {
+pub fn in_vram(offset: u64) -> Endpoint {
     seg(VRAM_SEGMENT, offset)
 }
 
 /// An offset in the default aperture.
-pub fn ap(offset: u64) -> Endpoint {
-    seg(AP, offset)
+pub fn in_aperture(offset: u64) -> Endpoint {
+    seg(APERTURE_SEGMENT, offset)
 }
 
 /// Guest pages listed at `list`, starting `byte_offset` bytes into the first.
@@ -52,7 +52,7 @@ pub fn map2_contiguous(
         base_page,
         page_count: adl_page_count,
     };
-    build::map_aperture2(AP, 0, first_page, page_count, adl, adl_offset)
+    build::map_aperture2(APERTURE_SEGMENT, 0, first_page, page_count, adl, adl_offset)
 }
 
 /// MAP_APERTURE2 into the default aperture, page-array form (the array at `list`).
@@ -67,5 +67,5 @@ pub fn map2_pages(
         address: list,
         page_count: adl_page_count,
     };
-    build::map_aperture2(AP, 0, first_page, page_count, adl, adl_offset)
+    build::map_aperture2(APERTURE_SEGMENT, 0, first_page, page_count, adl, adl_offset)
 }

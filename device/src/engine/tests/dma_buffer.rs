@@ -8,12 +8,12 @@ use super::hooks::Hooks;
 use super::model::{Loc, Model};
 use super::unmapped_at;
 use crate::engine::Fault;
-use crate::testkit::engine_rig::{command, dfs, status, Rig, PAGE, VRAM_SIZE};
-use crate::testkit::packets::{b, vr, AP};
+use crate::testkit::engine_rig::{command, data_frames, status, Rig, PAGE, VRAM_SIZE};
+use crate::testkit::packets::{in_vram, packet_bytes, APERTURE_SEGMENT};
 
 /// 16 bytes of unknown opcode: faults if it ever executes.
 pub(super) fn poison() -> Vec<u8> {
-    let mut p = b(fence(0));
+    let mut p = packet_bytes(fence(0));
     p[0] = 0x55;
     p
 }
@@ -27,16 +27,16 @@ fn stream(seed: u32, count: u64) -> (Vec<u8>, Vec<WddmGpuPacketFill>, Vec<WddmGp
             seed.wrapping_mul(0x0101_0101)
                 .wrapping_add(k as u32 * 0x0102_0304),
             100 + k * 7,
-            vr(0x1000 * k + k),
+            in_vram(0x1000 * k + k),
         );
         let t = transfer(
             0x800 + k,
-            vr(0x20_0000 + k * 0x1000),
-            vr(0x28_0000 + k * 0x1000 + 3),
+            in_vram(0x20_0000 + k * 0x1000),
+            in_vram(0x28_0000 + k * 0x1000 + 3),
         );
-        bytes.extend(b(f));
-        bytes.extend(b(t));
-        bytes.extend(b(fence(k as u32)));
+        bytes.extend(packet_bytes(f));
+        bytes.extend(packet_bytes(t));
+        bytes.extend(packet_bytes(fence(k as u32)));
         fills.push(f);
         transfers.push(t);
     }
@@ -67,10 +67,10 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     let base = 300 * PAGE + 0x7c8;
     let pages = (0x7c8 + bytes.len() as u64).div_ceil(PAGE);
     assert!(pages >= 3, "packets must cross page boundaries");
-    let scattered = dfs(&[700, 12, 513, 99, 250, 251, 1]);
+    let scattered = data_frames(&[700, 12, 513, 99, 250, 251, 1]);
     let list = rig.list(0, &scattered);
-    rig.ok(&b(map_aperture(
-        AP,
+    rig.ok(&packet_bytes(map_aperture(
+        APERTURE_SEGMENT,
         0,
         300,
         pages,
@@ -84,7 +84,10 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
 
     let size = bytes.len() as u32;
     let mut hooks = Hooks::default();
-    let completion = rig.execute(&command(AP, base, size, 16, size - 16), &mut hooks);
+    let completion = rig.execute(
+        &command(APERTURE_SEGMENT, base, size, 16, size - 16),
+        &mut hooks,
+    );
     assert_eq!(completion.stop, None, "{completion:?}");
     assert_eq!(completion.packets_completed, 3 * 80);
     assert_eq!(
@@ -95,7 +98,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     model.check(&rig);
 
     // Up to the end of the buffer, the trailing poison runs and faults at its offset.
-    let completion = rig.execute(&command(AP, base, size, 16, size), &mut ());
+    let completion = rig.execute(&command(APERTURE_SEGMENT, base, size, 16, size), &mut ());
     assert_eq!(
         completion.fault(),
         Some((size - 16, Fault::UnknownOpcode(0x55)))
@@ -103,7 +106,10 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     assert_eq!(completion.packets_completed, 3 * 80);
     // A buffer running into an unmapped page is refused before any packet.
     let to_next_page = (pages * PAGE - 0x7c8) as u32 + 1;
-    let completion = rig.execute(&command(AP, base, to_next_page, 16, size - 16), &mut ());
+    let completion = rig.execute(
+        &command(APERTURE_SEGMENT, base, to_next_page, 16, size - 16),
+        &mut (),
+    );
     assert_eq!(completion.fault(), unmapped_at(16, 300 + pages));
     assert_eq!(completion.packets_completed, 0);
 }

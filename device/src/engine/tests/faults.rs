@@ -8,16 +8,16 @@ use super::refusals::assert_fault;
 use crate::testkit::engine_rig::{
     command, scattered, status, Rig, DMA, PAGE, RAM_SIZE, VRAM_GPA, VRAM_SIZE,
 };
-use crate::testkit::packets::{b, frames, seg, vr};
+use crate::testkit::packets::{frames, in_vram, packet_bytes, seg};
 
 #[test]
 fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
-    let target = vr(0x10_0000);
+    let target = in_vram(0x10_0000);
     let list_in_ram = |rig: &Rig| rig.list(0, &scattered(4));
     assert_fault(
         "unknown_opcode",
         |_| {
-            let mut p = b(transfer(16, vr(0), target));
+            let mut p = packet_bytes(transfer(16, in_vram(0), target));
             p[0] = 0x77;
             p
         },
@@ -32,44 +32,44 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
         assert_fault(
             name,
             move |_| {
-                let mut p = transfer(16, vr(0), target);
+                let mut p = transfer(16, in_vram(0), target);
                 p.header.size = size;
-                b(p)
+                packet_bytes(p)
             },
             SubmitStatus::BadPacketHeader,
         );
     }
     assert_fault(
         "bad_segment",
-        |_| b(transfer(16, seg(9, 0), target)),
+        |_| packet_bytes(transfer(16, seg(9, 0), target)),
         SubmitStatus::BadSegment,
     );
     assert_fault(
         "segment_zero_is_frames",
-        |_| b(transfer(16, vr(0), frames(u64::MAX - 7, 1, 0))),
+        |_| packet_bytes(transfer(16, in_vram(0), frames(u64::MAX - 7, 1, 0))),
         SubmitStatus::BadFrameList,
     );
     assert_fault(
         "segment_range",
-        |_| b(transfer(2 * PAGE, vr(VRAM_SIZE - PAGE), target)),
+        |_| packet_bytes(transfer(2 * PAGE, in_vram(VRAM_SIZE - PAGE), target)),
         SubmitStatus::SegmentRange,
     );
     assert_fault(
         "frame_list_too_long",
         |rig| {
             let count = WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1;
-            b(transfer(16, frames(list_in_ram(rig), count, 0), target))
+            packet_bytes(transfer(16, frames(list_in_ram(rig), count, 0), target))
         },
         SubmitStatus::BadFrameList,
     );
     assert_fault(
         "frame_list_too_short",
-        |rig| b(transfer(4 * PAGE, frames(list_in_ram(rig), 4, 1), target)),
+        |rig| packet_bytes(transfer(4 * PAGE, frames(list_in_ram(rig), 4, 1), target)),
         SubmitStatus::BadFrameList,
     );
     assert_fault(
         "frame_list_outside_ram",
-        |_| b(transfer(16, frames(RAM_SIZE - 4, 1, 0), target)),
+        |_| packet_bytes(transfer(16, frames(RAM_SIZE - 4, 1, 0), target)),
         SubmitStatus::BadFrameList,
     );
     // One frame each: beyond RAM, a frame number whose address overflows, in the VRAM window.
@@ -88,7 +88,7 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
     ] {
         assert_fault(
             name,
-            move |rig| b(transfer(PAGE, frames(rig.list(0, &[frame]), 1, 0), target)),
+            move |rig| packet_bytes(transfer(PAGE, frames(rig.list(0, &[frame]), 1, 0), target)),
             expected,
         );
     }
@@ -97,32 +97,32 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
         |rig| {
             let mut list = scattered(8);
             list[6] = VRAM_GPA / PAGE;
-            b(transfer(8 * PAGE, frames(rig.list(0, &list), 8, 0), target))
+            packet_bytes(transfer(8 * PAGE, frames(rig.list(0, &list), 8, 0), target))
         },
         SubmitStatus::FrameInVram,
     );
     assert_fault(
         "length_overflow",
-        |rig| b(transfer(u64::MAX, frames(list_in_ram(rig), 4, 16), target)),
+        |rig| packet_bytes(transfer(u64::MAX, frames(list_in_ram(rig), 4, 16), target)),
         SubmitStatus::LengthOverflow,
     );
     assert_fault(
         "segment_address_overflow",
-        |_| b(transfer(u64::MAX - 8, vr(0x10), target)),
+        |_| packet_bytes(transfer(u64::MAX - 8, in_vram(0x10), target)),
         SubmitStatus::LengthOverflow,
     );
     assert_fault(
         "reserved_field",
         |_| {
-            let mut p = transfer(16, vr(0), target);
+            let mut p = transfer(16, in_vram(0), target);
             p.source.reserved = 1;
-            b(p)
+            packet_bytes(p)
         },
         SubmitStatus::ReservedField,
     );
     assert_fault(
         "unmapped_aperture_endpoint",
-        |_| b(transfer(16, seg(2, 0), target)),
+        |_| packet_bytes(transfer(16, seg(2, 0), target)),
         SubmitStatus::UnmappedAperture,
     );
 }
@@ -130,7 +130,7 @@ fn every_bad_packet_faults_with_its_status_and_changes_nothing() {
 #[test]
 fn bad_commands_fault_before_any_packet() {
     let mut rig = Rig::new("commands");
-    let good = b(transfer(16, vr(0), vr(0x8000)));
+    let good = packet_bytes(transfer(16, in_vram(0), in_vram(0x8000)));
     rig.ram_write(DMA, &good);
     let size = good.len() as u32;
     let base = WddmGpuCmdSubmit {

@@ -7,9 +7,9 @@ use wddm_gpu_abi::submit::SubmitStatus;
 use super::model::Model;
 use super::refusals::assert_refused;
 use crate::layout::SegmentKind;
-use crate::testkit::engine_rig::{dfs, Rig, VRAM_SIZE};
+use crate::testkit::engine_rig::{data_frames, Rig, VRAM_SIZE};
 use crate::testkit::layouts::NON_COHERENT;
-use crate::testkit::packets::{ap, b, frames, seg, vr, AP};
+use crate::testkit::packets::{frames, in_aperture, in_vram, packet_bytes, seg, APERTURE_SEGMENT};
 
 #[test]
 fn fill_repeats_the_pattern_over_exactly_the_range() {
@@ -27,7 +27,7 @@ fn fill_repeats_the_pattern_over_exactly_the_range() {
         (VRAM_SIZE - 7, 7, 0xCAFE_F00D),
     ];
     for (offset, length, pattern) in cases {
-        let completion = rig.ok(&b(fill(pattern, length, vr(offset))));
+        let completion = rig.ok(&packet_bytes(fill(pattern, length, in_vram(offset))));
         assert_eq!(completion.bytes_transferred, length);
         model.fill(offset, length, pattern);
         let head = rig.vram_read(offset, length.min(8) as usize);
@@ -43,9 +43,9 @@ fn fill_repeats_the_pattern_over_exactly_the_range() {
     }
     // Several FILLs in one buffer, zero length included.
     let completion = rig.ok(&[
-        b(fill(1, 0, vr(0))),
-        b(fill(0x0403_0201, 70_001, vr(0x30_0001))),
-        b(fill(0xFFFF_FFFF, 9, vr(3))),
+        packet_bytes(fill(1, 0, in_vram(0))),
+        packet_bytes(fill(0x0403_0201, 70_001, in_vram(0x30_0001))),
+        packet_bytes(fill(0xFFFF_FFFF, 9, in_vram(3))),
     ]
     .concat());
     assert_eq!(
@@ -60,49 +60,62 @@ fn fill_repeats_the_pattern_over_exactly_the_range() {
 #[test]
 fn fill_refuses_apertures_frame_lists_and_ranges_outside_the_segment() {
     let mut rig = Rig::new("fill-bad");
-    let list = rig.list(0, &dfs(&[1, 2]));
-    rig.ok(&b(map_aperture(AP, 0, 0, 2, list, 2, 0)));
+    let list = rig.list(0, &data_frames(&[1, 2]));
+    rig.ok(&packet_bytes(map_aperture(
+        APERTURE_SEGMENT,
+        0,
+        0,
+        2,
+        list,
+        2,
+        0,
+    )));
     assert_refused(
         &mut rig,
         "FILL on a mapped aperture",
-        b(fill(1, 16, ap(0x10))),
+        packet_bytes(fill(1, 16, in_aperture(0x10))),
         SubmitStatus::WrongSegmentKind,
     );
     assert_refused(
         &mut rig,
         "FILL on a frame list",
-        b(fill(1, 16, frames(list, 2, 0))),
+        packet_bytes(fill(1, 16, frames(list, 2, 0))),
         SubmitStatus::WrongSegmentKind,
     );
     assert_refused(
         &mut rig,
         "FILL past the end",
-        b(fill(1, 11, vr(VRAM_SIZE - 10))),
+        packet_bytes(fill(1, 11, in_vram(VRAM_SIZE - 10))),
         SubmitStatus::SegmentRange,
     );
     assert_refused(
         &mut rig,
         "FILL at the end",
-        b(fill(1, 1, vr(VRAM_SIZE))),
+        packet_bytes(fill(1, 1, in_vram(VRAM_SIZE))),
         SubmitStatus::SegmentRange,
     );
     assert_refused(
         &mut rig,
         "FILL overflow",
-        b(fill(1, u64::MAX, vr(1))),
+        packet_bytes(fill(1, u64::MAX, in_vram(1))),
         SubmitStatus::LengthOverflow,
     );
     assert_refused(
         &mut rig,
         "FILL bad segment",
-        b(fill(1, 1, seg(9, 0))),
+        packet_bytes(fill(1, 1, seg(9, 0))),
         SubmitStatus::BadSegment,
     );
     let p = WddmGpuPacketFill {
         reserved: 1,
-        ..fill(1, 16, vr(0))
+        ..fill(1, 16, in_vram(0))
     };
-    assert_refused(&mut rig, "FILL reserved", b(p), SubmitStatus::ReservedField);
+    assert_refused(
+        &mut rig,
+        "FILL reserved",
+        packet_bytes(p),
+        SubmitStatus::ReservedField,
+    );
     // A FILL destination is a segment address: the frame fields must stay zero.
     type Corruption = fn(&mut WddmGpuEndpoint);
     let corruptions: [(&str, Corruption); 2] = [
@@ -110,9 +123,9 @@ fn fill_refuses_apertures_frame_lists_and_ranges_outside_the_segment() {
         ("FILL endpoint frame_count", |e| e.frame_count = 1),
     ];
     for (name, corrupt) in corruptions {
-        let mut p = fill(1, 16, vr(0));
+        let mut p = fill(1, 16, in_vram(0));
         corrupt(&mut p.destination);
-        assert_refused(&mut rig, name, b(p), SubmitStatus::ReservedField);
+        assert_refused(&mut rig, name, packet_bytes(p), SubmitStatus::ReservedField);
     }
 }
 
@@ -126,13 +139,18 @@ fn fill_on_an_unmapped_aperture_is_the_wrong_segment_kind() {
     assert_refused(
         &mut rig,
         "DISCARD on an unmapped aperture",
-        b(segment_access(WDDM_GPU_OP_DISCARD_CONTENT, AP, 0, 0)),
+        packet_bytes(segment_access(
+            WDDM_GPU_OP_DISCARD_CONTENT,
+            APERTURE_SEGMENT,
+            0,
+            0,
+        )),
         SubmitStatus::WrongSegmentKind,
     );
     assert_refused(
         &mut rig,
         "FILL on an unmapped aperture",
-        b(fill(1, 16, ap(0))),
+        packet_bytes(fill(1, 16, in_aperture(0))),
         SubmitStatus::WrongSegmentKind,
     );
 }
@@ -151,7 +169,11 @@ fn fill_and_transfer_reach_device_only_vram() {
     let base = 0x1_0000_0000u64;
     let before = rig.vram_read(0, VRAM_SIZE as usize);
     let length = 70_000 + 3;
-    let completion = rig.ok(&b(fill(0x8899_AABB, length, seg(3, base + 0x1001))));
+    let completion = rig.ok(&packet_bytes(fill(
+        0x8899_AABB,
+        length,
+        seg(3, base + 0x1001),
+    )));
     assert_eq!(completion.bytes_transferred, length);
     let got = rig.vram_read(vram_offset + 0x1000, length as usize + 2);
     assert_eq!(got[0], 0, "guard before");
@@ -164,7 +186,11 @@ fn fill_and_transfer_reach_device_only_vram() {
         "the BAR changed"
     );
     // Out again through VRAM segment 1, byte for byte.
-    rig.ok(&b(transfer(length, seg(3, base + 0x1001), vr(0x2_0001))));
+    rig.ok(&packet_bytes(transfer(
+        length,
+        seg(3, base + 0x1001),
+        in_vram(0x2_0001),
+    )));
     assert_eq!(
         rig.vram_read(0x2_0001, length as usize),
         got[1..=length as usize]
@@ -172,13 +198,13 @@ fn fill_and_transfer_reach_device_only_vram() {
     assert_refused(
         &mut rig,
         "FILL past the device-only end",
-        b(fill(1, 2, seg(3, base + (2 << 20) - 1))),
+        packet_bytes(fill(1, 2, seg(3, base + (2 << 20) - 1))),
         SubmitStatus::SegmentRange,
     );
     assert_refused(
         &mut rig,
         "FILL below the device-only base",
-        b(fill(1, 2, seg(3, base - 1))),
+        packet_bytes(fill(1, 2, seg(3, base - 1))),
         SubmitStatus::SegmentRange,
     );
 }

@@ -13,8 +13,8 @@ use super::model::{Loc, Model};
 use crate::engine::{Interruption, Stop, CHUNK};
 use crate::layout::SegmentLayout;
 use crate::testkit::bytes::pattern;
-use crate::testkit::engine_rig::{df, Rig, DMA, LISTS, PAGE};
-use crate::testkit::packets::{b, frames, vr};
+use crate::testkit::engine_rig::{data_frame, Rig, DMA, LISTS, PAGE};
+use crate::testkit::packets::{frames, in_vram, packet_bytes};
 
 #[test]
 fn a_long_transfer_is_interrupted_between_chunks() {
@@ -26,7 +26,7 @@ fn a_long_transfer_is_interrupted_between_chunks() {
     );
     let source = pattern(SIZE as usize, 5);
     rig.vram_write(0, &source);
-    let packet = b(transfer(SIZE, vr(0), vr(SIZE)));
+    let packet = packet_bytes(transfer(SIZE, in_vram(0), in_vram(SIZE)));
     let zeros = vec![0u8; SIZE as usize];
 
     // Uninterrupted: the engine asks at least once per 1 MiB chunk.
@@ -41,7 +41,7 @@ fn a_long_transfer_is_interrupted_between_chunks() {
     );
     assert!(rig.vram_read(SIZE, SIZE as usize) == source);
     let mut hooks = Hooks::default();
-    rig.submit_with(&b(fill(0, SIZE, vr(SIZE))), &mut hooks);
+    rig.submit_with(&packet_bytes(fill(0, SIZE, in_vram(SIZE))), &mut hooks);
     assert!(
         hooks.calls.get() >= (SIZE / CHUNK) as u32,
         "FILL: {} checks",
@@ -107,7 +107,12 @@ fn a_long_transfer_is_interrupted_between_chunks() {
         ..Default::default()
     };
     let completion = rig.submit_with(
-        &[b(fence(1)), b(fence(2)), b(fence(3))].concat(),
+        &[
+            packet_bytes(fence(1)),
+            packet_bytes(fence(2)),
+            packet_bytes(fence(3)),
+        ]
+        .concat(),
         &mut hooks,
     );
     assert_eq!(
@@ -126,23 +131,25 @@ fn a_packet_rewritten_while_it_executes_runs_as_first_read() {
         let length = (2 << 20) + 77;
         let count = 514u32;
         let original: Vec<u64> = (0..u64::from(count))
-            .map(|i| df((i * 7919) % 512))
+            .map(|i| data_frame((i * 7919) % 512))
             .collect();
         let other: Vec<u64> = (0..u64::from(count))
-            .map(|i| df(512 + (i * 13) % 512))
+            .map(|i| data_frame(512 + (i * 13) % 512))
             .collect();
         let list = LISTS;
         rig.ram_write(list, original.as_bytes());
-        let packet = transfer(length, vr(0x1003), frames(list, count, 0x10));
+        let packet = transfer(length, in_vram(0x1003), frames(list, count, 0x10));
         let rewritten = match variant {
-            "transfer elsewhere" => b(transfer(0x8_0000, vr(0x10), vr(0x30_0000))),
+            "transfer elsewhere" => {
+                packet_bytes(transfer(0x8_0000, in_vram(0x10), in_vram(0x30_0000)))
+            }
             "fill opcode" => {
                 let mut p = packet;
                 p.header.opcode = WDDM_GPU_OP_FILL;
-                b(p)
+                packet_bytes(p)
             }
             _ => {
-                let mut p = b(packet);
+                let mut p = packet_bytes(packet);
                 p[0] = 0x66;
                 p
             }
@@ -152,7 +159,7 @@ fn a_packet_rewritten_while_it_executes_runs_as_first_read() {
             calls: Cell::new(0),
             writes: vec![(DMA, rewritten), (list, other.as_bytes().to_vec())],
         };
-        let completion = rig.submit_with(&b(packet), &mut hooks);
+        let completion = rig.submit_with(&packet_bytes(packet), &mut hooks);
         assert_eq!(completion.stop, None, "{variant}");
         assert_eq!(
             (completion.packets_completed, completion.bytes_transferred),

@@ -9,21 +9,23 @@ use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::refusals::assert_refused;
 use crate::layout::SegmentKind;
-use crate::testkit::engine_rig::{df, dfs, Rig, AP_PAGES, DATA, PAGE, RAM_SIZE, VRAM_GPA};
+use crate::testkit::engine_rig::{
+    data_frame, data_frames, Rig, APERTURE_PAGES, DATA, PAGE, RAM_SIZE, VRAM_GPA,
+};
 use crate::testkit::layouts::NON_COHERENT;
-use crate::testkit::packets::{b, map2_contiguous, map2_pages, AP};
+use crate::testkit::packets::{map2_contiguous, map2_pages, packet_bytes, APERTURE_SEGMENT};
 
 #[test]
 fn a_map_request_is_checked_whole_before_any_entry_changes() {
     let mut rig = Rig::new("map-checks");
     // Something to preserve: pages 0..6 and the last two pages mapped.
-    let old = rig.list(0, &dfs(&[1, 2, 3, 4, 5, 6]));
+    let old = rig.list(0, &data_frames(&[1, 2, 3, 4, 5, 6]));
     rig.ok(&[
-        b(map_aperture(AP, 0, 0, 6, old, 6, 0)),
-        b(map2_contiguous(AP_PAGES - 2, 2, df(50), 2, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 6, old, 6, 0)),
+        packet_bytes(map2_contiguous(APERTURE_PAGES - 2, 2, data_frame(50), 2, 0)),
     ]
     .concat());
-    let good: Vec<u64> = dfs(&[100, 101, 102, 103, 104, 105, 106, 107]);
+    let good: Vec<u64> = data_frames(&[100, 101, 102, 103, 104, 105, 106, 107]);
     let with_fifth = |rig: &Rig, frame: u64| {
         let mut list = good.clone();
         list[4] = frame;
@@ -41,29 +43,41 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         ("5th frame overflows", u64::MAX, SubmitStatus::FrameNotInRam),
     ] {
         let list = with_fifth(&rig, fifth);
-        let bad = b(map_aperture(AP, 0, 2, 8, list, 8, 0));
+        let bad = packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 2, 8, list, 8, 0));
         assert_refused(&mut rig, name, bad, expected);
     }
     // The list's own 5th entry is bad, but only entries [offset, offset + count) matter.
     let list = with_fifth(&rig, in_vram);
     rig.ok(&[
-        b(map_aperture(AP, 0, 10, 3, list, 8, 5)),
-        b(map_aperture(AP, 0, 20, 4, list, 8, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 10, 3, list, 8, 5)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 20, 4, list, 8, 0)),
     ]
     .concat());
     assert_eq!(
         rig.entries(10..13),
-        [Some(df(105)), Some(df(106)), Some(df(107))]
+        [
+            Some(data_frame(105)),
+            Some(data_frame(106)),
+            Some(data_frame(107))
+        ]
     );
     let list = with_fifth(&rig, in_vram);
     assert_refused(
         &mut rig,
         "ADL page array 5th in VRAM",
-        b(map2_pages(2, 8, list, 8, 0)),
+        packet_bytes(map2_pages(2, 8, list, 8, 0)),
         SubmitStatus::FrameInVram,
     );
     let list = rig.list(1, &good);
-    let past_end = b(map_aperture(AP, 0, AP_PAGES - 3, 8, list, 8, 0));
+    let past_end = packet_bytes(map_aperture(
+        APERTURE_SEGMENT,
+        0,
+        APERTURE_PAGES - 3,
+        8,
+        list,
+        8,
+        0,
+    ));
     assert_refused(
         &mut rig,
         "range past the aperture end",
@@ -73,13 +87,13 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "first page overflows",
-        b(map_aperture(AP, 0, u64::MAX, 2, list, 8, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, u64::MAX, 2, list, 8, 0)),
         SubmitStatus::SegmentRange,
     );
     assert_refused(
         &mut rig,
         "ADL past the aperture end",
-        b(map2_contiguous(AP_PAGES - 1, 2, df(10), 2, 0)),
+        packet_bytes(map2_contiguous(APERTURE_PAGES - 1, 2, data_frame(10), 2, 0)),
         SubmitStatus::SegmentRange,
     );
     for (segment, expected) in [
@@ -91,34 +105,34 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         assert_refused(
             &mut rig,
             &name,
-            b(map_aperture(segment, 0, 0, 1, list, 8, 0)),
+            packet_bytes(map_aperture(segment, 0, 0, 1, list, 8, 0)),
             expected,
         );
         let p = WddmGpuPacketMapAperture2 {
             segment_id: segment,
-            ..map2_contiguous(0, 1, df(0), 1, 0)
+            ..map2_contiguous(0, 1, data_frame(0), 1, 0)
         };
         assert_refused(
             &mut rig,
             &format!("MAP2 on segment {segment}"),
-            b(p),
+            packet_bytes(p),
             expected,
         );
         let p = unmap_aperture(segment, 0, 1, DATA);
         assert_refused(
             &mut rig,
             &format!("UNMAP on segment {segment}"),
-            b(p),
+            packet_bytes(p),
             expected,
         );
     }
     assert_refused(
         &mut rig,
         "unknown map flag",
-        b(map_aperture(AP, 2, 0, 1, list, 8, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 2, 0, 1, list, 8, 0)),
         SubmitStatus::ReservedField,
     );
-    let mut flagged = b(map_aperture(AP, 0, 0, 1, list, 8, 0));
+    let mut flagged = packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, list, 8, 0));
     flagged[2] = 1; // header flags
     assert_refused(
         &mut rig,
@@ -129,20 +143,20 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "offset + count > frame_count",
-        b(map_aperture(AP, 0, 0, 6, list, 8, 3)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 6, list, 8, 3)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "offset alone > frame_count",
-        b(map_aperture(AP, 0, 0, 0, list, 8, 9)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 0, list, 8, 9)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "frame_count above the maximum",
-        b(map_aperture(
-            AP,
+        packet_bytes(map_aperture(
+            APERTURE_SEGMENT,
             0,
             0,
             1,
@@ -155,13 +169,13 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "list outside RAM",
-        b(map_aperture(AP, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "list in VRAM",
-        b(map_aperture(AP, 0, 0, 1, VRAM_GPA, 1, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, VRAM_GPA, 1, 0)),
         SubmitStatus::BadFrameList,
     );
 
@@ -169,56 +183,61 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "ADL too short",
-        b(map2_contiguous(0, 4, df(10), 6, 3)),
+        packet_bytes(map2_contiguous(0, 4, data_frame(10), 6, 3)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "ADL pages too short",
-        b(map2_pages(0, 4, list, 6, 3)),
+        packet_bytes(map2_pages(0, 4, list, 6, 3)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "ADL crosses the RAM end",
-        b(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
+        packet_bytes(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
         SubmitStatus::FrameNotInRam,
     );
     assert_refused(
         &mut rig,
         "ADL in VRAM",
-        b(map2_contiguous(0, 4, in_vram, 4, 0)),
+        packet_bytes(map2_contiguous(0, 4, in_vram, 4, 0)),
         SubmitStatus::FrameInVram,
     );
     assert_refused(
         &mut rig,
         "ADL base overflows",
-        b(map2_contiguous(0, 1, u64::MAX, 4, 2)),
+        packet_bytes(map2_contiguous(0, 1, u64::MAX, 4, 2)),
         SubmitStatus::LengthOverflow,
     );
     let p = WddmGpuPacketMapAperture2 {
         adl_flags: 2 | WDDM_GPU_ADL_FLAG_CONTIGUOUS,
-        ..map2_contiguous(0, 1, df(0), 1, 0)
+        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
     };
     assert_refused(
         &mut rig,
         "unknown ADL flag",
-        b(p),
+        packet_bytes(p),
         SubmitStatus::ReservedField,
     );
     let p = WddmGpuPacketMapAperture2 {
         reserved: 1,
-        ..map2_contiguous(0, 1, df(0), 1, 0)
+        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
     };
-    assert_refused(&mut rig, "MAP2 reserved", b(p), SubmitStatus::ReservedField);
+    assert_refused(
+        &mut rig,
+        "MAP2 reserved",
+        packet_bytes(p),
+        SubmitStatus::ReservedField,
+    );
     let p = WddmGpuPacketMapAperture2 {
         flags: 4,
-        ..map2_contiguous(0, 1, df(0), 1, 0)
+        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
     };
     assert_refused(
         &mut rig,
         "MAP2 unknown map flag",
-        b(p),
+        packet_bytes(p),
         SubmitStatus::ReservedField,
     );
 
@@ -226,81 +245,105 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
     assert_refused(
         &mut rig,
         "unaligned dummy",
-        b(unmap_aperture(AP, 0, 2, DATA + 8)),
+        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, DATA + 8)),
         SubmitStatus::BadFrameList,
     );
     assert_refused(
         &mut rig,
         "dummy in VRAM",
-        b(unmap_aperture(AP, 0, 2, VRAM_GPA + PAGE)),
+        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, VRAM_GPA + PAGE)),
         SubmitStatus::FrameInVram,
     );
     assert_refused(
         &mut rig,
         "dummy beyond RAM",
-        b(unmap_aperture(AP, 0, 2, RAM_SIZE)),
+        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, RAM_SIZE)),
         SubmitStatus::FrameNotInRam,
     );
     assert_refused(
         &mut rig,
         "unmap reserved",
-        b(WddmGpuPacketUnmapAperture {
+        packet_bytes(WddmGpuPacketUnmapAperture {
             reserved: 1,
-            ..unmap_aperture(AP, 0, 1, DATA)
+            ..unmap_aperture(APERTURE_SEGMENT, 0, 1, DATA)
         }),
         SubmitStatus::ReservedField,
     );
     assert_refused(
         &mut rig,
         "unmap past the end",
-        b(unmap_aperture(AP, AP_PAGES - 1, 2, DATA)),
+        packet_bytes(unmap_aperture(
+            APERTURE_SEGMENT,
+            APERTURE_PAGES - 1,
+            2,
+            DATA,
+        )),
         SubmitStatus::SegmentRange,
     );
 
     // CacheCoherent is fine into the default (coherent) aperture.
-    let p = map_aperture(AP, WDDM_GPU_MAP_FLAG_CACHE_COHERENT, 30, 1, list, 8, 0);
-    rig.ok(&b(p));
-    assert_eq!(rig.entries(30..31), [Some(df(100))]);
+    let p = map_aperture(
+        APERTURE_SEGMENT,
+        WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
+        30,
+        1,
+        list,
+        8,
+        0,
+    );
+    rig.ok(&packet_bytes(p));
+    assert_eq!(rig.entries(30..31), [Some(data_frame(100))]);
 }
 
 #[test]
 fn cache_coherent_mappings_need_a_cache_coherent_aperture() {
     let mut rig = Rig::with_layout("non-coherent", NON_COHERENT);
     assert_eq!(rig.layout.segments[1].kind, SegmentKind::Aperture);
-    let list = rig.list(0, &dfs(&[7, 8]));
+    let list = rig.list(0, &data_frames(&[7, 8]));
     let coherent = WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
-    let p = map_aperture(AP, coherent, 0, 2, list, 2, 0);
+    let p = map_aperture(APERTURE_SEGMENT, coherent, 0, 2, list, 2, 0);
     assert_refused(
         &mut rig,
         "CacheCoherent MAP",
-        b(p),
+        packet_bytes(p),
         SubmitStatus::WrongSegmentKind,
     );
     let p = WddmGpuPacketMapAperture2 {
         flags: coherent,
-        ..map2_contiguous(0, 2, df(7), 2, 0)
+        ..map2_contiguous(0, 2, data_frame(7), 2, 0)
     };
     assert_refused(
         &mut rig,
         "CacheCoherent MAP2",
-        b(p),
+        packet_bytes(p),
         SubmitStatus::WrongSegmentKind,
     );
     // Without the flag the same mapping works; the device-only segment 3 is not an aperture.
-    rig.ok(&b(map_aperture(AP, 0, 0, 2, list, 2, 0)));
-    assert_eq!(rig.entries(0..3), [Some(df(7)), Some(df(8)), None]);
+    rig.ok(&packet_bytes(map_aperture(
+        APERTURE_SEGMENT,
+        0,
+        0,
+        2,
+        list,
+        2,
+        0,
+    )));
+    assert_eq!(
+        rig.entries(0..3),
+        [Some(data_frame(7)), Some(data_frame(8)), None]
+    );
     let p = map_aperture(3, 0, 0, 2, list, 2, 0);
     assert_refused(
         &mut rig,
         "MAP on device-only VRAM",
-        b(p),
+        packet_bytes(p),
         SubmitStatus::WrongSegmentKind,
     );
     // The aperture is 1 MiB here: 256 pages.
     assert_refused(
         &mut rig,
         "past the 1 MiB aperture",
-        b(map_aperture(AP, 0, 255, 2, list, 2, 0)),
+        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 255, 2, list, 2, 0)),
         SubmitStatus::SegmentRange,
     );
 }

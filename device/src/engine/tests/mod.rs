@@ -21,10 +21,16 @@ mod segment_access;
 mod transfer;
 
 use crate::engine::Fault;
-use crate::testkit::packets::AP;
+use crate::testkit::packets::APERTURE_SEGMENT;
 
 /// How a submission stops when the packet at `offset` reaches page `page` of the default
 /// aperture, which nothing maps.
 fn unmapped_at(offset: u32, page: u64) -> Option<(u32, Fault)> {
-    Some((offset, Fault::UnmappedAperture { segment: AP, page }))
+    Some((
+        offset,
+        Fault::UnmappedAperture {
+            segment: APERTURE_SEGMENT,
+            page,
+        },
+    ))
 }

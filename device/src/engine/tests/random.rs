@@ -12,9 +12,12 @@ use super::dma_buffer::poison;
 use super::model::Model;
 use crate::testkit::bytes::pattern;
 use crate::testkit::engine_rig::{
-    df, dfs, Rig, AP_PAGES, DATA, DATA_SIZE, PAGE, RAM_SIZE, VRAM_GPA, VRAM_SIZE,
+    data_frame, data_frames, Rig, APERTURE_PAGES, DATA, DATA_SIZE, PAGE, RAM_SIZE, VRAM_GPA,
+    VRAM_SIZE,
 };
-use crate::testkit::packets::{ap, b, frames, map2_contiguous, map2_pages, vr, AP};
+use crate::testkit::packets::{
+    frames, in_aperture, in_vram, map2_contiguous, map2_pages, packet_bytes, APERTURE_SEGMENT,
+};
 
 // ---------------------------------------------------------------------------------------------
 // TRANSFERs between VRAM and scattered frames.
@@ -47,13 +50,13 @@ proptest! {
         rig.ram_write(DATA, &ram_model);
         for (slot, (src, dst, length)) in steps.into_iter().enumerate() {
             let endpoint = |end: &End, list_slot: u64| match end {
-                End::Vram(offset) => vr(*offset),
+                End::Vram(offset) => in_vram(*offset),
                 End::Frames { pages, byte_offset } => {
-                    let list: Vec<u64> = pages.iter().map(|p| df(u64::from(*p))).collect();
+                    let list: Vec<u64> = pages.iter().map(|p| data_frame(u64::from(*p))).collect();
                     frames(rig.list(list_slot, &list), list.len() as u32, *byte_offset)
                 }
             };
-            let packet = b(transfer(length, endpoint(&src, 0), endpoint(&dst, 1)));
+            let packet = packet_bytes(transfer(length, endpoint(&src, 0), endpoint(&dst, 1)));
             let completion = rig.submit(&packet);
             prop_assert_eq!(completion.stop, None, "step {}", slot);
             // Model: byte i of an endpoint lives at this index of its model array.
@@ -156,7 +159,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 /// A deliberately broken packet and the status it must fault with.
 fn broken(kind: u8, rig: &Rig, slot: u64) -> (Vec<u8>, SubmitStatus) {
     use SubmitStatus as S;
-    let mut listed = dfs(&[1, 2, 3, 4, 5, 6]);
+    let mut listed = data_frames(&[1, 2, 3, 4, 5, 6]);
     let valid = rig.list(slot, &listed);
     match kind {
         0 | 1 => {
@@ -167,7 +170,7 @@ fn broken(kind: u8, rig: &Rig, slot: u64) -> (Vec<u8>, SubmitStatus) {
             };
             let list = rig.list(slot, &listed);
             (
-                b(map_aperture(AP, 0, 0, 6, list, 6, 0)),
+                packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 6, list, 6, 0)),
                 if kind == 0 {
                     S::FrameNotInRam
                 } else {
@@ -176,38 +179,70 @@ fn broken(kind: u8, rig: &Rig, slot: u64) -> (Vec<u8>, SubmitStatus) {
             )
         }
         2 => (
-            b(map_aperture(AP, 0, AP_PAGES - 2, 4, valid, 6, 0)),
+            packet_bytes(map_aperture(
+                APERTURE_SEGMENT,
+                0,
+                APERTURE_PAGES - 2,
+                4,
+                valid,
+                6,
+                0,
+            )),
             S::SegmentRange,
         ),
         3 => (
-            b(map_aperture(1, 0, 0, 1, valid, 6, 0)),
+            packet_bytes(map_aperture(1, 0, 0, 1, valid, 6, 0)),
             S::WrongSegmentKind,
         ),
-        4 => (b(map_aperture(3, 0, 0, 1, valid, 6, 0)), S::BadSegment),
-        5 => (b(map_aperture(AP, 4, 0, 1, valid, 6, 0)), S::ReservedField),
-        6 => (b(map_aperture(AP, 0, 0, 4, valid, 6, 3)), S::BadFrameList),
-        7 => (b(unmap_aperture(AP, 0, 2, DATA + 8)), S::BadFrameList),
-        8 => (b(unmap_aperture(AP, 0, 2, VRAM_GPA)), S::FrameInVram),
-        9 => (b(fill(1, 16, vr(VRAM_SIZE - 8))), S::SegmentRange),
-        10 => (b(fill(1, 16, frames(valid, 6, 0))), S::WrongSegmentKind),
+        4 => (
+            packet_bytes(map_aperture(3, 0, 0, 1, valid, 6, 0)),
+            S::BadSegment,
+        ),
+        5 => (
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 4, 0, 1, valid, 6, 0)),
+            S::ReservedField,
+        ),
+        6 => (
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 4, valid, 6, 3)),
+            S::BadFrameList,
+        ),
+        7 => (
+            packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, DATA + 8)),
+            S::BadFrameList,
+        ),
+        8 => (
+            packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, VRAM_GPA)),
+            S::FrameInVram,
+        ),
+        9 => (
+            packet_bytes(fill(1, 16, in_vram(VRAM_SIZE - 8))),
+            S::SegmentRange,
+        ),
+        10 => (
+            packet_bytes(fill(1, 16, frames(valid, 6, 0))),
+            S::WrongSegmentKind,
+        ),
         11 => (poison(), S::UnknownOpcode),
         12 => (
-            b(WddmGpuPacketFence {
+            packet_bytes(WddmGpuPacketFence {
                 reserved: 1,
                 ..fence(1)
             }),
             S::ReservedField,
         ),
-        _ => (b(map2_contiguous(0, 4, df(1000), 6, 3)), S::BadFrameList),
+        _ => (
+            packet_bytes(map2_contiguous(0, 4, data_frame(1000), 6, 3)),
+            S::BadFrameList,
+        ),
     }
 }
 
 /// The packet of `op` and, applied to the model if it succeeds, its expected outcome.
 fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u64, SubmitStatus>) {
     let list_with = |pages: &[u16], lead: u32| {
-        let mut list: Vec<u64> = (0..lead).map(|i| df(u64::from(i) + 1)).collect();
-        list.extend(pages.iter().map(|&p| df(u64::from(p))));
-        list.push(df(2));
+        let mut list: Vec<u64> = (0..lead).map(|i| data_frame(u64::from(i) + 1)).collect();
+        list.extend(pages.iter().map(|&p| data_frame(u64::from(p))));
+        list.push(data_frame(2));
         (rig.list(slot, &list), list)
     };
     match *op {
@@ -224,8 +259,8 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             let (at, list) = list_with(pages, lead);
             let count = pages.len() as u64;
             let packet = match op {
-                Op::Map { .. } => b(map_aperture(
-                    AP,
+                Op::Map { .. } => packet_bytes(map_aperture(
+                    APERTURE_SEGMENT,
                     0,
                     first,
                     count,
@@ -233,7 +268,7 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
                     list.len() as u32,
                     lead,
                 )),
-                _ => b(map2_pages(first, count, at, list.len() as u32, lead)),
+                _ => packet_bytes(map2_pages(first, count, at, list.len() as u32, lead)),
             };
             model.map(first, &list[lead as usize..(lead as u64 + count) as usize]);
             (packet, Ok(0))
@@ -244,11 +279,11 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             count,
             offset,
         } => {
-            let base = df(u64::from(base));
+            let base = data_frame(u64::from(base));
             let frames: Vec<u64> = (0..count).map(|i| base + u64::from(offset) + i).collect();
             model.map(first, &frames);
             (
-                b(map2_contiguous(
+                packet_bytes(map2_contiguous(
                     first,
                     count,
                     base,
@@ -263,13 +298,13 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             count,
             dummy,
         } => {
-            model.map(first, &vec![df(u64::from(dummy)); count as usize]);
+            model.map(first, &vec![data_frame(u64::from(dummy)); count as usize]);
             (
-                b(unmap_aperture(
-                    AP,
+                packet_bytes(unmap_aperture(
+                    APERTURE_SEGMENT,
                     first,
                     count,
-                    df(u64::from(dummy)) * PAGE,
+                    data_frame(u64::from(dummy)) * PAGE,
                 )),
                 Ok(0),
             )
@@ -286,9 +321,9 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
         } => {
             let into_aperture = matches!(op, Op::ToAperture { .. });
             let packet = if into_aperture {
-                b(transfer(length, vr(vram), ap(aperture)))
+                packet_bytes(transfer(length, in_vram(vram), in_aperture(aperture)))
             } else {
-                b(transfer(length, ap(aperture), vr(vram)))
+                packet_bytes(transfer(length, in_aperture(aperture), in_vram(vram)))
             };
             if !model.mapped(aperture, length) {
                 return (packet, Err(SubmitStatus::UnmappedAperture));
@@ -306,7 +341,10 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             pattern,
         } => {
             model.fill(vram, length, pattern);
-            (b(fill(pattern, length, vr(vram))), Ok(length))
+            (
+                packet_bytes(fill(pattern, length, in_vram(vram))),
+                Ok(length),
+            )
         }
         Op::Broken(kind) => {
             let (packet, status) = broken(kind, rig, slot);
@@ -323,9 +361,9 @@ proptest! {
     ) {
         let mut rig = Rig::new("prop-aperture");
         let mut model = Model::new(&rig, WINDOW);
-        let setup: Vec<u64> = (0..WINDOW - 4).map(|i| df((i * 7919) % 1024)).collect();
+        let setup: Vec<u64> = (0..WINDOW - 4).map(|i| data_frame((i * 7919) % 1024)).collect();
         let list = rig.list(0, &setup);
-        rig.ok(&b(map_aperture(AP, 0, 0, WINDOW - 4, list, setup.len() as u32, 0)));
+        rig.ok(&packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, WINDOW - 4, list, setup.len() as u32, 0)));
         model.map(0, &setup);
         for ops in &submissions {
             let mut packets = Vec::new();
@@ -355,6 +393,6 @@ proptest! {
                 return Err(TestCaseError::fail(format!("{difference} after {ops:?}")));
             }
         }
-        prop_assert_eq!(rig.entries(AP_PAGES - 2..AP_PAGES), [None, None]);
+        prop_assert_eq!(rig.entries(APERTURE_PAGES - 2..APERTURE_PAGES), [None, None]);
     }
 }

@@ -5,18 +5,18 @@ use wddm_gpu_abi::build::{fence, transfer};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::testkit::bytes::pattern;
-use crate::testkit::engine_rig::{status, Rig, AP_PAGES, DATA, DATA_SIZE, PAGE, VRAM_SIZE};
-use crate::testkit::packets::{b, vr};
+use crate::testkit::engine_rig::{status, Rig, APERTURE_PAGES, DATA, DATA_SIZE, PAGE, VRAM_SIZE};
+use crate::testkit::packets::{in_vram, packet_bytes};
 
 /// Runs `fence(1)` then `bad`: the bad packet must fault with `expected` at offset 16 and leave
 /// the table (watched pages), the data pages and the VRAM as they were.
 #[track_caller]
 pub(super) fn assert_refused(rig: &mut Rig, name: &str, bad: Vec<u8>, expected: SubmitStatus) {
-    let watch = || (0..64).chain(AP_PAGES - 4..AP_PAGES);
+    let watch = || (0..64).chain(APERTURE_PAGES - 4..APERTURE_PAGES);
     let before = rig.entries(watch());
     let ram = rig.ram_read(DATA, DATA_SIZE as usize);
     let vram = rig.vram_read(0, VRAM_SIZE as usize);
-    let completion = rig.submit(&[b(fence(1)), bad].concat());
+    let completion = rig.submit(&[packet_bytes(fence(1)), bad].concat());
     assert_eq!(
         status(&completion),
         Some(expected),
@@ -43,7 +43,7 @@ pub(super) fn assert_fault(name: &str, build: impl Fn(&Rig) -> Vec<u8>, expected
     let mut rig = Rig::new(name);
     let guard = pattern(3 * PAGE as usize, 77);
     rig.vram_write(0x10_0000 - PAGE, &guard);
-    let good = b(transfer(16, vr(0), vr(0x8000)));
+    let good = packet_bytes(transfer(16, in_vram(0), in_vram(0x8000)));
     let bad = build(&rig);
     let completion = rig.submit(&[good.clone(), bad].concat());
     assert_eq!(

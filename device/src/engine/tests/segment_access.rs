@@ -14,16 +14,24 @@ use super::hooks::Hooks;
 use super::model::Model;
 use super::refusals::assert_refused;
 use crate::engine::Fault;
-use crate::testkit::engine_rig::{df, dfs, status, Rig, PAGE, VRAM_GPA, VRAM_SIZE};
-use crate::testkit::packets::{b, frames, vr, AP};
+use crate::testkit::engine_rig::{data_frame, data_frames, status, Rig, PAGE, VRAM_GPA, VRAM_SIZE};
+use crate::testkit::packets::{frames, in_vram, packet_bytes, APERTURE_SEGMENT};
 
 #[test]
 fn segment_access_packets_check_the_location_and_move_nothing() {
     let mut rig = Rig::new("access");
     let mut model = Model::new(&rig, 16);
-    let list = rig.list(0, &dfs(&[3, 4]));
-    rig.ok(&b(map_aperture(AP, 0, 2, 2, list, 2, 0)));
-    model.map(2, &dfs(&[3, 4]));
+    let list = rig.list(0, &data_frames(&[3, 4]));
+    rig.ok(&packet_bytes(map_aperture(
+        APERTURE_SEGMENT,
+        0,
+        2,
+        2,
+        list,
+        2,
+        0,
+    )));
+    model.map(2, &data_frames(&[3, 4]));
     let mut good = Vec::new();
     for flags in [0, WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE] {
         good.push(segment_access(
@@ -42,7 +50,8 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
     for size in 1..=8 {
         for opcode in [WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL] {
             good.push(segment_access(opcode, 1, VRAM_SIZE - u64::from(size), size));
-            good.push(segment_access(opcode, AP, 3 * PAGE - 4, size)); // straddles mapped pages 2 and 3
+            good.push(segment_access(opcode, APERTURE_SEGMENT, 3 * PAGE - 4, size));
+            // straddles mapped pages 2 and 3
         }
     }
     let packets: Vec<u8> = good.iter().flat_map(|p| p.as_bytes().to_vec()).collect();
@@ -54,11 +63,11 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
     model.check(&rig);
     assert_eq!(
         rig.entries(0..5),
-        [None, None, Some(df(3)), Some(df(4)), None]
+        [None, None, Some(data_frame(3)), Some(data_frame(4)), None]
     );
 
     let refuse = |rig: &mut Rig, name: &str, p: WddmGpuPacketSegmentAccess, expected| {
-        assert_refused(rig, name, b(p), expected);
+        assert_refused(rig, name, packet_bytes(p), expected);
         model.check(rig);
     };
     for opcode in [WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL] {
@@ -73,13 +82,13 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
         refuse(
             &mut rig,
             "through an unmapped page",
-            segment_access(opcode, AP, 5 * PAGE, 4),
+            segment_access(opcode, APERTURE_SEGMENT, 5 * PAGE, 4),
             SubmitStatus::UnmappedAperture,
         );
         refuse(
             &mut rig,
             "into an unmapped page",
-            segment_access(opcode, AP, 4 * PAGE - 4, 8),
+            segment_access(opcode, APERTURE_SEGMENT, 4 * PAGE - 4, 8),
             SubmitStatus::UnmappedAperture,
         );
         refuse(
@@ -105,7 +114,7 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
     refuse(
         &mut rig,
         "DISCARD on a mapped aperture",
-        segment_access(discard, AP, 2 * PAGE, 0),
+        segment_access(discard, APERTURE_SEGMENT, 2 * PAGE, 0),
         SubmitStatus::WrongSegmentKind,
     );
     refuse(
@@ -128,7 +137,7 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
         flagged,
         SubmitStatus::ReservedField,
     );
-    let mut small = b(segment_access(discard, 1, 0, 0));
+    let mut small = packet_bytes(segment_access(discard, 1, 0, 0));
     small[4] = 16; // size 16 < the 24-byte structure
     assert_refused(
         &mut rig,
@@ -142,23 +151,23 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
 fn fences_reach_the_hooks_in_order_with_the_other_packets() {
     let mut rig = Rig::new("fence");
     rig.vram_write(0, &[0x11; 16]);
-    let out = rig.list(0, &dfs(&[9]));
-    rig.ram_write(df(9) * PAGE, &[0x22; 16]);
+    let out = rig.list(0, &data_frames(&[9]));
+    rig.ram_write(data_frame(9) * PAGE, &[0x22; 16]);
     let mut hooks = Hooks {
-        sample: Some((rig.mem.clone(), vec![VRAM_GPA, df(9) * PAGE])),
+        sample: Some((rig.mem.clone(), vec![VRAM_GPA, data_frame(9) * PAGE])),
         ..Default::default()
     };
     let mut bad_fence = fence(14);
     bad_fence.reserved = 1;
     let packets = [
-        b(fence(10)),
-        b(fill(0x3333_3333, 16, vr(0))),
-        b(fence(11)),
-        b(transfer(16, vr(0), frames(out, 1, 0))),
-        b(fence(12)),
-        b(fence(12)),
-        b(bad_fence),
-        b(fence(15)),
+        packet_bytes(fence(10)),
+        packet_bytes(fill(0x3333_3333, 16, in_vram(0))),
+        packet_bytes(fence(11)),
+        packet_bytes(transfer(16, in_vram(0), frames(out, 1, 0))),
+        packet_bytes(fence(12)),
+        packet_bytes(fence(12)),
+        packet_bytes(bad_fence),
+        packet_bytes(fence(15)),
     ];
     let offset_of_bad: usize = packets[..6].iter().map(Vec::len).sum();
     let completion = rig.submit_with(&packets.concat(), &mut hooks);
@@ -183,7 +192,7 @@ fn fences_reach_the_hooks_in_order_with_the_other_packets() {
     let mut flagged = fence(20);
     flagged.header.flags = 1;
     let mut hooks = Hooks::default();
-    let completion = rig.submit_with(&b(flagged), &mut hooks);
+    let completion = rig.submit_with(&packet_bytes(flagged), &mut hooks);
     assert_eq!(status(&completion), Some(SubmitStatus::ReservedField));
     assert!(hooks.fences.is_empty());
 }

@@ -5,9 +5,11 @@ use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::testkit::bytes::pattern;
-use crate::testkit::engine_rig::{command, df, scattered, status, Rig, DATA, DMA, LISTS, PAGE};
+use crate::testkit::engine_rig::{
+    command, data_frame, scattered, status, Rig, DATA, DMA, LISTS, PAGE,
+};
 use crate::testkit::layouts::DEVICE_ONLY;
-use crate::testkit::packets::{b, frames, seg, vr};
+use crate::testkit::packets::{frames, in_vram, packet_bytes, seg};
 
 /// Where byte `at` of a frames endpoint lives in guest memory.
 fn frame_byte(list: &[u64], at: u64) -> u64 {
@@ -26,15 +28,15 @@ fn vram_to_scattered_frames_and_back_moves_every_byte() {
 
     let out = transfer(
         length as u64,
-        vr(0x1000),
+        in_vram(0x1000),
         frames(list_address, 258, byte_offset),
     );
     let back = transfer(
         length as u64,
         frames(list_address, 258, byte_offset),
-        vr(0x20_0000),
+        in_vram(0x20_0000),
     );
-    let completion = rig.submit(&[b(out), b(back)].concat());
+    let completion = rig.submit(&[packet_bytes(out), packet_bytes(back)].concat());
     assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 2);
     assert_eq!(completion.bytes_transferred, 2 * length as u64);
@@ -50,13 +52,17 @@ fn vram_to_scattered_frames_and_back_moves_every_byte() {
 #[test]
 fn contiguous_frames_coalesce_and_frames_to_frames_work() {
     let mut rig = Rig::new("contig");
-    let source: Vec<u64> = (0..64).map(df).collect();
-    let destination: Vec<u64> = (0..64).map(|i| df(512 + i)).collect();
+    let source: Vec<u64> = (0..64).map(data_frame).collect();
+    let destination: Vec<u64> = (0..64).map(|i| data_frame(512 + i)).collect();
     let data = pattern(64 * PAGE as usize, 3);
     rig.ram_write(DATA, &data);
     let a = rig.list(0, &source);
     let z = rig.list(1, &destination);
-    let completion = rig.submit(&b(transfer(64 * PAGE, frames(a, 64, 0), frames(z, 64, 0))));
+    let completion = rig.submit(&packet_bytes(transfer(
+        64 * PAGE,
+        frames(a, 64, 0),
+        frames(z, 64, 0),
+    )));
     assert_eq!(completion.stop, None);
     assert_eq!(rig.ram_read(DATA + 512 * PAGE, data.len()), data);
 }
@@ -74,7 +80,11 @@ fn overlapping_vram_moves_have_memmove_semantics() {
         let mut rig = Rig::new("overlap");
         let data = pattern(len, 5);
         rig.vram_write(from, &data);
-        let completion = rig.submit(&b(transfer(data.len() as u64, vr(from), vr(to))));
+        let completion = rig.submit(&packet_bytes(transfer(
+            data.len() as u64,
+            in_vram(from),
+            in_vram(to),
+        )));
         assert_eq!(completion.stop, None);
         assert!(
             rig.vram_read(to, data.len()) == data,
@@ -86,7 +96,7 @@ fn overlapping_vram_moves_have_memmove_semantics() {
 #[test]
 fn zero_length_transfer_completes_without_touching_memory() {
     let mut rig = Rig::new("zero");
-    let completion = rig.submit(&b(transfer(0, vr(0), frames(LISTS, 0, 0))));
+    let completion = rig.submit(&packet_bytes(transfer(0, in_vram(0), frames(LISTS, 0, 0))));
     assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 1);
 }
@@ -94,9 +104,9 @@ fn zero_length_transfer_completes_without_touching_memory() {
 #[test]
 fn only_the_submitted_window_of_the_buffer_executes() {
     let mut rig = Rig::new("window");
-    let mut skipped = b(transfer(16, vr(0), vr(0x8000)));
+    let mut skipped = packet_bytes(transfer(16, in_vram(0), in_vram(0x8000)));
     skipped[0] = 0x77; // would fault if executed
-    let good = b(transfer(16, vr(0), vr(0x9000)));
+    let good = packet_bytes(transfer(16, in_vram(0), in_vram(0x9000)));
     let packets = [skipped.clone(), good].concat();
     rig.ram_write(DMA, &packets);
     let size = packets.len() as u32;
@@ -112,11 +122,11 @@ fn device_only_vram_segments_take_transfers_like_bar_segments() {
     let data = pattern(300_000, 11);
     let list = rig.list(0, &scattered(80));
     rig.ram_write(DATA, &data);
-    let contiguous = rig.list(1, &(0..80).map(df).collect::<Vec<_>>());
+    let contiguous = rig.list(1, &(0..80).map(data_frame).collect::<Vec<_>>());
     let hidden = seg(2, 0x1_0000_0000 + 0x1000);
     let into_hidden = transfer(data.len() as u64, frames(contiguous, 80, 0), hidden);
     let back_out = transfer(data.len() as u64, hidden, frames(list, 80, 0));
-    let completion = rig.submit(&[b(into_hidden), b(back_out)].concat());
+    let completion = rig.submit(&[packet_bytes(into_hidden), packet_bytes(back_out)].concat());
     assert_eq!(completion.stop, None);
     let list_frames = scattered(80);
     for (i, byte) in data.iter().enumerate().step_by(911) {
@@ -131,7 +141,7 @@ fn device_only_vram_segments_take_transfers_like_bar_segments() {
         frames(list, 80, 0),
     );
     assert_eq!(
-        status(&rig.submit(&b(past_end))),
+        status(&rig.submit(&packet_bytes(past_end))),
         Some(SubmitStatus::SegmentRange)
     );
 }

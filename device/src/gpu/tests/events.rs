@@ -8,7 +8,7 @@ use zerocopy::IntoBytes;
 
 use super::seconds_of_copying;
 use crate::testkit::gpu_rig::*;
-use crate::testkit::packets::{b, vr};
+use crate::testkit::packets::{in_vram, packet_bytes};
 
 #[test]
 fn submissions_complete_on_the_engine_thread_after_the_status_page() {
@@ -17,7 +17,7 @@ fn submissions_complete_on_the_engine_thread_after_the_status_page() {
     let page = rig.status_page();
     assert_eq!(page.magic, WDDM_GPU_STATUS_MAGIC);
     assert_eq!((page.bar_state, page.bar_address), (1, VRAM_GPA));
-    let (fence, rx) = rig.submit(&b(fill(0xa5a5_5a5a, 4096, vr(0x1000))), 0);
+    let (fence, rx) = rig.submit(&packet_bytes(fill(0xa5a5_5a5a, 4096, in_vram(0x1000))), 0);
     let response = submit_response(&rx);
     assert_eq!(
         (response.status, response.submission_fence_id),
@@ -40,9 +40,9 @@ fn faults_go_to_the_status_page_ring_and_a_posted_event() {
     let mut rig = GpuRig::new("fault");
     rig.register_status_page();
     let events = rig.post_event();
-    let mut bad = b(fill(1, 16, vr(0)));
+    let mut bad = packet_bytes(fill(1, 16, in_vram(0)));
     bad[0] = 0x77;
-    let packets = [b(fill(1, 16, vr(0))), bad].concat();
+    let packets = [packet_bytes(fill(1, 16, in_vram(0))), bad].concat();
     let (fence, rx) = rig.submit(&packets, 0);
     let response = submit_response(&rx);
     assert_eq!(response.status, SubmitStatus::UnknownOpcode as u32);
@@ -73,7 +73,7 @@ fn faults_go_to_the_status_page_ring_and_a_posted_event() {
 fn the_fault_ring_never_overwrites_unconsumed_records() {
     let mut rig = GpuRig::new("ring");
     rig.register_status_page();
-    let mut bad = b(fill(1, 16, vr(0)));
+    let mut bad = packet_bytes(fill(1, 16, in_vram(0)));
     bad[0] = 0x77;
     for slot in 0..=u64::from(WDDM_GPU_FAULT_RING_ENTRIES) {
         let (_, rx) = rig.submit(&bad, slot % 4);
@@ -91,7 +91,12 @@ fn fence_packets_complete_posted_events_in_order() {
     let mut rig = GpuRig::new("fence");
     rig.register_status_page();
     let events = [rig.post_event(), rig.post_event()];
-    let packets = [b(fence(700)), b(fill(3, 64, vr(0))), b(fence(701))].concat();
+    let packets = [
+        packet_bytes(fence(700)),
+        packet_bytes(fill(3, 64, in_vram(0))),
+        packet_bytes(fence(701)),
+    ]
+    .concat();
     let (_, rx) = rig.submit(&packets, 0);
     submit_response(&rx);
     let fences: Vec<u32> = events
@@ -148,7 +153,7 @@ fn a_fence_packet_is_reported_while_the_rest_of_the_buffer_runs() {
     rig.register_status_page();
     let events = rig.post_event();
     // A fence, then seconds of copying.
-    let mut packets = b(fence(900));
+    let mut packets = packet_bytes(fence(900));
     packets.extend(seconds_of_copying(0));
     let (_, rx) = rig.submit(&packets, 0);
     let fenced = event(&events);

@@ -12,18 +12,18 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::seconds_of_copying;
 use crate::gpu::scheduler::{INLINE_PACKETS, INLINE_WORK};
 use crate::testkit::gpu_rig::*;
-use crate::testkit::packets::{ap, b, vr, AP};
+use crate::testkit::packets::{in_aperture, in_vram, packet_bytes, APERTURE_SEGMENT};
 
 #[test]
 fn preempt_stops_long_work_and_returns_queued_work_in_order() {
     let mut rig = GpuRig::new("preempt");
     rig.register_status_page();
-    let (done_fence, rx) = rig.submit(&b(fill(9, 4096, vr(0))), 0);
+    let (done_fence, rx) = rig.submit(&packet_bytes(fill(9, 4096, in_vram(0))), 0);
     submit_response(&rx);
     // 64 copies of 48 MiB: seconds of work, far more than a preemption needs.
     let long = seconds_of_copying(0);
     let (long_fence, long_rx) = rig.submit(&long, 1);
-    let (queued_fence, queued_rx) = rig.submit(&b(fill(1, 16, vr(0))), 2);
+    let (queued_fence, queued_rx) = rig.submit(&packet_bytes(fill(1, 16, in_vram(0))), 2);
     std::thread::sleep(Duration::from_millis(50));
     let preempt = rig.command(WDDM_GPU_CMD_PREEMPT);
     let answer = WddmGpuRespPreempt::read_from_prefix(&preempt.recv_timeout(WAIT).unwrap())
@@ -56,7 +56,7 @@ fn preempt_stops_long_work_and_returns_queued_work_in_order() {
         (long_fence, done_fence, done_fence)
     );
     // The engine runs again: resubmitted work completes.
-    let (_, rx) = rig.submit(&b(fill(2, 16, vr(0))), 3);
+    let (_, rx) = rig.submit(&packet_bytes(fill(2, 16, in_vram(0))), 3);
     assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
 }
 
@@ -67,15 +67,19 @@ fn reset_drops_work_clears_the_gart_and_registration_and_keeps_vram() {
     let events = rig.post_event();
     let frames: Vec<u64> = (0..4u64).map(|i| DATA / 4096 + i).collect();
     rig.ram_write(LISTS, frames.as_bytes());
-    let mapping = b(map_aperture(AP, 0, 0, 4, LISTS, 4, 0));
+    let mapping = packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 4, LISTS, 4, 0));
     let (_, rx) = rig.submit(
-        &[mapping, b(fill(0x1234_5678, 4096, vr(0x5000)))].concat(),
+        &[
+            mapping,
+            packet_bytes(fill(0x1234_5678, 4096, in_vram(0x5000))),
+        ]
+        .concat(),
         0,
     );
     assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
     let long = seconds_of_copying(0x10_0000);
     let (_, long_rx) = rig.submit(&long, 1);
-    let (_, queued_rx) = rig.submit(&b(fill(1, 16, vr(0))), 2);
+    let (_, queued_rx) = rig.submit(&packet_bytes(fill(1, 16, in_vram(0))), 2);
     std::thread::sleep(Duration::from_millis(50));
     let reset = rig.command(WDDM_GPU_CMD_RESET);
     assert_eq!(
@@ -94,7 +98,7 @@ fn reset_drops_work_clears_the_gart_and_registration_and_keeps_vram() {
     // VRAM kept, GART cleared, status page no longer written.
     assert_eq!(rig.vram(0x5000, 4), 0x1234_5678u32.to_le_bytes());
     let before = rig.status_page();
-    let through_aperture = b(transfer(16, ap(0), vr(0)));
+    let through_aperture = packet_bytes(transfer(16, in_aperture(0), in_vram(0)));
     let (_, rx) = rig.submit(&through_aperture, 3);
     assert_eq!(
         submit_response(&rx).status,
@@ -107,7 +111,7 @@ fn reset_drops_work_clears_the_gart_and_registration_and_keeps_vram() {
 fn short_submissions_are_answered_on_the_calling_thread() {
     let mut rig = GpuRig::new("inline");
     rig.register_status_page();
-    let (fence, rx) = rig.submit(&b(fence(77)), 0);
+    let (fence, rx) = rig.submit(&packet_bytes(fence(77)), 0);
     // No engine-thread hop: the answer is there when the control queue's call returns.
     let response = WddmGpuRespSubmit::read_from_prefix(&rx.try_recv().unwrap())
         .unwrap()
@@ -123,10 +127,10 @@ fn short_submissions_are_answered_on_the_calling_thread() {
 fn work_past_the_inline_budget_continues_on_the_engine_thread() {
     let mut rig = GpuRig::new("deferred");
     let big = INLINE_WORK * 4;
-    let mut packets = b(fill(0x1111_1111, 4096, vr(0)));
-    packets.extend(b(fill(0x2222_2222, 4096, vr(0x1000))));
-    packets.extend(b(fill(0x3333_3333, big, vr(0x10_0000))));
-    packets.extend(b(fill(0x4444_4444, 4096, vr(0x2000))));
+    let mut packets = packet_bytes(fill(0x1111_1111, 4096, in_vram(0)));
+    packets.extend(packet_bytes(fill(0x2222_2222, 4096, in_vram(0x1000))));
+    packets.extend(packet_bytes(fill(0x3333_3333, big, in_vram(0x10_0000))));
+    packets.extend(packet_bytes(fill(0x4444_4444, 4096, in_vram(0x2000))));
     let (fence, rx) = rig.submit(&packets, 0);
     let response = submit_response(&rx);
     assert_eq!(
@@ -146,15 +150,15 @@ fn work_past_the_inline_budget_continues_on_the_engine_thread() {
     );
     assert_eq!(rig.vram(0x2000, 4), 0x4444_4444u32.to_le_bytes());
     // Later short work runs inline again, after the deferred part.
-    let (_, rx) = rig.submit(&b(fill(5, 16, vr(0x3000))), 1);
+    let (_, rx) = rig.submit(&packet_bytes(fill(5, 16, in_vram(0x3000))), 1);
     assert_eq!(submit_response(&rx).status, SubmitStatus::Ok as u32);
 }
 
 #[test]
 fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
     let rig = GpuRig::new("defer-race");
-    let mut packets = b(fence(1));
-    packets.extend(b(fill(7, INLINE_WORK * 8, vr(0))));
+    let mut packets = packet_bytes(fence(1));
+    packets.extend(packet_bytes(fill(7, INLINE_WORK * 8, in_vram(0))));
     rig.ram_write(DMA, &packets);
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -182,7 +186,7 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     // Still alive: a last submission completes.
-    rig.ram_write(DMA, &b(fence(5)));
+    rig.ram_write(DMA, &packet_bytes(fence(5)));
     let cmd = submit_cmd(DMA, 16, 1000);
     let response = submit_response(&rig.request(cmd.as_bytes(), 64));
     assert_eq!(response.status, SubmitStatus::Ok as u32);
@@ -192,7 +196,9 @@ fn resets_racing_deferred_submissions_never_lose_or_hang_work() {
 fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budget() {
     let mut rig = GpuRig::new("packet-budget");
     let count = INLINE_PACKETS as usize * 4;
-    let packets: Vec<u8> = (0..count).flat_map(|i| b(fence(i as u32 + 1))).collect();
+    let packets: Vec<u8> = (0..count)
+        .flat_map(|i| packet_bytes(fence(i as u32 + 1)))
+        .collect();
     let (_, rx) = rig.submit(&packets, 0);
     let response = submit_response(&rx);
     assert_eq!(
@@ -211,7 +217,7 @@ fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budg
 fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
     let rig = GpuRig::new("kick-budget");
     let piece = INLINE_WORK / 4;
-    let packets = b(fill(0x5555_5555, piece, vr(0)));
+    let packets = packet_bytes(fill(0x5555_5555, piece, in_vram(0)));
     rig.ram_write(DMA, &packets);
     let command = |fence: u32| submit_cmd(DMA, packets.len(), fence);
     // Eight submissions in one kick: four fit the kick's inline budget, the rest go to the
@@ -250,8 +256,8 @@ fn a_reset_taking_back_a_deferred_submission_counts_what_ran_inline() {
     let mut rig = GpuRig::new("drained-deferred");
     for round in 0..300 {
         // A FENCE runs inline; the fill is over the budget and waits for the engine thread.
-        let mut packets = b(fence(round + 1));
-        packets.extend(b(fill(7, INLINE_WORK * 64, vr(0))));
+        let mut packets = packet_bytes(fence(round + 1));
+        packets.extend(packet_bytes(fill(7, INLINE_WORK * 64, in_vram(0))));
         let (fence, rx) = rig.submit(&packets, 0);
         // The reset may find it queued (not yet taken by the engine thread) or running.
         let reset = rig.command(WDDM_GPU_CMD_RESET);

@@ -11,7 +11,7 @@ use zerocopy::IntoBytes;
 use super::rig::{Posted, Rig, Ring, DMA};
 use crate::testkit::bytes::pattern;
 use crate::testkit::gpu_rig::submit_cmd;
-use crate::testkit::packets::vr;
+use crate::testkit::packets::in_vram;
 
 /// Bytes the long copy moves: far more than one kick may run inline, and enough 1 MiB chunks
 /// that the engine is still at it when the ring is stopped right after the kick.
@@ -39,7 +39,7 @@ pub fn post_long_copy(rig: &Rig, ring: &mut Ring<'_>, fence: u32) -> (Posted, Ve
     rig.vram_write(0, &marks[..MARK]);
     rig.vram_write(COPY - MARK as u64, &marks[MARK..]);
     let mut buffer = DmaBufferBuilder::new();
-    buffer.push_transfer(&build::transfer(COPY, vr(0), vr(COPY)));
+    buffer.push_transfer(&build::transfer(COPY, in_vram(0), in_vram(COPY)));
     ring.write(DMA, buffer.bytes());
     let cmd = submit_cmd(DMA, buffer.bytes().len(), fence);
     let posted = ring.post(cmd.as_bytes(), size_of::<WddmGpuRespSubmit>() as u32);
