@@ -291,3 +291,88 @@ fn the_check_sees_missing_paths_outside_links_and_machine_paths() {
         ]
     );
 }
+
+/// Where `docs/architecture.md` must name the module in `file` (a path below `device/src/`):
+/// a folder's `mod.rs` by its folder (`engine/`), any other file by its path (`engine/ops.rs`),
+/// or, in its top folder's row of the layers table, by its path inside that folder (`ops.rs`,
+/// `stats/render.rs`). Test modules and the test kit are not part of the design it draws.
+fn architecture_misses(architecture: &str, file: &str) -> Option<String> {
+    let parts: Vec<&str> = file.split('/').collect();
+    let is_test = parts.iter().any(|part| {
+        *part == "tests" || *part == "tests.rs" || *part == "testkit" || part.contains("_tests")
+    });
+    if is_test {
+        return None;
+    }
+    // A folder's `mod.rs` is named by its folder.
+    let module = match file.strip_suffix("mod.rs") {
+        Some(folder) => folder.to_owned(),
+        None => file.to_owned(),
+    };
+    if architecture.contains(&format!("`{module}`"))
+        || architecture.contains(&format!("/{module}`"))
+    {
+        return None;
+    }
+    let named_in_row = parts.len() > 1 && {
+        let top = parts[0];
+        let inside = &module[top.len() + 1..];
+        architecture
+            .lines()
+            .filter(|line| line.starts_with(&format!("| `{top}/`")))
+            .any(|row| row.contains(&format!("`{inside}`")))
+    };
+    (!named_in_row).then_some(module)
+}
+
+#[test]
+fn the_architecture_names_every_module_of_the_backend() {
+    let repo = repository();
+    let architecture = fs::read_to_string(repo.join("docs/architecture.md")).unwrap();
+    let sources = repo.join("device/src");
+    let mut files = Vec::new();
+    repository_files(&sources, &mut files);
+    let mut missing: Vec<String> = files
+        .iter()
+        .filter(|file| file.extension().is_some_and(|ext| ext == "rs"))
+        .filter_map(|file| {
+            let relative = file.strip_prefix(&sources).unwrap().to_string_lossy();
+            architecture_misses(&architecture, &relative)
+        })
+        .collect();
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md does not name these modules of device/src: {}",
+        missing.join(", ")
+    );
+}
+
+#[test]
+fn the_architecture_check_finds_a_module_it_does_not_name() {
+    let architecture = "| `engine/` | packets (`mod.rs`), one function a kind (`ops.rs`), \
+                        `stats/render.rs` |\n`daemon.rs` and `memory/vram.rs`";
+    for named in [
+        "engine/mod.rs",
+        "engine/ops.rs",
+        "engine/stats/render.rs",
+        "daemon.rs",
+        "memory/vram.rs",
+        "engine/tests/fill.rs",
+        "engine/describe_tests.rs",
+        "testkit/rig.rs",
+    ] {
+        assert_eq!(architecture_misses(architecture, named), None, "{named}");
+    }
+    for missing in [
+        "engine/access.rs",
+        "memory/gart.rs",
+        "main.rs",
+        "observe/mod.rs",
+    ] {
+        assert!(
+            architecture_misses(architecture, missing).is_some(),
+            "{missing}"
+        );
+    }
+}
