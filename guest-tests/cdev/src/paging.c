@@ -121,38 +121,40 @@ wddm_result wddm_pb_fill(wddm_pb *pb, const wddm_op_fill *op)
     return emit(pb, WDDM_GPU_OP_FILL, &p, sizeof(p));
 }
 
-wddm_result wddm_pb_discard(wddm_pb *pb, const wddm_op_discard *op)
+/* DISCARD_CONTENT, READ_PHYSICAL and WRITE_PHYSICAL: `length` bytes at `address` inside
+ * segment `id` (a memory segment when `memory_only`), as one segment-access packet. */
+static wddm_result segment_access(wddm_pb *pb, uint16_t opcode, uint32_t id, uint64_t address,
+                                  uint64_t length, uint32_t flags_or_size, bool memory_only)
 {
     const wddm_segment *s;
-    if (!pb || !op || op->AllocationIsIdle > 1)
-        return WDDM_E_INVALID;
-    wddm_result r = segment_range(pb, op->SegmentId, op->SegmentAddress, 0, &s);
+    wddm_result r = segment_range(pb, id, address, length, &s);
     if (r)
         return r;
-    if (wddm_segment_is_aperture(s))
+    if (memory_only && wddm_segment_is_aperture(s))
         return WDDM_E_INVALID;
     WddmGpuPacketSegmentAccess p;
     wddm_zero(&p, sizeof(p));
-    p.segment_id = op->SegmentId;
-    p.flags_or_size = op->AllocationIsIdle ? WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE : 0;
-    p.address = op->SegmentAddress;
-    return emit(pb, WDDM_GPU_OP_DISCARD_CONTENT, &p, sizeof(p));
+    p.segment_id = id;
+    p.flags_or_size = flags_or_size;
+    p.address = address;
+    return emit(pb, opcode, &p, sizeof(p));
+}
+
+wddm_result wddm_pb_discard(wddm_pb *pb, const wddm_op_discard *op)
+{
+    if (!pb || !op || op->AllocationIsIdle > 1)
+        return WDDM_E_INVALID;
+    return segment_access(pb, WDDM_GPU_OP_DISCARD_CONTENT, op->SegmentId, op->SegmentAddress, 0,
+                          op->AllocationIsIdle ? WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE : 0,
+                          true);
 }
 
 static wddm_result physical(wddm_pb *pb, const wddm_op_physical *op, uint16_t opcode)
 {
-    const wddm_segment *s;
     if (!pb || !op || op->Size < 1 || op->Size > 8)
         return WDDM_E_INVALID;
-    wddm_result r = segment_range(pb, op->SegmentId, op->PhysicalAddress, op->Size, &s);
-    if (r)
-        return r;
-    WddmGpuPacketSegmentAccess p;
-    wddm_zero(&p, sizeof(p));
-    p.segment_id = op->SegmentId;
-    p.flags_or_size = op->Size;
-    p.address = op->PhysicalAddress;
-    return emit(pb, opcode, &p, sizeof(p));
+    return segment_access(pb, opcode, op->SegmentId, op->PhysicalAddress, op->Size, op->Size,
+                          false);
 }
 
 wddm_result wddm_pb_read_physical(wddm_pb *pb, const wddm_op_physical *op)
@@ -180,17 +182,28 @@ static wddm_result aperture_pages(const wddm_pb *pb, uint32_t id, uint64_t first
     return WDDM_OK;
 }
 
-wddm_result wddm_pb_map_aperture(wddm_pb *pb, const wddm_op_map_aperture *op)
+/* What MAP_APERTURE and MAP_APERTURE2 share: the aperture pages, then `count` frames from
+ * `list_offset` on inside a frame list of `list_count`. */
+static wddm_result map_pages(const wddm_pb *pb, uint32_t id, uint64_t first, uint64_t count,
+                             uint32_t coherent, uint64_t list_offset, uint64_t list_count)
 {
     uint64_t end;
-    if (!pb || !op || !pfn_list_ok(pb, &op->Mdl))
-        return WDDM_E_INVALID;
-    wddm_result r = aperture_pages(pb, op->SegmentId, op->OffsetInPages, op->NumberOfPages,
-                                   op->CacheCoherent);
+    wddm_result r = aperture_pages(pb, id, first, count, coherent);
     if (r)
         return r;
-    if (!wddm_add(op->MdlOffset, op->NumberOfPages, &end) || end > op->Mdl.count)
+    if (!wddm_add(list_offset, count, &end) || end > list_count)
         return WDDM_E_RANGE;
+    return WDDM_OK;
+}
+
+wddm_result wddm_pb_map_aperture(wddm_pb *pb, const wddm_op_map_aperture *op)
+{
+    if (!pb || !op || !pfn_list_ok(pb, &op->Mdl))
+        return WDDM_E_INVALID;
+    wddm_result r = map_pages(pb, op->SegmentId, op->OffsetInPages, op->NumberOfPages,
+                              op->CacheCoherent, op->MdlOffset, op->Mdl.count);
+    if (r)
+        return r;
     WddmGpuPacketMapAperture p;
     wddm_zero(&p, sizeof(p));
     p.segment_id = op->SegmentId;
@@ -205,17 +218,14 @@ wddm_result wddm_pb_map_aperture(wddm_pb *pb, const wddm_op_map_aperture *op)
 
 wddm_result wddm_pb_map_aperture2(wddm_pb *pb, const wddm_op_map_aperture2 *op)
 {
-    uint64_t end;
     if (!pb || !op || op->AdlContiguous > 1 ||
         (!op->AdlContiguous && (op->AdlBase % 8 != 0 ||
                                 op->AdlPageCount > pb->layout->header.max_frame_list_entries)))
         return WDDM_E_INVALID;
-    wddm_result r = aperture_pages(pb, op->SegmentId, op->OffsetInPages, op->NumberOfPages,
-                                   op->CacheCoherent);
+    wddm_result r = map_pages(pb, op->SegmentId, op->OffsetInPages, op->NumberOfPages,
+                              op->CacheCoherent, op->AdlOffset, op->AdlPageCount);
     if (r)
         return r;
-    if (!wddm_add(op->AdlOffset, op->NumberOfPages, &end) || end > op->AdlPageCount)
-        return WDDM_E_RANGE;
     WddmGpuPacketMapAperture2 p;
     wddm_zero(&p, sizeof(p));
     p.segment_id = op->SegmentId;

@@ -3,12 +3,28 @@
 
 #include "util.h"
 
-wddm_result wddm_layout_query_segment3(const wddm_layout *layout, wddm_dxgk_querysegmentout3 *out)
+/* What both queries check first: WDDM_OK when the layout is of `wddm_version`. */
+static wddm_result query_allowed(const wddm_layout *layout, const void *out, uint32_t wddm_version)
 {
     if (!layout || !out)
         return WDDM_E_INVALID;
-    if (layout->header.wddm_version != WDDM_GPU_WDDM_1_3)
-        return WDDM_E_STATE;
+    return layout->header.wddm_version == wddm_version ? WDDM_OK : WDDM_E_STATE;
+}
+
+/* The paging-buffer fields both outputs carry, from the capset header. */
+static void paging_buffer_fields(const wddm_layout *layout, uint32_t *segment_id, uint32_t *size,
+                                 uint32_t *private_data_size)
+{
+    *segment_id = layout->header.paging_buffer_segment_id;
+    *size = layout->header.paging_buffer_size;
+    *private_data_size = layout->header.paging_buffer_private_data_size;
+}
+
+wddm_result wddm_layout_query_segment3(const wddm_layout *layout, wddm_dxgk_querysegmentout3 *out)
+{
+    wddm_result r = query_allowed(layout, out, WDDM_GPU_WDDM_1_3);
+    if (r)
+        return r;
     if (!out->pSegmentDescriptor) {
         out->NbSegment = layout->segment_count;
         return WDDM_OK;
@@ -29,18 +45,16 @@ wddm_result wddm_layout_query_segment3(const wddm_layout *layout, wddm_dxgk_quer
         o->SystemMemoryEndAddress = d->system_memory_end_address;
     }
     out->NbSegment = layout->segment_count;
-    out->PagingBufferSegmentId = layout->header.paging_buffer_segment_id;
-    out->PagingBufferSize = layout->header.paging_buffer_size;
-    out->PagingBufferPrivateDataSize = layout->header.paging_buffer_private_data_size;
+    paging_buffer_fields(layout, &out->PagingBufferSegmentId, &out->PagingBufferSize,
+                         &out->PagingBufferPrivateDataSize);
     return WDDM_OK;
 }
 
 wddm_result wddm_layout_query_segment4(const wddm_layout *layout, wddm_dxgk_querysegmentout4 *out)
 {
-    if (!layout || !out)
-        return WDDM_E_INVALID;
-    if (layout->header.wddm_version != WDDM_GPU_WDDM_2_0)
-        return WDDM_E_STATE;
+    wddm_result r = query_allowed(layout, out, WDDM_GPU_WDDM_2_0);
+    if (r)
+        return r;
     if (!out->pSegmentDescriptor) {
         out->NbSegment = layout->segment_count;
         out->SegmentDescriptorStride = sizeof(wddm_dxgk_segmentdescriptor4);
@@ -66,8 +80,7 @@ wddm_result wddm_layout_query_segment4(const wddm_layout *layout, wddm_dxgk_quer
                       sizeof(o));
     }
     out->NbSegment = layout->segment_count;
-    out->PagingBufferSegmentId = layout->header.paging_buffer_segment_id;
-    out->PagingBufferSize = layout->header.paging_buffer_size;
-    out->PagingBufferPrivateDataSize = layout->header.paging_buffer_private_data_size;
+    paging_buffer_fields(layout, &out->PagingBufferSegmentId, &out->PagingBufferSize,
+                         &out->PagingBufferPrivateDataSize);
     return WDDM_OK;
 }

@@ -6,6 +6,33 @@
 static void lock(wddm_dev *dev) { dev->os.lock_acquire(dev->os.ctx, dev->lock); }
 static void unlock(wddm_dev *dev) { dev->os.lock_release(dev->os.ctx, dev->lock); }
 
+/* The completion and event rings: `capacity` entries of `size` bytes at `entries`, `count` of
+ * them held, the oldest at `head`. ring_put appends one (the caller reserved the room). */
+static void ring_put(void *entries, uint32_t size, uint32_t capacity, uint32_t head,
+                     uint32_t *count, const void *entry)
+{
+    uint32_t at = (head + *count) % capacity;
+    wddm_copy((uint8_t *)entries + (uint64_t)at * size, entry, size);
+    (*count)++;
+}
+
+/* Takes the oldest entry into `out` under the lock: WDDM_E_EMPTY when there is none,
+ * WDDM_E_DEVICE once the device is broken and the ring drained. */
+static wddm_result ring_take(wddm_dev *dev, void *out, const void *entries, uint32_t size,
+                             uint32_t capacity, uint32_t *head, uint32_t *count)
+{
+    lock(dev);
+    wddm_result r = dev->broken ? WDDM_E_DEVICE : WDDM_E_EMPTY;
+    if (*count) {
+        wddm_copy(out, (const uint8_t *)entries + (uint64_t)*head * size, size);
+        *head = (*head + 1) % capacity;
+        (*count)--;
+        r = WDDM_OK;
+    }
+    unlock(dev);
+    return r;
+}
+
 wddm_result wddm_dev_submit(wddm_dev *dev, const wddm_submit *s)
 {
     if (!dev || !s || !dev->initialised)
@@ -37,12 +64,19 @@ wddm_result wddm_dev_submit(wddm_dev *dev, const wddm_submit *s)
     return r;
 }
 
-void wddm_submit_answered(wddm_dev *dev, uint32_t slot)
+/* Copies an answered slot's response (`size` bytes) to `resp` and frees the slot. */
+static const wddm_slot *take_answer(wddm_dev *dev, uint32_t slot, void *resp, uint32_t size)
 {
     wddm_slot *s = &dev->slots[slot];
-    WddmGpuRespSubmit resp;
-    wddm_copy(&resp, wddm_slot_resp(dev, slot), sizeof(resp));
+    wddm_copy(resp, wddm_slot_resp(dev, slot), size);
     s->state = WDDM_SLOT_FREE;
+    return s;
+}
+
+void wddm_submit_answered(wddm_dev *dev, uint32_t slot)
+{
+    WddmGpuRespSubmit resp;
+    const wddm_slot *s = take_answer(dev, slot, &resp, sizeof(resp));
     if (s->used_len < sizeof(resp) || resp.hdr.type_ != WDDM_GPU_RESP_SUBMIT) {
         wddm_broken(dev, "SUBMIT answer (type, len)", resp.hdr.type_, s->used_len);
         return;
@@ -65,25 +99,17 @@ void wddm_submit_answered(wddm_dev *dev, uint32_t slot)
     if (resp.status != WDDM_GPU_SUBMIT_STATUS_PREEMPTED &&
         resp.status != WDDM_GPU_SUBMIT_STATUS_RESET)
         dev->last_completed_fence = resp.submission_fence_id;
-    uint32_t at = (dev->completion_head + dev->completion_count) % WDDM_COMPLETION_RING;
-    dev->completions[at] = resp; /* room was reserved at submit */
-    dev->completion_count++;
+    /* Room was reserved at submit. */
+    ring_put(dev->completions, sizeof(resp), WDDM_COMPLETION_RING, dev->completion_head,
+             &dev->completion_count, &resp);
 }
 
 wddm_result wddm_dev_next_completion(wddm_dev *dev, WddmGpuRespSubmit *out)
 {
     if (!dev || !out || !dev->initialised)
         return WDDM_E_INVALID;
-    lock(dev);
-    wddm_result r = dev->broken ? WDDM_E_DEVICE : WDDM_E_EMPTY;
-    if (dev->completion_count) {
-        *out = dev->completions[dev->completion_head];
-        dev->completion_head = (dev->completion_head + 1) % WDDM_COMPLETION_RING;
-        dev->completion_count--;
-        r = WDDM_OK;
-    }
-    unlock(dev);
-    return r;
+    return ring_take(dev, out, dev->completions, sizeof(*out), WDDM_COMPLETION_RING,
+                     &dev->completion_head, &dev->completion_count);
 }
 
 uint32_t wddm_dev_pending(const wddm_dev *dev) { return dev->submitted - dev->completed; }
@@ -113,35 +139,24 @@ wddm_result wddm_dev_post_events(wddm_dev *dev, uint32_t count)
 
 void wddm_event_answered(wddm_dev *dev, uint32_t slot)
 {
-    wddm_slot *s = &dev->slots[slot];
     WddmGpuRespEvent ev;
-    wddm_copy(&ev, wddm_slot_resp(dev, slot), sizeof(ev));
-    s->state = WDDM_SLOT_FREE;
+    const wddm_slot *s = take_answer(dev, slot, &ev, sizeof(ev));
     dev->events_posted--;
     if (s->used_len < sizeof(WddmGpuCtrlHdr) + 8 || ev.hdr.type_ != WDDM_GPU_RESP_EVENT ||
         ev.kind < WDDM_GPU_EVENT_FAULT || ev.kind > WDDM_GPU_EVENT_VBLANK) {
         wddm_broken(dev, "WAIT_EVENT answer (type, kind)", ev.hdr.type_, ev.kind);
         return;
     }
-    uint32_t at = (dev->event_head + dev->event_count) % WDDM_EVENT_RING;
-    dev->events[at] = ev; /* room was reserved at post */
-    dev->event_count++;
+    /* Room was reserved at post. */
+    ring_put(dev->events, sizeof(ev), WDDM_EVENT_RING, dev->event_head, &dev->event_count, &ev);
 }
 
 wddm_result wddm_dev_next_event(wddm_dev *dev, WddmGpuRespEvent *out)
 {
     if (!dev || !out || !dev->initialised)
         return WDDM_E_INVALID;
-    lock(dev);
-    wddm_result r = dev->broken ? WDDM_E_DEVICE : WDDM_E_EMPTY;
-    if (dev->event_count) {
-        *out = dev->events[dev->event_head];
-        dev->event_head = (dev->event_head + 1) % WDDM_EVENT_RING;
-        dev->event_count--;
-        r = WDDM_OK;
-    }
-    unlock(dev);
-    return r;
+    return ring_take(dev, out, dev->events, sizeof(*out), WDDM_EVENT_RING, &dev->event_head,
+                     &dev->event_count);
 }
 
 static wddm_result register_page(wddm_dev *dev, uint64_t address)

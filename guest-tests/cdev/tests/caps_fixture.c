@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "caps_fixture.h"
+#include "check.h"
 #include "wddm_gpu_dev.h"
 
 void caps_valid(test_caps *c, int wddm2)
@@ -58,4 +59,10 @@ void caps_valid(test_caps *c, int wddm2)
     s[2].size = FIX_APERTURE_PAGES * 4096;
     s[2].commit_limit = FIX_APERTURE_PAGES * 4096;
     s[2].bar_offset = WDDM_GPU_NO_BAR_OFFSET;
+}
+
+void caps_layout(wddm_layout *layout, test_caps *c, int wddm2)
+{
+    caps_valid(c, wddm2);
+    CHECK_EQ(wddm_layout_parse(layout, c, sizeof(*c)), WDDM_OK);
 }

@@ -26,5 +26,7 @@ typedef struct test_caps {
 /* WDDM 1.3 with segment 2 banked (two banks); `wddm2`: WDDM 2.0, no banks, segment 2 with a
  * WDDM 2.0-only flag and segment 1 with SupportsCpuHostAperture. */
 void caps_valid(test_caps *c, int wddm2);
+/* caps_valid, then `layout` parsed from it (checked). */
+void caps_layout(wddm_layout *layout, test_caps *c, int wddm2);
 
 #endif

@@ -9,6 +9,8 @@
 extern int check_failures; /* in the running test */
 void check_fail(const char *file, int line, const char *text);
 void run_test(const char *name, void (*test)(void));
+/* run_test under the name `prefix` + `name` (one test per row of a table). */
+void run_test_named(const char *prefix, const char *name, void (*test)(void));
 
 #define CHECK(cond)                                                                          \
     do {                                                                                     \

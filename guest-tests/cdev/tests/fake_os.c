@@ -254,6 +254,12 @@ void fake_answer_held(fake *f, uint32_t i, uint32_t len)
     f->held[i] = f->held[--f->held_count];
 }
 
+void fake_answer_held_with(fake *f, uint32_t i, const void *resp, uint32_t size, uint32_t len)
+{
+    memcpy((void *)f->held[i].resp, resp, size);
+    fake_answer_held(f, i, len);
+}
+
 /* Writes the answer to one request; returns its length. */
 static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint8_t *resp)
 {

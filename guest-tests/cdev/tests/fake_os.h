@@ -64,6 +64,8 @@ void fake_service(fake *f);
 void fake_push_used(fake *f, uint32_t id, uint32_t len);
 /* Answers held request `i` with `len` bytes already written to its buffer, and forgets it. */
 void fake_answer_held(fake *f, uint32_t i, uint32_t len);
+/* Writes `size` bytes of `resp` to held request `i`'s buffer, then answers it with `len`. */
+void fake_answer_held_with(fake *f, uint32_t i, const void *resp, uint32_t size, uint32_t len);
 /* The used ring's index (to move it by hand). */
 volatile uint16_t *fake_used_idx(fake *f);
 

@@ -25,6 +25,13 @@ void run_test(const char *name, void (*test)(void))
     fflush(stdout);
 }
 
+void run_test_named(const char *prefix, const char *name, void (*test)(void))
+{
+    char full[96];
+    snprintf(full, sizeof(full), "%s%s", prefix, name);
+    run_test(full, test);
+}
+
 int main(void)
 {
     capset_tests();

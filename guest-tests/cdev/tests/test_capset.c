@@ -218,16 +218,13 @@ static void same_verdict_as_rust(void)
 
 void capset_tests(void)
 {
-    char name[96];
     run_test("capset_valid_1_3_and_2_0", valid_capsets);
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         current = &rules[i];
-        snprintf(name, sizeof(name), "capset_refuses_%s", rules[i].name);
-        run_test(name, hostile_capset);
+        run_test_named("capset_refuses_", current->name, hostile_capset);
     }
     for (size_t i = 0; i < sizeof(capset_corpus) / sizeof(capset_corpus[0]); i++) {
         corpus_entry = &capset_corpus[i];
-        snprintf(name, sizeof(name), "capset_corpus_%s", corpus_entry->name);
-        run_test(name, same_verdict_as_rust);
+        run_test_named("capset_corpus_", corpus_entry->name, same_verdict_as_rust);
     }
 }

@@ -2,7 +2,6 @@
  * lengths, page counts, PFN lists, and too little room. Each refusal must return its own
  * error and leave the buffer, its guard bytes after the end, and the counters untouched. */
 
-#include <stdio.h>
 #include <string.h>
 
 #include "caps_fixture.h"
@@ -246,18 +245,15 @@ static void byte_offset_past_4g(void)
 static void parse_layout(void)
 {
     test_caps c;
-    caps_valid(&c, 0);
-    CHECK_EQ(wddm_layout_parse(&layout, &c, sizeof(c)), WDDM_OK);
+    caps_layout(&layout, &c, 0);
 }
 
 void paging_tests(void)
 {
-    char name[96];
     run_test("paging_layout", parse_layout);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         current = &cases[i];
-        snprintf(name, sizeof(name), "paging_refuses_%s", cases[i].name);
-        run_test(name, refused);
+        run_test_named("paging_refuses_", current->name, refused);
     }
     run_test("paging_refuses_byte_offset_past_4g", byte_offset_past_4g);
     run_test("paging_buffer_full", buffer_full);

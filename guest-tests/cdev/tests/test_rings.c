@@ -4,24 +4,9 @@
 
 #include <string.h>
 
-#include "caps_fixture.h"
 #include "check.h"
-#include "fake_os.h"
+#include "device_fixture.h"
 #include "../src/util.h"
-
-static fake f;
-static wddm_dev dev;
-static test_caps caps;
-
-static bool up(void)
-{
-    return fake_up_valid(&f, &caps, &dev);
-}
-
-static void down(void)
-{
-    fake_down_checked(&f, &dev);
-}
 
 /* The device is broken: the poll and every entry point refuse, nothing is handed on. */
 static void check_broken(void)
@@ -34,6 +19,13 @@ static void check_broken(void)
     CHECK_EQ(wddm_dev_next_completion(&dev, &c), WDDM_E_DEVICE);
     CHECK_EQ(wddm_dev_next_event(&dev, &e), WDDM_E_DEVICE);
     CHECK_EQ(wddm_dev_submit(&dev, &s), WDDM_E_DEVICE);
+}
+
+/* The device writes a used entry (id, len) that breaks a rule: the poll refuses it. */
+static void hostile_used(uint32_t id, uint32_t len)
+{
+    fake_push_used(&f, id, len);
+    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
 }
 
 static uint16_t submit_one(uint32_t fence)
@@ -98,8 +90,7 @@ static void used_id_out_of_range(void)
         if (!up())
             return;
         submit_one(1);
-        fake_push_used(&f, ids[i], sizeof(WddmGpuRespSubmit));
-        CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+        hostile_used(ids[i], sizeof(WddmGpuRespSubmit));
         check_broken();
         down();
     }
@@ -110,8 +101,7 @@ static void used_id_not_a_head(void)
     if (!up())
         return;
     uint16_t head = submit_one(1);
-    fake_push_used(&f, dev.ctrl.next[head], sizeof(WddmGpuRespSubmit)); /* its 2nd descriptor */
-    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+    hostile_used(dev.ctrl.next[head], sizeof(WddmGpuRespSubmit)); /* its 2nd descriptor */
     check_broken();
     down();
 }
@@ -156,8 +146,7 @@ static void used_id_not_in_flight(void)
 {
     if (!up())
         return;
-    fake_push_used(&f, 0, sizeof(WddmGpuRespSubmit)); /* nothing is in flight */
-    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+    hostile_used(0, sizeof(WddmGpuRespSubmit)); /* nothing is in flight */
     check_broken();
     down();
 }
@@ -171,8 +160,7 @@ static void used_id_answered_twice(void)
     fake_service(&f);
     CHECK_EQ(wddm_dev_poll(&dev), WDDM_OK);
     CHECK_EQ(wddm_dev_next_completion(&dev, &c), WDDM_OK);
-    fake_push_used(&f, head, sizeof(WddmGpuRespSubmit));
-    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+    hostile_used(head, sizeof(WddmGpuRespSubmit));
     check_broken();
     down();
 }
@@ -184,12 +172,19 @@ static void used_length_too_large(void)
     uint16_t head = submit_one(1);
     WddmGpuRespSubmit answer = {.hdr.type_ = WDDM_GPU_RESP_SUBMIT, .submission_fence_id = 1};
     memcpy((void *)((uint8_t *)dev.slot_mem.cpu + (WDDM_SLOT_SIZE / 2)), &answer, sizeof(answer));
-    fake_push_used(&f, head, sizeof(WddmGpuRespSubmit) + 1);
-    CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
+    hostile_used(head, sizeof(WddmGpuRespSubmit) + 1);
     CHECK(f.last_log &&
           strcmp(f.last_log, "used length longer than the response buffer (len, buffer)") == 0);
     check_broken();
     down();
+}
+
+/* The one request the fake holds, answered with `resp` (`size` bytes written, `len` used). */
+static void answer_the_held(const void *resp, uint32_t size, uint32_t len)
+{
+    fake_service(&f);
+    CHECK_EQ(f.held_count, 1);
+    fake_answer_held_with(&f, 0, resp, size, len);
 }
 
 /* SUBMIT answers: held by the fake, then answered with `resp` (len bytes). */
@@ -199,10 +194,7 @@ static void hostile_submit_answer(WddmGpuRespSubmit resp, uint32_t len, const ch
         return;
     f.hold_type = WDDM_GPU_CMD_SUBMIT;
     submit_one(1);
-    fake_service(&f);
-    CHECK_EQ(f.held_count, 1);
-    memcpy((void *)f.held[0].resp, &resp, sizeof(resp));
-    fake_answer_held(&f, 0, len);
+    answer_the_held(&resp, sizeof(resp), len);
     CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
     CHECK(f.last_log && strcmp(f.last_log, message) == 0);
     check_broken();
@@ -230,10 +222,7 @@ static void event_answer(WddmGpuRespEvent ev, uint32_t len, wddm_result want)
     if (!up())
         return;
     CHECK_EQ(wddm_dev_post_events(&dev, 1), WDDM_OK);
-    fake_service(&f);
-    CHECK_EQ(f.held_count, 1);
-    memcpy((void *)f.held[0].resp, &ev, sizeof(ev));
-    fake_answer_held(&f, 0, len);
+    answer_the_held(&ev, sizeof(ev), len);
     CHECK_EQ(wddm_dev_poll(&dev), want);
     CHECK_EQ(wddm_dev_events_posted(&dev), 0);
     if (want == WDDM_OK) {

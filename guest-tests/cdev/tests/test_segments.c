@@ -17,8 +17,7 @@ static void segment3(void)
 {
     static wddm_layout layout;
     test_caps c;
-    caps_valid(&c, 0);
-    CHECK_EQ(wddm_layout_parse(&layout, &c, sizeof(c)), WDDM_OK);
+    caps_layout(&layout, &c, 0);
 
     wddm_dxgk_querysegmentout3 out;
     memset(&out, 0, sizeof(out));
@@ -67,8 +66,7 @@ static void segment4(void)
 {
     static wddm_layout layout;
     test_caps c;
-    caps_valid(&c, 1);
-    CHECK_EQ(wddm_layout_parse(&layout, &c, sizeof(c)), WDDM_OK);
+    caps_layout(&layout, &c, 1);
 
     wddm_dxgk_querysegmentout4 out;
     memset(&out, 0, sizeof(out));

@@ -4,23 +4,8 @@
 
 #include <string.h>
 
-#include "caps_fixture.h"
 #include "check.h"
-#include "fake_os.h"
-
-static fake f;
-static wddm_dev dev;
-static test_caps caps;
-
-static bool up(void)
-{
-    return fake_up_valid(&f, &caps, &dev);
-}
-
-static void down(void)
-{
-    fake_down_checked(&f, &dev);
-}
+#include "device_fixture.h"
 
 static uint32_t busy_slots(void)
 {
@@ -33,8 +18,31 @@ static uint32_t busy_slots(void)
 static void answer_held_preempt(uint32_t i, uint32_t len)
 {
     WddmGpuRespPreempt r = {.hdr.type_ = WDDM_GPU_RESP_PREEMPT, .preempted_fence = 77};
-    memcpy((void *)f.held[i].resp, &r, sizeof(r));
-    fake_answer_held(&f, i, len);
+    fake_answer_held_with(&f, i, &r, sizeof(r), len);
+}
+
+/* The device up, with the fake holding (not answering) every PREEMPT. */
+static bool up_holding_preempts(void)
+{
+    if (!up())
+        return false;
+    f.hold_type = WDDM_GPU_CMD_PREEMPT;
+    return true;
+}
+
+/* No slot is busy, none abandoned. */
+static void check_slots_free(void)
+{
+    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
+    CHECK_EQ(busy_slots(), 0);
+}
+
+/* After the late answers: the device is not broken and answers a PREEMPT again. */
+static void check_recovered(void)
+{
+    WddmGpuRespPreempt out;
+    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
+    CHECK(!dev.broken);
 }
 
 static void reclaimed_on_late_answer(void)
@@ -42,9 +50,8 @@ static void reclaimed_on_late_answer(void)
     WddmGpuRespPreempt out;
     WddmGpuRespSubmit c;
     WddmGpuRespEvent e;
-    if (!up())
+    if (!up_holding_preempts())
         return;
-    f.hold_type = WDDM_GPU_CMD_PREEMPT;
     uint64_t start = f.clock_us;
     CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
     CHECK(f.clock_us - start >= 10000); /* waited the configured 10 ms */
@@ -56,14 +63,12 @@ static void reclaimed_on_late_answer(void)
     f.hold_type = UINT32_MAX;
     answer_held_preempt(0, sizeof(WddmGpuRespPreempt));
     CHECK_EQ(wddm_dev_poll(&dev), WDDM_OK);
-    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
-    CHECK_EQ(busy_slots(), 0);
+    check_slots_free();
     CHECK(f.last_log && strcmp(f.last_log, "late answer to a timed-out request, slot") == 0);
     /* The late answer is nobody's: no completion, no event. */
     CHECK_EQ(wddm_dev_next_completion(&dev, &c), WDDM_E_EMPTY);
     CHECK_EQ(wddm_dev_next_event(&dev, &e), WDDM_E_EMPTY);
-    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
-    CHECK(!dev.broken);
+    check_recovered();
     down();
 }
 
@@ -71,9 +76,8 @@ static void timeouts_exhaust_then_recover(void)
 {
     WddmGpuRespPreempt out;
     wddm_submit s = {.dma_buffer_size = 64, .end_offset = 64, .fence_id = 3};
-    if (!up())
+    if (!up_holding_preempts())
         return;
-    f.hold_type = WDDM_GPU_CMD_PREEMPT;
     for (uint32_t i = 0; i < WDDM_SLOTS; i++)
         CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
     CHECK_EQ(wddm_dev_abandoned(&dev), WDDM_SLOTS);
@@ -83,20 +87,17 @@ static void timeouts_exhaust_then_recover(void)
     while (f.held_count)
         answer_held_preempt(f.held_count - 1, sizeof(WddmGpuRespPreempt)); /* any order */
     CHECK_EQ(wddm_dev_poll(&dev), WDDM_OK);
-    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
-    CHECK_EQ(busy_slots(), 0);
+    check_slots_free();
     CHECK_EQ(wddm_dev_submit(&dev, &s), WDDM_OK);
-    CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
-    CHECK(!dev.broken);
+    check_recovered();
     down();
 }
 
 static void late_answer_too_long(void)
 {
     WddmGpuRespPreempt out;
-    if (!up())
+    if (!up_holding_preempts())
         return;
-    f.hold_type = WDDM_GPU_CMD_PREEMPT;
     CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_E_TIMEOUT);
     answer_held_preempt(0, sizeof(WddmGpuRespPreempt) + 8);
     CHECK_EQ(wddm_dev_poll(&dev), WDDM_E_DEVICE);
@@ -109,13 +110,11 @@ static void late_answer_too_long(void)
 static void answer_at_deadline_taken(void)
 {
     WddmGpuRespPreempt out;
-    if (!up())
+    if (!up_holding_preempts())
         return;
-    f.hold_type = WDDM_GPU_CMD_PREEMPT;
     f.release_at_us = f.clock_us + 10000 + 200;
     CHECK_EQ(wddm_dev_preempt(&dev, &out), WDDM_OK);
-    CHECK_EQ(wddm_dev_abandoned(&dev), 0);
-    CHECK_EQ(busy_slots(), 0);
+    check_slots_free();
     down();
 }
 

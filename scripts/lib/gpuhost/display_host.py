@@ -41,7 +41,7 @@ import time
 
 from . import display_pattern
 from .hostlog import Log
-from .qmp import Qmp, QemuGone, StepError, connect_unix
+from .qmp import Qmp, QemuGone, StepError, connect_unix, run_after_handshake
 from .serial import LineTail, answer_sync, drain_sync, sync_point
 from .verdicts import print_results, verdict
 
@@ -416,12 +416,7 @@ def main():
     args.max_boots = 2 if args.plan == "linux-reboot" else 1
     if args.backend == "ours" and not args.stats_socket:
         ap.error("--backend ours needs --stats-socket")
-    try:
-        host = DisplayHost(args)
-    except QemuGone:
-        log.error("QEMU closed QMP during the handshake")
-        return 2
-    return host.run()
+    return run_after_handshake(lambda: DisplayHost(args), log)
 
 
 if __name__ == "__main__":

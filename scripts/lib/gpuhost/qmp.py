@@ -37,6 +37,18 @@ def connect_unix(path, deadline, what, log=None):
     raise SystemExit(2)
 
 
+def run_after_handshake(make, log):
+    """A host program's exit status: make() builds its controller (which connects to QEMU's
+    sockets and QMP), then its run() answers; 2, after an error line, when QEMU closed QMP during
+    the handshake."""
+    try:
+        controller = make()
+    except QemuGone:
+        log.error("QEMU closed QMP during the handshake")
+        return 2
+    return controller.run()
+
+
 class Qmp:
     """A QMP client: one JSON object per line; events are kept (in .events), not returned.
     log: a hostlog.Log for the connection and the events."""

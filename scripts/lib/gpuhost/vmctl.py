@@ -52,7 +52,7 @@ import time
 
 from . import display_pattern
 from .hostlog import Log
-from .qmp import Qmp, QemuGone, StepError, connect_unix
+from .qmp import Qmp, QemuGone, StepError, connect_unix, run_after_handshake
 from .serial import LineTail, answer_sync, drain_sync, sync_point
 
 PLAN_POINTS = {
@@ -326,12 +326,7 @@ def main():
         sys.exit(1)
 
     signal.signal(signal.SIGTERM, on_term)
-    try:
-        vmctl = Vmctl(args)
-    except QemuGone:
-        log.error("QEMU closed QMP during the handshake")
-        return 2
-    return vmctl.run()
+    return run_after_handshake(lambda: Vmctl(args), log)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,23 @@ typedef unsigned int DDK_UINT;
     _Static_assert(offsetof(ddk, field) == offsetof(mirror, field), #field " offset");        \
     _Static_assert(sizeof(((ddk *)0)->field) == sizeof(((mirror *)0)->field), #field " size")
 
+/* The fields every DXGK_SEGMENTDESCRIPTOR version has (3 and 4 order them differently). */
+#define SAME_SEGMENTDESCRIPTOR_FIELDS(ddk, mirror)                                             \
+    SAME_FIELD(ddk, mirror, Flags);                                                            \
+    SAME_FIELD(ddk, mirror, BaseAddress);                                                      \
+    SAME_FIELD(ddk, mirror, CpuTranslatedAddress);                                             \
+    SAME_FIELD(ddk, mirror, Size);                                                             \
+    SAME_FIELD(ddk, mirror, CommitLimit);                                                      \
+    SAME_FIELD(ddk, mirror, SystemMemoryEndAddress)
+
+/* The fields both DXGK_QUERYSEGMENTOUT versions have, at the same places. */
+#define SAME_QUERYSEGMENTOUT_FIELDS(ddk, mirror)                                               \
+    SAME_FIELD(ddk, mirror, NbSegment);                                                        \
+    SAME_FIELD(ddk, mirror, pSegmentDescriptor);                                               \
+    SAME_FIELD(ddk, mirror, PagingBufferSegmentId);                                            \
+    SAME_FIELD(ddk, mirror, PagingBufferSize);                                                 \
+    SAME_FIELD(ddk, mirror, PagingBufferPrivateDataSize)
+
 /* LLP64: long stays 4 bytes, pointers and SIZE_T are 8. */
 _Static_assert(sizeof(long) == 4 && sizeof(ULONG) == 4, "LLP64 long");
 _Static_assert(sizeof(void *) == 8 && sizeof(SIZE_T) == 8 && sizeof(ULONG_PTR) == 8, "LLP64");
@@ -45,14 +62,9 @@ typedef struct ddk_segmentdescriptor3 {
     SIZE_T Reserved;
 } ddk_segmentdescriptor3;
 _Static_assert(sizeof(ddk_segmentdescriptor3) == sizeof(wddm_dxgk_segmentdescriptor3), "SD3");
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Flags);
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, BaseAddress);
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, CpuTranslatedAddress);
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Size);
+SAME_SEGMENTDESCRIPTOR_FIELDS(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3);
 SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, NbOfBanks);
 SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, pBankRangeTable);
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, CommitLimit);
-SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, SystemMemoryEndAddress);
 SAME_FIELD(ddk_segmentdescriptor3, wddm_dxgk_segmentdescriptor3, Reserved);
 
 typedef struct ddk_querysegmentout3 {
@@ -63,11 +75,7 @@ typedef struct ddk_querysegmentout3 {
     DDK_UINT PagingBufferPrivateDataSize;
 } ddk_querysegmentout3;
 _Static_assert(sizeof(ddk_querysegmentout3) == sizeof(wddm_dxgk_querysegmentout3), "QSO3");
-SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, NbSegment);
-SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, pSegmentDescriptor);
-SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferSegmentId);
-SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferSize);
-SAME_FIELD(ddk_querysegmentout3, wddm_dxgk_querysegmentout3, PagingBufferPrivateDataSize);
+SAME_QUERYSEGMENTOUT_FIELDS(ddk_querysegmentout3, wddm_dxgk_querysegmentout3);
 
 typedef struct ddk_cpuhostaperture {
     PHYSICAL_ADDRESS PhysicalAddress;
@@ -96,12 +104,7 @@ typedef struct ddk_segmentdescriptor4 {
     DDK_UINT NumUEFIFrameBufferRanges;
 } ddk_segmentdescriptor4;
 _Static_assert(sizeof(ddk_segmentdescriptor4) == sizeof(wddm_dxgk_segmentdescriptor4), "SD4");
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, Flags);
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, BaseAddress);
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, Size);
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CommitLimit);
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, SystemMemoryEndAddress);
-SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CpuTranslatedAddress);
+SAME_SEGMENTDESCRIPTOR_FIELDS(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4);
 SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, CpuHostAperture);
 SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, NumInvalidMemoryRanges);
 SAME_FIELD(ddk_segmentdescriptor4, wddm_dxgk_segmentdescriptor4, VprRangeStartOffset);
@@ -120,11 +123,7 @@ typedef struct ddk_querysegmentout4 {
     SIZE_T SegmentDescriptorStride;
 } ddk_querysegmentout4;
 _Static_assert(sizeof(ddk_querysegmentout4) == sizeof(wddm_dxgk_querysegmentout4), "QSO4");
-SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, NbSegment);
-SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, pSegmentDescriptor);
-SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferSegmentId);
-SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferSize);
-SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, PagingBufferPrivateDataSize);
+SAME_QUERYSEGMENTOUT_FIELDS(ddk_querysegmentout4, wddm_dxgk_querysegmentout4);
 SAME_FIELD(ddk_querysegmentout4, wddm_dxgk_querysegmentout4, SegmentDescriptorStride);
 
 /* MDL-derived inputs of the paging-buffer builder: MmGetMdlPfnArray entries are PFN_NUMBERs

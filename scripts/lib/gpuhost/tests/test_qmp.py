@@ -93,6 +93,20 @@ class QmpTest(unittest.TestCase):
         self.assertIn(f"TEST error: the sync socket {self.path} did not accept a connection",
                       self.err.getvalue())
 
+    def test_run_after_handshake(self):
+        class Controller:
+            def run(self):
+                return 0
+
+        def gone():
+            raise qmp.QemuGone()
+
+        log = hostlog.Log("TEST")
+        self.assertEqual(qmp.run_after_handshake(Controller, log), 0)
+        self.assertNotIn("error", self.err.getvalue())
+        self.assertEqual(qmp.run_after_handshake(gone, log), 2)
+        self.assertIn("TEST error: QEMU closed QMP during the handshake", self.err.getvalue())
+
 
 if __name__ == "__main__":
     unittest.main()
