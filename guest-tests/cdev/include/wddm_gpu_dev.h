@@ -353,6 +353,7 @@ typedef struct wddm_dev {
 
     /* Capset copy (the layout's bank pointers point in here) and the validated layout. */
     wddm_os_dma capset_mem;
+    uint64_t capset_size; /* bytes of capset_mem a GET_CAPSET may fill */
     wddm_layout layout;
 
     /* Submissions: sequence numbers in order, the completions not yet taken. */
@@ -384,6 +385,18 @@ wddm_result wddm_dev_init(wddm_dev *dev, const wddm_os *os, const wddm_dev_confi
 /* Resets the function and frees everything init allocated. */
 void wddm_dev_teardown(wddm_dev *dev);
 const wddm_layout *wddm_dev_layout(const wddm_dev *dev);
+
+/* Polling interval of wddm_dev_wait_bar_known. */
+#define WDDM_BAR_POLL_US 10000u
+/* Reads the capset again (every WDDM_BAR_POLL_US, at most timeout_ms) until the VRAM BAR
+ * locator's state is WDDM_GPU_BAR_STATE_KNOWN: a KMD must not use the VRAM BAR or report
+ * CpuTranslatedAddress before. In BAR mode 1 it is known at DRIVER_OK, so this returns at once;
+ * in mode 2 it becomes known once the backend's SHMEM_MAP is in QEMU's memory table, some time
+ * after DRIVER_OK (and after every device start). The layout (wddm_dev_layout) is the last one
+ * read. `reads`, when not NULL, gets how many capset reads that took (init's included).
+ * WDDM_E_TIMEOUT when the locator stayed unknown (the layout still says so). Sleeps: call it at
+ * PASSIVE_LEVEL (DxgkDdiStartDevice). */
+wddm_result wddm_dev_wait_bar_known(wddm_dev *dev, uint32_t timeout_ms, uint32_t *reads);
 
 /* A synchronous request (capset, status page, PREEMPT, RESET) that gets no answer in
  * timeout_ms returns WDDM_E_TIMEOUT. Its slot cannot be reused at once (its buffers still belong

@@ -177,6 +177,31 @@ bool wddm_segment_is_aperture(const wddm_segment *segment)
     return segment->desc.flags & (WDDM_DXGK_SEGMENT_APERTURE | WDDM_DXGK_SEGMENT_AGP);
 }
 
+/* GET_CAPSET into dev->capset_mem (allocated by the first read, reused by later ones) and parsed
+ * into dev->layout, whose bank pointers point into that buffer. */
+static wddm_result fetch_capset(wddm_dev *dev, uint64_t buf)
+{
+    uint32_t len = 0;
+    wddm_zero(dev->capset_mem.cpu, buf);
+    WddmGpuGetCapset req = {0};
+    req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET;
+    req.capset_id = WDDM_GPU_CAPSET_ID;
+    req.capset_version = WDDM_GPU_CAPSET_VERSION;
+    wddm_result r =
+        wddm_ctrl_call(dev, &req, sizeof(req), dev->capset_mem.bus, NULL, (uint32_t)buf, &len);
+    if (r)
+        return r;
+    const uint8_t *answer = dev->capset_mem.cpu;
+    WddmGpuCtrlHdr hdr;
+    wddm_copy(&hdr, answer, sizeof(hdr));
+    if (len < HDR || hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET)
+        return wddm_broken(dev, "GET_CAPSET answer (type, len)", hdr.type_, len);
+    r = wddm_capset_parse(&dev->layout, answer + HDR, len - HDR, dev);
+    if (r)
+        dev->broken = true;
+    return r;
+}
+
 wddm_result wddm_capset_read(wddm_dev *dev)
 {
     WddmGpuGetCapsetInfo info_req = {0};
@@ -198,21 +223,26 @@ wddm_result wddm_capset_read(wddm_dev *dev)
     if (dev->os.dma_alloc(dev->os.ctx, buf, WDDM_PAGE, &dev->capset_mem) != 0 ||
         !dev->capset_mem.cpu)
         return WDDM_E_OS;
-    wddm_zero(dev->capset_mem.cpu, buf);
-    WddmGpuGetCapset req = {0};
-    req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET;
-    req.capset_id = WDDM_GPU_CAPSET_ID;
-    req.capset_version = WDDM_GPU_CAPSET_VERSION;
-    r = wddm_ctrl_call(dev, &req, sizeof(req), dev->capset_mem.bus, NULL, (uint32_t)buf, &len);
-    if (r)
-        return r;
-    const uint8_t *answer = dev->capset_mem.cpu;
-    WddmGpuCtrlHdr hdr;
-    wddm_copy(&hdr, answer, sizeof(hdr));
-    if (len < HDR || hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET)
-        return wddm_broken(dev, "GET_CAPSET answer (type, len)", hdr.type_, len);
-    r = wddm_capset_parse(&dev->layout, answer + HDR, len - HDR, dev);
-    if (r)
-        dev->broken = true;
-    return r;
+    dev->capset_size = buf;
+    return fetch_capset(dev, buf);
+}
+
+wddm_result wddm_dev_wait_bar_known(wddm_dev *dev, uint32_t timeout_ms, uint32_t *reads)
+{
+    if (!dev || !dev->initialised)
+        return WDDM_E_STATE;
+    if (reads)
+        *reads = 1; /* the read wddm_dev_init made */
+    uint64_t start = dev->os.now_us(dev->os.ctx);
+    while (dev->layout.header.vram_bar.state != WDDM_GPU_BAR_STATE_KNOWN) {
+        if (dev->os.now_us(dev->os.ctx) - start >= (uint64_t)timeout_ms * 1000)
+            return WDDM_E_TIMEOUT;
+        dev->os.stall_us(dev->os.ctx, WDDM_BAR_POLL_US);
+        wddm_result r = fetch_capset(dev, dev->capset_size);
+        if (r)
+            return r;
+        if (reads)
+            (*reads)++;
+    }
+    return WDDM_OK;
 }

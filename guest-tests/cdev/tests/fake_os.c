@@ -274,11 +274,14 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
         memcpy((void *)resp, &info, sizeof(info));
         return sizeof(info);
     }
-    case VIRTIO_GPU_CMD_GET_CAPSET:
+    case VIRTIO_GPU_CMD_GET_CAPSET: {
+        bool later = f->capset_later && f->clock_us >= f->capset_later_at_us;
         hdr.type_ = VIRTIO_GPU_RESP_OK_CAPSET;
         memcpy((void *)resp, &hdr, sizeof(hdr));
-        memcpy((void *)(resp + sizeof(hdr)), f->capset, f->capset_size);
+        memcpy((void *)(resp + sizeof(hdr)), later ? f->capset_later : f->capset, f->capset_size);
+        f->capset_reads++;
         return (uint32_t)sizeof(hdr) + f->capset_size;
+    }
     case WDDM_GPU_CMD_REGISTER_STATUS_PAGE: {
         WddmGpuCmdRegisterStatusPage r;
         memcpy(&r, req, sizeof(r));

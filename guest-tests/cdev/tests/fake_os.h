@@ -32,6 +32,10 @@ typedef struct fake {
     /* The capset GET_CAPSET answers with. */
     const void *capset;
     uint32_t capset_size;
+    /* From clock_us >= capset_later_at_us on, GET_CAPSET serves capset_later (same size). */
+    const void *capset_later;
+    uint64_t capset_later_at_us;
+    uint32_t capset_reads;
     /* Requests of this type (and every WAIT_EVENT) are held, not answered. */
     uint32_t hold_type;
     fake_request held[FAKE_HELD_MAX];

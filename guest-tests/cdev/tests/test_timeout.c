@@ -118,8 +118,74 @@ static void answer_at_deadline_taken(void)
     down();
 }
 
+/* The fixture's capset with the VRAM BAR not mapped yet (mode 2 before the backend's map). */
+static test_caps unmapped;
+
+static bool up_with_bar_unmapped(void)
+{
+    caps_valid(&caps, 0);
+    unmapped = caps;
+    unmapped.h.vram_bar.mode = WDDM_GPU_BAR_MODE_SHMEM;
+    unmapped.h.vram_bar.state = WDDM_GPU_BAR_STATE_NOT_MAPPED;
+    unmapped.h.vram_bar.guest_physical_address = 0;
+    for (uint32_t i = 0; i < 3; i++) /* no CPU address until the BAR is known */
+        unmapped.seg[i].cpu_translated_address = 0;
+    fake_init(&f, &unmapped, sizeof(unmapped));
+    wddm_result r = fake_dev_up(&f, &dev);
+    CHECK_EQ(r, WDDM_OK);
+    return r == WDDM_OK;
+}
+
+/* Mode 1: known at DRIVER_OK, so the wait reads nothing more. */
+static void bar_wait_returns_at_once_when_known(void)
+{
+    uint32_t reads = 0;
+    if (!up())
+        return;
+    uint32_t before = f.capset_reads;
+    CHECK_EQ(wddm_dev_wait_bar_known(&dev, 1000, &reads), WDDM_OK);
+    CHECK_EQ(reads, 1u);
+    CHECK_EQ(f.capset_reads, before);
+    down();
+}
+
+/* Mode 2: the capset is read again until the locator says KNOWN, and the layout is that one. */
+static void bar_wait_reads_until_known(void)
+{
+    uint32_t reads = 0;
+    if (!up_with_bar_unmapped())
+        return;
+    CHECK_EQ(wddm_dev_layout(&dev)->header.vram_bar.state, WDDM_GPU_BAR_STATE_NOT_MAPPED);
+    caps.h.vram_bar.mode = WDDM_GPU_BAR_MODE_SHMEM;
+    f.capset_later = &caps;
+    f.capset_later_at_us = f.clock_us + 35 * 1000;
+    CHECK_EQ(wddm_dev_wait_bar_known(&dev, 1000, &reads), WDDM_OK);
+    CHECK_EQ(reads, 5u); /* init's, then every 10 ms until 35 ms have passed */
+    const wddm_layout *l = wddm_dev_layout(&dev);
+    CHECK_EQ(l->header.vram_bar.state, WDDM_GPU_BAR_STATE_KNOWN);
+    CHECK_EQ(l->header.vram_bar.guest_physical_address, FIX_BAR_ADDRESS);
+    down(); /* the capset buffer is reused, not allocated again: no DMA memory left */
+}
+
+/* A BAR that never maps: the wait gives up at its timeout, the layout still says not mapped. */
+static void bar_wait_times_out(void)
+{
+    uint32_t reads = 0;
+    if (!up_with_bar_unmapped())
+        return;
+    uint64_t start = f.clock_us;
+    CHECK_EQ(wddm_dev_wait_bar_known(&dev, 100, &reads), WDDM_E_TIMEOUT);
+    CHECK(f.clock_us - start >= 100 * 1000);
+    CHECK_EQ(reads, 11u);
+    CHECK_EQ(wddm_dev_layout(&dev)->header.vram_bar.state, WDDM_GPU_BAR_STATE_NOT_MAPPED);
+    down();
+}
+
 void timeout_tests(void)
 {
+    run_test("bar_wait_returns_at_once_when_known", bar_wait_returns_at_once_when_known);
+    run_test("bar_wait_reads_until_known", bar_wait_reads_until_known);
+    run_test("bar_wait_times_out", bar_wait_times_out);
     run_test("sync_timeout_slot_reclaimed_on_late_answer", reclaimed_on_late_answer);
     run_test("sync_timeouts_exhaust_slots_then_recover", timeouts_exhaust_then_recover);
     run_test("sync_timeout_late_answer_too_long", late_answer_too_long);

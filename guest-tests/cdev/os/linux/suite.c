@@ -92,6 +92,16 @@ static void test_init(void)
     wddm_result r = wddm_dev_init(&dev, &table, &config);
     report("device_init", r == WDDM_OK, "%s: %s features %#" PRIx64 " queue size %u", los.bdf,
            wddm_result_name(r), dev.device_features, dev.ctrl.size);
+    if (r != WDDM_OK)
+        return;
+    /* Mode 2's BAR is mapped some time after DRIVER_OK: wait for it, as a KMD's StartDevice
+     * must, before any check reads the locator. */
+    uint32_t reads = 0;
+    uint64_t start = table.now_us(table.ctx);
+    r = wddm_dev_wait_bar_known(&dev, 10000, &reads);
+    report("bar_known", r == WDDM_OK, "%s after %u capset read(s), %" PRIu64 " ms (BAR mode %u)",
+           wddm_result_name(r), reads, (table.now_us(table.ctx) - start) / 1000,
+           wddm_dev_layout(&dev)->header.vram_bar.mode);
 }
 
 static void test_segments(void)
