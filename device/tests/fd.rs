@@ -126,7 +126,11 @@ fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
     );
     let packet = zerocopy::IntoBytes::as_bytes(&packet);
     h.write_ram(DMA_BUFFER, packet);
-    let response = h.submit(&submit_command(DMA_BUFFER, packet.len() as u32, 1));
+    let response = h.submit(&submit_command(
+        DMA_BUFFER,
+        u32::try_from(packet.len()).unwrap(),
+        1,
+    ));
     assert_eq!(
         response.bytes_transferred,
         data.len() as u64,

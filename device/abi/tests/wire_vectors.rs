@@ -317,7 +317,10 @@ fn submit_status_round_trips() {
     for status in SubmitStatus::ALL {
         assert_eq!(SubmitStatus::from_raw(status as u32), Some(status));
     }
-    assert_eq!(SubmitStatus::from_raw(SubmitStatus::ALL.len() as u32), None);
+    assert_eq!(
+        SubmitStatus::from_raw(u32::try_from(SubmitStatus::ALL.len()).unwrap()),
+        None
+    );
 }
 
 #[test]

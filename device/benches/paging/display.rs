@@ -223,15 +223,18 @@ impl Device {
             resource_create_2d(RESOURCE_ID, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM, WIDTH, HEIGHT);
         self.command("RESOURCE_CREATE_2D", create.as_bytes())?;
 
-        let pixels = pattern(SEED, FRAME_BYTES as usize);
-        let mut entries = Vec::with_capacity(BACKING_PAGES as usize);
+        let pixels = pattern(SEED, usize::try_from(FRAME_BYTES).unwrap());
+        let mut entries = Vec::with_capacity(usize::try_from(BACKING_PAGES).unwrap());
         for index in 0..BACKING_PAGES {
             let (at, length) = (index * PAGE, backing_length(index));
             self.h.write_ram(
                 backing_page(index),
-                &pixels[at as usize..(at + length) as usize],
+                &pixels[usize::try_from(at).unwrap()..usize::try_from(at + length).unwrap()],
             );
-            entries.push(backing_entry(backing_page(index), length as u32));
+            entries.push(backing_entry(
+                backing_page(index),
+                u32::try_from(length).unwrap(),
+            ));
         }
         self.command(
             "RESOURCE_ATTACH_BACKING",
@@ -262,8 +265,8 @@ impl Device {
         if let Some(pixel) = differs {
             return Err(Broken::Wrong(format!(
                 "the display shows other pixels than the guest's from pixel {pixel} (x {}, y {})",
-                pixel as u32 % WIDTH,
-                pixel as u32 / WIDTH
+                u32::try_from(pixel).unwrap() % WIDTH,
+                u32::try_from(pixel).unwrap() / WIDTH
             )));
         }
         Ok(())

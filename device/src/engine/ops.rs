@@ -1,6 +1,6 @@
 //! One function per packet kind.
 
-use super::access::{copy, run_at, Location, Side};
+use super::access::{copy, fitting, run_at, Location, Side};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
 use crate::memory::frames::{FrameError, FrameListError, FrameRun};
@@ -149,7 +149,7 @@ impl Engine {
                 address: destination.address,
                 length,
             })?;
-            slice.copy_from(&self.fill[..step.len() as usize]);
+            slice.copy_from(&self.fill[..fitting(step.len(), FILL_BUFFER)]);
             progress.advance(step.len());
         }
         Ok(length)

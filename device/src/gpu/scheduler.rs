@@ -378,7 +378,9 @@ impl Scheduler {
         let preempted_fence = running
             .or_else(|| drained.first().map(|job| job.cmd.submission_fence_id))
             .unwrap_or(0);
-        let preempted_count = u32::from(running.is_some()) + drained.len() as u32;
+        // A queue holds far fewer than u32::MAX jobs.
+        let drained_count = u32::try_from(drained.len()).unwrap_or(u32::MAX);
+        let preempted_count = u32::from(running.is_some()).saturating_add(drained_count);
         {
             let mut notify = lock(&execution.notify);
             execution.stats.preempted(u64::from(preempted_count));

@@ -100,7 +100,8 @@ impl AperturePages {
     /// The table indices (they fit: the table holds them).
     #[inline]
     fn indices(self) -> std::ops::Range<usize> {
-        self.first as usize..self.end() as usize
+        let index = |page: u64| usize::try_from(page).unwrap_or(usize::MAX);
+        index(self.first)..index(self.end())
     }
 }
 

@@ -264,7 +264,13 @@ mod tests {
             revents: 0,
         };
         // SAFETY: one valid pollfd, which outlives the call.
-        unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as libc::c_int) > 0 }
+        unsafe {
+            libc::poll(
+                &mut pollfd,
+                1,
+                libc::c_int::try_from(timeout.as_millis()).unwrap(),
+            ) > 0
+        }
     }
 
     /// A port with a test worker, serving one client on its own thread.

@@ -140,7 +140,7 @@ mod tests {
         let mut bytes = Vec::new();
         bytes.extend(request.to_le_bytes());
         bytes.extend(1u32.to_le_bytes());
-        bytes.extend((payload.len() as u32).to_le_bytes());
+        bytes.extend(u32::try_from(payload.len()).unwrap().to_le_bytes());
         bytes.extend(payload);
         bytes
     }

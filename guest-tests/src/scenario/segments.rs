@@ -331,7 +331,7 @@ fn frame_in_window(e: &mut Engine, tag: u64) -> Outcome {
         .collect();
     let dst = Endpoint::Frames {
         list_address: e.place_pfns(&pfns, 1)?,
-        frame_count: pfns.len() as u32,
+        frame_count: u32::try_from(pfns.len()).unwrap(),
         byte_offset: 0,
     };
     let list = FrameList::shuffled(e.pool.pieces(), 0, len, &mut e.rng)?;
