@@ -6,14 +6,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
-use wddm_gpu_frontend_kit::harness::{Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE};
-use wddm_gpu_frontend_kit::pattern::pattern;
-use wddm_gpu_frontend_kit::requests::{frames, segment, submit_command};
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::VhostBackend;
+use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
+use wddm_gpu_frontend_kit::harness::{Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE};
+use wddm_gpu_frontend_kit::pattern::pattern;
+use wddm_gpu_frontend_kit::requests::{frames, segment, submit_command};
 
 /// Lets the child inherit `fd` (Rust opens everything close-on-exec).
 fn inheritable(fd: RawFd) {

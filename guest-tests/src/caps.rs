@@ -6,11 +6,10 @@
 //! [`Segment`]s the scenarios query.
 
 use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_NO_BAR_OFFSET};
-use wddm_gpu_abi::capset_rules::{self, validate_capset};
-use wddm_gpu_abi::segment_flags::SegmentFlags;
-
 /// Why a capset blob was refused: the ABI validator's error.
 pub use wddm_gpu_abi::capset_rules::CapsetError as CapsError;
+use wddm_gpu_abi::capset_rules::{self, validate_capset};
+use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 /// One validated segment with its slice of the bank table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,14 +116,16 @@ pub fn parse(blob: &[u8]) -> Result<Layout, CapsError> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::*;
     use std::mem::size_of;
+
     use wddm_gpu_abi::caps::{
         WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN,
         WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC,
         WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0,
     };
     use zerocopy::{FromBytes, IntoBytes};
+
+    use super::*;
 
     pub(crate) const MIB: u64 = 1 << 20;
     pub(crate) const BAR: u64 = 0xfe00_0000_0000;

@@ -359,8 +359,9 @@ impl Vram {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::caps::WDDM_GPU_BAR_STATE_NOT_MAPPED;
+
+    use super::*;
 
     const MIB: u64 = 1 << 20;
 

@@ -4,6 +4,8 @@
 
 pub mod display;
 
+use zerocopy::{Immutable, IntoBytes};
+
 use crate::packet::{
     WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader,
     WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess,
@@ -12,7 +14,6 @@ use crate::packet::{
     WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_PACKET_ALIGN,
 };
 use crate::size_of_u32;
-use zerocopy::{Immutable, IntoBytes};
 
 /// One side of a TRANSFER.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,8 +244,9 @@ impl DmaBufferBuilder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use zerocopy::FromBytes;
+
+    use super::*;
 
     #[test]
     fn transfer_packet_wire_layout() {

@@ -393,9 +393,9 @@ impl From<BankPreference> for u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     use Direction::{BottomUp, TopDown};
+
+    use super::*;
 
     fn entry(id: u8, direction: Direction) -> PreferenceEntry {
         PreferenceEntry::new(id, direction)

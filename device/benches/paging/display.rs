@@ -35,8 +35,6 @@ use wddm_gpu_abi::build::display::{
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_RESP_OK_NODATA};
 use wddm_gpu_abi::display::{WddmGpuRect, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM};
-use zerocopy::IntoBytes;
-
 use wddm_gpu_frontend_kit::display_peer::c_backend::{
     installed_c_backend, GlibDebug, C_VHOST_USER_GPU,
 };
@@ -47,6 +45,7 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     stats::{median, min_max, percentile_us, round_to},
 };
+use zerocopy::IntoBytes;
 
 const WIDTH: u32 = 1920;
 const HEIGHT: u32 = 1080;

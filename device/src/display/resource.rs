@@ -216,9 +216,10 @@ impl Resource {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
     use wddm_gpu_abi::display::WddmGpuRect;
+
+    use super::*;
 
     const VRAM_WINDOW: std::ops::Range<u64> = 0x10_0000..0x20_0000;
 

@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-
 use wddm_gpu_abi::display::WddmGpuMemEntry;
 
 use super::*;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
@@ -42,7 +43,6 @@ use crate::memory::vram::Vram;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
-use vm_memory::GuestMemoryMmap;
 
 /// What a reset does with the requests it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

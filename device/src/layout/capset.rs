@@ -91,9 +91,10 @@ pub fn build_capset(layout: &SegmentLayout, bar: &WddmGpuVramBar) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::caps::{WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_NOT_MAPPED};
     use zerocopy::FromBytes;
+
+    use super::*;
 
     fn bar(state: u32) -> WddmGpuVramBar {
         WddmGpuVramBar {

@@ -304,9 +304,10 @@ impl Gart {
 
 #[cfg(test)]
 mod tests {
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
     use super::*;
     use crate::memory::guest_ram::GuestRam;
-    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
     const PAGES: u64 = (512u64 << 20) >> 12;
 

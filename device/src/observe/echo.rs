@@ -233,9 +233,10 @@ pub(crate) fn spawn_test_worker(port: &std::sync::Arc<EchoPort>) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    use super::*;
 
     /// What the stats server does: the first message with its two descriptors.
     fn accept_request(server: &UnixStream) -> (EventFd, EventFd) {

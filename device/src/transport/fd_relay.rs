@@ -132,8 +132,9 @@ fn receive(from: &UnixStream, part: &mut [u8], fds: &mut Vec<OwnedFd>) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    use super::*;
 
     /// A vhost-user message: header (request, flags, size) and `payload`.
     fn message(request: u32, payload: &[u8]) -> Vec<u8> {

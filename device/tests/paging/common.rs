@@ -17,8 +17,6 @@ use wddm_gpu_abi::status::{
     WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE, WDDM_GPU_STATUS_VERSION,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
-use zerocopy::{Immutable, IntoBytes};
-
 pub use wddm_gpu_frontend_kit::requests::{status, unknown_packet};
 use wddm_gpu_frontend_kit::{
     backend_process::TIMEOUT,
@@ -26,6 +24,7 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+use zerocopy::{Immutable, IntoBytes};
 
 /// The default layout: segment 1 is CPU-visible VRAM, segment 2 a cache-coherent aperture, both
 /// with `BaseAddress` 0 (checked by [`ready`]).

@@ -2,14 +2,14 @@
 
 use wddm_gpu_abi::build::{self, fill, transfer};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
-use crate::place::*;
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, PAGE_USIZE, VRAM_SIZE},
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+
+use crate::common::*;
+use crate::place::*;
 
 #[test]
 fn dma_buffer_in_the_aperture_is_read_through_the_gart() {

@@ -13,9 +13,6 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{
     SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE,
 };
-use zerocopy::{Immutable, IntoBytes};
-
-use crate::common::*;
 use wddm_gpu_frontend_kit::{
     harness::{
         Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE,
@@ -23,6 +20,9 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+use zerocopy::{Immutable, IntoBytes};
+
+use crate::common::*;
 
 /// Where the first, valid packet of a faulting submission copies to (and from).
 const PREFIX_VRAM: u64 = 0x0f_0000;

@@ -10,14 +10,14 @@ use wddm_gpu_abi::packet::{
 };
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
-use crate::place::*;
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, PAGE_USIZE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE},
     pattern::pattern,
     requests::segment,
 };
+
+use crate::common::*;
+use crate::place::*;
 
 #[test]
 fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {

@@ -1,12 +1,12 @@
 //! Where TRANSFER endpoints and DMA buffers live, and how a test reaches those bytes directly.
 
 use wddm_gpu_abi::build::Endpoint;
-
-use crate::common::{assert_bytes, map_pages, APERTURE_SEGMENT, GUARD, SENTINEL, VRAM_SEGMENT};
 use wddm_gpu_frontend_kit::{
     harness::{Harness, PAGE, PAGE_USIZE},
     requests::{frames, segment},
 };
+
+use crate::common::{assert_bytes, map_pages, APERTURE_SEGMENT, GUARD, SENTINEL, VRAM_SEGMENT};
 
 /// Where an endpoint's bytes are, and how the test reaches them directly.
 #[derive(Clone, Debug)]

@@ -6,13 +6,13 @@ use wddm_gpu_abi::build::{self, transfer};
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, PAGE_USIZE, STATUS_PAGE, VRAM_GPA},
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+
+use crate::common::*;
 
 #[test]
 fn a_vm_stop_between_a_map_and_its_use_keeps_the_gart_status_page_and_posted_events() {

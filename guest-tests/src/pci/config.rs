@@ -277,8 +277,9 @@ impl MemBar {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::pci::VIRTIO_PCI_CAP_PCI_CFG;
+
+    use super::*;
 
     /// Config space shaped like QEMU's virtio-pci modern device: MSI-X first, then the virtio
     /// capabilities in BAR4, plus a PCI_CFG capability (type 5) the driver ignores.

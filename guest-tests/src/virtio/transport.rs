@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
+use wddm_gpu_abi::features::WDDM_GPU_REQUIRED_FEATURES;
+use wddm_gpu_abi::pci::*;
 
 use crate::dma::DmaArena;
 use crate::mmio::{MmioError, MmioWindow};
@@ -14,8 +16,6 @@ use crate::pci::sysfs::{
     PciError, PciFunction, COMMAND_BUS_MASTER, COMMAND_INTX_DISABLE, COMMAND_MEMORY,
 };
 use crate::virtio::split_queue::{QueueError, SplitQueue};
-use wddm_gpu_abi::features::WDDM_GPU_REQUIRED_FEATURES;
-use wddm_gpu_abi::pci::*;
 
 /// Bringing the device up failed.
 #[derive(Debug, Error)]

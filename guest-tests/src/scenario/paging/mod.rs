@@ -21,8 +21,9 @@ mod faults;
 mod ops;
 mod stop;
 
-pub use ops::fill_bytes;
+use std::time::Duration;
 
+pub use ops::fill_bytes;
 use wddm_gpu_abi::packet::WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::status::{
@@ -41,8 +42,6 @@ use crate::kmd::{Event, EventQueue, StatusPage};
 use crate::packets::{self, DmaBufferBuilder, Endpoint};
 use crate::pattern;
 use crate::scatter::{FrameList, Piece};
-
-use std::time::Duration;
 
 /// A paging test.
 type Test = fn(&mut Engine, &mut Ctx) -> Outcome;
