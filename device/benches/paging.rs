@@ -40,7 +40,7 @@ use wddm_gpu_abi::packet::WDDM_GPU_MAX_FRAME_LIST_ENTRIES;
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use wddm_gpu_frontend_kit::{
     backend_process::{SpawnOptions, TIMEOUT},
-    harness::{Harness, DMA_BUFFER, PAGE},
+    harness::{Harness, DMA_BUFFER, PAGE, PAGE_USIZE},
     pattern::pattern,
     requests::{frames, segment, submit_command, unknown_packet},
     stats::{median, min_max, percentile_us, round_to},
@@ -166,7 +166,7 @@ fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> Vec<u8> {
 }
 
 fn frame_list(list: u64, frame_count: u64) -> Endpoint {
-    frames(list, frame_count as u32, 0)
+    frames(list, u32::try_from(frame_count).unwrap(), 0)
 }
 
 fn map_packet(page_count: u64, list: u64) -> Vec<u8> {
@@ -176,7 +176,7 @@ fn map_packet(page_count: u64, list: u64) -> Vec<u8> {
         0,
         page_count,
         list,
-        page_count as u32,
+        u32::try_from(page_count).unwrap(),
         0,
     ))
 }
@@ -203,7 +203,7 @@ fn scattered_frames() -> Vec<u64> {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        let j = (state % (i as u64 + 1)) as usize;
+        let j = usize::try_from(state % (i as u64 + 1)).unwrap();
         frames.swap(i, j);
     }
     frames
@@ -278,8 +278,11 @@ impl Bench {
         let fence = self.next_fence;
         self.next_fence += 1;
         self.h.write_ram(DMA_BUFFER, packets);
-        self.h
-            .submit(&submit_command(DMA_BUFFER, packets.len() as u32, fence))
+        self.h.submit(&submit_command(
+            DMA_BUFFER,
+            u32::try_from(packets.len()).unwrap(),
+            fence,
+        ))
     }
 
     /// Submits one packet and waits for it; returns the completion and the time from the kick
@@ -288,9 +291,11 @@ impl Bench {
         let fence = self.next_fence;
         self.next_fence += 1;
         self.h.write_ram(DMA_BUFFER, packet);
-        let pending = self
-            .h
-            .post_submit(&submit_command(DMA_BUFFER, packet.len() as u32, fence));
+        let pending = self.h.post_submit(&submit_command(
+            DMA_BUFFER,
+            u32::try_from(packet.len()).unwrap(),
+            fence,
+        ));
         let response = self.h.wait_submit(pending);
         let took = self
             .h
@@ -363,7 +368,7 @@ impl Bench {
 
     /// 64 MiB RAM -> VRAM and back, contiguous.
     fn memcpy_contiguous(&self) -> Duration {
-        let len = COPY_BYTES as usize;
+        let len = usize::try_from(COPY_BYTES).unwrap();
         let ram = self.h.ram_ptr(CONTIGUOUS_DATA, len);
         let vram_in = self.h.vram_ptr(VRAM_IN, len);
         let vram_out = self.h.vram_ptr(VRAM_OUT, len);
@@ -381,21 +386,25 @@ impl Bench {
 
     /// The same, page by page at the scattered frames.
     fn memcpy_scattered(&self) -> Duration {
-        let page = PAGE as usize;
-        let ram = self.h.ram_ptr(0, RAM_BYTES as usize);
-        let vram_in = self.h.vram_ptr(VRAM_IN, COPY_BYTES as usize);
-        let vram_out = self.h.vram_ptr(VRAM_OUT, COPY_BYTES as usize);
-        let frames = &self.scattered[..COPY_PAGES as usize];
+        let page = PAGE_USIZE;
+        let ram = self.h.ram_ptr(0, usize::try_from(RAM_BYTES).unwrap());
+        let vram_in = self
+            .h
+            .vram_ptr(VRAM_IN, usize::try_from(COPY_BYTES).unwrap());
+        let vram_out = self
+            .h
+            .vram_ptr(VRAM_OUT, usize::try_from(COPY_BYTES).unwrap());
+        let frames = &self.scattered[..usize::try_from(COPY_PAGES).unwrap()];
         let start = Instant::now();
         // SAFETY: every frame is inside guest RAM (the pool lies below RAM_BYTES) and every
         // VRAM page inside the 64 MiB ranges checked above; RAM and VRAM do not overlap.
         unsafe {
             for (i, &frame) in frames.iter().enumerate() {
-                let at = ram.add(frame as usize * page);
+                let at = ram.add(usize::try_from(frame).unwrap() * page);
                 std::ptr::copy_nonoverlapping(at, vram_in.add(i * page), page);
             }
             for (i, &frame) in frames.iter().enumerate() {
-                let at = ram.add(frame as usize * page);
+                let at = ram.add(usize::try_from(frame).unwrap() * page);
                 std::ptr::copy_nonoverlapping(vram_out.add(i * page), at, page);
             }
         }
@@ -407,23 +416,23 @@ impl Bench {
 
     /// The bytes of the scattered frames, in list order.
     fn gather(&self, frames: &[u64]) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(frames.len() * PAGE as usize);
+        let mut bytes = Vec::with_capacity(frames.len() * PAGE_USIZE);
         for &frame in frames {
-            bytes.extend_from_slice(&self.h.read_ram(frame * PAGE, PAGE as usize));
+            bytes.extend_from_slice(&self.h.read_ram(frame * PAGE, PAGE_USIZE));
         }
         bytes
     }
 
     fn scatter(&self, frames: &[u64], bytes: &[u8]) {
-        for (&frame, page) in frames.iter().zip(bytes.chunks(PAGE as usize)) {
+        for (&frame, page) in frames.iter().zip(bytes.chunks(PAGE_USIZE)) {
             self.h.write_ram(frame * PAGE, page);
         }
     }
 
     /// Fills the sources, runs every device operation once and checks what it wrote.
     fn warm_up_and_check(&mut self) {
-        let len = COPY_BYTES as usize;
-        let frames = self.scattered[..COPY_PAGES as usize].to_vec();
+        let len = usize::try_from(COPY_BYTES).unwrap();
+        let frames = self.scattered[..usize::try_from(COPY_PAGES).unwrap()].to_vec();
         let to_vram = pattern(1, len);
         let from_vram = pattern(2, len);
         let scattered_data = pattern(3, len);
@@ -458,8 +467,8 @@ impl Bench {
         // Map the whole aperture, copy through it, check its last page, unmap, check that the
         // last page reads the dummy page.
         let last = *self.scattered.last().unwrap();
-        let last_page = pattern(4, PAGE as usize);
-        let dummy = pattern(5, PAGE as usize);
+        let last_page = pattern(4, PAGE_USIZE);
+        let dummy = pattern(5, PAGE_USIZE);
         self.h.write_ram(last * PAGE, &last_page);
         self.h.write_ram(DUMMY_PAGE, &dummy);
         self.h.write_vram(VRAM_APERTURE, &vec![0; len]);
@@ -477,11 +486,7 @@ impl Bench {
         );
         let check_probe = |bench: &mut Self, copy: &str, expected: &[u8], what: &str| {
             bench.transfer(&probe, PAGE, copy);
-            check_bytes(
-                &bench.h.read_vram(VRAM_PROBE, PAGE as usize),
-                expected,
-                what,
-            );
+            check_bytes(&bench.h.read_vram(VRAM_PROBE, PAGE_USIZE), expected, what);
         };
         check_probe(
             self,

@@ -12,6 +12,7 @@ use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
+use wddm_gpu_abi::size_of_u32;
 
 use crate::display::DisplayConfig;
 use crate::layout::file::read_layout;
@@ -242,7 +243,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
 /// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
 fn listening_fd(fd: i32) -> Result<Listener, StartError> {
     let mut accepting: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
     // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
     let rc = unsafe {
         libc::getsockopt(

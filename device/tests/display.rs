@@ -104,7 +104,10 @@ fn show_resource(h: &mut Harness, id: u32) -> Vec<u8> {
             4,
             2,
         )),
-        attach_backing(id, &[backing_entry(DATA, pixels.len() as u32)]),
+        attach_backing(
+            id,
+            &[backing_entry(DATA, u32::try_from(pixels.len()).unwrap())],
+        ),
         bytes(transfer_to_host_2d(id, whole, 0)),
         bytes(set_scanout(0, id, whole)),
         bytes(resource_flush(id, whole)),

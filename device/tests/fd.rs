@@ -6,14 +6,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
-use wddm_gpu_frontend_kit::harness::{Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE};
-use wddm_gpu_frontend_kit::pattern::pattern;
-use wddm_gpu_frontend_kit::requests::{frames, segment, submit_command};
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::VhostBackend;
+use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
+use wddm_gpu_frontend_kit::harness::{Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE};
+use wddm_gpu_frontend_kit::pattern::pattern;
+use wddm_gpu_frontend_kit::requests::{frames, segment, submit_command};
 
 /// Lets the child inherit `fd` (Rust opens everything close-on-exec).
 fn inheritable(fd: RawFd) {
@@ -126,7 +126,11 @@ fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
     );
     let packet = zerocopy::IntoBytes::as_bytes(&packet);
     h.write_ram(DMA_BUFFER, packet);
-    let response = h.submit(&submit_command(DMA_BUFFER, packet.len() as u32, 1));
+    let response = h.submit(&submit_command(
+        DMA_BUFFER,
+        u32::try_from(packet.len()).unwrap(),
+        1,
+    ));
     assert_eq!(
         response.bytes_transferred,
         data.len() as u64,

@@ -26,8 +26,8 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use wddm_gpu_frontend_kit::{
     harness::{
         Harness, Reply, AVAIL_RING, BUFFER_SIZE, DATA, DESC_TABLE, DMA_BUFFER, FRAME_LISTS,
-        INDIRECT_TABLE, PAGE, QUEUE_SIZE, RAM_SIZE, REQUEST, RESPONSE, RESPONSE_FILL, VRAM_GPA,
-        VRAM_SIZE,
+        INDIRECT_TABLE, PAGE, PAGE_USIZE, QUEUE_SIZE, RAM_SIZE, REQUEST, RESPONSE, RESPONSE_FILL,
+        VRAM_GPA, VRAM_SIZE,
     },
     pattern::pattern,
     requests::{frames, segment, status, submit_command},
@@ -72,7 +72,7 @@ fn assert_valid_transfer_works(h: &mut Harness) {
     let data = pattern(0x5eed, 300);
     h.write_vram(0x40_0000, &data);
     let frame = DATA / PAGE + 200;
-    h.write_ram(frame * PAGE, &[0u8; PAGE as usize]);
+    h.write_ram(frame * PAGE, &[0u8; PAGE_USIZE]);
     h.write_frame_list(FRAME_LISTS + 0x8000, &[frame]);
     let response = h.submit_packets(
         &[transfer(
@@ -270,26 +270,29 @@ fn transfer_vram_to_scattered_frames_and_back_moves_every_byte() {
         .collect();
     assert!(u64::from(byte_offset) + length <= list.len() as u64 * PAGE);
     for frame in &list {
-        h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+        h.write_ram(frame * PAGE, &[SENTINEL; PAGE_USIZE]);
     }
     h.write_frame_list(FRAME_LISTS, &list);
 
     let source: u64 = 0x10_0040;
     let destination: u64 = 0x80_0007;
-    let data = pattern(1, length as usize);
+    let data = pattern(1, usize::try_from(length).unwrap());
     h.write_vram(source, &data);
-    h.write_vram(destination - 64, &vec![GUARD; length as usize + 128]);
+    h.write_vram(
+        destination - 64,
+        &vec![GUARD; usize::try_from(length).unwrap() + 128],
+    );
 
     let response = h.submit_packets(
         &[
             transfer(
                 length,
                 segment(1, source),
-                frames(FRAME_LISTS, list.len() as u32, byte_offset),
+                frames(FRAME_LISTS, u32::try_from(list.len()).unwrap(), byte_offset),
             ),
             transfer(
                 length,
-                frames(FRAME_LISTS, list.len() as u32, byte_offset),
+                frames(FRAME_LISTS, u32::try_from(list.len()).unwrap(), byte_offset),
                 segment(1, destination),
             ),
         ],
@@ -307,13 +310,13 @@ fn transfer_vram_to_scattered_frames_and_back_moves_every_byte() {
 
     // Every byte of every frame: the data where the list puts it, the sentinel elsewhere.
     for (index, frame) in list.iter().enumerate() {
-        let actual = h.read_ram(frame * PAGE, PAGE as usize);
+        let actual = h.read_ram(frame * PAGE, PAGE_USIZE);
         for (in_frame, &byte) in actual.iter().enumerate() {
             let position = index as u64 * PAGE + in_frame as u64;
             let expected = position
                 .checked_sub(u64::from(byte_offset))
                 .filter(|&i| i < length)
-                .map_or(SENTINEL, |i| data[i as usize]);
+                .map_or(SENTINEL, |i| data[usize::try_from(i).unwrap()]);
             assert_eq!(
                 byte, expected,
                 "frame #{index} ({frame:#x}) byte {in_frame:#x}"
@@ -321,15 +324,18 @@ fn transfer_vram_to_scattered_frames_and_back_moves_every_byte() {
         }
     }
     // Every byte of the VRAM destination, and the guard bytes around it untouched.
-    let landed = h.read_vram(destination - 64, length as usize + 128);
+    let landed = h.read_vram(destination - 64, usize::try_from(length).unwrap() + 128);
     assert_eq!(&landed[..64], &[GUARD; 64]);
     assert!(
-        landed[64..64 + length as usize] == data[..],
+        landed[64..64 + usize::try_from(length).unwrap()] == data[..],
         "VRAM destination differs"
     );
-    assert_eq!(&landed[64 + length as usize..], &[GUARD; 64]);
+    assert_eq!(
+        &landed[64 + usize::try_from(length).unwrap()..],
+        &[GUARD; 64]
+    );
     assert!(
-        h.read_vram(source, length as usize) == data,
+        h.read_vram(source, usize::try_from(length).unwrap()) == data,
         "source changed"
     );
 }
@@ -338,9 +344,9 @@ fn transfer_vram_to_scattered_frames_and_back_moves_every_byte() {
 fn frame_lists_pointing_into_the_vram_window_are_refused_as_frame_in_vram() {
     let mut h = Harness::ready("frame-in-vram");
     let victim = 3 * PAGE;
-    let untouched = pattern(2, PAGE as usize);
+    let untouched = pattern(2, PAGE_USIZE);
     h.write_vram(victim, &untouched);
-    h.write_vram(0, &pattern(3, PAGE as usize));
+    h.write_vram(0, &pattern(3, PAGE_USIZE));
 
     // VRAM → a frame inside the BAR: would overwrite VRAM through the back door.
     h.write_frame_list(FRAME_LISTS, &[(VRAM_GPA + victim) / PAGE]);
@@ -353,7 +359,7 @@ fn frame_lists_pointing_into_the_vram_window_are_refused_as_frame_in_vram() {
         (VRAM_GPA..VRAM_GPA + VRAM_SIZE).contains(&response.fault_address),
         "{response:?}"
     );
-    assert_eq!(h.read_vram(victim, PAGE as usize), untouched);
+    assert_eq!(h.read_vram(victim, PAGE_USIZE), untouched);
 
     // A frame inside the BAR as the source.
     let response = h.submit_packets(
@@ -368,18 +374,15 @@ fn frame_lists_pointing_into_the_vram_window_are_refused_as_frame_in_vram() {
 
     // A good frame followed by a BAR frame: refused as a whole, the good frame untouched.
     let good = DATA / PAGE + 7;
-    h.write_ram(good * PAGE, &[0x11; PAGE as usize]);
+    h.write_ram(good * PAGE, &[0x11; PAGE_USIZE]);
     h.write_frame_list(FRAME_LISTS, &[good, (VRAM_GPA + victim) / PAGE]);
     let response = h.submit_packets(
         &[transfer(2 * PAGE, segment(1, 0), frames(FRAME_LISTS, 2, 0))],
         12,
     );
     assert_faulted_at_first_packet(&response, SubmitStatus::FrameInVram);
-    assert_eq!(
-        h.read_ram(good * PAGE, PAGE as usize),
-        vec![0x11; PAGE as usize]
-    );
-    assert_eq!(h.read_vram(victim, PAGE as usize), untouched);
+    assert_eq!(h.read_ram(good * PAGE, PAGE_USIZE), vec![0x11; PAGE_USIZE]);
+    assert_eq!(h.read_vram(victim, PAGE_USIZE), untouched);
 
     // The frame list itself stored in the BAR.
     let response = h.submit_packets(
@@ -397,7 +400,7 @@ fn dma_buffers_outside_guest_ram_are_refused_as_bad_dma_buffer() {
     let packet = transfer(16, segment(1, 0), segment(1, 0x1000));
     // A valid packet in VRAM at the BAR start: it must not be executed from there.
     h.write_vram(0, packet.as_bytes());
-    let size = packet.as_bytes().len() as u32;
+    let size = u32::try_from(packet.as_bytes().len()).unwrap();
     for (what, address) in [
         ("straddling the end of RAM", RAM_SIZE - 32),
         ("past the end of RAM", RAM_SIZE + PAGE),
@@ -441,7 +444,7 @@ fn unknown_command_types_get_err_unspec() {
 #[test]
 fn response_buffers_too_small_for_the_capset_still_complete() {
     let mut h = Harness::ready("small-response");
-    let full = (HDR_SIZE + h.capset().blob.len()) as u32;
+    let full = u32::try_from(HDR_SIZE + h.capset().blob.len()).unwrap();
 
     // Exactly enough room: the capset.
     let exact = h.get_capset(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, full);
@@ -453,9 +456,9 @@ fn response_buffers_too_small_for_the_capset_still_complete() {
 
     // One byte short, header-sized, less than a header: an error header (cut to the room),
     // never a write past the buffer.
-    for room in [full - 1, 32, HDR_SIZE as u32, 8] {
+    for room in [full - 1, 32, u32::try_from(HDR_SIZE).unwrap(), 8] {
         let reply = h.get_capset(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, room);
-        let written = room.min(HDR_SIZE as u32);
+        let written = room.min(u32::try_from(HDR_SIZE).unwrap());
         assert_eq!(reply.used.len, written, "room {room}");
         let expected = WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_ERR_UNSPEC);
         assert_eq!(
@@ -834,12 +837,17 @@ fn a_transfer_onto_the_drivers_own_avail_ring_never_holds_the_backend() {
     let mut h = Harness::ready("dma-onto-avail");
     // The guest points a TRANSFER at its own avail ring's page: 0xff bytes land on the avail
     // index (EVENT_IDX on, as the Linux driver negotiates).
-    h.write_vram(0x8000, &[0xff; PAGE as usize]);
+    h.write_vram(0x8000, &[0xff; PAGE_USIZE]);
     h.write_frame_list(FRAME_LISTS, &[AVAIL_RING / PAGE]);
     let packet = transfer(PAGE, segment(1, 0x8000), frames(FRAME_LISTS, 1, 0));
     h.write_ram(DMA_BUFFER, packet.as_bytes());
     let pending = h.post(
-        submit_command(DMA_BUFFER, packet.as_bytes().len() as u32, 1).as_bytes(),
+        submit_command(
+            DMA_BUFFER,
+            u32::try_from(packet.as_bytes().len()).unwrap(),
+            1,
+        )
+        .as_bytes(),
         64,
     );
     // Its answer may or may not make it to the used ring; what matters is what follows.

@@ -6,11 +6,10 @@
 //! [`Segment`]s the scenarios query.
 
 use wddm_gpu_abi::caps::{WddmGpuCapsHeader, WddmGpuSegmentDesc, WDDM_GPU_NO_BAR_OFFSET};
-use wddm_gpu_abi::capset_rules::{self, validate_capset};
-use wddm_gpu_abi::segment_flags::SegmentFlags;
-
 /// Why a capset blob was refused: the ABI validator's error.
 pub use wddm_gpu_abi::capset_rules::CapsetError as CapsError;
+use wddm_gpu_abi::capset_rules::{self, validate_capset};
+use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 /// One validated segment with its slice of the bank table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,14 +116,16 @@ pub fn parse(blob: &[u8]) -> Result<Layout, CapsError> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::*;
     use std::mem::size_of;
+
     use wddm_gpu_abi::caps::{
         WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_KNOWN,
         WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC,
         WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0,
     };
     use zerocopy::{FromBytes, IntoBytes};
+
+    use super::*;
 
     pub(crate) const MIB: u64 = 1 << 20;
     pub(crate) const BAR: u64 = 0xfe00_0000_0000;
@@ -194,13 +195,13 @@ pub(crate) mod tests {
         let header = WddmGpuCapsHeader {
             magic: WDDM_GPU_CAPS_MAGIC,
             version: WDDM_GPU_CAPSET_VERSION,
-            total_size: total as u32,
+            total_size: u32::try_from(total).unwrap(),
             wddm_version,
-            segment_count: segs.len() as u32,
-            segment_desc_size: desc_size as u32,
-            segments_offset: header_size as u32,
-            bank_table_offset: bank_offset as u32,
-            bank_entry_count: banks.len() as u32,
+            segment_count: u32::try_from(segs.len()).unwrap(),
+            segment_desc_size: u32::try_from(desc_size).unwrap(),
+            segments_offset: u32::try_from(header_size).unwrap(),
+            bank_table_offset: u32::try_from(bank_offset).unwrap(),
+            bank_entry_count: u32::try_from(banks.len()).unwrap(),
             paging_buffer_segment_id: 0,
             paging_buffer_size: 64 << 10,
             paging_buffer_private_data_size: 0,

@@ -225,12 +225,12 @@ impl GpuControl {
         let posted = self.queue.post(&[
             Segment {
                 addr: self.slots.phys() + base as u64,
-                len: request.len() as u32,
+                len: u32::try_from(request.len()).unwrap(),
                 device_writes: false,
             },
             Segment {
                 addr: self.slots.phys() + (base + SLOT_REQUEST) as u64,
-                len: response_len as u32,
+                len: u32::try_from(response_len).unwrap(),
                 device_writes: true,
             },
         ]);
@@ -381,12 +381,12 @@ impl GpuControl {
             &[
                 Segment {
                     addr: self.request.phys(),
-                    len: request.len() as u32,
+                    len: u32::try_from(request.len()).unwrap(),
                     device_writes: false,
                 },
                 Segment {
                     addr: self.response.phys(),
-                    len: response_len as u32,
+                    len: u32::try_from(response_len).unwrap(),
                     device_writes: true,
                 },
             ],

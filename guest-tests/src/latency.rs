@@ -66,6 +66,8 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     let n = sorted.len();
     // ceil(p / 100 * n), computed in integers (hundredths of a percent) to avoid float
     // rounding at exact ranks such as p99 of 100 samples.
+    // A float-to-integer `as` (there is no `TryFrom` for floats) of a value clamped to 0..=10000.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let hundredths = (p.clamp(0.0, 100.0) * 100.0).round() as u128;
     let rank = (hundredths * n as u128).div_ceil(10_000).max(1) as usize;
     Some(sorted[rank.min(n) - 1])

@@ -123,8 +123,10 @@ impl MmioWindow {
         }
         Ok(Self {
             // SAFETY: offset <= self.len, inside the mapping.
-            base: unsafe { NonNull::new_unchecked(self.base.as_ptr().add(offset as usize)) },
-            len: len as usize,
+            base: unsafe {
+                NonNull::new_unchecked(self.base.as_ptr().add(usize::try_from(offset).unwrap()))
+            },
+            len: usize::try_from(len).unwrap(),
         })
     }
 
@@ -188,7 +190,7 @@ impl MmioWindow {
 
     /// Writes a 64-bit register as two 32-bit halves, low first (virtio 4.1.3.1).
     pub fn write64_split(&self, offset: usize, value: u64) {
-        self.write32(offset, value as u32);
+        self.write32(offset, (value & 0xffff_ffff) as u32);
         self.write32(offset + 4, (value >> 32) as u32);
     }
 

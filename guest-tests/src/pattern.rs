@@ -11,7 +11,7 @@ pub fn fill(tag: u64, start: u64, buf: &mut [u8]) {
 /// The pattern byte `tag` has at logical position `pos`.
 pub fn byte_at(tag: u64, pos: u64) -> u8 {
     let word = mix(tag ^ (pos >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    (word >> ((pos & 7) * 8)) as u8
+    ((word >> ((pos & 7) * 8)) & 0xff) as u8
 }
 
 /// Position of the first byte of `buf` that differs from pattern `tag` (starting at `start`).

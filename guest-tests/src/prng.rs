@@ -26,7 +26,7 @@ impl Prng {
     /// small bounds used here.
     pub fn below(&mut self, bound: usize) -> usize {
         debug_assert!(bound > 0);
-        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
+        usize::try_from((u128::from(self.next_u64()) * bound as u128) >> 64).unwrap()
     }
 
     /// Fisher-Yates shuffle.

@@ -9,12 +9,11 @@ use wddm_gpu_abi::caps::{
     WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_MODE_SHMEM, WDDM_GPU_BAR_STATE_KNOWN,
     WDDM_GPU_BAR_STATE_NOT_MAPPED, WDDM_GPU_WDDM_2_0,
 };
+/// The DXGK structures a layout is reported in: `(query output, segment descriptor)`.
+pub use wddm_gpu_abi::capset_rules::dxgk_structs;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 use crate::caps::{Layout, Segment};
-
-/// The DXGK structures a layout is reported in: `(query output, segment descriptor)`.
-pub use wddm_gpu_abi::capset_rules::dxgk_structs;
 
 /// The layout as `DXGK_QUERYSEGMENTOUT3` (WDDM 1.3) or `DXGK_QUERYSEGMENTOUT4` (WDDM 2.0) would
 /// hold it, one field per line.
@@ -234,12 +233,13 @@ pub fn vram_bar_json(bar: &WddmGpuVramBar) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
+
     use super::*;
     use crate::caps::tests::{
         aperture_desc, build_version, default_blob, device_only_then_aperture, vram_desc, BAR, MIB,
     };
     use crate::caps::{self};
-    use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
 
     fn assert_has(text: &str, fields: &[&str]) {
         for field in fields {

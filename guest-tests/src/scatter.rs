@@ -128,7 +128,7 @@ impl FrameList {
 
     /// Entries in the list.
     pub fn frame_count(&self) -> u32 {
-        self.pieces.len() as u32
+        u32::try_from(self.pieces.len()).unwrap()
     }
 
     /// Offset of the data in the listed frames.
@@ -182,7 +182,7 @@ impl FrameList {
             runs.push(Run {
                 piece,
                 offset: offset as usize,
-                len: len as usize,
+                len: usize::try_from(len).unwrap(),
                 pos: at,
             });
             at += len;

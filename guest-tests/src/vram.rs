@@ -303,14 +303,16 @@ impl Vram {
     /// Copies `data` into the segment at `offset` through the BAR.
     pub fn write(&self, offset: u64, data: &[u8]) {
         for (i, chunk) in data.chunks(CHUNK).enumerate() {
-            self.window.write_bytes(offset as usize + i * CHUNK, chunk);
+            self.window
+                .write_bytes(usize::try_from(offset).unwrap() + i * CHUNK, chunk);
         }
     }
 
     /// Reads `out.len()` bytes of the segment from `offset` through the BAR.
     pub fn read(&self, offset: u64, out: &mut [u8]) {
         for (i, chunk) in out.chunks_mut(CHUNK).enumerate() {
-            self.window.read_bytes(offset as usize + i * CHUNK, chunk);
+            self.window
+                .read_bytes(usize::try_from(offset).unwrap() + i * CHUNK, chunk);
         }
     }
 
@@ -319,10 +321,10 @@ impl Vram {
         let mut chunk = vec![0u8; CHUNK];
         let mut done = 0;
         while done < len {
-            let n = (len - done).min(CHUNK as u64) as usize;
+            let n = usize::try_from((len - done).min(CHUNK as u64)).unwrap();
             pattern::fill(tag, done, &mut chunk[..n]);
             self.window
-                .write_bytes((offset + done) as usize, &chunk[..n]);
+                .write_bytes(usize::try_from(offset + done).unwrap(), &chunk[..n]);
             done += n as u64;
         }
     }
@@ -338,9 +340,9 @@ impl Vram {
         let mut chunk = vec![0u8; CHUNK];
         let mut done = 0;
         while done < len {
-            let n = (len - done).min(CHUNK as u64) as usize;
+            let n = usize::try_from((len - done).min(CHUNK as u64)).unwrap();
             self.window
-                .read_bytes((offset + done) as usize, &mut chunk[..n]);
+                .read_bytes(usize::try_from(offset + done).unwrap(), &mut chunk[..n]);
             if let Some(i) = pattern::first_mismatch(tag, start + done, &chunk[..n]) {
                 let pos = start + done + i as u64;
                 return Err(Mismatch {
@@ -357,8 +359,9 @@ impl Vram {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::caps::WDDM_GPU_BAR_STATE_NOT_MAPPED;
+
+    use super::*;
 
     const MIB: u64 = 1 << 20;
 

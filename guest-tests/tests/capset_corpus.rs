@@ -43,16 +43,16 @@ impl Caps {
         let h = WddmGpuCapsHeader {
             magic: WDDM_GPU_CAPS_MAGIC,
             version: WDDM_GPU_CAPSET_VERSION,
-            total_size: total as u32,
+            total_size: u32::try_from(total).unwrap(),
             wddm_version: if wddm2 {
                 WDDM_GPU_WDDM_2_0
             } else {
                 WDDM_GPU_WDDM_1_3
             },
             segment_count: 3,
-            segment_desc_size: DESC as u32,
-            segments_offset: HEADER as u32,
-            bank_table_offset: (HEADER + 3 * DESC) as u32,
+            segment_desc_size: u32::try_from(DESC).unwrap(),
+            segments_offset: u32::try_from(HEADER).unwrap(),
+            bank_table_offset: u32::try_from(HEADER + 3 * DESC).unwrap(),
             bank_entry_count: if wddm2 { 0 } else { 2 },
             paging_buffer_segment_id: 3,
             paging_buffer_size: 64 << 10,
@@ -198,13 +198,13 @@ const CORPUS: &[(&str, &str, bool, Edit)] = &[
         c.h.segment_count = 0
     }),
     ("desc_size_small", "desc_too_small", false, |c| {
-        c.h.segment_desc_size = DESC as u32 - 8
+        c.h.segment_desc_size = u32::try_from(DESC).unwrap() - 8
     }),
     ("segments_in_header", "table_out_of_bounds", false, |c| {
         c.h.segments_offset = 8
     }),
     ("segments_past_end", "table_out_of_bounds", false, |c| {
-        c.h.segment_desc_size = DESC as u32 + 64
+        c.h.segment_desc_size = u32::try_from(DESC).unwrap() + 64
     }),
     ("banks_past_end", "table_out_of_bounds", false, |c| {
         c.h.bank_entry_count = 3
@@ -213,7 +213,7 @@ const CORPUS: &[(&str, &str, bool, Edit)] = &[
     ("too_many_segments", "too_many_segments", false, |c| {
         c.h.segment_count = 32;
         c.pad = 32 * DESC;
-        c.h.total_size += c.pad as u32;
+        c.h.total_size += u32::try_from(c.pad).unwrap();
     }),
     ("banks_unaligned", "bank_table_unaligned", false, |c| {
         c.h.bank_table_offset -= 4

@@ -4,7 +4,7 @@
 
 pub mod display;
 
-use std::mem::size_of;
+use zerocopy::{Immutable, IntoBytes};
 
 use crate::packet::{
     WddmGpuEndpoint, WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader,
@@ -13,7 +13,7 @@ use crate::packet::{
     WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_MAP_APERTURE2,
     WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_PACKET_ALIGN,
 };
-use zerocopy::{Immutable, IntoBytes};
+use crate::size_of_u32;
 
 /// One side of a TRANSFER.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> WddmGpu
         header: WddmGpuPacketHeader {
             opcode: WDDM_GPU_OP_TRANSFER,
             flags: 0,
-            size: size_of::<WddmGpuPacketTransfer>() as u32,
+            size: size_of_u32::<WddmGpuPacketTransfer>(),
         },
         length,
         source: source.to_wire(),
@@ -70,7 +70,7 @@ fn header<T>(opcode: u16) -> WddmGpuPacketHeader {
     WddmGpuPacketHeader {
         opcode,
         flags: 0,
-        size: size_of::<T>() as u32,
+        size: size_of_u32::<T>(),
     }
 }
 
@@ -217,7 +217,7 @@ impl DmaBufferBuilder {
 
     /// Appends raw bytes, padded to the packet alignment; returns their offset.
     pub fn push_raw(&mut self, bytes: &[u8]) -> u32 {
-        let offset = self.bytes.len() as u32;
+        let offset = self.len();
         self.bytes.extend_from_slice(bytes);
         let align = WDDM_GPU_PACKET_ALIGN as usize;
         self.bytes
@@ -225,9 +225,10 @@ impl DmaBufferBuilder {
         offset
     }
 
-    /// Bytes so far (the natural `end_offset`).
+    /// Bytes so far (the natural `end_offset`). A buffer past 4 GiB (far over
+    /// `WDDM_GPU_MAX_DMA_BUFFER_SIZE`) says `u32::MAX`, an offset the device refuses.
     pub fn len(&self) -> u32 {
-        self.bytes.len() as u32
+        u32::try_from(self.bytes.len()).unwrap_or(u32::MAX)
     }
 
     /// True when no packet was added.
@@ -243,8 +244,9 @@ impl DmaBufferBuilder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use zerocopy::FromBytes;
+
+    use super::*;
 
     #[test]
     fn transfer_packet_wire_layout() {

@@ -741,7 +741,7 @@ fn bank_bytes<'a>(bank_table: &'a [u8], desc: &WddmGpuSegmentDesc) -> Option<&'a
 
 fn bank_ends(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
     bytes
-        .chunks_exact(BANK_ENTRY_SIZE as usize)
+        .chunks_exact(size_of::<u64>())
         .map(|entry| entry.try_into().map_or(0, u64::from_le_bytes))
 }
 

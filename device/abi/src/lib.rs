@@ -46,6 +46,22 @@ pub mod segment_flags;
 pub mod status;
 pub mod submit;
 
+/// `size_of::<T>()` as the `u32` that the wire's size fields hold, checked when the program is
+/// built: a type of 4 GiB or more fails to compile instead of truncating (`u32::try_from` is not
+/// usable in `const`).
+/// cbindgen:ignore
+pub const fn size_of_u32<T>() -> u32 {
+    const {
+        let size = size_of::<T>();
+        assert!(
+            size <= u32::MAX as usize,
+            "a wire struct is far smaller than 4 GiB"
+        );
+        let [b0, b1, b2, b3, ..] = size.to_le_bytes();
+        u32::from_le_bytes([b0, b1, b2, b3])
+    }
+}
+
 /// Size of a guest page frame as used in frame lists and the aperture (the host page size that
 /// WDDM segment sizes are multiples of).
 pub const WDDM_GPU_PAGE_SIZE: u64 = 4096;

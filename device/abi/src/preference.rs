@@ -218,19 +218,25 @@ fn pack(
                 max,
             });
         }
-        let shift = stride * slot as u32;
+        let shift = slot_shift(slot, stride);
         value |= u32::from(entry.id) << shift;
         value |= entry.direction.bit() << (shift + id_bits);
     }
     Ok(value)
 }
 
+/// First bit of slot `slot`: `slot` is below the kind's `SLOTS` (at most 5), so it fits.
+fn slot_shift(slot: usize, stride: u32) -> u32 {
+    stride * u32::try_from(slot).unwrap_or(u32::MAX)
+}
+
 /// Unpacks slot `slot` (see [`pack`]).
 fn unpack(value: u32, slot: usize, stride: u32, id_bits: u32) -> PreferenceEntry {
-    let shift = stride * slot as u32;
+    let shift = slot_shift(slot, stride);
     let id_mask = (1u32 << id_bits) - 1;
     PreferenceEntry {
-        id: ((value >> shift) & id_mask) as u8,
+        // At most 7 id bits: fits in a u8.
+        id: u8::try_from((value >> shift) & id_mask).unwrap_or(u8::MAX),
         direction: Direction::from_bit((value >> (shift + id_bits)) & 1 != 0),
     }
 }
@@ -387,9 +393,9 @@ impl From<BankPreference> for u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     use Direction::{BottomUp, TopDown};
+
+    use super::*;
 
     fn entry(id: u8, direction: Direction) -> PreferenceEntry {
         PreferenceEntry::new(id, direction)

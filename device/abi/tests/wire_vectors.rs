@@ -53,6 +53,7 @@ fn ctrl_hdr_matches_virtio_spec_layout() {
 #[test]
 fn standard_virtio_gpu_structs_match_virtio_bindings_sizes() {
     use std::mem::size_of;
+
     use virtio_bindings::virtio_gpu as vg;
     assert_eq!(
         size_of::<WddmGpuCtrlHdr>(),
@@ -317,7 +318,10 @@ fn submit_status_round_trips() {
     for status in SubmitStatus::ALL {
         assert_eq!(SubmitStatus::from_raw(status as u32), Some(status));
     }
-    assert_eq!(SubmitStatus::from_raw(SubmitStatus::ALL.len() as u32), None);
+    assert_eq!(
+        SubmitStatus::from_raw(u32::try_from(SubmitStatus::ALL.len()).unwrap()),
+        None
+    );
 }
 
 #[test]
@@ -532,6 +536,7 @@ fn vblank_event_vector() {
 #[test]
 fn the_2d_device_and_feature_bits_match_virtio_bindings() {
     use std::mem::size_of;
+
     use virtio_bindings::virtio_config as vc;
     use virtio_bindings::virtio_gpu as vg;
     use virtio_bindings::virtio_ring as vr;
@@ -712,6 +717,7 @@ fn the_2d_device_and_feature_bits_match_virtio_bindings() {
 #[test]
 fn the_pci_transport_and_split_ring_match_virtio_bindings() {
     use std::mem::{offset_of, size_of};
+
     use virtio_bindings::virtio_config as vc;
     use virtio_bindings::virtio_ids as vi;
     use virtio_bindings::virtio_ring as vr;

@@ -35,8 +35,6 @@ use wddm_gpu_abi::build::display::{
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_RESP_OK_NODATA};
 use wddm_gpu_abi::display::{WddmGpuRect, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM};
-use zerocopy::IntoBytes;
-
 use wddm_gpu_frontend_kit::display_peer::c_backend::{
     installed_c_backend, GlibDebug, C_VHOST_USER_GPU,
 };
@@ -47,6 +45,7 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     stats::{median, min_max, percentile_us, round_to},
 };
+use zerocopy::IntoBytes;
 
 const WIDTH: u32 = 1920;
 const HEIGHT: u32 = 1080;
@@ -223,15 +222,18 @@ impl Device {
             resource_create_2d(RESOURCE_ID, VIRTIO_GPU_FORMAT_B8G8R8X8_UNORM, WIDTH, HEIGHT);
         self.command("RESOURCE_CREATE_2D", create.as_bytes())?;
 
-        let pixels = pattern(SEED, FRAME_BYTES as usize);
-        let mut entries = Vec::with_capacity(BACKING_PAGES as usize);
+        let pixels = pattern(SEED, usize::try_from(FRAME_BYTES).unwrap());
+        let mut entries = Vec::with_capacity(usize::try_from(BACKING_PAGES).unwrap());
         for index in 0..BACKING_PAGES {
             let (at, length) = (index * PAGE, backing_length(index));
             self.h.write_ram(
                 backing_page(index),
-                &pixels[at as usize..(at + length) as usize],
+                &pixels[usize::try_from(at).unwrap()..usize::try_from(at + length).unwrap()],
             );
-            entries.push(backing_entry(backing_page(index), length as u32));
+            entries.push(backing_entry(
+                backing_page(index),
+                u32::try_from(length).unwrap(),
+            ));
         }
         self.command(
             "RESOURCE_ATTACH_BACKING",
@@ -262,8 +264,8 @@ impl Device {
         if let Some(pixel) = differs {
             return Err(Broken::Wrong(format!(
                 "the display shows other pixels than the guest's from pixel {pixel} (x {}, y {})",
-                pixel as u32 % WIDTH,
-                pixel as u32 / WIDTH
+                u32::try_from(pixel).unwrap() % WIDTH,
+                u32::try_from(pixel).unwrap() / WIDTH
             )));
         }
         Ok(())

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WddmGpuRespDisplayInfo, VIRTIO_GPU_RESP_OK_DISPLAY_INFO};
 use wddm_gpu_abi::display::{WddmGpuRespEdid, VIRTIO_GPU_RESP_OK_EDID};
+use wddm_gpu_abi::size_of_u32;
 use zerocopy::IntoBytes;
 
 use crate::harness::Harness;
@@ -277,7 +278,7 @@ fn send_with_fd(fd: i32, bytes: &[u8], passed: i32) -> std::io::Result<()> {
     // u64 words keep the control buffer aligned for a cmsghdr.
     let mut control = [0u64; 4];
     // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(size_of_u32::<i32>()) } as usize;
     assert!(space <= std::mem::size_of_val(&control));
     // SAFETY: an all-zero msghdr is valid; the fields set below point at live buffers.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -291,7 +292,7 @@ fn send_with_fd(fd: i32, bytes: &[u8], passed: i32) -> std::io::Result<()> {
         let cmsg = libc::CMSG_FIRSTHDR(&message);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of_u32::<i32>()) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), passed);
         libc::sendmsg(fd, &message, 0)
     };
@@ -314,7 +315,7 @@ fn reply(stream: &mut UnixStream, request: u32, payload: &[u8]) -> std::io::Resu
     let mut message = Vec::with_capacity(HEADER_BYTES + payload.len());
     message.extend_from_slice(&request.to_ne_bytes());
     message.extend_from_slice(&GPU_FLAG_REPLY.to_ne_bytes());
-    message.extend_from_slice(&(payload.len() as u32).to_ne_bytes());
+    message.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_ne_bytes());
     message.extend_from_slice(payload);
     stream.write_all(&message)
 }

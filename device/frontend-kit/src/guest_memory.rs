@@ -25,7 +25,7 @@ pub fn memfd(name: &CStr, size: u64) -> File {
 pub fn map_file(file: File, size: u64) -> GuestMemoryMmap<()> {
     GuestMemoryMmap::from_ranges_with_files(&[(
         GuestAddress(0),
-        size as usize,
+        usize::try_from(size).unwrap(),
         Some(FileOffset::new(file, 0)),
     )])
     .unwrap()

@@ -58,6 +58,9 @@ pub const VRAM_SIZE: u64 = 16 << 20;
 pub const VRAM_GPA: u64 = 0xe000_0000;
 /// Guest page size used by frame lists.
 pub const PAGE: u64 = 4096;
+/// [`PAGE`] as a buffer length.
+pub const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 
 /// Control-queue size.
 pub const QUEUE_SIZE: u16 = 64;
@@ -678,7 +681,7 @@ impl Harness {
         self.write_ram(request_gpa, request);
         let mut descs = vec![Descriptor {
             addr: request_gpa,
-            len: request.len() as u32,
+            len: u32::try_from(request.len()).unwrap(),
             flags: 0,
             next: 0,
         }];
@@ -923,7 +926,11 @@ impl Harness {
     ) -> WddmGpuRespSubmit {
         let bytes: Vec<u8> = packets.iter().flat_map(|p| p.as_bytes().to_vec()).collect();
         self.write_ram(DMA_BUFFER, &bytes);
-        self.submit(&submit_command(DMA_BUFFER, bytes.len() as u32, fence_id))
+        self.submit(&submit_command(
+            DMA_BUFFER,
+            u32::try_from(bytes.len()).unwrap(),
+            fence_id,
+        ))
     }
 
     /// Posts a submission; the engine answers it when it ends.

@@ -8,7 +8,7 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            (state >> 24) as u8
+            ((state >> 24) & 0xff) as u8
         })
         .collect()
 }

@@ -4,15 +4,14 @@
 //! harness (strict guest RAM) and the fuzz frontend (a guest that may point anywhere) write
 //! their rings with the same code.
 
-use std::sync::atomic::{fence, Ordering};
-
 // The ring's layout is the ABI crate's, re-exported for the tests that build chains by hand.
 use std::mem::size_of;
-pub use wddm_gpu_abi::ring::{VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
+use std::sync::atomic::{fence, Ordering};
 
 use wddm_gpu_abi::ring::{
     WddmGpuVirtqDesc, VIRTQ_AVAIL_ENTRY_SIZE, VIRTQ_RING_ENTRIES_OFFSET, VIRTQ_RING_IDX_OFFSET,
 };
+pub use wddm_gpu_abi::ring::{VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 use zerocopy::IntoBytes;
 
 /// Where a ring's index and entries start, and an avail entry's size, as offsets.

@@ -36,8 +36,10 @@ pub fn percentile_us(samples: &mut [Duration], p: usize) -> f64 {
 /// carry float noise.
 pub fn round_to(value: f64, decimals: usize) -> Value {
     if decimals == 0 {
+        // A float-to-integer `as` saturates, as wanted (there is no `TryFrom` for floats).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         return json!(value.round() as u64);
     }
-    let scale = 10f64.powi(decimals as i32);
+    let scale = 10f64.powi(i32::try_from(decimals).unwrap());
     json!((value * scale).round() / scale)
 }

@@ -203,15 +203,17 @@ fn engine(dir: &Path) {
     // Default layout: segment 1 = CPU-visible VRAM, 2 = the aperture.
     let mut w = Writer::new();
     w.u8(0);
-    w.u8(step::RAM).u32(data as u32).blob(&[0x5a; 0x2000]);
+    w.u8(step::RAM)
+        .u32(u32::try_from(data).unwrap())
+        .blob(&[0x5a; 0x2000]);
     w.u8(step::FRAMES)
-        .u32(list as u32)
-        .u32(pfn(data) as u32)
+        .u32(u32::try_from(list).unwrap())
+        .u32(u32::try_from(pfn(data)).unwrap())
         .u16(4)
         .u8(1);
     w.u8(step::FRAMES)
-        .u32(list as u32 + 0x100)
-        .u32(pfn(RAM_HIGH) as u32)
+        .u32(u32::try_from(list).unwrap() + 0x100)
+        .u32(u32::try_from(pfn(RAM_HIGH)).unwrap())
         .u16(8)
         .u8(1);
     let packets = dma![
@@ -246,7 +248,9 @@ fn engine(dir: &Path) {
         build::fence(3),
         build::transfer(0x100, segment(2, 0), segment(1, 0))
     ];
-    w.u8(step::RAM).u32(RAM_HIGH as u32).blob(&through_aperture);
+    w.u8(step::RAM)
+        .u32(u32::try_from(RAM_HIGH).unwrap())
+        .blob(&through_aperture);
     submit(&mut w, 3, 3, 16 * PAGE, 2, &through_aperture);
     write(dir, "engine", "default-layout-every-packet", &w.bytes);
 
@@ -281,8 +285,8 @@ fn engine(dir: &Path) {
     w.u8(1);
     w.u8(step::VRAM).u32(0x1000).blob(&[0xa5; 0x1000]);
     w.u8(step::FRAMES)
-        .u32(list as u32)
-        .u32(pfn(data) as u32)
+        .u32(u32::try_from(list).unwrap())
+        .u32(u32::try_from(pfn(data)).unwrap())
         .u16(16)
         .u8(1);
     let packets = dma![
@@ -320,8 +324,8 @@ fn engine(dir: &Path) {
     let mut w = Writer::new();
     w.u8(2);
     w.u8(step::FRAMES)
-        .u32(list as u32)
-        .u32(pfn(0x1f_0000) as u32)
+        .u32(u32::try_from(list).unwrap())
+        .u32(u32::try_from(pfn(0x1f_0000)).unwrap())
         .u16(32)
         .u8(1);
     let packets = dma![
@@ -332,8 +336,8 @@ fn engine(dir: &Path) {
     submit(&mut w, 1, 20, DMA + 0x8000, 0, &packets);
     // The same from frames above the hole, deferred after every packet.
     w.u8(step::FRAMES)
-        .u32(list as u32)
-        .u32(pfn(RAM_HIGH) as u32)
+        .u32(u32::try_from(list).unwrap())
+        .u32(u32::try_from(pfn(RAM_HIGH)).unwrap())
         .u16(32)
         .u8(1);
     Submission {
@@ -408,7 +412,7 @@ fn backend(dir: &Path) {
         Op::Post(0, 2, 0, 0x40, request("status-page")),
         Op::Post(0, 3, 0, 0x100, request("wait-event")),
         Op::Kick(0, 0),
-        Op::WriteRam(list as u32, frame_list.clone()),
+        Op::WriteRam(u32::try_from(list).unwrap(), frame_list.clone()),
         Op::Submit(0, 4, 1, packets.clone()),
         Op::Kick(0, 0),
         Op::Post(0, 5, 0, 0x40, request("display-info")),
@@ -465,13 +469,13 @@ fn backend(dir: &Path) {
         Op::Post(0, 3, 0, 0x100, request("wait-event")),
         Op::Post(0, 4, 0, 0x100, request("wait-event")),
         Op::Kick(0, 0),
-        Op::RemoveRegion(2, (VRAM_GPA >> 12) as u32),
+        Op::RemoveRegion(2, u32::try_from(VRAM_GPA >> 12).unwrap()),
         Op::AddRegion(2, 0xf_0000),
         Op::MemTable(1 | 8, 0xe_0000, 0x1_0000),
         Op::Post(0, 5, 7, 0x40, request("capset-info")),
         Op::Kick(0, 0),
         Op::MemTable(2 | 4, 0xd_0000, 0x100),
-        Op::WriteRam(list as u32, frame_list.clone()),
+        Op::WriteRam(u32::try_from(list).unwrap(), frame_list.clone()),
         Op::Submit(0, 6, 3, mixed.clone()),
         Op::Kick(0, 0),
         Op::AddRegion(5, 0x2_0000),

@@ -26,6 +26,7 @@ use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vm_memory::{Bytes, GuestAddress};
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::packet::WddmGpuPacketHeader;
+use wddm_gpu_abi::size_of_u32;
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 
 /// Steps per input.
@@ -130,7 +131,7 @@ fn submit(world: &mut World, layout: usize, input: &mut Reader<'_>, raw: bool, d
             }
         }
     }
-    let len = dma.len() as u32;
+    let len = u32::try_from(dma.len()).expect("a fuzz input is far smaller than 4 GiB");
     let mut cmd = WddmGpuCmdSubmit {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
         dma_buffer_address: buffer_address,
@@ -260,8 +261,7 @@ impl EngineHooks for Hooks {
 fn packet_boundary(cmd: &WddmGpuCmdSubmit, offset: u32) -> bool {
     offset >= cmd.start_offset
         && offset < cmd.end_offset
-        && (offset - cmd.start_offset)
-            .is_multiple_of(std::mem::size_of::<WddmGpuPacketHeader>() as u32)
+        && (offset - cmd.start_offset).is_multiple_of(size_of_u32::<WddmGpuPacketHeader>())
 }
 
 fn check(cmd: &WddmGpuCmdSubmit, completion: &Completion, hooks: &Hooks) {

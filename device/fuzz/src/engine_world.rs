@@ -102,7 +102,13 @@ fn discard(ptr: *mut u8, len: u64) {
     // SAFETY: `ptr..ptr + len` is a page-aligned private anonymous mapping owned by the world
     // (guest RAM or device-only VRAM), only ever accessed through volatile slices; MADV_DONTNEED
     // replaces its pages with zero-fill-on-demand ones and touches no other memory.
-    let rc = unsafe { libc::madvise(ptr.cast(), len as usize, libc::MADV_DONTNEED) };
+    let rc = unsafe {
+        libc::madvise(
+            ptr.cast(),
+            usize::try_from(len).unwrap(),
+            libc::MADV_DONTNEED,
+        )
+    };
     assert_eq!(rc, 0, "madvise: {}", std::io::Error::last_os_error());
 }
 
@@ -120,15 +126,26 @@ impl World {
             .expect("VRAM file opens");
         let file = vram_file.try_clone().expect("VRAM file dup");
         let window = GuestRegionMmap::new(
-            MmapRegion::from_file(FileOffset::new(file, 0), VRAM_SIZE as usize).expect("VRAM maps"),
+            MmapRegion::from_file(
+                FileOffset::new(file, 0),
+                usize::try_from(VRAM_SIZE).unwrap(),
+            )
+            .expect("VRAM maps"),
             GuestAddress(VRAM_GPA),
         )
         .expect("VRAM region");
-        let low = GuestRegionMmap::<()>::from_range(GuestAddress(0), RAM_LOW_END as usize, None)
-            .expect("RAM below the hole");
-        let high =
-            GuestRegionMmap::<()>::from_range(GuestAddress(RAM_HIGH), RAM_HIGH_SIZE as usize, None)
-                .expect("RAM above the hole");
+        let low = GuestRegionMmap::<()>::from_range(
+            GuestAddress(0),
+            usize::try_from(RAM_LOW_END).unwrap(),
+            None,
+        )
+        .expect("RAM below the hole");
+        let high = GuestRegionMmap::<()>::from_range(
+            GuestAddress(RAM_HIGH),
+            usize::try_from(RAM_HIGH_SIZE).unwrap(),
+            None,
+        )
+        .expect("RAM above the hole");
         let mem = GuestMemoryMmap::from_regions(vec![low, high, window]).expect("memory table");
         vram.observe_memory_table(&mem);
         assert_eq!(vram.guest_window(), Some(VRAM_GPA..VRAM_GPA + VRAM_SIZE));
@@ -163,13 +180,13 @@ impl World {
         for (start, len) in [(0, RAM_LOW_END), (RAM_HIGH, RAM_HIGH_SIZE)] {
             let ram = self
                 .mem
-                .get_slice(GuestAddress(start), len as usize)
+                .get_slice(GuestAddress(start), usize::try_from(len).unwrap())
                 .expect("RAM region");
             discard(ram.ptr_guard_mut().as_ptr(), len);
         }
         let local = self
             .vram
-            .slice(VRAM_SIZE, DEVICE_ONLY as usize)
+            .slice(VRAM_SIZE, usize::try_from(DEVICE_ONLY).unwrap())
             .expect("device-only VRAM");
         discard(local.ptr_guard_mut().as_ptr(), DEVICE_ONLY);
         // SAFETY: fallocate on a descriptor the world owns; punching out the file's pages makes
@@ -179,7 +196,7 @@ impl World {
                 self.vram_file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 0,
-                VRAM_SIZE as libc::off_t,
+                libc::off_t::try_from(VRAM_SIZE).unwrap(),
             )
         };
         assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
@@ -243,7 +260,7 @@ impl Submission<'_> {
             .u8(self.defer_every);
         match self.place % 4 {
             0 => {
-                out.u16(self.at as u16);
+                out.u16((self.at & 0xffff) as u16);
             }
             1 => {
                 out.u64(self.at);

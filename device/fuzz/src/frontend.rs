@@ -305,15 +305,21 @@ impl RingMemory for RamView {
         let Some(room) = RAM_SIZE.checked_sub(gpa) else {
             return;
         };
-        let len = bytes.len().min(room as usize);
-        if let Ok(slice) = self.0.get_slice(gpa as usize, len) {
+        let len = usize::try_from(room).map_or(bytes.len(), |room| bytes.len().min(room));
+        let Ok(gpa) = usize::try_from(gpa) else {
+            return;
+        };
+        if let Ok(slice) = self.0.get_slice(gpa, len) {
             slice.copy_from(&bytes[..len]);
         }
     }
 
     fn read(&self, gpa: u64, bytes: &mut [u8]) {
         bytes.fill(0);
-        if let Ok(slice) = self.0.get_slice(gpa as usize, bytes.len()) {
+        let Ok(gpa) = usize::try_from(gpa) else {
+            return;
+        };
+        if let Ok(slice) = self.0.get_slice(gpa, bytes.len()) {
             slice.copy_to(bytes);
         }
     }
@@ -356,14 +362,18 @@ impl Frontend {
         let atomic = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let vrings = (0..backend.num_queues())
             .map(|_| {
-                VringRwLock::new(atomic.clone(), backend.max_queue_size() as u16).expect("vring")
+                VringRwLock::new(
+                    atomic.clone(),
+                    u16::try_from(backend.max_queue_size()).unwrap(),
+                )
+                .expect("vring")
             })
             .collect();
         let ram = memfd(c"wddm-fuzz-ram", RAM_SIZE);
         let ram_view = RamView(
             MmapRegion::from_file(
                 FileOffset::new(ram.try_clone().expect("memfd dup"), 0),
-                RAM_SIZE as usize,
+                usize::try_from(RAM_SIZE).unwrap(),
             )
             .expect("RAM view"),
         );
@@ -427,8 +437,8 @@ impl Frontend {
             }
             Op::Submit(queue, slot, fence, packets) => {
                 self.write(DMA, packets);
-                let cmd = submit_command(DMA, packets.len() as u32, *fence);
-                let room = std::mem::size_of::<WddmGpuRespSubmit>() as u16;
+                let cmd = submit_command(DMA, u32::try_from(packets.len()).unwrap(), *fence);
+                let room = u16::try_from(std::mem::size_of::<WddmGpuRespSubmit>()).unwrap();
                 self.post(*queue, *slot, 0, room, cmd.as_bytes());
             }
             Op::Kick(event, flags) => self.kick(*event, *flags),
@@ -555,7 +565,7 @@ impl Frontend {
         let response_at = request_at + 0x1000;
         let request = &request[..request.len().min(0x1000)];
         self.write(request_at, request);
-        let len = request.len() as u32;
+        let len = u32::try_from(request.len()).unwrap();
         let room = u32::from(room);
         let (read, write, next) = (0, VIRTQ_DESC_F_WRITE, VIRTQ_DESC_F_NEXT);
         let ram = &self.ram_view;
@@ -667,7 +677,11 @@ impl Frontend {
     fn get_vring_base(&mut self, queue: usize) {
         let vring = &self.vrings[queue];
         vring.set_queue_ready(false);
-        if self.backend.stop_vring(queue as u32).is_err() {
+        if self
+            .backend
+            .stop_vring(u32::try_from(queue).unwrap())
+            .is_err()
+        {
             return;
         }
         let next_avail = vring.queue_next_avail();
@@ -729,7 +743,7 @@ impl Frontend {
         }
         self.set_features(features);
         let vram = if bits & 8 == 0 { 4 } else { 0 };
-        self.mem_table(vram, (VRAM_GPA >> 12) as u32, 0);
+        self.mem_table(vram, u32::try_from(VRAM_GPA >> 12).unwrap(), 0);
         if self.ended {
             return;
         }
@@ -738,7 +752,7 @@ impl Frontend {
             let ring = Ring::default_for(queue);
             let base = if fresh {
                 // The driver zeroes its rings and starts over.
-                let zeros = vec![0u8; RING_STRIDE as usize];
+                let zeros = vec![0u8; usize::try_from(RING_STRIDE).unwrap()];
                 self.write(ring.layout.desc, &zeros);
                 self.rings[queue] = ring;
                 0
@@ -777,10 +791,10 @@ impl Frontend {
     /// 2 = the whole VRAM file, 3 = the VRAM file from offset 0x1000, 4 = RAM past the end of
     /// the memfd (refused), 5 = 64 KiB of anonymous memory.
     fn region(&self, kind: u8, address: u64) -> Option<GuestRegionMmap> {
-        let size = self.region_size(kind);
+        let size = usize::try_from(self.region_size(kind)).ok()?;
         let file = |file: &File, offset: u64| {
             let file = file.try_clone().ok()?;
-            MmapRegion::from_file(FileOffset::new(file, offset), size as usize).ok()
+            MmapRegion::from_file(FileOffset::new(file, offset), size).ok()
         };
         let mapping = match kind % 6 {
             0 => file(&self.ram, 0)?,
@@ -794,7 +808,7 @@ impl Frontend {
                 file(&vram, if kind % 6 == 2 { 0 } else { 0x1000 })?
             }
             4 => file(&self.ram, RAM_SIZE - 0x1000)?,
-            _ => MmapRegion::new(size as usize).ok()?,
+            _ => MmapRegion::new(size).ok()?,
         };
         GuestRegionMmap::new(mapping, GuestAddress(address))
     }

@@ -70,7 +70,8 @@ impl Timing {
     fn descriptor(self, size_mm: (u32, u32)) -> [u8; 18] {
         let lo = |v: u32| (v & 0xff) as u8;
         let hi4 = |v: u32| ((v >> 8) & 0xf) as u8;
-        let clock = self.clock_10khz as u16;
+        // At most MAX_CLOCK_10KHZ (0xffff): fits.
+        let clock = u16::try_from(self.clock_10khz).unwrap_or(u16::MAX);
         let [clock_lo, clock_hi] = clock.to_le_bytes();
         [
             clock_lo,
@@ -132,7 +133,7 @@ pub fn edid(width: u32, height: u32, serial: u32) -> [u8; EDID_SIZE] {
     block[12..16].copy_from_slice(&serial.to_le_bytes());
     // Week unspecified, model year 2024.
     block[16] = 0;
-    block[17] = (2024 - 1990) as u8;
+    block[17] = 34; // 2024 - 1990
     block[18] = 1;
     block[19] = 4;
     // Digital input, 8 bits per colour, interface not defined.

@@ -34,6 +34,7 @@ use wddm_gpu_abi::display::{
     VIRTIO_GPU_RESP_OK_EDID,
 };
 use wddm_gpu_abi::request::{CursorCommand, DisplayCommand};
+use wddm_gpu_abi::size_of_u32;
 use zerocopy::IntoBytes;
 
 use self::edid::{edid, EDID_SIZE};
@@ -53,6 +54,10 @@ use crate::memory::vram::Vram;
 const STREAM_MIN_BYTES: u64 = 1 << 20;
 /// Bytes of one streamed band (whole rows of the transfer, at least one).
 const STREAM_BAND_BYTES: u64 = 512 << 10;
+
+/// [`VIRTIO_GPU_MAX_SCANOUTS`] as the `u32` that scanouts are counted and named in.
+const MAX_SCANOUTS: u32 = 16;
+const _: () = assert!(MAX_SCANOUTS as usize == VIRTIO_GPU_MAX_SCANOUTS);
 
 /// Default vblank rate.
 pub const DEFAULT_VBLANK_HZ: u32 = 60;
@@ -193,7 +198,7 @@ fn nodata() -> Vec<u8> {
 impl Display {
     /// No resources, every scanout disabled, no display attached.
     pub fn new(config: DisplayConfig) -> Self {
-        let count = config.scanouts.clamp(1, VIRTIO_GPU_MAX_SCANOUTS as u32);
+        let count = config.scanouts.clamp(1, MAX_SCANOUTS);
         Self {
             config: DisplayConfig {
                 scanouts: count,
@@ -246,9 +251,8 @@ impl Display {
         let Some(sink) = &mut self.sink else {
             return;
         };
-        for scanout in 0..self.scanouts.len() {
+        for (scanout, id) in (0..self.scanouts.len()).zip(0u32..) {
             let vram_scanout = &mut self.vram_scanouts[scanout];
-            let id = scanout as u32;
             if let Some(surface) = vram_scanout.shown() {
                 let (width, height) = (surface.width, surface.height);
                 sink.scanout(id, ScanoutState::Enabled { width, height });
@@ -264,12 +268,12 @@ impl Display {
 
     /// A guest-visible reset: every resource goes and every scanout is disabled.
     pub fn reset(&mut self) {
-        for scanout in 0..self.scanouts.len() {
+        for (scanout, id) in (0..self.scanouts.len()).zip(0u32..) {
             let showed_vram = self.vram_scanouts[scanout].shown().is_some();
             self.vram_scanouts[scanout].clear();
             if self.scanouts[scanout].take().is_some() || showed_vram {
                 if let Some(sink) = &mut self.sink {
-                    sink.scanout(scanout as u32, ScanoutState::Disabled);
+                    sink.scanout(id, ScanoutState::Disabled);
                 }
                 self.reset_off[scanout] = true;
             }
@@ -389,7 +393,7 @@ impl Display {
             resource
                 .transfer_to_host(band, band_offset, ram)
                 .map_err(failed)?;
-            for (scanout, binding) in self.scanouts.iter().enumerate() {
+            for (scanout, binding) in (0u32..).zip(&self.scanouts) {
                 let Some(binding) = binding.filter(|b| b.resource_id == resource_id) else {
                     continue;
                 };
@@ -401,7 +405,7 @@ impl Display {
                 for (row, out) in resource.rows(shown).zip(pixels.chunks_exact_mut(row_bytes)) {
                     resource.format.to_display_into(row, out);
                 }
-                all_taken &= sink.stream(scanout as u32, shown.relative_to(binding.rect), pixels);
+                all_taken &= sink.stream(scanout, shown.relative_to(binding.rect), pixels);
             }
         }
         // What was sent before and not overwritten since is still shown; keeping one rectangle,
@@ -425,7 +429,7 @@ impl Display {
         }
         let mut response = WddmGpuRespEdid {
             hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_EDID),
-            size: EDID_SIZE as u32,
+            size: size_of_u32::<[u8; EDID_SIZE]>(),
             padding: 0,
             edid: [0; 1024],
         };
@@ -499,11 +503,11 @@ impl Display {
             .ok_or(DisplayError::NoResource(resource_id))?;
         self.used -= Resource::host_size(resource.width, resource.height).unwrap_or(0);
         // A scanout showing it is disabled, as QEMU does.
-        for scanout in 0..self.scanouts.len() {
+        for (scanout, id) in (0..self.scanouts.len()).zip(0u32..) {
             if self.scanouts[scanout].is_some_and(|binding| binding.resource_id == resource_id) {
                 self.scanouts[scanout] = None;
                 if let Some(sink) = &mut self.sink {
-                    sink.scanout(scanout as u32, ScanoutState::Disabled);
+                    sink.scanout(id, ScanoutState::Disabled);
                 }
             }
         }
@@ -561,7 +565,7 @@ impl Display {
             .map_err(|error| DisplayError::VramScanout(scanout_id, error))?;
         self.vram_scanouts[scanout_id as usize].flip(surface);
         if self.config.vblank_hz == 0 {
-            self.vblank_of(scanout_id as usize, vram);
+            self.vblank_of(scanout_id, vram);
         }
         Ok(nodata())
     }
@@ -574,14 +578,16 @@ impl Display {
     /// A vblank of every scanout: flips take effect, changed VRAM goes to the display. Returns
     /// the events of the scanouts showing VRAM.
     pub fn vblank(&mut self, vram: &Vram) -> Vec<Vblank> {
-        (0..self.vram_scanouts.len())
+        (0u32..)
+            .take(self.vram_scanouts.len())
             .filter_map(|scanout| self.vblank_of(scanout, vram))
             .collect()
     }
 
-    fn vblank_of(&mut self, scanout: usize, vram: &Vram) -> Option<Vblank> {
+    fn vblank_of(&mut self, id: u32, vram: &Vram) -> Option<Vblank> {
+        let scanout = id as usize;
         let sink = self.sink.as_deref_mut();
-        let (shown, event) = self.vram_scanouts[scanout].vblank(scanout as u32, vram, sink)?;
+        let (shown, event) = self.vram_scanouts[scanout].vblank(id, vram, sink)?;
         if shown != Shown::Off {
             // The VRAM surface took the scanout from a 2D resource, if one was shown.
             self.scanouts[scanout] = None;
@@ -596,7 +602,7 @@ impl Display {
         let Some(sink) = &mut self.sink else {
             return Ok(nodata());
         };
-        for (scanout, binding) in self.scanouts.iter().enumerate() {
+        for (scanout, binding) in (0u32..).zip(&self.scanouts) {
             let Some(binding) = binding.filter(|b| b.resource_id == resource_id) else {
                 continue;
             };
@@ -620,7 +626,7 @@ impl Display {
                         .pack_for_display(resource.rows(shown), bytes),
                 )
             };
-            sink.update(scanout as u32, shown.relative_to(binding.rect), pixels);
+            sink.update(scanout, shown.relative_to(binding.rect), pixels);
         }
         Ok(nodata())
     }

@@ -178,23 +178,25 @@ impl Resource {
         let backing = self.backing.as_ref().ok_or(TransferError::NoBacking)?;
         let stride = self.stride();
         let row_bytes = u64::from(rect.width) * u64::from(BYTES_PER_PIXEL);
+        // Host-copy indices, in usize like `rows`: the host copy is in memory.
+        let host_stride = self.width as usize * BYTES_PER_PIXEL as usize;
+        let host_row_bytes = rect.width as usize * BYTES_PER_PIXEL as usize;
         if row_bytes == stride {
             // Whole rows: one copy of the block (the rectangle lies inside the resource).
-            let host = (u64::from(rect.y) * stride) as usize;
+            let host = rect.y as usize * host_stride;
             let pixels = Arc::make_mut(&mut self.pixels);
-            let target = &mut pixels[host..host + (u64::from(rect.height) * stride) as usize];
+            let target = &mut pixels[host..host + rect.height as usize * host_stride];
             return backing
                 .read(ram, offset, target)
                 .map_err(TransferError::Unreadable);
         }
-        for row in 0..u64::from(rect.height) {
+        for row in 0..rect.height {
             // In range of the host copy: the rectangle lies inside the resource.
-            let host =
-                (u64::from(rect.y) + row) * stride + u64::from(rect.x) * u64::from(BYTES_PER_PIXEL);
-            let host = host as usize;
-            let target = &mut Arc::make_mut(&mut self.pixels)[host..host + row_bytes as usize];
+            let host = (rect.y as usize + row as usize) * host_stride
+                + rect.x as usize * BYTES_PER_PIXEL as usize;
+            let target = &mut Arc::make_mut(&mut self.pixels)[host..host + host_row_bytes];
             backing
-                .read(ram, offset + row * stride, target)
+                .read(ram, offset + u64::from(row) * stride, target)
                 .map_err(TransferError::Unreadable)?;
         }
         Ok(())
@@ -202,7 +204,7 @@ impl Resource {
 
     /// The pixels of `rect` (inside the resource), row after row, in the resource's format.
     pub fn rows(&self, rect: Rect) -> impl Iterator<Item = &[u8]> {
-        let stride = self.stride() as usize;
+        let stride = self.width as usize * BYTES_PER_PIXEL as usize;
         let start = rect.x as usize * BYTES_PER_PIXEL as usize;
         let len = rect.width as usize * BYTES_PER_PIXEL as usize;
         (rect.y..rect.bottom()).map(move |y| {
@@ -214,9 +216,10 @@ impl Resource {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
     use wddm_gpu_abi::display::WddmGpuRect;
+
+    use super::*;
 
     const VRAM_WINDOW: std::ops::Range<u64> = 0x10_0000..0x20_0000;
 

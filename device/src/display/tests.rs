@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-
 use wddm_gpu_abi::display::WddmGpuMemEntry;
 
 use super::*;
@@ -340,7 +339,7 @@ impl Streaming {
     fn new() -> Self {
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x80_0000)]).unwrap();
         let pattern: Vec<u8> = (0..STRIDE * TALL as usize)
-            .map(|i| (i * 7 + i / 4093) as u8)
+            .map(|i| (i * 7 + i / 4093).to_le_bytes()[0])
             .collect();
         mem.write_slice(&pattern, GuestAddress(BACKING)).unwrap();
         let recorder = Recorder::default();
@@ -355,7 +354,7 @@ impl Streaming {
         create(&mut rig.display, 1, 2, WIDE, TALL).unwrap();
         let entries = vec![WddmGpuMemEntry {
             addr: BACKING,
-            length: (STRIDE * TALL as usize) as u32,
+            length: u32::try_from(STRIDE * TALL as usize).unwrap(),
             padding: 0,
         }];
         rig.command(DisplayCommand::AttachBacking {
@@ -509,7 +508,7 @@ fn a_refused_band_stops_the_transfer_with_an_error_and_leaves_nothing_marked_sen
         .unwrap();
     let entries = vec![WddmGpuMemEntry {
         addr: BACKING,
-        length: (STRIDE * 200) as u32,
+        length: u32::try_from(STRIDE * 200).unwrap(),
         padding: 0,
     }];
     rig.command(DisplayCommand::AttachBacking {

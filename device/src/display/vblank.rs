@@ -126,8 +126,9 @@ impl Drop for VblankTimer {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
 
     #[test]
     fn ticks_at_about_the_rate_pauses_and_stops() {

@@ -264,7 +264,9 @@ fn changed_rows(old: &[u8], new: &[u8], row_bytes: usize) -> Option<(u32, u32)> 
     let rows = || old.chunks_exact(row_bytes).zip(new.chunks_exact(row_bytes));
     let top = rows().position(differs)?;
     let last = rows().rposition(differs)?;
-    Some((top as u32, last as u32 + 1))
+    // Rows of a surface, at most its height: they fit.
+    let row = |index: usize| u32::try_from(index).unwrap_or(u32::MAX);
+    Some((row(top), row(last).saturating_add(1)))
 }
 
 /// Sends rows `top..bottom` of the packed `rows`, converted to the display's bytes, as one

@@ -102,7 +102,7 @@ fn image(width: u32, height: u32, pitch: u32, seed: u8) -> (Vec<u8>, Vec<u8>) {
     let mut packed = Vec::new();
     for y in 0..height {
         for x in 0..width {
-            let pixel = [seed, y as u8, x as u8, 0xff];
+            let pixel = [seed, (y & 0xff) as u8, (x & 0xff) as u8, 0xff];
             let at = (y * pitch + x * 4) as usize;
             pitched[at..at + 4].copy_from_slice(&pixel);
             packed.extend_from_slice(&pixel);
@@ -422,7 +422,11 @@ fn comparing_a_1024x768_surface_costs_little() {
     let rounds = 20;
     let started = Instant::now();
     for round in 0..rounds {
-        vram_write(&rig.vram, 400 * u64::from(pitch), &[round as u8; 4]);
+        vram_write(
+            &rig.vram,
+            400 * u64::from(pitch),
+            &[u8::try_from(round).unwrap(); 4],
+        );
         rig.vblank();
     }
     let per_vblank = started.elapsed() / rounds;

@@ -205,6 +205,11 @@ pub(super) fn copy<M: GuestMemoryBackend>(
     Ok(())
 }
 
+/// `min(len, cap)` as a `usize`: the part of a `len`-byte run that fits a `cap`-byte buffer.
+pub(super) fn fitting(len: u64, cap: usize) -> usize {
+    usize::try_from(len).map_or(cap, |len| len.min(cap))
+}
+
 /// memmove through a bounce buffer, in the direction that never reads overwritten bytes.
 fn copy_overlapping<M: GuestMemoryBackend>(
     src: Location,
@@ -219,7 +224,7 @@ fn copy_overlapping<M: GuestMemoryBackend>(
         let chunk = src.len().min(BOUNCE_SIZE as u64);
         let (src_piece, src_rest) = src.take(chunk, from_back);
         let (dst_piece, dst_rest) = dst.take(chunk, from_back);
-        let buf = &mut bounce[..src_piece.len() as usize];
+        let buf = &mut bounce[..fitting(src_piece.len(), BOUNCE_SIZE)];
         read_location(src_piece, buf, mem)?;
         write_location(dst_piece, buf, mem)?;
         (src, dst) = (src_rest, dst_rest);
@@ -286,7 +291,7 @@ pub(super) fn read_side<M: GuestMemoryBackend>(
     let (mut rest, mut at) = (buf, position);
     while !rest.is_empty() {
         let run = run_at(side, at, rest.len() as u64, frame_lists, gart, mem)?;
-        let (now, later) = rest.split_at_mut(run.len().min(rest.len() as u64) as usize);
+        let (now, later) = rest.split_at_mut(fitting(run.len(), rest.len()));
         read_location(run.sub(0, now.len() as u64), now, mem)?;
         at = at
             .checked_add(now.len() as u64)

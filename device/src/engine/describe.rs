@@ -82,6 +82,7 @@ pub fn declared(header: &WddmGpuPacketHeader, body: Option<&Packet>) -> Declared
 mod tests {
     use wddm_gpu_abi::decode::read_header;
     use wddm_gpu_abi::packet::*;
+    use wddm_gpu_abi::size_of_u32;
     use zerocopy::IntoBytes;
 
     use super::*;
@@ -97,7 +98,7 @@ mod tests {
         let packet = WddmGpuPacketTransfer {
             header: WddmGpuPacketHeader {
                 opcode: WDDM_GPU_OP_TRANSFER,
-                size: std::mem::size_of::<WddmGpuPacketTransfer>() as u32,
+                size: size_of_u32::<WddmGpuPacketTransfer>(),
                 ..Default::default()
             },
             length: 0x3000,
@@ -133,7 +134,7 @@ mod tests {
         let packet = WddmGpuPacketUnmapAperture {
             header: WddmGpuPacketHeader {
                 opcode: WDDM_GPU_OP_UNMAP_APERTURE,
-                size: std::mem::size_of::<WddmGpuPacketUnmapAperture>() as u32,
+                size: size_of_u32::<WddmGpuPacketUnmapAperture>(),
                 ..Default::default()
             },
             page_count: u64::MAX,

@@ -22,6 +22,7 @@ use std::time::Instant;
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::decode::{read_header, Packet};
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
+use wddm_gpu_abi::size_of_u32;
 use wddm_gpu_abi::submit::{
     WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
 };
@@ -284,7 +285,7 @@ impl Engine {
         mem: &DeviceMemory<'_, M>,
         packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
     ) -> Result<PacketAt, Fault> {
-        let header_size = std::mem::size_of::<WddmGpuPacketHeader>() as u32;
+        let header_size = size_of_u32::<WddmGpuPacketHeader>();
         let available = cmd.end_offset.saturating_sub(offset);
         packet[..2].fill(0);
         if available < header_size {

@@ -1,16 +1,17 @@
 //! One function per packet kind.
 
-use super::access::{copy, run_at, Location, Side};
-use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
-use crate::layout::{Resolved, SegmentKind};
-use crate::memory::frames::{FrameError, FrameListError, FrameRun};
-use crate::memory::gart::AperturePages;
-use crate::memory::guest_ram::RamError;
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::decode::{DecodeError, Packet};
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
+
+use super::access::{copy, fitting, run_at, Location, Side};
+use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
+use crate::layout::{Resolved, SegmentKind};
+use crate::memory::frames::{FrameError, FrameListError, FrameRun};
+use crate::memory::gart::AperturePages;
+use crate::memory::guest_ram::RamError;
 
 /// Bytes of pattern prepared for FILL (a multiple of 4, so every chunk starts in phase).
 const FILL_BUFFER: usize = 64 << 10;
@@ -149,7 +150,7 @@ impl Engine {
                 address: destination.address,
                 length,
             })?;
-            slice.copy_from(&self.fill[..step.len() as usize]);
+            slice.copy_from(&self.fill[..fitting(step.len(), FILL_BUFFER)]);
             progress.advance(step.len());
         }
         Ok(length)

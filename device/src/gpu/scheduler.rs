@@ -23,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
@@ -42,7 +43,6 @@ use crate::memory::vram::Vram;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
-use vm_memory::GuestMemoryMmap;
 
 /// What a reset does with the requests it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -378,7 +378,9 @@ impl Scheduler {
         let preempted_fence = running
             .or_else(|| drained.first().map(|job| job.cmd.submission_fence_id))
             .unwrap_or(0);
-        let preempted_count = u32::from(running.is_some()) + drained.len() as u32;
+        // A queue holds far fewer than u32::MAX jobs.
+        let drained_count = u32::try_from(drained.len()).unwrap_or(u32::MAX);
+        let preempted_count = u32::from(running.is_some()).saturating_add(drained_count);
         {
             let mut notify = lock(&execution.notify);
             execution.stats.preempted(u64::from(preempted_count));

@@ -8,14 +8,15 @@ use wddm_gpu_abi::caps::{
     WDDM_GPU_CAPSET_VERSION, WDDM_GPU_CAPS_MAGIC, WDDM_GPU_NO_BAR_OFFSET,
 };
 use wddm_gpu_abi::packet::{WDDM_GPU_MAX_FRAME_LIST_ENTRIES, WDDM_GPU_MAX_PACKET_SIZE};
+use wddm_gpu_abi::size_of_u32;
 use zerocopy::IntoBytes;
 
 use crate::layout::{SegmentKind, SegmentLayout};
 
 /// Largest blob: 31 segments with 127 banks each.
-pub const MAX_CAPSET_SIZE: u32 = (size_of::<WddmGpuCapsHeader>()
-    + 31 * size_of::<WddmGpuSegmentDesc>()
-    + 31 * 127 * size_of::<u64>()) as u32;
+pub const MAX_CAPSET_SIZE: u32 = size_of_u32::<WddmGpuCapsHeader>()
+    + 31 * size_of_u32::<WddmGpuSegmentDesc>()
+    + 31 * 127 * size_of_u32::<u64>();
 
 /// Serializes the layout and BAR locator.
 pub fn build_capset(layout: &SegmentLayout, bar: &WddmGpuVramBar) -> Vec<u8> {
@@ -90,9 +91,10 @@ pub fn build_capset(layout: &SegmentLayout, bar: &WddmGpuVramBar) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::caps::{WDDM_GPU_BAR_MODE_IVSHMEM, WDDM_GPU_BAR_STATE_NOT_MAPPED};
     use zerocopy::FromBytes;
+
+    use super::*;
 
     fn bar(state: u32) -> WddmGpuVramBar {
         WddmGpuVramBar {

@@ -448,8 +448,7 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
     let mut device_only_total = 0u64;
     let mut aperture_total = 0u64;
     let mut placed: Vec<(u32, u64, u64)> = Vec::new(); // (id, BAR start, BAR end)
-    for (index, segment) in spec.segments.iter().enumerate() {
-        let id = index as u32 + 1;
+    for (segment, id) in spec.segments.iter().zip(1u32..) {
         let mut rules = Vec::new();
         flag_rules(segment.flags, wddm2, &mut rules);
         let banks = shape_rules(segment, wddm2, &mut rules);
@@ -548,8 +547,9 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
         segments,
         paging_buffer_segment_id: paging,
         // Checked above to fit.
-        paging_buffer_size: spec.paging_buffer_size as u32,
-        paging_buffer_private_data_size: spec.paging_buffer_private_data_size as u32,
+        paging_buffer_size: u32::try_from(spec.paging_buffer_size).unwrap_or(u32::MAX),
+        paging_buffer_private_data_size: u32::try_from(spec.paging_buffer_private_data_size)
+            .unwrap_or(u32::MAX),
     };
     published_capset_rules(&layout, bar_size)?;
     Ok(layout)

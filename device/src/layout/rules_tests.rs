@@ -508,7 +508,7 @@ fn each_rule_is_reported_alone() {
     for (name, layout, index, edit, rule) in single {
         let mut spec = layout();
         edit(&mut spec.segments[index]);
-        check(name, spec, &[seg(index as u32 + 1, rule)]);
+        check(name, spec, &[seg(u32::try_from(index).unwrap() + 1, rule)]);
     }
 }
 

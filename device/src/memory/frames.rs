@@ -239,8 +239,9 @@ fn check_frames<M: GuestMemoryBackend>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+    use super::*;
 
     const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 

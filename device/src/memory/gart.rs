@@ -100,7 +100,8 @@ impl AperturePages {
     /// The table indices (they fit: the table holds them).
     #[inline]
     fn indices(self) -> std::ops::Range<usize> {
-        self.first as usize..self.end() as usize
+        let index = |page: u64| usize::try_from(page).unwrap_or(usize::MAX);
+        index(self.first)..index(self.end())
     }
 }
 
@@ -303,9 +304,10 @@ impl Gart {
 
 #[cfg(test)]
 mod tests {
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
     use super::*;
     use crate::memory::guest_ram::GuestRam;
-    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
     const PAGES: u64 = (512u64 << 20) >> 12;
 

@@ -173,8 +173,9 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vm_memory::GuestMemoryMmap;
+
+    use super::*;
 
     fn mem() -> GuestMemoryMmap<()> {
         GuestMemoryMmap::from_ranges(&[

@@ -416,9 +416,10 @@ pub fn copy_slices<A: BitmapSlice, B: BitmapSlice>(src: VolatileSlice<A>, dst: V
 
 #[cfg(test)]
 mod tests {
+    use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
+
     use super::*;
     use crate::testkit::guest::file_region;
-    use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
 
     fn temp_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("wddm-vram-{}-{name}", std::process::id()))

@@ -105,7 +105,9 @@ impl Rig {
             ..DisplayConfig::default()
         };
         let gpu = Gpu::with_telemetry(layout, vram, stats, None, display).unwrap();
-        let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+        let ram =
+            GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), usize::try_from(RAM).unwrap())])
+                .unwrap();
         ram.write_slice(&packet_bytes(fence(7)), GuestAddress(DMA))
             .unwrap();
         let log = Log::default();

@@ -233,9 +233,10 @@ pub(crate) fn spawn_test_worker(port: &std::sync::Arc<EchoPort>) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    use super::*;
 
     /// What the stats server does: the first message with its two descriptors.
     fn accept_request(server: &UnixStream) -> (EventFd, EventFd) {
@@ -264,7 +265,13 @@ mod tests {
             revents: 0,
         };
         // SAFETY: one valid pollfd, which outlives the call.
-        unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as libc::c_int) > 0 }
+        unsafe {
+            libc::poll(
+                &mut pollfd,
+                1,
+                libc::c_int::try_from(timeout.as_millis()).unwrap(),
+            ) > 0
+        }
     }
 
     /// A port with a test worker, serving one client on its own thread.

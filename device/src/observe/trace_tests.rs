@@ -209,7 +209,7 @@ fn recording_never_waits_for_the_file_and_a_full_queue_drops_with_a_count() {
     let trace = Trace::create(&path).unwrap();
     // Far more records than the queue holds, recorded as fast as the engine could: each call
     // only queues (or drops), so this takes milliseconds whatever the disk does.
-    let records = super::QUEUE_RECORDS as u32 * 4;
+    let records = u32::try_from(super::QUEUE_RECORDS).unwrap() * 4;
     let start = Instant::now();
     for fence in 0..records {
         run_submission(&trace, fence);
@@ -244,7 +244,7 @@ fn a_stalled_file_never_blocks_recording() {
         .unwrap();
     let trace = Trace::create(&fifo).unwrap();
     let start = Instant::now();
-    for fence in 0..(super::QUEUE_RECORDS as u32) {
+    for fence in 0..u32::try_from(super::QUEUE_RECORDS).unwrap() {
         run_submission(&trace, fence);
     }
     let recording = start.elapsed();

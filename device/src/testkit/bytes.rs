@@ -3,7 +3,10 @@
 /// `len` bytes made from `seed` and each byte's position (no period shorter than 16 MiB).
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8 ^ (i >> 16) as u8)
+        .map(|i| {
+            let [b0, b1, b2, ..] = i.to_le_bytes();
+            b0.wrapping_mul(31).wrapping_add(seed) ^ b1 ^ b2
+        })
         .collect()
 }
 

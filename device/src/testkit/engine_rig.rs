@@ -28,6 +28,9 @@ pub const LISTS: u64 = 0x20_0000;
 pub const DATA: u64 = 0x40_0000;
 pub const DATA_SIZE: u64 = 4 << 20;
 pub const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
+/// [`PAGE`] as a buffer length.
+pub const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 /// Pages of the default layout's aperture.
 pub const APERTURE_PAGES: u64 = DEFAULT_APERTURE_SIZE / PAGE;
 
@@ -112,7 +115,7 @@ impl Rig {
     /// [`Rig::submit`] with these hooks.
     pub fn submit_with(&mut self, packets: &[u8], hooks: &mut impl EngineHooks) -> Completion {
         self.ram_write(DMA, packets);
-        let size = packets.len() as u32;
+        let size = u32::try_from(packets.len()).unwrap();
         self.execute(&command(0, DMA, size, 0, size), hooks)
     }
 

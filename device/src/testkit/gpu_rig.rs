@@ -67,7 +67,9 @@ impl GpuRig {
         let file = ScratchFile::new(&format!("gpu-{name}"));
         let vram = Vram::create(file.path(), VRAM, 0, BarMode::Ivshmem).unwrap();
         let gpu = Gpu::new(SegmentLayout::default_for_vram(VRAM), vram).unwrap();
-        let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+        let ram =
+            GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), usize::try_from(RAM).unwrap())])
+                .unwrap();
         let rig = Self {
             gpu,
             atomic: GuestMemoryAtomic::new(ram),
@@ -196,8 +198,8 @@ pub fn submit_cmd(address: u64, size: usize, fence: u32) -> WddmGpuCmdSubmit {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
         dma_buffer_address: address,
         flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: size as u32,
-        end_offset: size as u32,
+        dma_buffer_size: u32::try_from(size).unwrap(),
+        end_offset: u32::try_from(size).unwrap(),
         submission_fence_id: fence,
         ..Default::default()
     }

@@ -15,7 +15,8 @@ pub fn file_region(path: &Path, size: u64, address: u64) -> GuestRegionMmap<()> 
         .write(true)
         .open(path)
         .unwrap();
-    let mapping = MmapRegion::from_file(FileOffset::new(file, 0), size as usize).unwrap();
+    let mapping =
+        MmapRegion::from_file(FileOffset::new(file, 0), usize::try_from(size).unwrap()).unwrap();
     GuestRegionMmap::new(mapping, GuestAddress(address)).unwrap()
 }
 
@@ -28,7 +29,12 @@ pub fn ram_and_bar(
     vram_size: u64,
     vram_address: u64,
 ) -> GuestMemoryMmap<()> {
-    let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), ram_size as usize, None).unwrap();
+    let ram = GuestRegionMmap::<()>::from_range(
+        GuestAddress(0),
+        usize::try_from(ram_size).unwrap(),
+        None,
+    )
+    .unwrap();
     let window = file_region(path, vram_size, vram_address);
     let mem = GuestMemoryMmap::from_regions(vec![ram, window]).unwrap();
     vram.observe_memory_table(&mem);

@@ -29,10 +29,9 @@ use crate::transport::in_flight::InFlight;
 use crate::transport::lifecycle::{Lifecycle, Restart};
 use crate::transport::memory_table::check_regions;
 use crate::transport::queue::{Queues, CONTROL_QUEUE, CURSOR_QUEUE, MAX_QUEUE_SIZE, NUM_QUEUES};
-use crate::transport::shmem::ShmemMapping;
-
 /// The `--bar-mode` choice, exported with the backend it configures.
 pub use crate::transport::shmem::BarModeRequest;
+use crate::transport::shmem::ShmemMapping;
 
 /// What GET_FEATURES answers: the device's features (the ABI crate's offer) and vhost-user's
 /// protocol-features bit.

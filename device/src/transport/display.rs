@@ -343,7 +343,7 @@ mod tests {
             width: 1,
             height: 1,
         };
-        display.update(0, rect, vec![x as u8; 4].into());
+        display.update(0, rect, vec![u8::try_from(x).unwrap(); 4].into());
     }
 
     /// No byte reaches `peer` within 200 ms.

@@ -132,15 +132,16 @@ fn receive(from: &UnixStream, part: &mut [u8], fds: &mut Vec<OwnedFd>) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    use super::*;
 
     /// A vhost-user message: header (request, flags, size) and `payload`.
     fn message(request: u32, payload: &[u8]) -> Vec<u8> {
         let mut bytes = Vec::new();
         bytes.extend(request.to_le_bytes());
         bytes.extend(1u32.to_le_bytes());
-        bytes.extend((payload.len() as u32).to_le_bytes());
+        bytes.extend(u32::try_from(payload.len()).unwrap().to_le_bytes());
         bytes.extend(payload);
         bytes
     }

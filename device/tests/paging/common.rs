@@ -17,8 +17,6 @@ use wddm_gpu_abi::status::{
     WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE, WDDM_GPU_STATUS_VERSION,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
-use zerocopy::{Immutable, IntoBytes};
-
 pub use wddm_gpu_frontend_kit::requests::{status, unknown_packet};
 use wddm_gpu_frontend_kit::{
     backend_process::TIMEOUT,
@@ -26,6 +24,7 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+use zerocopy::{Immutable, IntoBytes};
 
 /// The default layout: segment 1 is CPU-visible VRAM, segment 2 a cache-coherent aperture, both
 /// with `BaseAddress` 0 (checked by [`ready`]).
@@ -46,7 +45,7 @@ pub const QUEUED_DMA: u64 = 0x380_0000;
 
 /// Bytes of one TRANSFER packet: the offset of the packet after a one-TRANSFER prefix, and of
 /// the packet a long submission stopped at.
-pub const AFTER_PREFIX: u32 = std::mem::size_of::<WddmGpuPacketTransfer>() as u32;
+pub const AFTER_PREFIX: u32 = wddm_gpu_abi::size_of_u32::<WddmGpuPacketTransfer>();
 
 /// Bytes written around VRAM destinations and into unused frames.
 pub const SENTINEL: u8 = 0xee;
@@ -201,7 +200,7 @@ pub fn map_pages(h: &mut Harness, first_page: u64, frames: &[u64], list: u64, fe
         first_page,
         frames.len() as u64,
         list,
-        frames.len() as u32,
+        u32::try_from(frames.len()).unwrap(),
         0,
     ));
     submit_ok(h, &dma, fence);
@@ -316,8 +315,14 @@ pub fn long_submission(h: &mut Harness, gpa: u64, fence: u32, extra: Option<Dma>
         dma.push(&packet);
     }
     // Touch both ranges first, so the copy is not slowed by first-use page faults.
-    h.write_vram(LONG_SOURCE, &vec![0x3c; LONG_LENGTH as usize]);
-    h.write_vram(LONG_DESTINATION, &vec![0; LONG_LENGTH as usize]);
+    h.write_vram(
+        LONG_SOURCE,
+        &vec![0x3c; usize::try_from(LONG_LENGTH).unwrap()],
+    );
+    h.write_vram(
+        LONG_DESTINATION,
+        &vec![0; usize::try_from(LONG_LENGTH).unwrap()],
+    );
     h.write_vram(LONG_SOURCE, &pattern(0x10e, 64));
     h.write_ram(gpa, dma.bytes());
     h.post_submit(&submit_command(gpa, dma.len(), fence))

@@ -2,14 +2,14 @@
 
 use wddm_gpu_abi::build::{self, fill, transfer};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
-use crate::place::*;
 use wddm_gpu_frontend_kit::{
-    harness::{FRAME_LISTS, PAGE, VRAM_SIZE},
+    harness::{FRAME_LISTS, PAGE, PAGE_USIZE, VRAM_SIZE},
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+
+use crate::common::*;
+use crate::place::*;
 
 #[test]
 fn dma_buffer_in_the_aperture_is_read_through_the_gart() {
@@ -83,7 +83,7 @@ fn dma_buffer_in_vram_executes() {
     let mut h = ready("dma-vram");
     let list = scattered(0, 2);
     for frame in &list {
-        h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+        h.write_ram(frame * PAGE, &[SENTINEL; PAGE_USIZE]);
     }
     h.write_frame_list(FRAME_LISTS, &list);
     let data = pattern(60, 0x1400);

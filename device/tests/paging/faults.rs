@@ -13,9 +13,6 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::{
     SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE,
 };
-use zerocopy::{Immutable, IntoBytes};
-
-use crate::common::*;
 use wddm_gpu_frontend_kit::{
     harness::{
         Harness, DATA, DMA_BUFFER, FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE,
@@ -23,6 +20,9 @@ use wddm_gpu_frontend_kit::{
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+use zerocopy::{Immutable, IntoBytes};
+
+use crate::common::*;
 
 /// Where the first, valid packet of a faulting submission copies to (and from).
 const PREFIX_VRAM: u64 = 0x0f_0000;
@@ -43,7 +43,7 @@ fn push_prefix(h: &Harness, dma: &mut Dma) {
 }
 
 fn prefix_data() -> Vec<u8> {
-    pattern(0x9e, PREFIX_LENGTH as usize)
+    pattern(0x9e, usize::try_from(PREFIX_LENGTH).unwrap())
 }
 
 /// What a faulted submission must report.
@@ -105,8 +105,8 @@ fn check_fault(
     let cmd = build(&mut h);
     assert_eq!(cmd.submission_fence_id, FAULT_FENCE);
 
-    h.write_vram(0, &vec![VRAM_GUARD; VRAM_SIZE as usize]);
-    let guest_before = h.read_ram(DATA, (RAM_SIZE - DATA) as usize);
+    h.write_vram(0, &vec![VRAM_GUARD; usize::try_from(VRAM_SIZE).unwrap()]);
+    let guest_before = h.read_ram(DATA, usize::try_from(RAM_SIZE - DATA).unwrap());
     let before = h.status_page(STATUS_PAGE);
     let first = h.post_wait_event();
     let second = h.post_wait_event();
@@ -156,14 +156,19 @@ fn check_fault(
     );
 
     // Nothing written but the prefix's bytes.
-    let mut vram_expected = vec![VRAM_GUARD; VRAM_SIZE as usize];
+    let mut vram_expected = vec![VRAM_GUARD; usize::try_from(VRAM_SIZE).unwrap()];
     if expect.prefix {
-        vram_expected[PREFIX_VRAM as usize..(PREFIX_VRAM + PREFIX_LENGTH) as usize]
+        vram_expected[usize::try_from(PREFIX_VRAM).unwrap()
+            ..usize::try_from(PREFIX_VRAM + PREFIX_LENGTH).unwrap()]
             .copy_from_slice(&prefix_data());
     }
-    assert_bytes(&h.read_vram(0, VRAM_SIZE as usize), &vram_expected, "VRAM");
     assert_bytes(
-        &h.read_ram(DATA, (RAM_SIZE - DATA) as usize),
+        &h.read_vram(0, usize::try_from(VRAM_SIZE).unwrap()),
+        &vram_expected,
+        "VRAM",
+    );
+    assert_bytes(
+        &h.read_ram(DATA, usize::try_from(RAM_SIZE - DATA).unwrap()),
         &guest_before,
         "guest data frames",
     );
@@ -545,7 +550,7 @@ fn a_submit_whose_answer_does_not_fit_is_refused_before_any_packet_runs() {
     dma.push(&fill(0x1234_5678, 0x100, segment(VRAM_SEGMENT, 0x4000)));
     h.write_ram(DMA_BUFFER, dma.bytes());
     let cmd = submit_command(DMA_BUFFER, dma.len(), 90);
-    let room = std::mem::size_of::<WddmGpuRespSubmit>() as u32 - 1;
+    let room = u32::try_from(std::mem::size_of::<WddmGpuRespSubmit>()).unwrap() - 1;
     let pending = h.post(cmd.as_bytes(), room);
     let reply = h.wait_reply(pending);
     assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_ERR_UNSPEC, "{reply:?}");

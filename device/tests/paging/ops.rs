@@ -10,14 +10,14 @@ use wddm_gpu_abi::packet::{
 };
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
-use crate::place::*;
 use wddm_gpu_frontend_kit::{
-    harness::{FRAME_LISTS, PAGE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE},
+    harness::{FRAME_LISTS, PAGE, PAGE_USIZE, RAM_SIZE, STATUS_PAGE, VRAM_GPA, VRAM_SIZE},
     pattern::pattern,
     requests::segment,
 };
+
+use crate::common::*;
+use crate::place::*;
 
 #[test]
 fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
@@ -28,14 +28,14 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
         .map(|&i| frame(i))
         .collect();
     let contents: Vec<Vec<u8>> = (0..list.len())
-        .map(|i| pattern(0x100 + i as u64, PAGE as usize))
+        .map(|i| pattern(0x100 + i as u64, PAGE_USIZE))
         .collect();
     for (frame, content) in list.iter().zip(&contents) {
         h.write_ram(frame * PAGE, content);
     }
     h.write_frame_list(FRAME_LISTS, &list);
     let mut dma = Dma::default();
-    let mut packet = map(100, 6, FRAME_LISTS, list.len() as u32, 3);
+    let mut packet = map(100, 6, FRAME_LISTS, u32::try_from(list.len()).unwrap(), 3);
     packet.flags = WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
     dma.push(&packet);
     let response = submit_ok(&mut h, &dma, 1);
@@ -43,7 +43,7 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
 
     // Reading the six pages through the aperture gives frames 3..9, in list order.
     let destination = 0x20_0000;
-    h.write_vram(destination, &vec![0; 6 * PAGE as usize]);
+    h.write_vram(destination, &vec![0; 6 * PAGE_USIZE]);
     let mut dma = Dma::default();
     dma.push(&transfer(
         6 * PAGE,
@@ -53,13 +53,13 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     submit_ok(&mut h, &dma, 2);
     let expected: Vec<u8> = contents[3..9].concat();
     assert_bytes(
-        &h.read_vram(destination, 6 * PAGE as usize),
+        &h.read_vram(destination, 6 * PAGE_USIZE),
         &expected,
         "aperture read",
     );
 
     // Writing through the aperture lands in those frames only, at the right offsets.
-    let data = pattern(7, (6 * PAGE - 0x20) as usize);
+    let data = pattern(7, usize::try_from(6 * PAGE - 0x20).unwrap());
     h.write_vram(0x30_0000, &data);
     let mut dma = Dma::default();
     dma.push(&transfer(
@@ -71,11 +71,11 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     let mut expected_frames = contents.clone();
     for (index, byte) in data.iter().enumerate() {
         let at = 0x10 + index;
-        expected_frames[3 + at / PAGE as usize][at % PAGE as usize] = *byte;
+        expected_frames[3 + at / PAGE_USIZE][at % PAGE_USIZE] = *byte;
     }
     for (index, frame) in list.iter().enumerate() {
         assert_bytes(
-            &h.read_ram(frame * PAGE, PAGE as usize),
+            &h.read_ram(frame * PAGE, PAGE_USIZE),
             &expected_frames[index],
             &format!("list entry {index}"),
         );
@@ -115,7 +115,7 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     ));
     submit_ok(&mut h, &dma, 6);
     assert_bytes(
-        &h.read_vram(destination, 3 * PAGE as usize),
+        &h.read_vram(destination, 3 * PAGE_USIZE),
         &expected_frames[3..6].concat(),
         "mapping after a refused MAP",
     );
@@ -160,7 +160,7 @@ fn transfer_moves_every_byte_between_every_pair_of_endpoint_kinds() {
         for destination in &destinations {
             fence += 1;
             let what = format!("{} -> {}", source.name(), destination.name());
-            let data = pattern(u64::from(fence), length as usize);
+            let data = pattern(u64::from(fence), usize::try_from(length).unwrap());
             source.write(&h, &data);
             destination.clear(&h, length);
             let mut dma = Dma::default();
@@ -169,7 +169,7 @@ fn transfer_moves_every_byte_between_every_pair_of_endpoint_kinds() {
             assert_eq!(response.bytes_transferred, length, "{what}");
             destination.check(&h, &data, &what);
             assert_bytes(
-                &source.read(&h, length as usize),
+                &source.read(&h, usize::try_from(length).unwrap()),
                 &data,
                 &format!("{what}: source"),
             );
@@ -180,7 +180,7 @@ fn transfer_moves_every_byte_between_every_pair_of_endpoint_kinds() {
 #[test]
 fn overlapping_vram_transfers_behave_as_memmove() {
     let mut h = ready("memmove");
-    let length = 3 * PAGE as usize + 0x77;
+    let length = 3 * PAGE_USIZE + 0x77;
     for (from, to) in [(0x10_0000u64, 0x10_0801u64), (0x20_0801, 0x20_0000)] {
         let data = pattern(from, length);
         h.write_vram(from, &data);
@@ -217,7 +217,7 @@ fn fill_repeats_the_pattern_from_the_first_byte_and_ends_mid_pattern() {
     for &(address, length) in &cases {
         h.write_vram(
             address - GUARD,
-            &vec![SENTINEL; (length + 2 * GUARD) as usize],
+            &vec![SENTINEL; usize::try_from(length + 2 * GUARD).unwrap()],
         );
         dma.push(&fill(pattern_value, length, segment(VRAM_SEGMENT, address)));
     }
@@ -225,11 +225,14 @@ fn fill_repeats_the_pattern_from_the_first_byte_and_ends_mid_pattern() {
     let total: u64 = cases.iter().map(|c| c.1).sum();
     assert_eq!(response.bytes_transferred, total);
     for &(address, length) in &cases {
-        let mut expected = vec![SENTINEL; GUARD as usize];
-        expected.extend((0..length as usize).map(|i| bytes[i % 4]));
-        expected.extend(vec![SENTINEL; GUARD as usize]);
+        let mut expected = vec![SENTINEL; usize::try_from(GUARD).unwrap()];
+        expected.extend((0..usize::try_from(length).unwrap()).map(|i| bytes[i % 4]));
+        expected.extend(vec![SENTINEL; usize::try_from(GUARD).unwrap()]);
         assert_bytes(
-            &h.read_vram(address - GUARD, (length + 2 * GUARD) as usize),
+            &h.read_vram(
+                address - GUARD,
+                usize::try_from(length + 2 * GUARD).unwrap(),
+            ),
             &expected,
             &format!("FILL at {address:#x}+{length:#x}"),
         );
@@ -240,10 +243,10 @@ fn fill_repeats_the_pattern_from_the_first_byte_and_ends_mid_pattern() {
 fn discard_read_and_write_physical_check_locations_and_move_no_data() {
     let mut h = ready("segment-access");
     let backing = frame(70);
-    h.write_ram(backing * PAGE, &pattern(70, PAGE as usize));
+    h.write_ram(backing * PAGE, &pattern(70, PAGE_USIZE));
     map_pages(&mut h, 7, &[backing], FRAME_LISTS, 1);
-    let vram_before = h.read_vram(0, VRAM_SIZE as usize);
-    let frame_before = h.read_ram(backing * PAGE, PAGE as usize);
+    let vram_before = h.read_vram(0, usize::try_from(VRAM_SIZE).unwrap());
+    let frame_before = h.read_ram(backing * PAGE, PAGE_USIZE);
 
     let mut dma = Dma::default();
     dma.push(&segment_access(
@@ -285,11 +288,11 @@ fn discard_read_and_write_physical_check_locations_and_move_no_data() {
     let response = submit_ok(&mut h, &dma, 2);
     assert_eq!(response.bytes_transferred, 0);
     assert!(
-        h.read_vram(0, VRAM_SIZE as usize) == vram_before,
+        h.read_vram(0, usize::try_from(VRAM_SIZE).unwrap()) == vram_before,
         "VRAM changed"
     );
     assert_bytes(
-        &h.read_ram(backing * PAGE, PAGE as usize),
+        &h.read_ram(backing * PAGE, PAGE_USIZE),
         &frame_before,
         "aperture frame",
     );
@@ -337,7 +340,7 @@ fn discard_read_and_write_physical_check_locations_and_move_no_data() {
         assert_eq!(response.packets_completed, 0);
     }
     assert!(
-        h.read_vram(0, VRAM_SIZE as usize) == vram_before,
+        h.read_vram(0, usize::try_from(VRAM_SIZE).unwrap()) == vram_before,
         "VRAM changed"
     );
 }
@@ -348,9 +351,9 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
     let mapped = scattered(0, 4);
     let dummy = frame(100);
     for frame in &mapped {
-        h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+        h.write_ram(frame * PAGE, &[SENTINEL; PAGE_USIZE]);
     }
-    h.write_ram(dummy * PAGE, &[0x11; PAGE as usize]);
+    h.write_ram(dummy * PAGE, &[0x11; PAGE_USIZE]);
     map_pages(&mut h, 20, &mapped, FRAME_LISTS, 1);
 
     // Pages 21 and 22 go to the dummy page, and page 30, which was never mapped.
@@ -373,26 +376,26 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
     let mut page20 = vec![SENTINEL; 0x800];
     page20.extend_from_slice(&data[..0x800]);
     assert_bytes(
-        &h.read_ram(mapped[0] * PAGE, PAGE as usize),
+        &h.read_ram(mapped[0] * PAGE, PAGE_USIZE),
         &page20,
         "page 20",
     );
     assert_bytes(
-        &h.read_ram(dummy * PAGE, PAGE as usize),
+        &h.read_ram(dummy * PAGE, PAGE_USIZE),
         &data[0x800..],
         "dummy page",
     );
     for (index, frame) in mapped[1..].iter().enumerate() {
         assert_eq!(
-            h.read_ram(frame * PAGE, PAGE as usize),
-            vec![SENTINEL; PAGE as usize],
+            h.read_ram(frame * PAGE, PAGE_USIZE),
+            vec![SENTINEL; PAGE_USIZE],
             "frame formerly at page {}",
             21 + index
         );
     }
 
     // Reading pages 22, 23 and 30: the dummy page, page 23's frame, the dummy page again.
-    h.write_ram(mapped[3] * PAGE, &pattern(23, PAGE as usize));
+    h.write_ram(mapped[3] * PAGE, &pattern(23, PAGE_USIZE));
     let mut dma = Dma::default();
     dma.push(&transfer(
         2 * PAGE,
@@ -407,15 +410,11 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
     submit_ok(&mut h, &dma, 4);
     let expected = [
         data[0x800..].to_vec(),
-        pattern(23, PAGE as usize),
+        pattern(23, PAGE_USIZE),
         data[0x800..].to_vec(),
     ]
     .concat();
-    assert_bytes(
-        &h.read_vram(0x20_0000, 3 * PAGE as usize),
-        &expected,
-        "reads",
-    );
+    assert_bytes(&h.read_vram(0x20_0000, 3 * PAGE_USIZE), &expected, "reads");
 
     // A bad dummy page is refused and changes nothing.
     for (dummy_page, expected) in [
@@ -437,8 +436,8 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
     ));
     submit_ok(&mut h, &dma, 6);
     assert_bytes(
-        &h.read_vram(0x30_0000, PAGE as usize),
-        &pattern(23, PAGE as usize),
+        &h.read_vram(0x30_0000, PAGE_USIZE),
+        &pattern(23, PAGE_USIZE),
         "page 23 after refused unmaps",
     );
 }
@@ -449,12 +448,12 @@ fn map_aperture2_maps_contiguous_and_page_array_adls() {
     // Contiguous ADL: base frame B, 8 pages; AdlOffset 2, 4 pages at aperture page 60.
     let base = frame(200);
     for i in 0..8 {
-        h.write_ram((base + i) * PAGE, &pattern(0x200 + i, PAGE as usize));
+        h.write_ram((base + i) * PAGE, &pattern(0x200 + i, PAGE_USIZE));
     }
     // Page-array ADL: 6 scattered frames; AdlOffset 1, 3 pages at aperture page 70.
     let array = scattered(5, 6);
     for frame in &array {
-        h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+        h.write_ram(frame * PAGE, &[SENTINEL; PAGE_USIZE]);
     }
     h.write_frame_list(FRAME_LISTS + 0x800, &array);
     let mut dma = Dma::default();
@@ -484,7 +483,7 @@ fn map_aperture2_maps_contiguous_and_page_array_adls() {
         segment(APERTURE_SEGMENT, 60 * PAGE),
         segment(VRAM_SEGMENT, 0x10_0000),
     ));
-    let data = pattern(9, 3 * PAGE as usize - 0x30);
+    let data = pattern(9, 3 * PAGE_USIZE - 0x30);
     h.write_vram(0x20_0000, &data);
     dma.push(&transfer(
         data.len() as u64,
@@ -493,10 +492,10 @@ fn map_aperture2_maps_contiguous_and_page_array_adls() {
     ));
     submit_ok(&mut h, &dma, 2);
     let expected: Vec<u8> = (2..6)
-        .flat_map(|i| pattern(0x200 + i, PAGE as usize))
+        .flat_map(|i| pattern(0x200 + i, PAGE_USIZE))
         .collect();
     assert_bytes(
-        &h.read_vram(0x10_0000, 4 * PAGE as usize),
+        &h.read_vram(0x10_0000, 4 * PAGE_USIZE),
         &expected,
         "contiguous ADL",
     );
@@ -507,8 +506,8 @@ fn map_aperture2_maps_contiguous_and_page_array_adls() {
     .check(&h, &data, "page-array ADL");
     for index in [0, 4, 5] {
         assert_eq!(
-            h.read_ram(array[index] * PAGE, PAGE as usize),
-            vec![SENTINEL; PAGE as usize],
+            h.read_ram(array[index] * PAGE, PAGE_USIZE),
+            vec![SENTINEL; PAGE_USIZE],
             "ADL entry {index} is not mapped"
         );
     }

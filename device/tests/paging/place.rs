@@ -1,12 +1,12 @@
 //! Where TRANSFER endpoints and DMA buffers live, and how a test reaches those bytes directly.
 
 use wddm_gpu_abi::build::Endpoint;
-
-use crate::common::{assert_bytes, map_pages, APERTURE_SEGMENT, GUARD, SENTINEL, VRAM_SEGMENT};
 use wddm_gpu_frontend_kit::{
-    harness::{Harness, PAGE},
+    harness::{Harness, PAGE, PAGE_USIZE},
     requests::{frames, segment},
 };
+
+use crate::common::{assert_bytes, map_pages, APERTURE_SEGMENT, GUARD, SENTINEL, VRAM_SEGMENT};
 
 /// Where an endpoint's bytes are, and how the test reaches them directly.
 #[derive(Clone, Debug)]
@@ -40,7 +40,11 @@ impl Place {
                 list,
                 frames: list_frames,
                 byte_offset,
-            } => frames(*list, list_frames.len() as u32, *byte_offset),
+            } => frames(
+                *list,
+                u32::try_from(list_frames.len()).unwrap(),
+                *byte_offset,
+            ),
         }
     }
 
@@ -92,8 +96,8 @@ impl Place {
         }
         let mut done = 0;
         for (gpa, step) in self.runs(data.len() as u64) {
-            h.write_ram(gpa, &data[done..done + step as usize]);
-            done += step as usize;
+            h.write_ram(gpa, &data[done..done + usize::try_from(step).unwrap()]);
+            done += usize::try_from(step).unwrap();
         }
     }
 
@@ -104,7 +108,7 @@ impl Place {
         }
         let mut bytes = Vec::with_capacity(len);
         for (gpa, step) in self.runs(len as u64) {
-            bytes.extend(h.read_ram(gpa, step as usize));
+            bytes.extend(h.read_ram(gpa, usize::try_from(step).unwrap()));
         }
         bytes
     }
@@ -117,11 +121,14 @@ impl Place {
                 let Place::Vram(address) = self else {
                     unreachable!()
                 };
-                h.write_vram(address - GUARD, &vec![SENTINEL; (len + 2 * GUARD) as usize]);
+                h.write_vram(
+                    address - GUARD,
+                    &vec![SENTINEL; usize::try_from(len + 2 * GUARD).unwrap()],
+                );
             }
             Some((frames, _)) => {
                 for frame in frames {
-                    h.write_ram(frame * PAGE, &[SENTINEL; PAGE as usize]);
+                    h.write_ram(frame * PAGE, &[SENTINEL; PAGE_USIZE]);
                 }
             }
         }
@@ -137,10 +144,11 @@ impl Place {
                 let Place::Vram(address) = self else {
                     unreachable!()
                 };
-                let mut expected = vec![SENTINEL; GUARD as usize];
+                let mut expected = vec![SENTINEL; usize::try_from(GUARD).unwrap()];
                 expected.extend_from_slice(data);
-                expected.extend(vec![SENTINEL; GUARD as usize]);
-                let actual = h.read_vram(address - GUARD, (len + 2 * GUARD) as usize);
+                expected.extend(vec![SENTINEL; usize::try_from(GUARD).unwrap()]);
+                let actual =
+                    h.read_vram(address - GUARD, usize::try_from(len + 2 * GUARD).unwrap());
                 assert_bytes(&actual, &expected, what);
             }
             Some((frames, start)) => {
@@ -150,10 +158,10 @@ impl Place {
                             (index as u64 * PAGE + in_page)
                                 .checked_sub(start)
                                 .filter(|&i| i < len)
-                                .map_or(SENTINEL, |i| data[i as usize])
+                                .map_or(SENTINEL, |i| data[usize::try_from(i).unwrap()])
                         })
                         .collect();
-                    let actual = h.read_ram(frame * PAGE, PAGE as usize);
+                    let actual = h.read_ram(frame * PAGE, PAGE_USIZE);
                     assert_bytes(
                         &actual,
                         &expected,

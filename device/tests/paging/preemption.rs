@@ -9,14 +9,14 @@ use wddm_gpu_abi::status::{
     WDDM_GPU_EVENT_FENCE,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
-
-use crate::common::*;
-use crate::place::*;
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, STATUS_PAGE},
     pattern::pattern,
     requests::{segment, submit_command},
 };
+
+use crate::common::*;
+use crate::place::*;
 
 #[test]
 fn preempt_mid_transfer_returns_the_running_and_queued_submissions() {

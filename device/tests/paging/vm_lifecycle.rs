@@ -6,22 +6,22 @@ use wddm_gpu_abi::build::{self, transfer};
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
-
-use crate::common::*;
 use wddm_gpu_frontend_kit::{
-    harness::{FRAME_LISTS, PAGE, STATUS_PAGE, VRAM_GPA},
+    harness::{FRAME_LISTS, PAGE, PAGE_USIZE, STATUS_PAGE, VRAM_GPA},
     pattern::pattern,
     requests::{frames, segment, submit_command},
 };
+
+use crate::common::*;
 
 #[test]
 fn a_vm_stop_between_a_map_and_its_use_keeps_the_gart_status_page_and_posted_events() {
     let mut h = ready_with_vram("vm-stop-map", BIG_VRAM);
     register_status_page(&mut h);
     let frames = scattered(0, 2);
-    let data = pattern(0x5709, 2 * PAGE as usize);
+    let data = pattern(0x5709, 2 * PAGE_USIZE);
     for (i, frame) in frames.iter().enumerate() {
-        let part = &data[i * PAGE as usize..(i + 1) * PAGE as usize];
+        let part = &data[i * PAGE_USIZE..(i + 1) * PAGE_USIZE];
         h.write_ram(frame * PAGE, part);
     }
     map_pages(&mut h, 8, &frames, FRAME_LISTS, 40);
@@ -116,9 +116,12 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
             segment(VRAM_SEGMENT, LONG_DESTINATION),
         ));
     }
-    let source = pattern(0x70a5, LONG_LENGTH as usize);
+    let source = pattern(0x70a5, usize::try_from(LONG_LENGTH).unwrap());
     h.write_vram(LONG_SOURCE, &source);
-    h.write_vram(LONG_DESTINATION, &vec![0; LONG_LENGTH as usize]);
+    h.write_vram(
+        LONG_DESTINATION,
+        &vec![0; usize::try_from(LONG_LENGTH).unwrap()],
+    );
     h.write_ram(LONG_DMA, dma.bytes());
     let long = h.post_submit(&submit_command(LONG_DMA, dma.len(), 50));
     let (queued, _) = queued_submission(&mut h, 51);
@@ -158,7 +161,7 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
         "{response:?}"
     );
     assert_bytes(
-        &h.read_vram(LONG_DESTINATION, LONG_LENGTH as usize),
+        &h.read_vram(LONG_DESTINATION, usize::try_from(LONG_LENGTH).unwrap()),
         &source,
         "transfer finished after cont",
     );

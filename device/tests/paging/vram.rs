@@ -3,14 +3,14 @@
 use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
-
-use crate::common::*;
 use wddm_gpu_frontend_kit::{
     backend_process::{SpawnOptions, TIMEOUT},
     harness::{Harness, STATUS_PAGE, VRAM_GPA},
     pattern::pattern,
     requests::segment,
 };
+
+use crate::common::*;
 
 /// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3).
 const DEVICE_ONLY_LAYOUT: &str = r#"

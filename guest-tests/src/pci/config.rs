@@ -259,7 +259,7 @@ impl MemBar {
             return None;
         }
         Some(Self {
-            low: address as u32 | (self.low & BAR_MEM_FLAGS),
+            low: (address & 0xffff_ffff) as u32 | (self.low & BAR_MEM_FLAGS),
             high: self.high.map(|_| (address >> 32) as u32),
         })
     }
@@ -277,15 +277,16 @@ impl MemBar {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use wddm_gpu_abi::pci::VIRTIO_PCI_CAP_PCI_CFG;
+
+    use super::*;
 
     /// Config space shaped like QEMU's virtio-pci modern device: MSI-X first, then the virtio
     /// capabilities in BAR4, plus a PCI_CFG capability (type 5) the driver ignores.
     fn qemu_like() -> Vec<u8> {
         let mut c = vec![0u8; 256];
         c[0..4].copy_from_slice(&[0xf4, 0x1a, 0x50, 0x10]);
-        c[STATUS] = STATUS_CAP_LIST as u8;
+        c[STATUS] = STATUS_CAP_LIST.to_le_bytes()[0];
         c[CAP_PTR] = 0x98;
         // MSI-X at 0x98 -> 0x84.
         c[0x98] = 0x11;
@@ -377,12 +378,12 @@ mod tests {
         let cap = &mut c[0xa0..0xa0 + VIRTIO_PCI_CAP64_LEN];
         cap[0] = VIRTIO_PCI_CAP_ID_VENDOR;
         cap[1] = 0x98;
-        cap[2] = VIRTIO_PCI_CAP64_LEN as u8;
+        cap[2] = u8::try_from(VIRTIO_PCI_CAP64_LEN).unwrap();
         cap[3] = VIRTIO_PCI_CAP_SHARED_MEMORY_CFG;
         cap[4] = bar;
         cap[5] = id;
-        cap[8..12].copy_from_slice(&(offset as u32).to_le_bytes());
-        cap[12..16].copy_from_slice(&(length as u32).to_le_bytes());
+        cap[8..12].copy_from_slice(&((offset & 0xffff_ffff) as u32).to_le_bytes());
+        cap[12..16].copy_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
         cap[16..20].copy_from_slice(&((offset >> 32) as u32).to_le_bytes());
         cap[20..24].copy_from_slice(&((length >> 32) as u32).to_le_bytes());
         c

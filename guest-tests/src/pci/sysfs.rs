@@ -102,10 +102,7 @@ impl PciFunction {
 
     /// (vendor, device) ids.
     pub fn ids(&self) -> Result<(u16, u16), PciError> {
-        Ok((
-            self.hex_file("vendor")? as u16,
-            self.hex_file("device")? as u16,
-        ))
+        Ok((self.hex_u16_file("vendor")?, self.hex_u16_file("device")?))
     }
 
     /// The kernel driver bound to the function, if any.
@@ -244,12 +241,14 @@ impl PciFunction {
         )?)
     }
 
-    fn hex_file(&self, name: &str) -> Result<u64, PciError> {
+    fn hex_u16_file(&self, name: &str) -> Result<u16, PciError> {
         let (path, text) = self.text_file(name)?;
-        parse_hex(text.trim()).ok_or(PciError::Format {
-            path,
-            content: text,
-        })
+        parse_hex(text.trim())
+            .and_then(|value| u16::try_from(value).ok())
+            .ok_or(PciError::Format {
+                path,
+                content: text,
+            })
     }
 }
 

@@ -28,6 +28,7 @@ use wddm_gpu_abi::caps::{
 use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::status::{WddmGpuStatusPage, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_STATUS_MAGIC};
 
+use super::valid::Test;
 use crate::caps::{Layout, Segment};
 use crate::engine::Engine;
 use crate::failure::{ensure, Failure, Outcome};
@@ -37,8 +38,6 @@ use crate::kmd::{Event, StatusPage};
 use crate::pci::config::MemBar;
 use crate::pci::sysfs::{PciFunction, COMMAND_MEMORY};
 use crate::vram::{self, Vram, VramLocation};
-
-use super::valid::Test;
 
 /// How long the locator may take to follow a change: QEMU sends the new memory table during the
 /// config write, but the backend answers the capset from another thread, and TCG is slow.

@@ -499,7 +499,7 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
             let data = pattern_bytes(tag, 0, len);
             e.vram.write(VRAM_FROM, &data);
             let list = c.list(0, len)?;
-            write_list(e, &list, &vec![0; len as usize]);
+            write_list(e, &list, &vec![0; usize::try_from(len).unwrap()]);
             let mut b = DmaBufferBuilder::new();
             b.push_transfer(&packets::transfer(
                 len,
@@ -566,7 +566,10 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
             })?;
             repeat(e, n, &b, 0, samples, no_after)?;
             check_mapping(e, c, AP_MAP, op.pages, op.name, |e, i| {
-                read_pieces(e, &mapped[i as usize..=i as usize])
+                read_pieces(
+                    e,
+                    &mapped[usize::try_from(i).unwrap()..=usize::try_from(i).unwrap()],
+                )
             })
         }
         "unmap_aperture_256" | "unmap_aperture_4096" => {
@@ -593,7 +596,7 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
                     pieces.len() as u64,
                     Adl::Pages {
                         address,
-                        page_count: pieces.len() as u32,
+                        page_count: u32::try_from(pieces.len()).unwrap(),
                     },
                     0,
                 ));
@@ -601,7 +604,10 @@ fn run_op(e: &mut Engine, c: &mut Ctx, op: &Op, n: u32, samples: &mut Samples) -
             })?;
             repeat(e, n, &b, 0, samples, no_after)?;
             check_mapping(e, c, AP_MAP2, op.pages, op.name, |e, i| {
-                read_pieces(e, &mapped[i as usize..=i as usize])
+                read_pieces(
+                    e,
+                    &mapped[usize::try_from(i).unwrap()..=usize::try_from(i).unwrap()],
+                )
             })
         }
         other => Err(Failure(format!("no benchmark operation {other}"))),
@@ -617,7 +623,7 @@ fn map_setup(
     tag: u64,
     packet: impl FnOnce(&mut Ctx, &[Piece]) -> Outcome<DmaBufferBuilder>,
 ) -> Outcome<(Vec<Piece>, DmaBufferBuilder)> {
-    let distinct = c.pieces(DISTINCT_PAGES.min(count as usize))?;
+    let distinct = c.pieces(DISTINCT_PAGES.min(usize::try_from(count).unwrap()))?;
     write_pieces(
         e,
         &distinct,
@@ -627,7 +633,7 @@ fn map_setup(
         .iter()
         .copied()
         .cycle()
-        .take(count as usize)
+        .take(usize::try_from(count).unwrap())
         .collect();
     let b = packet(c, &mapped)?;
     Ok((mapped, b))
@@ -656,7 +662,7 @@ fn check_mapping(
         ));
     }
     let done = e.run(&b)?;
-    expect_done(&done, len, pages.len() as u32)
+    expect_done(&done, len, u32::try_from(pages.len()).unwrap())
         .map_err(|f| Failure(format!("{what}: reading aperture pages back: {f}")))?;
     for (k, page) in pages.iter().enumerate() {
         check_vram(

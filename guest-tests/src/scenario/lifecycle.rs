@@ -498,7 +498,7 @@ fn map_before_pause(r: &mut Rig) -> Outcome<Mapped> {
     let (e, c) = (&mut r.e, &mut r.c);
     c.begin(e);
     c.kmd_ready(e)?;
-    let pieces = c.pieces(PAUSE_PAGES as usize)?;
+    let pieces = c.pieces(usize::try_from(PAUSE_PAGES).unwrap())?;
     let data = pattern_bytes(PAUSE_TAG, 0, PAUSE_PAGES * PAGE);
     write_pieces(e, &pieces, &data);
     c.map(e, PAUSE_PAGE, &pieces)?;
@@ -526,11 +526,11 @@ fn use_after_pause(r: &mut Rig, m: Mapped) -> Outcome {
     let done = e.transfer(len, c.ap(PAUSE_PAGE * PAGE + PAUSE_SKEW), e.vram_at(dst))?;
     expect_done(&done, len, 1)
         .map_err(|f| Failure(format!("aperture -> VRAM after the pause: {f}")))?;
-    let skew = PAUSE_SKEW as usize;
+    let skew = usize::try_from(PAUSE_SKEW).unwrap();
     check_vram(
         e,
         dst,
-        &m.data[skew..skew + len as usize],
+        &m.data[skew..skew + usize::try_from(len).unwrap()],
         "aperture -> VRAM after the pause",
     )?;
     e.check_vram_guard(dst, len, PAUSE_GUARD_TAG)?;
@@ -677,7 +677,7 @@ fn map_and_copy_to_vram(
     scratch: u64,
     when: &str,
 ) -> Outcome<Completion> {
-    let pieces = c.pieces(RESET_PAGES as usize)?;
+    let pieces = c.pieces(usize::try_from(RESET_PAGES).unwrap())?;
     let data = pattern_bytes(tag, 0, RESET_PAGES * PAGE);
     write_pieces(e, &pieces, &data);
     c.map(e, RESET_PAGE, &pieces)?;

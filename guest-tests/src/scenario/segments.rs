@@ -20,14 +20,13 @@
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT;
 
+use super::valid::Test;
 use crate::caps::Segment;
 use crate::engine::{expect_ok, expect_status, Engine, VRAM_GUARD};
 use crate::failure::{ensure, Failure, Outcome};
 use crate::packets::Endpoint;
 use crate::scatter::{FrameList, Piece};
 use crate::vram::Vram;
-
-use super::valid::Test;
 
 /// The test, for the suite.
 pub const TESTS: [(&str, Test); 1] = [("layout_segments", layout_segments)];
@@ -331,7 +330,7 @@ fn frame_in_window(e: &mut Engine, tag: u64) -> Outcome {
         .collect();
     let dst = Endpoint::Frames {
         list_address: e.place_pfns(&pfns, 1)?,
-        frame_count: pfns.len() as u32,
+        frame_count: u32::try_from(pfns.len()).unwrap(),
         byte_offset: 0,
     };
     let list = FrameList::shuffled(e.pool.pieces(), 0, len, &mut e.rng)?;

@@ -1,6 +1,8 @@
 //! The start-up steps every command shares, each turned into an [`Outcome`] so a command can
 //! report exactly which step failed.
 
+use wddm_gpu_abi::caps::WDDM_GPU_BAR_STATE_KNOWN;
+
 use crate::caps::Layout;
 use crate::cli::Options;
 use crate::dma::DmaArena;
@@ -8,7 +10,6 @@ use crate::driver::{Device, BAR_WAIT_TIMEOUT};
 use crate::engine::ARENA_HUGEPAGES;
 use crate::failure::{Failure, Outcome};
 use crate::vram::Vram;
-use wddm_gpu_abi::caps::WDDM_GPU_BAR_STATE_KNOWN;
 
 /// Pins the DMA arena.
 pub fn arena() -> Outcome<&'static DmaArena> {

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
+use wddm_gpu_abi::features::WDDM_GPU_REQUIRED_FEATURES;
+use wddm_gpu_abi::pci::*;
 
 use crate::dma::DmaArena;
 use crate::mmio::{MmioError, MmioWindow};
@@ -14,8 +16,6 @@ use crate::pci::sysfs::{
     PciError, PciFunction, COMMAND_BUS_MASTER, COMMAND_INTX_DISABLE, COMMAND_MEMORY,
 };
 use crate::virtio::split_queue::{QueueError, SplitQueue};
-use wddm_gpu_abi::features::WDDM_GPU_REQUIRED_FEATURES;
-use wddm_gpu_abi::pci::*;
 
 /// Bringing the device up failed.
 #[derive(Debug, Error)]
@@ -121,7 +121,11 @@ impl VirtioPci {
                 bar.sub(u64::from(cap.offset), u64::from(cap.length))
                     .map_err(|source| TransportError::Block { what, source })
             };
-        let common = block("common", caps.common, VIRTIO_PCI_COMMON_CFG_LEN as u32)?;
+        let common = block(
+            "common",
+            caps.common,
+            u32::try_from(VIRTIO_PCI_COMMON_CFG_LEN).unwrap(),
+        )?;
         let notify = block("notify", caps.notify, 2)?;
         let device_cfg = block("device", caps.device, 0)?;
         Ok(Self {
@@ -185,7 +189,7 @@ impl VirtioPci {
                 .write32(VIRTIO_PCI_COMMON_DRIVER_FEATURE_SELECT, half);
             self.common.write32(
                 VIRTIO_PCI_COMMON_DRIVER_FEATURE,
-                (WDDM_GPU_REQUIRED_FEATURES >> (32 * half)) as u32,
+                ((WDDM_GPU_REQUIRED_FEATURES >> (32 * half)) & 0xffff_ffff) as u32,
             );
         }
         self.add_status(VIRTIO_STATUS_FEATURES_OK);

@@ -35,12 +35,12 @@ fn valid_blob() -> Vec<u8> {
     let header = WddmGpuCapsHeader {
         magic: WDDM_GPU_CAPS_MAGIC,
         version: WDDM_GPU_CAPSET_VERSION,
-        total_size: (bank_table_offset + size_of_val(&banks)) as u32,
+        total_size: u32::try_from(bank_table_offset + size_of_val(&banks)).unwrap(),
         wddm_version: WDDM_GPU_WDDM_1_3,
         segment_count: 2,
-        segment_desc_size: size_of::<WddmGpuSegmentDesc>() as u32,
-        segments_offset: HEADER_SIZE as u32,
-        bank_table_offset: bank_table_offset as u32,
+        segment_desc_size: u32::try_from(size_of::<WddmGpuSegmentDesc>()).unwrap(),
+        segments_offset: u32::try_from(HEADER_SIZE).unwrap(),
+        bank_table_offset: u32::try_from(bank_table_offset).unwrap(),
         bank_entry_count: 2,
         paging_buffer_segment_id: 2,
         paging_buffer_size: 64 << 10,
@@ -89,7 +89,7 @@ fn any_input_gets_an_answer() {
             state ^= state >> 7;
             state ^= state << 17;
             let mut broken = blob.clone();
-            broken[position] = state as u8;
+            broken[position] = state.to_le_bytes()[0];
             if let Err(err) = validate_capset(&broken) {
                 assert!(CapsetError::RULES.contains(&err.rule()), "{err:?}");
                 assert!(!err.to_string().is_empty());

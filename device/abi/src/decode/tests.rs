@@ -84,7 +84,10 @@ fn a_built_dma_buffer_decodes_packet_by_packet() {
     while offset < buffer.bytes().len() {
         let rest = &buffer.bytes()[offset..];
         let size = read_header(rest).unwrap().size as usize;
-        decoded.push((offset as u32, Packet::decode(&rest[..size]).unwrap()));
+        decoded.push((
+            u32::try_from(offset).unwrap(),
+            Packet::decode(&rest[..size]).unwrap(),
+        ));
         offset += size;
     }
     let expected: Vec<(u32, Packet)> = offsets
@@ -199,13 +202,13 @@ fn a_body_smaller_than_its_struct_is_refused_with_the_declared_size() {
         let kind = packet.kind();
         for short in size_of::<WddmGpuPacketHeader>()..kind.struct_size() {
             let mut bytes = bytes[..short].to_vec();
-            bytes[4..8].copy_from_slice(&(short as u32).to_le_bytes());
+            bytes[4..8].copy_from_slice(&u32::try_from(short).unwrap().to_le_bytes());
             let error = Packet::decode(&bytes).unwrap_err();
             assert_eq!(
                 error,
                 DecodeError::BodyTooSmall {
                     kind,
-                    size: short as u32
+                    size: u32::try_from(short).unwrap()
                 },
                 "{kind:?} in {short} bytes"
             );

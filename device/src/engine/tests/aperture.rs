@@ -8,7 +8,7 @@ use wddm_gpu_abi::packet::WDDM_GPU_OP_TRANSFER;
 use super::model::Model;
 use super::unmapped_at;
 use crate::memory::gart::Run;
-use crate::testkit::engine_rig::{data_frame, data_frames, Rig, APERTURE_PAGES, PAGE};
+use crate::testkit::engine_rig::{data_frame, data_frames, Rig, APERTURE_PAGES, PAGE, PAGE_USIZE};
 use crate::testkit::packets::{
     in_aperture, in_vram, map2_contiguous, map2_pages, packet_bytes, APERTURE_SEGMENT,
 };
@@ -37,8 +37,8 @@ fn map_places_each_frame_at_its_page_and_transfers_move_exactly_those_bytes() {
     model.map(100, &list[3..13]);
     for page in 0..1024 {
         let expected = match page {
-            100..=109 => Some(list[3 + (page - 100) as usize]),
-            _ => before[page as usize],
+            100..=109 => Some(list[3 + usize::try_from(page - 100).unwrap()]),
+            _ => before[usize::try_from(page).unwrap()],
         };
         assert_eq!(
             rig.engine.gart().entry(APERTURE_SEGMENT, page),
@@ -215,7 +215,7 @@ fn unmap_points_the_range_at_the_dummy_page() {
         ]
     );
     model.check(&rig);
-    let dummy_bytes = rig.ram_read(dummy * PAGE, PAGE as usize);
+    let dummy_bytes = rig.ram_read(dummy * PAGE, PAGE_USIZE);
 
     // Reads through the range read the dummy page, three times over.
     let length = 5 * PAGE - 0x200;
@@ -229,7 +229,7 @@ fn unmap_points_the_range_at_the_dummy_page() {
     for k in 0..3u64 {
         let page_at = 0x8000 + (PAGE - 0x100) + k * PAGE;
         assert_eq!(
-            rig.vram_read(page_at, PAGE as usize),
+            rig.vram_read(page_at, PAGE_USIZE),
             dummy_bytes,
             "page {}",
             22 + k
@@ -246,8 +246,8 @@ fn unmap_points_the_range_at_the_dummy_page() {
     )));
     model.vram_to_aperture(0x4_0000, 22 * PAGE + 0x10, length);
     model.check(&rig);
-    let dummy_after = rig.ram_read(dummy * PAGE, PAGE as usize);
-    let tail = (PAGE - 0x20) as usize;
+    let dummy_after = rig.ram_read(dummy * PAGE, PAGE_USIZE);
+    let tail = usize::try_from(PAGE - 0x20).unwrap();
     // [0, PAGE - 0x20) comes from the part written through page 24, the rest through page 23.
     assert_eq!(
         dummy_after[..tail],
@@ -273,7 +273,7 @@ fn unmap_points_the_range_at_the_dummy_page() {
     )));
     model.aperture_to_vram(40 * PAGE, 0x10_0000, 2 * PAGE);
     model.check(&rig);
-    assert_eq!(rig.vram_read(0x10_0000 + PAGE, PAGE as usize), dummy_after);
+    assert_eq!(rig.vram_read(0x10_0000 + PAGE, PAGE_USIZE), dummy_after);
 }
 
 #[test]

@@ -25,7 +25,7 @@ fn stream(seed: u32, count: u64) -> (Vec<u8>, Vec<WddmGpuPacketFill>, Vec<WddmGp
     for k in 0..count {
         let f = fill(
             seed.wrapping_mul(0x0101_0101)
-                .wrapping_add(k as u32 * 0x0102_0304),
+                .wrapping_add(u32::try_from(k).unwrap() * 0x0102_0304),
             100 + k * 7,
             in_vram(0x1000 * k + k),
         );
@@ -36,7 +36,7 @@ fn stream(seed: u32, count: u64) -> (Vec<u8>, Vec<WddmGpuPacketFill>, Vec<WddmGp
         );
         bytes.extend(packet_bytes(f));
         bytes.extend(packet_bytes(t));
-        bytes.extend(packet_bytes(fence(k as u32)));
+        bytes.extend(packet_bytes(fence(u32::try_from(k).unwrap())));
         fills.push(f);
         transfers.push(t);
     }
@@ -75,14 +75,14 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
         300,
         pages,
         list,
-        scattered.len() as u32,
+        u32::try_from(scattered.len()).unwrap(),
         0,
     )));
-    model.map(300, &scattered[..pages as usize]);
+    model.map(300, &scattered[..usize::try_from(pages).unwrap()]);
     model.write_aperture(&rig, base, &bytes);
     model.check(&rig);
 
-    let size = bytes.len() as u32;
+    let size = u32::try_from(bytes.len()).unwrap();
     let mut hooks = Hooks::default();
     let completion = rig.execute(
         &command(APERTURE_SEGMENT, base, size, 16, size - 16),
@@ -105,7 +105,7 @@ fn a_dma_buffer_in_the_aperture_executes_through_scattered_frames() {
     );
     assert_eq!(completion.packets_completed, 3 * 80);
     // A buffer running into an unmapped page is refused before any packet.
-    let to_next_page = (pages * PAGE - 0x7c8) as u32 + 1;
+    let to_next_page = u32::try_from(pages * PAGE - 0x7c8).unwrap() + 1;
     let completion = rig.execute(
         &command(APERTURE_SEGMENT, base, to_next_page, 16, size - 16),
         &mut (),
@@ -121,8 +121,9 @@ fn a_dma_buffer_in_vram_executes_and_only_its_window_runs() {
     let (bytes, fills, transfers) = stream(9, 40);
     let base = 0x38_0004;
     rig.vram_write(base, &bytes);
-    model.vram[base as usize..base as usize + bytes.len()].copy_from_slice(&bytes);
-    let size = bytes.len() as u32;
+    model.vram[usize::try_from(base).unwrap()..usize::try_from(base).unwrap() + bytes.len()]
+        .copy_from_slice(&bytes);
+    let size = u32::try_from(bytes.len()).unwrap();
     let completion = rig.execute(&command(1, base, size, 16, size - 16), &mut ());
     assert_eq!(completion.stop, None, "{completion:?}");
     assert_eq!(completion.packets_completed, 3 * 40);

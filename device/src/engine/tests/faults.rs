@@ -132,7 +132,7 @@ fn bad_commands_fault_before_any_packet() {
     let mut rig = Rig::new("commands");
     let good = packet_bytes(transfer(16, in_vram(0), in_vram(0x8000)));
     rig.ram_write(DMA, &good);
-    let size = good.len() as u32;
+    let size = u32::try_from(good.len()).unwrap();
     let base = WddmGpuCmdSubmit {
         flags: 0,
         submission_fence_id: 42,

@@ -167,7 +167,7 @@ fn fill_and_transfer_reach_device_only_vram() {
     };
     assert!(vram_offset >= VRAM_SIZE);
     let base = 0x1_0000_0000u64;
-    let before = rig.vram_read(0, VRAM_SIZE as usize);
+    let before = rig.vram_read(0, usize::try_from(VRAM_SIZE).unwrap());
     let length = 70_000 + 3;
     let completion = rig.ok(&packet_bytes(fill(
         0x8899_AABB,
@@ -175,14 +175,14 @@ fn fill_and_transfer_reach_device_only_vram() {
         seg(3, base + 0x1001),
     )));
     assert_eq!(completion.bytes_transferred, length);
-    let got = rig.vram_read(vram_offset + 0x1000, length as usize + 2);
+    let got = rig.vram_read(vram_offset + 0x1000, usize::try_from(length).unwrap() + 2);
     assert_eq!(got[0], 0, "guard before");
     assert_eq!(*got.last().unwrap(), 0, "guard after");
-    for (i, byte) in got[1..=length as usize].iter().enumerate() {
+    for (i, byte) in got[1..=usize::try_from(length).unwrap()].iter().enumerate() {
         assert_eq!(*byte, 0x8899_AABBu32.to_le_bytes()[i % 4], "byte {i}");
     }
     assert!(
-        rig.vram_read(0, VRAM_SIZE as usize) == before,
+        rig.vram_read(0, usize::try_from(VRAM_SIZE).unwrap()) == before,
         "the BAR changed"
     );
     // Out again through VRAM segment 1, byte for byte.
@@ -192,8 +192,8 @@ fn fill_and_transfer_reach_device_only_vram() {
         in_vram(0x2_0001),
     )));
     assert_eq!(
-        rig.vram_read(0x2_0001, length as usize),
-        got[1..=length as usize]
+        rig.vram_read(0x2_0001, usize::try_from(length).unwrap()),
+        got[1..=usize::try_from(length).unwrap()]
     );
     assert_refused(
         &mut rig,

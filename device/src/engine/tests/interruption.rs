@@ -24,10 +24,10 @@ fn a_long_transfer_is_interrupted_between_chunks() {
         2 * SIZE,
         SegmentLayout::default_for_vram(2 * SIZE),
     );
-    let source = pattern(SIZE as usize, 5);
+    let source = pattern(usize::try_from(SIZE).unwrap(), 5);
     rig.vram_write(0, &source);
     let packet = packet_bytes(transfer(SIZE, in_vram(0), in_vram(SIZE)));
-    let zeros = vec![0u8; SIZE as usize];
+    let zeros = vec![0u8; usize::try_from(SIZE).unwrap()];
 
     // Uninterrupted: the engine asks at least once per 1 MiB chunk.
     let mut hooks = Hooks::default();
@@ -35,15 +35,15 @@ fn a_long_transfer_is_interrupted_between_chunks() {
     assert_eq!(completion.stop, None);
     assert_eq!(completion.bytes_transferred, SIZE);
     assert!(
-        hooks.calls.get() >= (SIZE / CHUNK) as u32,
+        hooks.calls.get() >= u32::try_from(SIZE / CHUNK).unwrap(),
         "{} checks",
         hooks.calls.get()
     );
-    assert!(rig.vram_read(SIZE, SIZE as usize) == source);
+    assert!(rig.vram_read(SIZE, usize::try_from(SIZE).unwrap()) == source);
     let mut hooks = Hooks::default();
     rig.submit_with(&packet_bytes(fill(0, SIZE, in_vram(SIZE))), &mut hooks);
     assert!(
-        hooks.calls.get() >= (SIZE / CHUNK) as u32,
+        hooks.calls.get() >= u32::try_from(SIZE / CHUNK).unwrap(),
         "FILL: {} checks",
         hooks.calls.get()
     );
@@ -74,10 +74,11 @@ fn a_long_transfer_is_interrupted_between_chunks() {
             (0, 0)
         );
         // What was copied is a whole number of chunks from the start; the rest is untouched.
-        let copied = rig.vram_read(SIZE, SIZE as usize);
+        let copied = rig.vram_read(SIZE, usize::try_from(SIZE).unwrap());
         let chunks: Vec<bool> = (0..(SIZE / CHUNK) as usize)
             .map(|c| {
-                let range = c * CHUNK as usize..(c + 1) * CHUNK as usize;
+                let range =
+                    c * usize::try_from(CHUNK).unwrap()..(c + 1) * usize::try_from(CHUNK).unwrap();
                 if copied[range.clone()] == source[range.clone()] {
                     true
                 } else {

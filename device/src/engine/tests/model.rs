@@ -27,14 +27,14 @@ impl Model {
         static PATTERNS: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
         let (ram, vram) = PATTERNS.get_or_init(|| {
             (
-                pattern(DATA_SIZE as usize, 1),
-                pattern(VRAM_SIZE as usize, 2),
+                pattern(usize::try_from(DATA_SIZE).unwrap(), 1),
+                pattern(usize::try_from(VRAM_SIZE).unwrap(), 2),
             )
         });
         let model = Self {
             ram: ram.clone(),
             vram: vram.clone(),
-            gart: vec![None; pages as usize],
+            gart: vec![None; usize::try_from(pages).unwrap()],
         };
         rig.ram_write(DATA, &model.ram);
         rig.vram_write(0, &model.vram);
@@ -46,19 +46,19 @@ impl Model {
             (DATA..DATA + DATA_SIZE).contains(&address),
             "{address:#x} is not a data page"
         );
-        (address - DATA) as usize
+        usize::try_from(address - DATA).unwrap()
     }
 
     pub(super) fn get(&self, loc: Loc) -> u8 {
         match loc {
-            Loc::Vram(offset) => self.vram[offset as usize],
+            Loc::Vram(offset) => self.vram[usize::try_from(offset).unwrap()],
             Loc::Ram(address) => self.ram[Self::ram_index(address)],
         }
     }
 
     pub(super) fn set(&mut self, loc: Loc, byte: u8) {
         match loc {
-            Loc::Vram(offset) => self.vram[offset as usize] = byte,
+            Loc::Vram(offset) => self.vram[usize::try_from(offset).unwrap()] = byte,
             Loc::Ram(address) => self.ram[Self::ram_index(address)] = byte,
         }
     }
@@ -72,7 +72,7 @@ impl Model {
     pub(super) fn mapped(&self, offset: u64, length: u64) -> bool {
         length == 0
             || (offset / PAGE..=(offset + length - 1) / PAGE)
-                .all(|p| self.gart[p as usize].is_some())
+                .all(|p| self.gart[usize::try_from(p).unwrap()].is_some())
     }
 
     /// A transfer, byte after byte in order (the engine copies run after run in order; no test
@@ -109,13 +109,13 @@ impl Model {
     pub(super) fn fill(&mut self, offset: u64, length: u64, pattern: u32) {
         let bytes = pattern.to_le_bytes();
         for i in 0..length {
-            self.vram[(offset + i) as usize] = bytes[(i % 4) as usize];
+            self.vram[usize::try_from(offset + i).unwrap()] = bytes[(i % 4) as usize];
         }
     }
 
     pub(super) fn map(&mut self, first: u64, frames: &[u64]) {
         for (i, &frame) in frames.iter().enumerate() {
-            self.gart[first as usize + i] = Some(frame);
+            self.gart[usize::try_from(first).unwrap() + i] = Some(frame);
         }
     }
 
@@ -133,10 +133,16 @@ impl Model {
 
     /// Compares the rig with the model; the first difference found.
     pub(super) fn diff(&self, rig: &Rig) -> Result<(), String> {
-        if let Some(i) = first_difference(&rig.vram_read(0, VRAM_SIZE as usize), &self.vram) {
+        if let Some(i) = first_difference(
+            &rig.vram_read(0, usize::try_from(VRAM_SIZE).unwrap()),
+            &self.vram,
+        ) {
             return Err(format!("VRAM differs at {i:#x}"));
         }
-        if let Some(i) = first_difference(&rig.ram_read(DATA, DATA_SIZE as usize), &self.ram) {
+        if let Some(i) = first_difference(
+            &rig.ram_read(DATA, usize::try_from(DATA_SIZE).unwrap()),
+            &self.ram,
+        ) {
             return Err(format!("RAM differs at {:#x}", DATA + i as u64));
         }
         let entries = rig.entries(0..self.gart.len() as u64);

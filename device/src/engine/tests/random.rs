@@ -44,8 +44,8 @@ proptest! {
         steps in prop::collection::vec((end_strategy(), end_strategy(), 0u64..60_000), 1..6)
     ) {
         let mut rig = Rig::new("prop-transfer");
-        let mut vram_model = pattern(VRAM_SIZE as usize, 1);
-        let mut ram_model = pattern(DATA_SIZE as usize, 2);
+        let mut vram_model = pattern(usize::try_from(VRAM_SIZE).unwrap(), 1);
+        let mut ram_model = pattern(usize::try_from(DATA_SIZE).unwrap(), 2);
         rig.vram_write(0, &vram_model);
         rig.ram_write(DATA, &ram_model);
         for (slot, (src, dst, length)) in steps.into_iter().enumerate() {
@@ -53,7 +53,7 @@ proptest! {
                 End::Vram(offset) => in_vram(*offset),
                 End::Frames { pages, byte_offset } => {
                     let list: Vec<u64> = pages.iter().map(|p| data_frame(u64::from(*p))).collect();
-                    frames(rig.list(list_slot, &list), list.len() as u32, *byte_offset)
+                    frames(rig.list(list_slot, &list), u32::try_from(list.len()).unwrap(), *byte_offset)
                 }
             };
             let packet = packet_bytes(transfer(length, endpoint(&src, 0), endpoint(&dst, 1)));
@@ -62,11 +62,11 @@ proptest! {
             // Model: byte i of an endpoint lives at this index of its model array.
             let place = |end: &End, i: u64| -> (bool, usize) {
                 match end {
-                    End::Vram(offset) => (true, (offset + i) as usize),
+                    End::Vram(offset) => (true, usize::try_from(offset + i).unwrap()),
                     End::Frames { pages, byte_offset } => {
                         let at = u64::from(*byte_offset) + i;
                         let page = u64::from(pages[(at / PAGE) as usize]);
-                        (false, (page * PAGE + at % PAGE) as usize)
+                        (false, usize::try_from(page * PAGE + at % PAGE).unwrap())
                     }
                 }
             };
@@ -84,8 +84,8 @@ proptest! {
                 if v { vram_model[i] = byte } else { ram_model[i] = byte }
             }
         }
-        prop_assert!(rig.vram_read(0, VRAM_SIZE as usize) == vram_model, "VRAM differs from the model");
-        prop_assert!(rig.ram_read(DATA, DATA_SIZE as usize) == ram_model, "RAM differs from the model");
+        prop_assert!(rig.vram_read(0, usize::try_from(VRAM_SIZE).unwrap()) == vram_model, "VRAM differs from the model");
+        prop_assert!(rig.ram_read(DATA, usize::try_from(DATA_SIZE).unwrap()) == ram_model, "RAM differs from the model");
     }
 }
 
@@ -265,12 +265,21 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
                     first,
                     count,
                     at,
-                    list.len() as u32,
+                    u32::try_from(list.len()).unwrap(),
                     lead,
                 )),
-                _ => packet_bytes(map2_pages(first, count, at, list.len() as u32, lead)),
+                _ => packet_bytes(map2_pages(
+                    first,
+                    count,
+                    at,
+                    u32::try_from(list.len()).unwrap(),
+                    lead,
+                )),
             };
-            model.map(first, &list[lead as usize..(lead as u64 + count) as usize]);
+            model.map(
+                first,
+                &list[lead as usize..usize::try_from(u64::from(lead) + count).unwrap()],
+            );
             (packet, Ok(0))
         }
         Op::Map2Contiguous {
@@ -287,7 +296,7 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
                     first,
                     count,
                     base,
-                    (u64::from(offset) + count) as u32 + 1,
+                    u32::try_from(u64::from(offset) + count).unwrap() + 1,
                     offset,
                 )),
                 Ok(0),
@@ -298,7 +307,10 @@ fn step(op: &Op, rig: &Rig, slot: u64, model: &mut Model) -> (Vec<u8>, Result<u6
             count,
             dummy,
         } => {
-            model.map(first, &vec![data_frame(u64::from(dummy)); count as usize]);
+            model.map(
+                first,
+                &vec![data_frame(u64::from(dummy)); usize::try_from(count).unwrap()],
+            );
             (
                 packet_bytes(unmap_aperture(
                     APERTURE_SEGMENT,
@@ -363,7 +375,7 @@ proptest! {
         let mut model = Model::new(&rig, WINDOW);
         let setup: Vec<u64> = (0..WINDOW - 4).map(|i| data_frame((i * 7919) % 1024)).collect();
         let list = rig.list(0, &setup);
-        rig.ok(&packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, WINDOW - 4, list, setup.len() as u32, 0)));
+        rig.ok(&packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, WINDOW - 4, list, u32::try_from(setup.len()).unwrap(), 0)));
         model.map(0, &setup);
         for ops in &submissions {
             let mut packets = Vec::new();
@@ -381,7 +393,7 @@ proptest! {
                         completed += 1;
                         bytes += moved;
                     }
-                    Err(status) => expected = Some((packets.len() as u32, status)),
+                    Err(status) => expected = Some((u32::try_from(packets.len()).unwrap(), status)),
                 }
                 packets.extend(packet);
             }

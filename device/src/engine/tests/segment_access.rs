@@ -58,7 +58,7 @@ fn segment_access_packets_check_the_location_and_move_nothing() {
     let completion = rig.ok(&packets);
     assert_eq!(
         (completion.packets_completed, completion.bytes_transferred),
-        (good.len() as u32, 0)
+        (u32::try_from(good.len()).unwrap(), 0)
     );
     model.check(&rig);
     assert_eq!(
@@ -173,7 +173,10 @@ fn fences_reach_the_hooks_in_order_with_the_other_packets() {
     let completion = rig.submit_with(&packets.concat(), &mut hooks);
     assert_eq!(
         completion.fault(),
-        Some((offset_of_bad as u32, Fault::ReservedField("fence.reserved")))
+        Some((
+            u32::try_from(offset_of_bad).unwrap(),
+            Fault::ReservedField("fence.reserved")
+        ))
     );
     assert_eq!(completion.fault_opcode, WDDM_GPU_OP_FENCE);
     assert_eq!(completion.packets_completed, 6);

@@ -6,7 +6,7 @@ use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::testkit::bytes::pattern;
 use crate::testkit::engine_rig::{
-    command, data_frame, scattered, status, Rig, DATA, DMA, LISTS, PAGE,
+    command, data_frame, scattered, status, Rig, DATA, DMA, LISTS, PAGE, PAGE_USIZE,
 };
 use crate::testkit::layouts::DEVICE_ONLY;
 use crate::testkit::packets::{frames, in_vram, packet_bytes, seg};
@@ -54,7 +54,7 @@ fn contiguous_frames_coalesce_and_frames_to_frames_work() {
     let mut rig = Rig::new("contig");
     let source: Vec<u64> = (0..64).map(data_frame).collect();
     let destination: Vec<u64> = (0..64).map(|i| data_frame(512 + i)).collect();
-    let data = pattern(64 * PAGE as usize, 3);
+    let data = pattern(64 * PAGE_USIZE, 3);
     rig.ram_write(DATA, &data);
     let a = rig.list(0, &source);
     let z = rig.list(1, &destination);
@@ -109,8 +109,8 @@ fn only_the_submitted_window_of_the_buffer_executes() {
     let good = packet_bytes(transfer(16, in_vram(0), in_vram(0x9000)));
     let packets = [skipped.clone(), good].concat();
     rig.ram_write(DMA, &packets);
-    let size = packets.len() as u32;
-    let start = skipped.len() as u32;
+    let size = u32::try_from(packets.len()).unwrap();
+    let start = u32::try_from(skipped.len()).unwrap();
     let completion = rig.execute(&command(0, DMA, size, start, size), &mut ());
     assert_eq!(completion.stop, None);
     assert_eq!(completion.packets_completed, 1);

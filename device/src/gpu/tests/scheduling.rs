@@ -197,13 +197,13 @@ fn a_buffer_of_many_small_packets_leaves_the_control_queue_after_the_packet_budg
     let mut rig = GpuRig::new("packet-budget");
     let count = INLINE_PACKETS as usize * 4;
     let packets: Vec<u8> = (0..count)
-        .flat_map(|i| packet_bytes(fence(i as u32 + 1)))
+        .flat_map(|i| packet_bytes(fence(u32::try_from(i).unwrap() + 1)))
         .collect();
     let (_, rx) = rig.submit(&packets, 0);
     let response = submit_response(&rx);
     assert_eq!(
         (response.status, response.packets_completed),
-        (SubmitStatus::Ok as u32, count as u32)
+        (SubmitStatus::Ok as u32, u32::try_from(count).unwrap())
     );
     let stats = rig.gpu.stats().snapshot();
     assert_eq!(

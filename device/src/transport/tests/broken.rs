@@ -35,7 +35,7 @@ fn an_avail_index_past_the_queue_size_is_refused_until_the_ring_is_set_up_again(
         ring.used(),
         [(
             u32::from(posted.head),
-            size_of::<WddmGpuRespDisplayInfo>() as u32
+            u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
         )]
     );
 }
@@ -61,7 +61,10 @@ fn a_head_posted_again_while_held_is_completed_empty_and_counted_refused() {
     let used = ring.used();
     assert_eq!(
         used[1],
-        (u32::from(event.head), size_of::<WddmGpuRespEvent>() as u32)
+        (
+            u32::from(event.head),
+            u32::try_from(size_of::<WddmGpuRespEvent>()).unwrap()
+        )
     );
     let answer: WddmGpuRespEvent = ring.response(event);
     assert_eq!(answer.kind, WDDM_GPU_EVENT_BAR_CHANGED);

@@ -43,7 +43,7 @@ fn a_restart_where_the_ring_stopped_resumes_and_delivers_held_answers_in_order()
 
     rig.restart(stopped);
     let used = ring.wait_used(3);
-    let event_len = size_of::<WddmGpuRespEvent>() as u32;
+    let event_len = u32::try_from(size_of::<WddmGpuRespEvent>()).unwrap();
     assert_eq!(
         used,
         [
@@ -51,7 +51,7 @@ fn a_restart_where_the_ring_stopped_resumes_and_delivers_held_answers_in_order()
             (u32::from(second.head), event_len),
             (
                 u32::from(submit.head),
-                size_of::<WddmGpuRespSubmit>() as u32
+                u32::try_from(size_of::<WddmGpuRespSubmit>()).unwrap()
             ),
         ],
         "held answers first, in the order they completed, then the resumed copy"

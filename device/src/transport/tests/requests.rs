@@ -29,7 +29,10 @@ pub fn display_info() -> Vec<u8> {
 /// Posts a WAIT_EVENT with room for its event.
 pub fn post_wait_event(ring: &mut Ring<'_>) -> Posted {
     let request = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_WAIT_EVENT);
-    ring.post(request.as_bytes(), size_of::<WddmGpuRespEvent>() as u32)
+    ring.post(
+        request.as_bytes(),
+        u32::try_from(size_of::<WddmGpuRespEvent>()).unwrap(),
+    )
 }
 
 /// Posts a SUBMIT copying VRAM `[0, COPY)` to `[COPY, 2 * COPY)` with fence `fence`; the
@@ -42,7 +45,10 @@ pub fn post_long_copy(rig: &Rig, ring: &mut Ring<'_>, fence: u32) -> (Posted, Ve
     buffer.push_transfer(&build::transfer(COPY, in_vram(0), in_vram(COPY)));
     ring.write(DMA, buffer.bytes());
     let cmd = submit_cmd(DMA, buffer.bytes().len(), fence);
-    let posted = ring.post(cmd.as_bytes(), size_of::<WddmGpuRespSubmit>() as u32);
+    let posted = ring.post(
+        cmd.as_bytes(),
+        u32::try_from(size_of::<WddmGpuRespSubmit>()).unwrap(),
+    );
     (posted, marks)
 }
 

@@ -51,7 +51,7 @@ fn a_restart_at_another_index_resets_dropping_held_answers_and_running_work() {
     rig.kick(CONTROL_QUEUE);
     std::thread::sleep(SETTLE);
 
-    let len = size_of::<WddmGpuRespDisplayInfo>() as u32;
+    let len = u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap();
     assert_eq!(
         ring.used(),
         [(0, len), (2, len)],
@@ -81,7 +81,7 @@ fn reset_device_drops_held_answers_and_running_work() {
         ring.used(),
         [(
             u32::from(display.head),
-            size_of::<WddmGpuRespDisplayInfo>() as u32
+            u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
         )],
         "a held or dropped answer was delivered, or the new request held"
     );

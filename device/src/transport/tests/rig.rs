@@ -76,7 +76,9 @@ impl Rig {
         let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), None, display).unwrap();
         let mut backend = WddmGpuBackend::new(gpu, BarModeRequest::Ivshmem);
         backend.set_event_idx(event_idx);
-        let ram = GuestRegionMmap::<()>::from_range(GuestAddress(0), RAM as usize, None).unwrap();
+        let ram =
+            GuestRegionMmap::<()>::from_range(GuestAddress(0), usize::try_from(RAM).unwrap(), None)
+                .unwrap();
         let bar = guest::file_region(vram_file.path(), VRAM, VRAM_GPA);
         let mem = GuestMemoryMmap::from_regions(vec![ram, bar]).unwrap();
         let atomic = GuestMemoryAtomic::new(mem);
@@ -260,7 +262,7 @@ impl<'m> Ring<'m> {
             .write_slice(&vec![UNTOUCHED; room as usize], GuestAddress(response))
             .unwrap();
         let head = self.post_chain(&[
-            (address, request.len() as u32, false),
+            (address, u32::try_from(request.len()).unwrap(), false),
             (response, room, true),
         ]);
         Posted { head, response }
@@ -273,7 +275,7 @@ impl<'m> Ring<'m> {
             .write_slice(request, GuestAddress(address))
             .unwrap();
         let head = self.post_chain(&[
-            (address, request.len() as u32, false),
+            (address, u32::try_from(request.len()).unwrap(), false),
             (response, room, true),
         ]);
         Posted { head, response }
@@ -296,19 +298,23 @@ impl<'m> Ring<'m> {
             .map(|(index, &(address, len, writable))| {
                 let mut flags = 0;
                 if writable {
-                    flags |= virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE as u16;
+                    flags |=
+                        u16::try_from(virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE)
+                            .unwrap();
                 }
                 let mut next = 0;
                 if index < last {
-                    flags |= virtio_bindings::bindings::virtio_ring::VRING_DESC_F_NEXT as u16;
-                    next = head + index as u16 + 1;
+                    flags |=
+                        u16::try_from(virtio_bindings::bindings::virtio_ring::VRING_DESC_F_NEXT)
+                            .unwrap();
+                    next = head + u16::try_from(index).unwrap() + 1;
                 }
                 RawDescriptor::from(SplitDescriptor::new(address, len, flags, next))
             })
             .collect();
         assert!(usize::from(head) + descriptors.len() <= usize::from(QUEUE_SIZE));
         self.mock.add_desc_chains(&descriptors, head).unwrap();
-        self.next_descriptor += descriptors.len() as u16;
+        self.next_descriptor += u16::try_from(descriptors.len()).unwrap();
         head
     }
 

@@ -37,11 +37,11 @@ fn answers_in_order(event_idx: bool) {
         [
             (
                 u32::from(capset.head),
-                size_of::<WddmGpuRespCapsetInfo>() as u32
+                u32::try_from(size_of::<WddmGpuRespCapsetInfo>()).unwrap()
             ),
             (
                 u32::from(display.head),
-                size_of::<WddmGpuRespDisplayInfo>() as u32
+                u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
             ),
         ]
     );

@@ -23,6 +23,8 @@ use crate::packets::{self, Adl, DmaBufferBuilder};
 use crate::scatter::{FrameList, Piece};
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
+const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 /// First aperture page the allocations are mapped at.
 const EVICT_PAGE: u64 = 0x1000;
 /// VRAM scratch for reads through the aperture.
@@ -219,7 +221,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let mut bytes = 0;
     for (i, a) in allocs.iter_mut().enumerate() {
         let list = c.list(0, a.size)?;
-        write_list(e, &list, &vec![0; a.size as usize]);
+        write_list(e, &list, &vec![0; usize::try_from(a.size).unwrap()]);
         b.push_transfer(&packets::transfer(
             a.size,
             seg_at(&a.segment, a.offset),
@@ -232,7 +234,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
             WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE,
         ));
         b.push(&packets::fill(
-            0xdead_0000 + i as u32,
+            0xdead_0000 + u32::try_from(i).unwrap(),
             a.size,
             seg_at(&a.segment, a.offset),
         ));
@@ -246,7 +248,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
             e,
             c,
             a.offset,
-            &fill_bytes(0xdead_0000 + i as u32, a.size),
+            &fill_bytes(0xdead_0000 + u32::try_from(i).unwrap(), a.size),
             "freed VRAM reused",
         )?;
     }
@@ -272,7 +274,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
                 count,
                 Adl::Pages {
                     address,
-                    page_count: array.len() as u32,
+                    page_count: u32::try_from(array.len()).unwrap(),
                 },
                 lead_count,
             ));
@@ -322,7 +324,10 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
             c.ap(a.ap_page * PAGE + 0x80),
             e.vram_at(at),
         ));
-        reads.push((at, a.model[0x80..0x80 + len as usize].to_vec()));
+        reads.push((
+            at,
+            a.model[0x80..0x80 + usize::try_from(len).unwrap()].to_vec(),
+        ));
         at += len.div_ceil(PAGE) * PAGE;
         bytes += len;
     }
@@ -331,14 +336,17 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
     check_vram(
         e,
         SCRATCH,
-        &allocs[0].model[read_at as usize..(read_at + read_len) as usize],
+        &allocs[0].model
+            [usize::try_from(read_at).unwrap()..usize::try_from(read_at + read_len).unwrap()],
         "GPU read of A through the aperture",
     )?;
     for (at, want) in &reads {
         check_vram(e, *at, want, "GPU read through the aperture")?;
     }
-    allocs[2].model[w1_at as usize..(w1_at + w1_len) as usize].copy_from_slice(&w1);
-    allocs[1].model[w2_at as usize..(w2_at + w2_len) as usize].copy_from_slice(&w2);
+    allocs[2].model[usize::try_from(w1_at).unwrap()..usize::try_from(w1_at + w1_len).unwrap()]
+        .copy_from_slice(&w1);
+    allocs[1].model[usize::try_from(w2_at).unwrap()..usize::try_from(w2_at + w2_len).unwrap()]
+        .copy_from_slice(&w2);
     // The CPU writes A in its system pages.
     let cpu = pattern_bytes(0x6370_7531, 0, 200);
     allocs[0].model[100..300].copy_from_slice(&cpu);
@@ -399,7 +407,7 @@ pub fn evict_restore(e: &mut Engine, c: &mut Ctx) -> Outcome {
         &want,
         "aperture -> VRAM after UNMAP reads the dummy page",
     )?;
-    let mut got = vec![0u8; PAGE as usize];
+    let mut got = vec![0u8; PAGE_USIZE];
     dummy.read(0, &mut got);
     compare(
         "dummy page after a write through the unmapped range",

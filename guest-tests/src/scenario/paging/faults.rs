@@ -30,6 +30,8 @@ use crate::packets::{self, Adl, DmaBufferBuilder, Endpoint};
 use crate::scatter::FrameList;
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
+const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 
 /// Fails unless `event` is a FENCE event for `fence`.
 fn expect_fence_event(event: &Event, fence: u32) -> Outcome {
@@ -377,7 +379,7 @@ pub fn faults_status_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let bar_page = (e.vram.bar_address + bar_offset) / PAGE + 5;
     let good = c.pieces(1)?;
     let guard_list = FrameList::from_pieces(good.clone(), 0, PAGE)?;
-    write_list(e, &guard_list, &vec![0x11; PAGE as usize]);
+    write_list(e, &guard_list, &vec![0x11; PAGE_USIZE]);
     let list_address = c.place_pfns(&[good[0].phys / PAGE, bar_page])?;
     let to_bar_list = Endpoint::Frames {
         list_address,
@@ -469,7 +471,7 @@ pub fn faults_status_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     check_list(
         e,
         &guard_list,
-        &vec![0x11; PAGE as usize],
+        &vec![0x11; PAGE_USIZE],
         "the good frame of the FrameInVram list (a faulting packet writes nothing)",
     )?;
     c.no_more_events(e, "the faults")?;
@@ -503,7 +505,7 @@ pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
     write_pieces(e, &mapped, &content);
     c.map(e, BAD_MAP_PAGE, &mapped)?;
     let other = c.pieces(4)?;
-    write_pieces(e, &other, &vec![0x77; 4 * PAGE as usize]);
+    write_pieces(e, &other, &vec![0x77; 4 * PAGE_USIZE]);
     let bar_offset = e.segment.bar_offset().unwrap_or_default();
     let bar_page = (e.vram.bar_address + bar_offset) / PAGE + 9;
     let pages = c.aperture.desc.size / PAGE;
@@ -583,7 +585,7 @@ pub fn bad_map_changes_nothing(e: &mut Engine, c: &mut Ctx) -> Outcome {
     compare(
         "pages the refused MAPs named",
         &read_pieces(e, &other),
-        &vec![0x77; 4 * PAGE as usize],
+        &vec![0x77; 4 * PAGE_USIZE],
         0,
     )?;
     // ... and the pages past the end are still never mapped.
@@ -694,7 +696,7 @@ pub fn fault_ring_full(e: &mut Engine, c: &mut Ctx) -> Outcome {
     c.kmd_ready(e)?;
     c.status.consume_faults();
     let before = c.status.header();
-    let posted = c.events.posted() as u32;
+    let posted = u32::try_from(c.events.posted()).unwrap();
     let never = c.never_mapped_page();
     let read = packets::segment_access(
         WDDM_GPU_OP_READ_PHYSICAL,

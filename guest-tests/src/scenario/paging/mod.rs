@@ -21,8 +21,9 @@ mod faults;
 mod ops;
 mod stop;
 
-pub use ops::fill_bytes;
+use std::time::Duration;
 
+pub use ops::fill_bytes;
 use wddm_gpu_abi::packet::WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::status::{
@@ -41,8 +42,6 @@ use crate::kmd::{Event, EventQueue, StatusPage};
 use crate::packets::{self, DmaBufferBuilder, Endpoint};
 use crate::pattern;
 use crate::scatter::{FrameList, Piece};
-
-use std::time::Duration;
 
 /// A paging test.
 type Test = fn(&mut Engine, &mut Ctx) -> Outcome;
@@ -226,7 +225,7 @@ impl Ctx {
 
     /// A frame list of fresh scattered pieces for `length` bytes at `byte_offset`.
     pub fn list(&mut self, byte_offset: u32, length: u64) -> Outcome<FrameList> {
-        let n = crate::scatter::frames_needed(byte_offset, length).max(1) as usize;
+        let n = usize::try_from(crate::scatter::frames_needed(byte_offset, length).max(1)).unwrap();
         Ok(FrameList::from_pieces(
             self.pieces(n)?,
             byte_offset,
@@ -298,7 +297,7 @@ impl Ctx {
             first_page,
             count,
             address,
-            pieces.len() as u32,
+            u32::try_from(pieces.len()).unwrap(),
             frame_offset,
         ))
     }
@@ -450,7 +449,7 @@ fn split_at_pages(bytes: &[u8], skew: u64) -> Vec<&[u8]> {
     let mut rest = bytes;
     let mut in_page = (skew % WDDM_GPU_PAGE_SIZE) as usize;
     while !rest.is_empty() {
-        let n = (WDDM_GPU_PAGE_SIZE as usize - in_page).min(rest.len());
+        let n = (usize::try_from(WDDM_GPU_PAGE_SIZE).unwrap() - in_page).min(rest.len());
         let (head, tail) = rest.split_at(n);
         out.push(head);
         rest = tail;
@@ -463,7 +462,7 @@ fn split_at_pages(bytes: &[u8], skew: u64) -> Vec<&[u8]> {
 
 /// `len` bytes of pattern `tag` from position `start`.
 pub fn pattern_bytes(tag: u64, start: u64, len: u64) -> Vec<u8> {
-    let mut data = vec![0u8; len as usize];
+    let mut data = vec![0u8; usize::try_from(len).unwrap()];
     pattern::fill(tag, start, &mut data);
     data
 }
@@ -498,7 +497,7 @@ pub fn compare(what: &str, got: &[u8], want: &[u8], base: u64) -> Outcome {
 pub fn write_list(e: &Engine, list: &FrameList, data: &[u8]) {
     e.guard_pages(list);
     for run in list.data_runs() {
-        let pos = run.pos as usize;
+        let pos = usize::try_from(run.pos).unwrap();
         e.pool.write(
             list.pieces()[run.piece],
             run.offset,
@@ -509,9 +508,9 @@ pub fn write_list(e: &Engine, list: &FrameList, data: &[u8]) {
 
 /// The data stretches of `list`, as the CPU sees them.
 pub fn read_list(e: &Engine, list: &FrameList) -> Vec<u8> {
-    let mut out = vec![0u8; list.length() as usize];
+    let mut out = vec![0u8; usize::try_from(list.length()).unwrap()];
     for run in list.data_runs() {
-        let pos = run.pos as usize;
+        let pos = usize::try_from(run.pos).unwrap();
         e.pool.read(
             list.pieces()[run.piece],
             run.offset,
@@ -541,18 +540,24 @@ pub fn check_list(e: &Engine, list: &FrameList, want: &[u8], what: &str) -> Outc
 
 /// Whole pages: the bytes of `pieces` in order.
 pub fn read_pieces(e: &Engine, pieces: &[Piece]) -> Vec<u8> {
-    let mut out = vec![0u8; pieces.len() * WDDM_GPU_PAGE_SIZE as usize];
+    let mut out = vec![0u8; pieces.len() * usize::try_from(WDDM_GPU_PAGE_SIZE).unwrap()];
     for (i, piece) in pieces.iter().enumerate() {
-        let at = i * WDDM_GPU_PAGE_SIZE as usize;
-        e.pool
-            .read(*piece, 0, &mut out[at..at + WDDM_GPU_PAGE_SIZE as usize]);
+        let at = i * usize::try_from(WDDM_GPU_PAGE_SIZE).unwrap();
+        e.pool.read(
+            *piece,
+            0,
+            &mut out[at..at + usize::try_from(WDDM_GPU_PAGE_SIZE).unwrap()],
+        );
     }
     out
 }
 
 /// Whole pages: writes `data` (a page multiple) over `pieces` in order.
 pub fn write_pieces(e: &Engine, pieces: &[Piece], data: &[u8]) {
-    for (piece, chunk) in pieces.iter().zip(data.chunks(WDDM_GPU_PAGE_SIZE as usize)) {
+    for (piece, chunk) in pieces
+        .iter()
+        .zip(data.chunks(usize::try_from(WDDM_GPU_PAGE_SIZE).unwrap()))
+    {
         e.pool.write(*piece, 0, chunk);
     }
 }
@@ -560,7 +565,7 @@ pub fn write_pieces(e: &Engine, pieces: &[Piece], data: &[u8]) {
 /// Reads VRAM of the engine's segment through the BAR.
 pub fn read_vram(e: &Engine, offset: u64, len: u64) -> Outcome<Vec<u8>> {
     e.require_vram(offset, len)?;
-    let mut out = vec![0u8; len as usize];
+    let mut out = vec![0u8; usize::try_from(len).unwrap()];
     e.vram.read(offset, &mut out);
     Ok(out)
 }
@@ -604,7 +609,7 @@ pub fn read_segment(
     len: u64,
 ) -> Outcome<Vec<u8>> {
     let list = c.list(0x1c8, len)?;
-    write_list(e, &list, &vec![0; len as usize]);
+    write_list(e, &list, &vec![0; usize::try_from(len).unwrap()]);
     let mut b = DmaBufferBuilder::new();
     b.push_transfer(&packets::transfer(
         len,

@@ -20,7 +20,8 @@ use crate::gpu;
 use crate::packets::{self, Adl, DmaBufferBuilder};
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
-const PAGE_USIZE: usize = PAGE as usize;
+const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 
 /// Aperture pages each test maps at.
 const OPS_PAGE: u64 = 0x100;
@@ -41,7 +42,7 @@ pub fn fill_bytes(pattern: u32, len: u64) -> Vec<u8> {
         .iter()
         .copied()
         .cycle()
-        .take(len as usize)
+        .take(usize::try_from(len).unwrap())
         .collect()
 }
 
@@ -56,7 +57,12 @@ pub fn map_aperture_transfers(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let lead = vec![PAGE_GUARD; LEAD * PAGE_USIZE];
     write_pieces(e, &pieces[..LEAD], &lead);
     let mut b = DmaBufferBuilder::new();
-    b.push(&c.map_packet(OPS_PAGE, &pieces, LEAD as u32, MAPPED as u64)?);
+    b.push(&c.map_packet(
+        OPS_PAGE,
+        &pieces,
+        u32::try_from(LEAD).unwrap(),
+        MAPPED as u64,
+    )?);
     expect_done(&e.run(&b)?, 0, 1).map_err(during("MAP_APERTURE of 37 scattered pages"))?;
     let base = OPS_PAGE * PAGE;
     let check_pages = |e: &Engine, model: &[u8], what: &str| -> Outcome {
@@ -80,7 +86,7 @@ pub fn map_aperture_transfers(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.guard_vram(dst, len, 0x6701);
     let done = e.transfer(len, c.ap(base + src), e.vram_at(dst))?;
     expect_done(&done, len, 1).map_err(during("aperture -> VRAM"))?;
-    let want = &model[src as usize..(src + len) as usize];
+    let want = &model[usize::try_from(src).unwrap()..usize::try_from(src + len).unwrap()];
     check_vram(e, dst, want, "aperture -> VRAM")?;
     e.check_vram_guard(dst, len, 0x6701)?;
 
@@ -91,20 +97,21 @@ pub fn map_aperture_transfers(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.vram.write(src, &data);
     let done = e.transfer(len, e.vram_at(src), c.ap(base + dst))?;
     expect_done(&done, len, 1).map_err(during("VRAM -> aperture"))?;
-    model[dst as usize..(dst + len) as usize].copy_from_slice(&data);
+    model[usize::try_from(dst).unwrap()..usize::try_from(dst + len).unwrap()]
+        .copy_from_slice(&data);
     check_pages(e, &model, "VRAM -> aperture")?;
 
     // Aperture -> scattered frames.
     let (src, len) = (2 * PAGE + 0x10, 10 * PAGE + 5);
     let list = c.list(0x2c8, len)?;
-    write_list(e, &list, &vec![0; len as usize]);
+    write_list(e, &list, &vec![0; usize::try_from(len).unwrap()]);
     let frames = c.frames(&list)?;
     let done = e.transfer(len, c.ap(base + src), frames)?;
     expect_done(&done, len, 1).map_err(during("aperture -> frames"))?;
     check_list(
         e,
         &list,
-        &model[src as usize..(src + len) as usize],
+        &model[usize::try_from(src).unwrap()..usize::try_from(src + len).unwrap()],
         "aperture -> frames",
     )?;
 
@@ -116,7 +123,8 @@ pub fn map_aperture_transfers(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let frames = c.frames(&list)?;
     let done = e.transfer(len, frames, c.ap(base + dst))?;
     expect_done(&done, len, 1).map_err(during("frames -> aperture"))?;
-    model[dst as usize..(dst + len) as usize].copy_from_slice(&data);
+    model[usize::try_from(dst).unwrap()..usize::try_from(dst + len).unwrap()]
+        .copy_from_slice(&data);
     check_pages(e, &model, "frames -> aperture")?;
     check_list(e, &list, &data, "frames -> aperture: source")?;
     println!(
@@ -145,7 +153,7 @@ pub fn fill(e: &mut Engine, c: &mut Ctx) -> Outcome {
         total += len;
     }
     let done = e.run(&b)?;
-    expect_done(&done, total, cases.len() as u32).map_err(during("FILL"))?;
+    expect_done(&done, total, u32::try_from(cases.len()).unwrap()).map_err(during("FILL"))?;
     for (i, &(offset, len, pattern)) in cases.iter().enumerate() {
         check_vram(
             e,
@@ -173,7 +181,8 @@ pub fn fill(e: &mut Engine, c: &mut Ctx) -> Outcome {
         b.push(&packets::fill(0x0bad_cafe, len, seg_at(&segment, offset)));
         let done = e.run(&b)?;
         expect_done(&done, len, 1).map_err(during("FILL on another memory segment"))?;
-        want[guard as usize..(guard + len) as usize].copy_from_slice(&fill_bytes(0x0bad_cafe, len));
+        want[usize::try_from(guard).unwrap()..usize::try_from(guard + len).unwrap()]
+            .copy_from_slice(&fill_bytes(0x0bad_cafe, len));
         let got = read_segment(e, c, &segment, offset - guard, len + 2 * guard)?;
         compare(
             &format!(
@@ -336,8 +345,8 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.vram.write(src, &data);
     let done = e.transfer(wlen, e.vram_at(src), c.ap(MAP2_PAGE * PAGE + at))?;
     expect_done(&done, wlen, 1).map_err(during("VRAM -> contiguous ADL"))?;
-    let start = (2 * PAGE + at) as usize;
-    contiguous[start..start + wlen as usize].copy_from_slice(&data);
+    let start = usize::try_from(2 * PAGE + at).unwrap();
+    contiguous[start..start + usize::try_from(wlen).unwrap()].copy_from_slice(&data);
     let mut got = vec![0u8; contiguous.len()];
     buf.read(0, &mut got);
     compare(
@@ -369,11 +378,11 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.guard_vram(dst, len, 0x3434);
     let done = e.transfer(len, c.ap((MAP2_PAGE + 16) * PAGE + src), e.vram_at(dst))?;
     expect_done(&done, len, 1).map_err(during("page-array ADL -> VRAM"))?;
-    let from = PAGE_USIZE + src as usize;
+    let from = PAGE_USIZE + usize::try_from(src).unwrap();
     check_vram(
         e,
         dst,
-        &array[from..from + len as usize],
+        &array[from..from + usize::try_from(len).unwrap()],
         "page-array ADL -> VRAM",
     )?;
     e.check_vram_guard(dst, len, 0x3434)?;
@@ -445,7 +454,7 @@ pub fn buffer_in_aperture(e: &mut Engine, c: &mut Ctx) -> Outcome {
     write_pieces(e, &data_pieces, &aperture_model);
     let list_len = 0x33 + CHUNKS * CHUNK;
     let list = c.list(0, list_len)?;
-    let mut list_model = vec![0u8; list_len as usize];
+    let mut list_model = vec![0u8; usize::try_from(list_len).unwrap()];
     write_list(e, &list, &list_model);
     let frames = c.frames(&list)?;
     let crate::packets::Endpoint::Frames {
@@ -472,22 +481,29 @@ pub fn buffer_in_aperture(e: &mut Engine, c: &mut Ctx) -> Outcome {
             let to = crate::packets::Endpoint::Frames {
                 list_address,
                 frame_count,
-                byte_offset: (0x33 + i * CHUNK) as u32,
+                byte_offset: u32::try_from(0x33 + i * CHUNK).unwrap(),
             };
-            list_model[(0x33 + i * CHUNK) as usize..(0x33 + (i + 1) * CHUNK) as usize]
-                .copy_from_slice(&source[(i * CHUNK) as usize..((i + 1) * CHUNK) as usize]);
+            list_model[usize::try_from(0x33 + i * CHUNK).unwrap()
+                ..usize::try_from(0x33 + (i + 1) * CHUNK).unwrap()]
+                .copy_from_slice(
+                    &source[usize::try_from(i * CHUNK).unwrap()
+                        ..usize::try_from((i + 1) * CHUNK).unwrap()],
+                );
             packets::transfer(CHUNK, from, to)
         } else {
             let at = 0x10 + i * CHUNK;
-            aperture_model[at as usize..(at + CHUNK) as usize]
-                .copy_from_slice(&source[(i * CHUNK) as usize..((i + 1) * CHUNK) as usize]);
+            aperture_model[usize::try_from(at).unwrap()..usize::try_from(at + CHUNK).unwrap()]
+                .copy_from_slice(
+                    &source[usize::try_from(i * CHUNK).unwrap()
+                        ..usize::try_from((i + 1) * CHUNK).unwrap()],
+                );
             packets::transfer(CHUNK, from, c.ap(ap_data + i * CHUNK))
         };
         b.push_transfer(&packet);
     }
     let fill_offset = b.push(&packets::fill(0x1234_5678, fill_len, e.vram_at(fill_at)));
     ensure(b.len() > 4096, || "the buffer should span pages".into())?;
-    let packets_total = 3 + CHUNKS as u32;
+    let packets_total = 3 + u32::try_from(CHUNKS).unwrap();
     let skew = 0x40;
     let cmd = c.prepare_in_aperture(e, &b, skew)?;
     let done = e.submit(&cmd)?;
@@ -635,7 +651,7 @@ pub fn unmap_dummy_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.vram.write(src, &small);
     let done = e.transfer(len, e.vram_at(src), c.ap(base + at))?;
     expect_done(&done, len, 1).map_err(during("write straddling a mapped and an unmapped page"))?;
-    model[at as usize..PAGE_USIZE].copy_from_slice(&small[..0x10]);
+    model[usize::try_from(at).unwrap()..PAGE_USIZE].copy_from_slice(&small[..0x10]);
     dummy_model[..0x10].copy_from_slice(&small[0x10..]);
     compare(
         "page 0 after the straddling write",
@@ -704,7 +720,10 @@ pub fn transfer_overlap(e: &mut Engine, _c: &mut Ctx) -> Outcome {
         let mut model = pattern_bytes(0x6f76_6c70 + i as u64, 0, span);
         e.vram.write(base, &model);
         let done = e.transfer(len, e.vram_at(base + from), e.vram_at(base + to))?;
-        model.copy_within(from as usize..(from + len) as usize, to as usize);
+        model.copy_within(
+            usize::try_from(from).unwrap()..usize::try_from(from + len).unwrap(),
+            usize::try_from(to).unwrap(),
+        );
         let outcome = expect_done(&done, len, 1).and_then(|()| {
             let got = super::read_vram(e, base, span)?;
             compare(
@@ -750,7 +769,7 @@ pub fn buffer_in_vram(e: &mut Engine, c: &mut Ctx) -> Outcome {
         e.vram.write(src, &data);
         e.guard_vram(dst, len, tag);
         let list = c.list(0x99, len)?;
-        write_list(e, &list, &vec![0; len as usize]);
+        write_list(e, &list, &vec![0; usize::try_from(len).unwrap()]);
         let mut b = DmaBufferBuilder::new();
         b.push_transfer(&packets::transfer(len, e.vram_at(src), e.vram_at(dst)));
         b.push_transfer(&packets::transfer(len, e.vram_at(dst), c.frames(&list)?));
