@@ -23,8 +23,7 @@ use super::*;
 use crate::display::pixel_buffer::PixelBuffer;
 use crate::display::rect::Rect;
 use crate::display::sink::{CursorImage, DisplayPixels, ScanoutState};
-use crate::memory::vram::BarMode;
-use crate::testkit::gpu_rig::{submit_cmd, DMA};
+use crate::testkit::gpu_rig::{self, submit_cmd, DMA};
 use crate::testkit::packets::packet_bytes;
 use crate::testkit::scratch::ScratchFile;
 
@@ -97,14 +96,7 @@ struct Rig {
 impl Rig {
     fn new(name: &str) -> Self {
         let file = ScratchFile::new(&format!("router-{name}"));
-        let vram = Vram::create(file.path(), VRAM, 0, BarMode::Ivshmem).unwrap();
-        let layout = SegmentLayout::default_for_vram(VRAM);
-        let stats = Arc::new(Stats::new(&layout));
-        let display = DisplayConfig {
-            vblank_hz: 0,
-            ..DisplayConfig::default()
-        };
-        let gpu = Gpu::with_telemetry(layout, vram, stats, None, display).unwrap();
+        let (gpu, _) = gpu_rig::gpu_without_vblanks(&file, VRAM);
         let ram =
             GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), usize::try_from(RAM).unwrap())])
                 .unwrap();

@@ -2,7 +2,7 @@
 //! buffers and frame lists written into RAM, results read back byte for byte. The engine is
 //! driven only through [`Engine::execute`], as the scheduler drives it.
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
@@ -146,15 +146,11 @@ impl Rig {
     }
 
     pub fn ram_write(&self, address: u64, bytes: &[u8]) {
-        self.mem.write_slice(bytes, GuestAddress(address)).unwrap();
+        guest::write(&self.mem, address, bytes);
     }
 
     pub fn ram_read(&self, address: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0; len];
-        self.mem
-            .read_slice(&mut out, GuestAddress(address))
-            .unwrap();
-        out
+        guest::read(&self.mem, address, len)
     }
 
     pub fn vram_write(&self, offset: u64, bytes: &[u8]) {

@@ -18,11 +18,13 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::guest;
 use super::scratch::ScratchFile;
+use crate::display::DisplayConfig;
 use crate::gpu::reply::Reply;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;
 use crate::model::kick::Kick;
+use crate::observe::stats::Stats;
 
 pub const RAM: u64 = 64 << 20;
 pub const VRAM: u64 = 128 << 20;
@@ -34,6 +36,20 @@ pub const LISTS: u64 = 0x30_0000;
 pub const DATA: u64 = 0x100_0000;
 /// How long a test waits for an answer before it fails.
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A GPU with the default layout over the first `vram_size` bytes of the VRAM file `file`,
+/// its counters, and no vblanks (nothing but the test touches the display).
+pub fn gpu_without_vblanks(file: &ScratchFile, vram_size: u64) -> (Gpu, Arc<Stats>) {
+    let vram = Vram::create(file.path(), vram_size, 0, BarMode::Ivshmem).unwrap();
+    let layout = SegmentLayout::default_for_vram(vram_size);
+    let stats = Arc::new(Stats::new(&layout));
+    let display = DisplayConfig {
+        vblank_hz: 0,
+        ..DisplayConfig::default()
+    };
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), None, display).unwrap();
+    (gpu, stats)
+}
 
 /// A reply that sends the response bytes down a channel.
 struct ChannelReply {

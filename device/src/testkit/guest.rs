@@ -4,7 +4,7 @@
 use std::fs::OpenOptions;
 use std::path::Path;
 
-use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 use crate::memory::vram::Vram;
 
@@ -39,6 +39,18 @@ pub fn ram_and_bar(
     let mem = GuestMemoryMmap::from_regions(vec![ram, window]).unwrap();
     vram.observe_memory_table(&mem);
     mem
+}
+
+/// `len` bytes of guest memory from guest-physical `address`.
+pub fn read(mem: &GuestMemoryMmap, address: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0; len];
+    mem.read_slice(&mut out, GuestAddress(address)).unwrap();
+    out
+}
+
+/// Writes `bytes` into guest memory at guest-physical `address`.
+pub fn write(mem: &GuestMemoryMmap, address: u64, bytes: &[u8]) {
+    mem.write_slice(bytes, GuestAddress(address)).unwrap();
 }
 
 /// `len` bytes of VRAM from `offset`.

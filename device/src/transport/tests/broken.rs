@@ -6,7 +6,7 @@ use wddm_gpu_abi::ctrl::WddmGpuRespDisplayInfo;
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 
 use super::requests::{display_info, post_wait_event};
-use super::rig::{Rig, Ring, QUEUE_SIZE, VRAM_GPA};
+use super::rig::{Rig, QUEUE_SIZE, VRAM_GPA};
 use crate::testkit::guest;
 use crate::testkit::scratch::ScratchFile;
 use crate::transport::queue::CONTROL_QUEUE;
@@ -16,8 +16,7 @@ fn an_avail_index_past_the_queue_size_is_refused_until_the_ring_is_set_up_again(
     // With EVENT_IDX: a refused ring must not be drained again and again.
     let mut rig = Rig::new("broken-avail", true);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let posted = ring.post(&display_info(), 1024);
     ring.set_avail_index(QUEUE_SIZE + 5);
     assert!(rig.try_kick(CONTROL_QUEUE).is_ok());
@@ -27,8 +26,7 @@ fn an_avail_index_past_the_queue_size_is_refused_until_the_ring_is_set_up_again(
     assert!(!rig.called(CONTROL_QUEUE));
     assert_eq!(rig.requests(), (0, 0));
 
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let posted = ring.post(&display_info(), 1024);
     rig.kick(CONTROL_QUEUE);
     assert_eq!(
@@ -44,8 +42,7 @@ fn an_avail_index_past_the_queue_size_is_refused_until_the_ring_is_set_up_again(
 fn a_head_posted_again_while_held_is_completed_empty_and_counted_refused() {
     let mut rig = Rig::new("head-twice", false);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let event = post_wait_event(&mut ring);
     rig.kick(CONTROL_QUEUE);
     assert!(ring.used().is_empty());
@@ -74,8 +71,7 @@ fn a_head_posted_again_while_held_is_completed_empty_and_counted_refused() {
 fn a_chain_with_a_buffer_in_the_vram_bar_is_completed_with_nothing_written() {
     let mut rig = Rig::new("vram-chain", false);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     rig.vram_write(0, &[0x5a; 1024]);
     let posted = ring.post_to(&display_info(), VRAM_GPA, 1024);
     rig.kick(CONTROL_QUEUE);
@@ -92,8 +88,7 @@ fn a_chain_with_a_buffer_in_the_vram_bar_is_completed_with_nothing_written() {
 fn a_memory_table_mapping_past_its_file_is_refused_and_nothing_is_touched_after() {
     let mut rig = Rig::new("past-eof", false);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let posted = ring.post(&display_info(), 1024);
 
     // A region of 64 KiB over a file cut to 4 KiB after it was mapped (mmap allows it; touching

@@ -6,7 +6,7 @@ use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 
 use super::requests::{assert_copied, post_long_copy, post_wait_event, COPY};
-use super::rig::{Rig, Ring};
+use super::rig::Rig;
 use crate::transport::queue::CONTROL_QUEUE;
 
 const BAR_MOVED: u64 = 0xd000_0000;
@@ -16,8 +16,7 @@ const BAR_MOVED_AGAIN: u64 = 0xc000_0000;
 fn a_restart_where_the_ring_stopped_resumes_and_delivers_held_answers_in_order() {
     let mut rig = Rig::new("pause", false);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let first = post_wait_event(&mut ring);
     let second = post_wait_event(&mut ring);
     let (submit, marks) = post_long_copy(&rig, &mut ring, 7);

@@ -43,8 +43,7 @@ fn a_restart_at_another_index_resets_dropping_held_answers_and_running_work() {
     stopped_with_work(&mut rig, &mut old);
 
     // The guest set the ring up anew: QEMU starts it at index 0, with the heads the device held.
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let first = ring.post(&display_info(), 1024);
     let second = ring.post(&display_info(), 1024);
     assert_eq!((first.head, second.head), (0, 2));

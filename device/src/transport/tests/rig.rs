@@ -20,13 +20,9 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::display::DisplayConfig;
-use crate::layout::SegmentLayout;
-use crate::memory::vram::{BarMode, Vram};
-use crate::model::gpu::Gpu;
 use crate::observe::stats::Stats;
-use crate::testkit::guest;
 use crate::testkit::scratch::ScratchFile;
+use crate::testkit::{gpu_rig, guest};
 use crate::transport::backend::{BarModeRequest, WddmGpuBackend};
 use crate::transport::queue::{CONTROL_QUEUE, CURSOR_QUEUE};
 
@@ -66,14 +62,7 @@ impl Rig {
     /// and EVENT_IDX negotiated or not; its memory table is installed, the rings are not set up.
     pub fn new(name: &str, event_idx: bool) -> Self {
         let vram_file = ScratchFile::new(&format!("transport-{name}"));
-        let vram = Vram::create(vram_file.path(), VRAM, 0, BarMode::Ivshmem).unwrap();
-        let layout = SegmentLayout::default_for_vram(VRAM);
-        let stats = Arc::new(Stats::new(&layout));
-        let display = DisplayConfig {
-            vblank_hz: 0,
-            ..DisplayConfig::default()
-        };
-        let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), None, display).unwrap();
+        let (gpu, stats) = gpu_rig::gpu_without_vblanks(&vram_file, VRAM);
         let mut backend = WddmGpuBackend::new(gpu, BarModeRequest::Ivshmem);
         backend.set_event_idx(event_idx);
         let ram =
@@ -119,6 +108,13 @@ impl Rig {
         vring.set_queue_next_avail(0);
         vring.set_queue_next_used(0);
         self.start(ring.queue);
+    }
+
+    /// A new ring for `queue` in `mem`, set up on its queue as [`Rig::set_up`] does.
+    pub fn ring<'m>(&mut self, mem: &'m GuestMemoryMmap, queue: u16) -> Ring<'m> {
+        let ring = Ring::new(mem, queue);
+        self.set_up(&ring);
+        ring
     }
 
     fn start(&mut self, queue: usize) {
@@ -201,17 +197,11 @@ impl Rig {
 
     /// `len` bytes of VRAM from `offset`, read through the BAR.
     pub fn vram(&self, offset: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0; len];
-        self.memory()
-            .read_slice(&mut out, GuestAddress(self.bar + offset))
-            .unwrap();
-        out
+        guest::read(&self.memory(), self.bar + offset, len)
     }
 
     pub fn vram_write(&self, offset: u64, bytes: &[u8]) {
-        self.memory()
-            .write_slice(bytes, GuestAddress(self.bar + offset))
-            .unwrap();
+        guest::write(&self.memory(), self.bar + offset, bytes);
     }
 
     /// Control requests answered or refused so far, and of those refused.
@@ -381,16 +371,12 @@ impl<'m> Ring<'m> {
 
     /// Writes `bytes` at `address` of guest RAM.
     pub fn write(&self, address: u64, bytes: &[u8]) {
-        self.mem.write_slice(bytes, GuestAddress(address)).unwrap();
+        guest::write(self.mem, address, bytes);
     }
 
     /// The `len` bytes at `address`.
     pub fn read(&self, address: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0; len];
-        self.mem
-            .read_slice(&mut out, GuestAddress(address))
-            .unwrap();
-        out
+        guest::read(self.mem, address, len)
     }
 
     /// The response of type `T` the device wrote for `posted`.

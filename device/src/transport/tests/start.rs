@@ -10,7 +10,7 @@ use wddm_gpu_abi::ctrl::{
 use zerocopy::IntoBytes;
 
 use super::requests::display_info;
-use super::rig::{Rig, Ring};
+use super::rig::Rig;
 use crate::transport::queue::CONTROL_QUEUE;
 
 fn capset_info() -> WddmGpuGetCapsetInfo {
@@ -26,8 +26,7 @@ fn capset_info() -> WddmGpuGetCapsetInfo {
 fn answers_in_order(event_idx: bool) {
     let mut rig = Rig::new("start", event_idx);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     let capset = ring.post(capset_info().as_bytes(), 256);
     let display = ring.post(&display_info(), 1024);
     rig.kick(CONTROL_QUEUE);
@@ -73,8 +72,7 @@ fn requests_are_answered_on_the_used_ring_and_signalled_with_event_idx() {
 fn event_idx_decides_the_interrupt_and_rearms_the_kick() {
     let mut rig = Rig::new("event-idx", true);
     let mem = rig.memory();
-    let mut ring = Ring::new(&mem, CONTROL_QUEUE);
-    rig.set_up(&ring);
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
     ring.post(&display_info(), 1024);
     rig.kick(CONTROL_QUEUE);
     assert_eq!(ring.avail_event(), 1, "notifications not enabled again");
