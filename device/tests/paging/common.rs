@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wddm_gpu_abi::build::{self, fill, transfer, Adl, DmaBufferBuilder};
+use wddm_gpu_abi::build::{self, fill, transfer, Adl, DmaBufferBuilder, Endpoint};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_SUBMIT,
 };
@@ -13,8 +13,9 @@ use wddm_gpu_abi::packet::{
     WddmGpuPacketUnmapAperture,
 };
 use wddm_gpu_abi::status::{
-    WddmGpuRespEvent, WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
-    WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE, WDDM_GPU_STATUS_VERSION,
+    WddmGpuRespEvent, WddmGpuStatusPage, WDDM_GPU_EVENT_FENCE, WDDM_GPU_FAULT_RING_ENTRIES,
+    WDDM_GPU_FAULT_RING_OFFSET, WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE,
+    WDDM_GPU_STATUS_VERSION,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 pub use wddm_gpu_frontend_kit::requests::{status, unknown_packet};
@@ -166,6 +167,30 @@ pub fn submit_ok(h: &mut Harness, dma: &Dma, fence: u32) -> WddmGpuRespSubmit {
     response
 }
 
+/// Submits `packet` alone with `fence`; it must execute (see [`submit_ok`]).
+#[track_caller]
+pub fn submit_one_ok<T: IntoBytes + Immutable>(
+    h: &mut Harness,
+    packet: &T,
+    fence: u32,
+) -> WddmGpuRespSubmit {
+    let mut dma = Dma::default();
+    dma.push(packet);
+    submit_ok(h, &dma, fence)
+}
+
+/// Writes `data` into VRAM at `from` and copies it to `to` with one TRANSFER submitted with
+/// `fence`, which must execute.
+#[track_caller]
+pub fn copy_from_vram(h: &mut Harness, data: &[u8], from: u64, to: Endpoint, fence: u32) {
+    h.write_vram(from, data);
+    submit_one_ok(
+        h,
+        &transfer(data.len() as u64, segment(VRAM_SEGMENT, from), to),
+        fence,
+    );
+}
+
 /// Submits `packet` alone with `fence`; the submission must end with `expected`.
 #[track_caller]
 pub fn submit_alone<T: IntoBytes + Immutable>(
@@ -195,15 +220,17 @@ pub fn assert_aperture_page_8_unmapped(h: &mut Harness, fence: u32) -> WddmGpuRe
 /// Maps aperture pages `first_page..` to `frames` (one MAP_APERTURE, list written at `list`).
 pub fn map_pages(h: &mut Harness, first_page: u64, frames: &[u64], list: u64, fence: u32) {
     h.write_frame_list(list, frames);
-    let mut dma = Dma::default();
-    dma.push(&map(
-        first_page,
-        frames.len() as u64,
-        list,
-        u32::try_from(frames.len()).unwrap(),
-        0,
-    ));
-    submit_ok(h, &dma, fence);
+    submit_one_ok(
+        h,
+        &map(
+            first_page,
+            frames.len() as u64,
+            list,
+            u32::try_from(frames.len()).unwrap(),
+            0,
+        ),
+        fence,
+    );
 }
 
 /// A backend with the default 16 MiB of VRAM, checked to have the default layout.
@@ -272,6 +299,20 @@ pub fn assert_event(h: &mut Harness, pending: Pending, mut expected: WddmGpuResp
     assert_eq!(event, expected);
 }
 
+/// A WAIT_EVENT answer must be exactly the FENCE event of `fence_id`.
+#[track_caller]
+pub fn assert_fence_event(h: &mut Harness, pending: Pending, fence_id: u32) {
+    assert_event(
+        h,
+        pending,
+        WddmGpuRespEvent {
+            kind: WDDM_GPU_EVENT_FENCE,
+            fence_id,
+            ..Default::default()
+        },
+    );
+}
+
 /// Small frames -> VRAM transfer that must succeed with `fence`, and be the latest completed
 /// fence on the status page when one is registered (`page`).
 pub fn assert_next_submission_works(h: &mut Harness, fence: u32, page: bool) {
@@ -281,13 +322,15 @@ pub fn assert_next_submission_works(h: &mut Harness, fence: u32, page: bool) {
     h.write_frame_list(FRAME_LISTS + 0xf000, &[source]);
     let destination = 0x0e_0000;
     h.write_vram(destination, &[0; 0x180]);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        frames(FRAME_LISTS + 0xf000, 1, 0x40),
-        segment(VRAM_SEGMENT, destination),
-    ));
-    let response = submit_ok(h, &dma, fence);
+    let response = submit_one_ok(
+        h,
+        &transfer(
+            data.len() as u64,
+            frames(FRAME_LISTS + 0xf000, 1, 0x40),
+            segment(VRAM_SEGMENT, destination),
+        ),
+        fence,
+    );
     assert_eq!(response.bytes_transferred, data.len() as u64);
     assert_bytes(
         &h.read_vram(destination, data.len()),
@@ -326,6 +369,19 @@ pub fn long_submission(h: &mut Harness, gpa: u64, fence: u32, extra: Option<Dma>
     h.write_vram(LONG_SOURCE, &pattern(0x10e, 64));
     h.write_ram(gpa, dma.bytes());
     h.post_submit(&submit_command(gpa, dma.len(), fence))
+}
+
+/// For the resets: a backend with [`BIG_VRAM`], the status page registered, aperture pages 8
+/// and 9 mapped (with `fence`), a WAIT_EVENT posted, and a long submission (`fence + 1`)
+/// running. Returns the harness, the WAIT_EVENT and the long submission.
+pub fn running_over_a_mapped_gart(name: &str, fence: u32) -> (Harness, Pending, Pending) {
+    let mut h = ready_with_vram(name, BIG_VRAM);
+    register_status_page(&mut h);
+    map_pages(&mut h, 8, &scattered(0, 2), FRAME_LISTS, fence);
+    let event = h.post_wait_event();
+    let long = long_submission(&mut h, LONG_DMA, fence + 1, None);
+    wait_until_running(&h);
+    (h, event, long)
 }
 
 /// Waits (bounded) until the long submission's first bytes reached the destination: the

@@ -44,13 +44,15 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
     // Reading the six pages through the aperture gives frames 3..9, in list order.
     let destination = 0x20_0000;
     h.write_vram(destination, &vec![0; 6 * PAGE_USIZE]);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        6 * PAGE,
-        segment(APERTURE_SEGMENT, 100 * PAGE),
-        segment(VRAM_SEGMENT, destination),
-    ));
-    submit_ok(&mut h, &dma, 2);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            6 * PAGE,
+            segment(APERTURE_SEGMENT, 100 * PAGE),
+            segment(VRAM_SEGMENT, destination),
+        ),
+        2,
+    );
     let expected: Vec<u8> = contents[3..9].concat();
     assert_bytes(
         &h.read_vram(destination, 6 * PAGE_USIZE),
@@ -60,14 +62,13 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
 
     // Writing through the aperture lands in those frames only, at the right offsets.
     let data = pattern(7, usize::try_from(6 * PAGE - 0x20).unwrap());
-    h.write_vram(0x30_0000, &data);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        segment(VRAM_SEGMENT, 0x30_0000),
+    copy_from_vram(
+        &mut h,
+        &data,
+        0x30_0000,
         segment(APERTURE_SEGMENT, 100 * PAGE + 0x10),
-    ));
-    submit_ok(&mut h, &dma, 3);
+        3,
+    );
     let mut expected_frames = contents.clone();
     for (index, byte) in data.iter().enumerate() {
         let at = 0x10 + index;
@@ -107,13 +108,15 @@ fn map_aperture_points_pages_at_scattered_frames_from_the_frame_offset() {
         5,
         SubmitStatus::FrameInVram,
     );
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        3 * PAGE,
-        segment(APERTURE_SEGMENT, 100 * PAGE),
-        segment(VRAM_SEGMENT, destination),
-    ));
-    submit_ok(&mut h, &dma, 6);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            3 * PAGE,
+            segment(APERTURE_SEGMENT, 100 * PAGE),
+            segment(VRAM_SEGMENT, destination),
+        ),
+        6,
+    );
     assert_bytes(
         &h.read_vram(destination, 3 * PAGE_USIZE),
         &expected_frames[3..6].concat(),
@@ -163,9 +166,11 @@ fn transfer_moves_every_byte_between_every_pair_of_endpoint_kinds() {
             let data = pattern(u64::from(fence), usize::try_from(length).unwrap());
             source.write(&h, &data);
             destination.clear(&h, length);
-            let mut dma = Dma::default();
-            dma.push(&transfer(length, source.endpoint(), destination.endpoint()));
-            let response = submit_ok(&mut h, &dma, fence);
+            let response = submit_one_ok(
+                &mut h,
+                &transfer(length, source.endpoint(), destination.endpoint()),
+                fence,
+            );
             assert_eq!(response.bytes_transferred, length, "{what}");
             destination.check(&h, &data, &what);
             assert_bytes(
@@ -183,14 +188,7 @@ fn overlapping_vram_transfers_behave_as_memmove() {
     let length = 3 * PAGE_USIZE + 0x77;
     for (from, to) in [(0x10_0000u64, 0x10_0801u64), (0x20_0801, 0x20_0000)] {
         let data = pattern(from, length);
-        h.write_vram(from, &data);
-        let mut dma = Dma::default();
-        dma.push(&transfer(
-            length as u64,
-            segment(VRAM_SEGMENT, from),
-            segment(VRAM_SEGMENT, to),
-        ));
-        submit_ok(&mut h, &dma, 1);
+        copy_from_vram(&mut h, &data, from, segment(VRAM_SEGMENT, to), 1);
         assert_bytes(
             &h.read_vram(to, length),
             &data,
@@ -365,14 +363,13 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
     // Writing pages 20 (second half) and 21: page 20's frame gets its half, the dummy page
     // gets page 21, the frames that pages 21 and 22 used to map keep their bytes.
     let data = pattern(5, 0x1800);
-    h.write_vram(0x10_0000, &data);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        segment(VRAM_SEGMENT, 0x10_0000),
+    copy_from_vram(
+        &mut h,
+        &data,
+        0x10_0000,
         segment(APERTURE_SEGMENT, 20 * PAGE + 0x800),
-    ));
-    submit_ok(&mut h, &dma, 3);
+        3,
+    );
     let mut page20 = vec![SENTINEL; 0x800];
     page20.extend_from_slice(&data[..0x800]);
     assert_bytes(
@@ -428,13 +425,15 @@ fn unmap_aperture_points_the_range_at_the_dummy_page() {
         assert_eq!(status(&response), Some(expected), "{response:?}");
         assert_eq!(response.fault_address, dummy_page);
     }
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        PAGE,
-        segment(APERTURE_SEGMENT, 23 * PAGE),
-        segment(VRAM_SEGMENT, 0x30_0000),
-    ));
-    submit_ok(&mut h, &dma, 6);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            PAGE,
+            segment(APERTURE_SEGMENT, 23 * PAGE),
+            segment(VRAM_SEGMENT, 0x30_0000),
+        ),
+        6,
+    );
     assert_bytes(
         &h.read_vram(0x30_0000, PAGE_USIZE),
         &pattern(23, PAGE_USIZE),
@@ -578,15 +577,7 @@ fn fence_packet_completes_a_posted_wait_event_and_the_status_page() {
     dma.push(&fill(0x0102_0304, 0x100, segment(VRAM_SEGMENT, 0x1000)));
     dma.push(&build::fence(0x77));
     submit_ok(&mut h, &dma, 0x10);
-    assert_event(
-        &mut h,
-        first,
-        WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id: 0x77,
-            ..Default::default()
-        },
-    );
+    assert_fence_event(&mut h, first, 0x77);
     // The submission completed after its FENCE packet: its fence is the latest completed.
     let page = h.status_page(STATUS_PAGE);
     assert_eq!(page.completed_fence, 0x10);
@@ -595,24 +586,12 @@ fn fence_packet_completes_a_posted_wait_event_and_the_status_page() {
     assert!(!h.is_answered(&second), "one FENCE packet, one event");
 
     // A buffer with nothing but its fence, Patch-style with the submission's own id.
-    let mut dma = Dma::default();
-    dma.push(&build::fence(0x11));
-    submit_ok(&mut h, &dma, 0x11);
-    assert_event(
-        &mut h,
-        second,
-        WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id: 0x11,
-            ..Default::default()
-        },
-    );
+    submit_one_ok(&mut h, &build::fence(0x11), 0x11);
+    assert_fence_event(&mut h, second, 0x11);
     assert_eq!(h.status_page(STATUS_PAGE).completed_fence, 0x11);
 
     // Without a posted WAIT_EVENT the event is counted as dropped.
-    let mut dma = Dma::default();
-    dma.push(&build::fence(0x12));
-    submit_ok(&mut h, &dma, 0x12);
+    submit_one_ok(&mut h, &build::fence(0x12), 0x12);
     let page = h.status_page(STATUS_PAGE);
     assert_eq!(page.events_dropped, 1);
     assert_eq!(page.completed_fence, 0x12);

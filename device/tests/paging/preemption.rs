@@ -6,7 +6,6 @@ use wddm_gpu_abi::build::{self, transfer};
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_FAULT,
-    WDDM_GPU_EVENT_FENCE,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use wddm_gpu_frontend_kit::{
@@ -142,13 +141,15 @@ fn reset_mid_transfer_drops_work_cancels_events_clears_the_gart_and_keeps_vram()
     place.prepare(&mut h, 0, 0);
     place.write(&h, &kept);
     let kept_at = 61 << 20;
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        kept.len() as u64,
-        place.endpoint(),
-        segment(VRAM_SEGMENT, kept_at),
-    ));
-    submit_ok(&mut h, &dma, 11);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            kept.len() as u64,
+            place.endpoint(),
+            segment(VRAM_SEGMENT, kept_at),
+        ),
+        11,
+    );
     let events = [h.post_wait_event(), h.post_wait_event()];
 
     let long = long_submission(&mut h, LONG_DMA, 20, None);
@@ -215,12 +216,7 @@ fn reset_mid_transfer_drops_work_cancels_events_clears_the_gart_and_keeps_vram()
 
 #[test]
 fn virtio_reset_mid_submission_keeps_the_backend_serving_with_a_clear_gart() {
-    let mut h = ready_with_vram("virtio-reset", BIG_VRAM);
-    register_status_page(&mut h);
-    map_pages(&mut h, 8, &scattered(0, 2), FRAME_LISTS, 30);
-    let event = h.post_wait_event();
-    let long = long_submission(&mut h, LONG_DMA, 31, None);
-    wait_until_running(&h);
+    let (mut h, event, long) = running_over_a_mapped_gart("virtio-reset", 30);
     let (queued, _) = queued_submission(&mut h, 32);
     // Let the device take the queued request from the ring.
     h.flush_queue();
@@ -279,16 +275,6 @@ fn virtio_reset_mid_submission_keeps_the_backend_serving_with_a_clear_gart() {
     // Work, events and the status page all work on the new ring.
     register_status_page(&mut h);
     let event = h.post_wait_event();
-    let mut dma = Dma::default();
-    dma.push(&build::fence(0x35));
-    submit_ok(&mut h, &dma, 35);
-    assert_event(
-        &mut h,
-        event,
-        WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id: 0x35,
-            ..Default::default()
-        },
-    );
+    submit_one_ok(&mut h, &build::fence(0x35), 35);
+    assert_fence_event(&mut h, event, 0x35);
 }

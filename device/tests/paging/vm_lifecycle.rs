@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use wddm_gpu_abi::build::{self, transfer};
 use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED};
-use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED, WDDM_GPU_EVENT_FENCE};
+use wddm_gpu_abi::status::WDDM_GPU_EVENT_BAR_CHANGED;
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, PAGE_USIZE, STATUS_PAGE, VRAM_GPA},
@@ -36,13 +36,15 @@ fn a_vm_stop_between_a_map_and_its_use_keeps_the_gart_status_page_and_posted_eve
 
     // The map is still there: the aperture reads the pages it was given.
     h.write_vram(0x10_0000, &vec![0; data.len()]);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        segment(APERTURE_SEGMENT, 8 * PAGE),
-        segment(VRAM_SEGMENT, 0x10_0000),
-    ));
-    submit_ok(&mut h, &dma, 41);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            data.len() as u64,
+            segment(APERTURE_SEGMENT, 8 * PAGE),
+            segment(VRAM_SEGMENT, 0x10_0000),
+        ),
+        41,
+    );
     assert_bytes(
         &h.read_vram(0x10_0000, data.len()),
         &data,
@@ -50,18 +52,8 @@ fn a_vm_stop_between_a_map_and_its_use_keeps_the_gart_status_page_and_posted_eve
     );
     assert_logged(&h, "device resumed");
     // The WAIT_EVENT posted before the stop is answered, and the status page still written.
-    let mut dma = Dma::default();
-    dma.push(&build::fence(0x42));
-    submit_ok(&mut h, &dma, 42);
-    assert_event(
-        &mut h,
-        event,
-        WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id: 0x42,
-            ..Default::default()
-        },
-    );
+    submit_one_ok(&mut h, &build::fence(0x42), 42);
+    assert_fence_event(&mut h, event, 0x42);
     assert_next_submission_works(&mut h, 43, true);
 }
 
@@ -168,28 +160,13 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
     let response = h.wait_submit(queued);
     assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
     assert_eq!(h.status_page(STATUS_PAGE).completed_fence, 51);
-    let mut dma = Dma::default();
-    dma.push(&build::fence(0x52));
-    submit_ok(&mut h, &dma, 0x52);
-    assert_event(
-        &mut h,
-        event,
-        WddmGpuRespEvent {
-            kind: WDDM_GPU_EVENT_FENCE,
-            fence_id: 0x52,
-            ..Default::default()
-        },
-    );
+    submit_one_ok(&mut h, &build::fence(0x52), 0x52);
+    assert_fence_event(&mut h, event, 0x52);
 }
 
 #[test]
 fn a_ring_restarted_at_another_index_is_a_reset_that_drops_held_answers() {
-    let mut h = ready_with_vram("restart-other-index", BIG_VRAM);
-    register_status_page(&mut h);
-    map_pages(&mut h, 8, &scattered(0, 2), FRAME_LISTS, 60);
-    let event = h.post_wait_event();
-    let long = long_submission(&mut h, LONG_DMA, 61, None);
-    wait_until_running(&h);
+    let (mut h, event, long) = running_over_a_mapped_gart("restart-other-index", 60);
     let base = h.stop_device();
     assert_logged(&h, "engine parked mid-submission (fence 61)");
     assert_ne!(base, 0);

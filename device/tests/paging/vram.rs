@@ -51,25 +51,20 @@ fn device_only_vram_after_restart(
     };
     let data = pattern(0xd0_0e, 0x1_0000);
     let mut h = Harness::ready_with_options(name, &options);
-    h.write_vram(0, &data);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        segment(VRAM_SEGMENT, 0),
-        segment(DEVICE_ONLY_SEGMENT, 0x3000),
-    ));
-    submit_ok(&mut h, &dma, 1);
+    copy_from_vram(&mut h, &data, 0, segment(DEVICE_ONLY_SEGMENT, 0x3000), 1);
     let mut backend = h.disconnect();
     backend.assert_exits_cleanly(TIMEOUT);
 
     let mut h = Harness::ready_with_options(name, &options);
-    let mut dma = Dma::default();
-    dma.push(&transfer(
-        data.len() as u64,
-        segment(DEVICE_ONLY_SEGMENT, 0x3000),
-        segment(VRAM_SEGMENT, 0x20_0000),
-    ));
-    submit_ok(&mut h, &dma, 1);
+    submit_one_ok(
+        &mut h,
+        &transfer(
+            data.len() as u64,
+            segment(DEVICE_ONLY_SEGMENT, 0x3000),
+            segment(VRAM_SEGMENT, 0x20_0000),
+        ),
+        1,
+    );
     let after = h.read_vram(0x20_0000, data.len());
     std::fs::remove_dir_all(&dir).unwrap();
     (after, data)
