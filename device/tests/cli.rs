@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use wddm_gpu_frontend_kit::backend_process::wait_for_path;
+
 fn backend() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
 }
@@ -253,6 +255,10 @@ fn decode_and_encode_round_trip_and_refuse_bad_input() {
     }
 }
 
+fn read_log(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
 /// A backend serving `socket` with `args`, stopped (killed) when dropped; its log is kept.
 struct Serving {
     child: std::process::Child,
@@ -265,7 +271,7 @@ impl Serving {
             "{}.log",
             socket.file_name().unwrap().to_string_lossy()
         ));
-        let child = backend()
+        let mut child = backend()
             .arg("--socket-path")
             .arg(socket)
             .args(args)
@@ -275,22 +281,12 @@ impl Serving {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut serving = Self { child, log };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(
-                serving.child.try_wait().unwrap().is_none(),
-                "the backend exited:\n{}",
-                serving.log()
-            );
-            assert!(Instant::now() < deadline, "no socket:\n{}", serving.log());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        serving
+        wait_for_path(&mut child, socket, || read_log(&log));
+        Self { child, log }
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
     fn is_running(&mut self) -> bool {

@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_parse::{Scrape, Value};
 use serde_json::Value as Json;
 use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_frontend_kit::{
-    backend_process::SpawnOptions,
+    backend_process::{wait_for_path, SpawnOptions},
     harness::{Harness, DATA, FRAME_LISTS, PAGE},
     requests::{frames, segment},
 };
@@ -77,16 +77,7 @@ impl Backend {
             socket,
         };
         let target = backend.dir.join(wait_for);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !target.exists() {
-            assert!(
-                backend.child.try_wait().unwrap().is_none(),
-                "backend exited before creating {}",
-                target.display()
-            );
-            assert!(Instant::now() < deadline, "no {}", target.display());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_path(&mut backend.child, &target, String::new);
         backend
     }
 

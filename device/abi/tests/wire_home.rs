@@ -62,8 +62,8 @@ fn rust_files(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The name a `const`/`static` item on `line` declares, if it is one.
-fn const_name(line: &str) -> Option<&str> {
+/// `line` without its leading whitespace and visibility (`pub`, `pub(crate)`, …).
+fn after_visibility(line: &str) -> Option<&str> {
     let mut rest = line.trim_start();
     if let Some(after) = rest.strip_prefix("pub") {
         rest = after.trim_start();
@@ -72,32 +72,34 @@ fn const_name(line: &str) -> Option<&str> {
         }
         rest = rest.trim_start();
     }
+    Some(rest)
+}
+
+/// The identifier `rest` starts with.
+fn leading_identifier(rest: &str) -> &str {
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// The name a `const`/`static` item on `line` declares, if it is one.
+fn const_name(line: &str) -> Option<&str> {
+    let rest = after_visibility(line)?;
     let rest = rest
         .strip_prefix("const ")
         .or_else(|| rest.strip_prefix("static "))?
         .trim_start();
     let rest = rest.strip_prefix("mut ").unwrap_or(rest).trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    Some(&rest[..end])
+    Some(leading_identifier(rest))
 }
 
 /// The name a `struct` item on `line` declares, if it is one.
 fn struct_name(line: &str) -> Option<&str> {
-    let mut rest = line.trim_start();
-    if let Some(after) = rest.strip_prefix("pub") {
-        rest = after.trim_start();
-        if rest.starts_with('(') {
-            rest = &rest[rest.find(')')? + 1..];
-        }
-        rest = rest.trim_start();
-    }
-    let rest = rest.strip_prefix("struct ")?.trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    Some(&rest[..end])
+    let rest = after_visibility(line)?
+        .strip_prefix("struct ")?
+        .trim_start();
+    Some(leading_identifier(rest))
 }
 
 /// Every broken rule in `source` (the text of one file); `allowed` names byte-viewable

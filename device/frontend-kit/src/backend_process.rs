@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -48,6 +48,22 @@ impl Deadline {
     pub(crate) fn wait_or_panic(&self, why: impl FnOnce() -> String) {
         assert!(Instant::now() < self.0, "{}", why());
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (up to [`TIMEOUT`]) until `path` exists while `child` keeps running; panics, with
+/// `context()` (the backend's log, say) after the message, if the child exits first or the
+/// time runs out.
+pub fn wait_for_path(child: &mut Child, path: &Path, context: impl Fn() -> String) {
+    let deadline = Deadline::after(TIMEOUT);
+    while !path.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the backend exited before creating {}:\n{}",
+            path.display(),
+            context()
+        );
+        deadline.wait_or_panic(|| format!("no {}:\n{}", path.display(), context()));
     }
 }
 
