@@ -9,12 +9,11 @@
 //! guest mapping, device-only (and other) segments by TRANSFERs into fresh pages.
 
 use wddm_gpu_abi::packet::{WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE, WDDM_GPU_OP_DISCARD_CONTENT};
-use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::ops::{during, fill_bytes};
 use super::{
     check_list, check_vram, compare, expect_done, pattern_bytes, read_list, read_segment, seg_at,
-    write_list, write_segment, Ctx,
+    write_list, write_segment, Ctx, PAGE, PAGE_USIZE,
 };
 use crate::caps::Segment;
 use crate::engine::Engine;
@@ -22,9 +21,6 @@ use crate::failure::{Failure, Outcome};
 use crate::packets::{self, Adl, DmaBufferBuilder};
 use crate::scatter::{FrameList, Piece};
 
-const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
-const PAGE_USIZE: usize = 4096;
-const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 /// First aperture page the allocations are mapped at.
 const EVICT_PAGE: u64 = 0x1000;
 /// VRAM scratch for reads through the aperture.

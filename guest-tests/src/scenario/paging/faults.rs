@@ -14,13 +14,12 @@ use wddm_gpu_abi::packet::{
 };
 use wddm_gpu_abi::status::{WddmGpuStatusPage, WDDM_GPU_EVENT_FAULT, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::SubmitStatus;
-use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::{Immutable, IntoBytes};
 
 use super::ops::during;
 use super::{
     check_list, check_vram, compare, expect_done, pattern_bytes, pfns_of, read_pieces, write_list,
-    write_pieces, Ctx,
+    write_pieces, Ctx, PAGE, PAGE_USIZE,
 };
 use crate::engine::{expect_status, Engine};
 use crate::failure::{ensure, Failure, Outcome};
@@ -28,10 +27,6 @@ use crate::gpu;
 use crate::kmd::{describe_record, Event};
 use crate::packets::{self, Adl, DmaBufferBuilder, Endpoint};
 use crate::scatter::FrameList;
-
-const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
-const PAGE_USIZE: usize = 4096;
-const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 
 /// Fails unless `event` is a FENCE event for `fence`.
 fn expect_fence_event(event: &Event, fence: u32) -> Outcome {

@@ -95,6 +95,11 @@ pub fn run(name: &str, e: &mut Engine, ctx: &mut Option<Ctx>) -> Option<Outcome>
     Some(outcome)
 }
 
+/// The page size the tests step by, and as a buffer length.
+const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
+const PAGE_USIZE: usize = 4096;
+const _: () = assert!(PAGE_USIZE as u64 == PAGE);
+
 /// Hugepages of the context's own arena.
 const ARENA_HUGEPAGES: usize = 1;
 /// Bytes of PFN arrays the context can hold at once.

@@ -7,21 +7,16 @@ use wddm_gpu_abi::packet::{
     WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE, WDDM_GPU_OP_DISCARD_CONTENT,
     WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL,
 };
-use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::IntoBytes;
 
 use super::{
     check_list, check_vram, compare, expect_done, pattern_bytes, read_pieces, read_segment, seg_at,
-    write_list, write_pieces, write_segment, Ctx, PAGE_GUARD,
+    write_list, write_pieces, write_segment, Ctx, PAGE, PAGE_GUARD, PAGE_USIZE,
 };
 use crate::engine::Engine;
 use crate::failure::{ensure, Failure, Outcome};
 use crate::gpu;
 use crate::packets::{self, Adl, DmaBufferBuilder};
-
-const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
-const PAGE_USIZE: usize = 4096;
-const _: () = assert!(PAGE_USIZE as u64 == PAGE);
 
 /// Aperture pages each test maps at.
 const OPS_PAGE: u64 = 0x100;

@@ -7,12 +7,11 @@ use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
-use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::ops::during;
 use super::{
     check_vram, compare, expect_done, pattern_bytes, read_pieces, read_segment, write_pieces,
-    write_segment, Ctx,
+    write_segment, Ctx, PAGE,
 };
 use crate::engine::{expect_status, Engine};
 use crate::failure::{ensure, Failure, Outcome};
@@ -20,7 +19,6 @@ use crate::gpu::{self, Answer, Completion};
 use crate::kmd::event_kind_name;
 use crate::packets::{self, DmaBufferBuilder};
 
-const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 /// Bytes of each TRANSFER of the long submission (less on small segments).
 const LONG_CHUNK: u64 = 32 << 20;
 /// TRANSFERs in the long submission.
