@@ -3,6 +3,7 @@
 //! driven only through [`Engine::execute`], as the scheduler drives it.
 
 use vm_memory::GuestMemoryMmap;
+use wddm_gpu_abi::build::map_aperture;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
@@ -10,7 +11,7 @@ use zerocopy::IntoBytes;
 
 use super::guest;
 use super::layouts;
-use super::packets::APERTURE_SEGMENT;
+use super::packets::{packet_bytes, APERTURE_SEGMENT};
 use super::scratch::ScratchFile;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks};
 use crate::layout::{SegmentLayout, DEFAULT_APERTURE_SIZE};
@@ -143,6 +144,23 @@ impl Rig {
         assert!(frames.len() <= 512, "a list slot holds 512 entries");
         self.ram_write(address, frames.as_bytes());
         address
+    }
+
+    /// Maps aperture pages `first_page..` to every one of `frames` (their list in slot 0) with
+    /// one MAP_APERTURE, which must execute.
+    #[track_caller]
+    pub fn map_frames(&mut self, first_page: u64, frames: &[u64]) -> Completion {
+        let list = self.list(0, frames);
+        let count = u32::try_from(frames.len()).unwrap();
+        self.ok(&packet_bytes(map_aperture(
+            APERTURE_SEGMENT,
+            0,
+            first_page,
+            u64::from(count),
+            list,
+            count,
+            0,
+        )))
     }
 
     pub fn ram_write(&self, address: u64, bytes: &[u8]) {

@@ -179,16 +179,7 @@ fn unmap_points_the_range_at_the_dummy_page() {
     let mut rig = Rig::new("unmap");
     let mut model = Model::new(&rig, 512);
     let list = data_frames(&[5, 6, 7, 300, 301, 302, 303, 9]);
-    let at = rig.list(0, &list);
-    rig.ok(&packet_bytes(map_aperture(
-        APERTURE_SEGMENT,
-        0,
-        20,
-        8,
-        at,
-        8,
-        0,
-    )));
+    rig.map_frames(20, &list);
     model.map(20, &list);
     let dummy = data_frame(1000);
     let completion = rig.ok(&packet_bytes(unmap_aperture(
@@ -281,16 +272,7 @@ fn an_unmapped_page_anywhere_in_the_range_faults_before_any_byte_moves() {
     let mut rig = Rig::new("unmapped");
     let mut model = Model::new(&rig, 512);
     let list = data_frames(&[60, 61, 900, 4]);
-    let at = rig.list(0, &list);
-    rig.ok(&packet_bytes(map_aperture(
-        APERTURE_SEGMENT,
-        0,
-        40,
-        4,
-        at,
-        4,
-        0,
-    )));
+    rig.map_frames(40, &list);
     model.map(40, &list);
     // Pages 40..44 mapped, 44 never: each transfer covers 40..=44.
     let length = 5 * PAGE - 0x20;

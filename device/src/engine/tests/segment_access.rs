@@ -1,7 +1,7 @@
 //! DISCARD_CONTENT, READ_PHYSICAL and WRITE_PHYSICAL check the location and move nothing;
 //! FENCE reaches the hooks in order with the other packets.
 
-use wddm_gpu_abi::build::{fence, fill, map_aperture, segment_access, transfer};
+use wddm_gpu_abi::build::{fence, fill, segment_access, transfer};
 use wddm_gpu_abi::packet::{
     WddmGpuPacketSegmentAccess, WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE,
     WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_READ_PHYSICAL,
@@ -21,16 +21,7 @@ use crate::testkit::packets::{frames, in_vram, packet_bytes, APERTURE_SEGMENT};
 fn segment_access_packets_check_the_location_and_move_nothing() {
     let mut rig = Rig::new("access");
     let mut model = Model::new(&rig, 16);
-    let list = rig.list(0, &data_frames(&[3, 4]));
-    rig.ok(&packet_bytes(map_aperture(
-        APERTURE_SEGMENT,
-        0,
-        2,
-        2,
-        list,
-        2,
-        0,
-    )));
+    rig.map_frames(2, &data_frames(&[3, 4]));
     model.map(2, &data_frames(&[3, 4]));
     let mut good = Vec::new();
     for flags in [0, WDDM_GPU_DISCARD_FLAG_ALLOCATION_IS_IDLE] {
