@@ -488,9 +488,7 @@ fn response_buffers_too_small_for_the_capset_still_complete() {
 
 #[test]
 fn descriptors_outside_guest_memory_complete_with_nothing_written() {
-    let mut h = Harness::ready("bad-descriptors");
-    let request = capset_info_request();
-    h.write_ram(REQUEST, request.as_bytes());
+    let mut h = ready_with_request("bad-descriptors");
     let cases: [(&str, Descriptor, Descriptor); 3] = [
         (
             "request past the end of RAM",
@@ -513,9 +511,7 @@ fn descriptors_outside_guest_memory_complete_with_nothing_written() {
 
 #[test]
 fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
-    let mut h = Harness::ready("loop");
-    let request = capset_info_request();
-    h.write_ram(REQUEST, request.as_bytes());
+    let mut h = ready_with_request("loop");
     // 0 → 1 → 0 → ...: the device must give up after at most the queue size.
     h.write_descriptors(
         DESC_TABLE,
@@ -532,9 +528,7 @@ fn a_looping_descriptor_chain_completes_and_the_queue_keeps_working() {
 
 #[test]
 fn requests_through_an_indirect_descriptor_table_are_answered() {
-    let mut h = Harness::ready("indirect");
-    let request = capset_info_request();
-    h.write_ram(REQUEST, request.as_bytes());
+    let mut h = ready_with_request("indirect");
     h.write_ram(RESPONSE, &[RESPONSE_FILL; 64]);
     // The request split over two readable descriptors (ANY_LAYOUT), then the response.
     h.write_descriptors(
@@ -687,11 +681,9 @@ fn get_vring_base_while_the_ring_is_busy_is_always_answered() {
 
 #[test]
 fn buffers_in_the_vram_bar_window_are_refused_and_vram_is_untouched() {
-    let mut h = Harness::ready("vram-window-buffers");
-    let request = capset_info_request();
-    h.write_ram(REQUEST, request.as_bytes());
+    let mut h = ready_with_request("vram-window-buffers");
     // The same request also placed in VRAM, where the guest sees it through the BAR.
-    h.write_vram(0x1000, request.as_bytes());
+    h.write_vram(0x1000, capset_info_request().as_bytes());
     h.write_vram(0x2000, &[0x5a; 64]);
     let cases = [
         (
@@ -776,6 +768,13 @@ fn a_guest_looping_on_bad_requests_gets_rate_limited_log_lines() {
         "{written} lines for 3,001 refusals in about {seconds} s"
     );
     assert!(log.contains("guest-caused warning(s) suppressed"), "{log}");
+}
+
+/// A backend ready for requests, with a GET_CAPSET_INFO request written at [`REQUEST`].
+fn ready_with_request(name: &str) -> Harness {
+    let h = Harness::ready(name);
+    h.write_ram(REQUEST, capset_info_request().as_bytes());
+    h
 }
 
 /// GET_CAPSET_INFO for index 0.
