@@ -28,7 +28,9 @@ use crate::transport::display::QemuDisplay;
 use crate::transport::in_flight::InFlight;
 use crate::transport::lifecycle::{Lifecycle, Restart};
 use crate::transport::memory_table::check_regions;
-use crate::transport::queue::{Queues, CONTROL_QUEUE, CURSOR_QUEUE, MAX_QUEUE_SIZE, NUM_QUEUES};
+use crate::transport::queue::{
+    Pass, Queues, CONTROL_QUEUE, CURSOR_QUEUE, MAX_QUEUE_SIZE, NUM_QUEUES,
+};
 /// The `--bar-mode` choice, exported with the backend it configures.
 pub use crate::transport::shmem::BarModeRequest;
 use crate::transport::shmem::ShmemMapping;
@@ -107,8 +109,14 @@ impl WddmGpuBackend {
         // Dropped when this returns: the answers given on this thread are on the used ring by
         // then, and what the kick's display commands showed goes to the display after them.
         let kick = self.gpu.kick();
-        self.queues
-            .serve(&self.gpu, &kick, vring, queue, &mem, self.event_idx)
+        let pass = Pass {
+            gpu: &self.gpu,
+            kick: &kick,
+            vring,
+            queue,
+            mem: &mem,
+        };
+        self.queues.serve(&pass, self.event_idx)
     }
 }
 

@@ -53,44 +53,37 @@ impl Queues {
         }
     }
 
-    /// Takes every chain available on `vring` (queue `queue`) for `kick`. With EVENT_IDX,
-    /// notifications are off while it drains, and the ring is drained again if the guest added
-    /// chains meanwhile. Errs only when the ring's notification state cannot be changed.
-    #[allow(clippy::too_many_arguments)]
-    pub fn serve(
-        &mut self,
-        gpu: &Gpu,
-        kick: &Kick,
-        vring: &VringRwLock,
-        queue: u16,
-        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-        event_idx: bool,
-    ) -> io::Result<()> {
+    /// Takes every chain available on the pass's ring. With EVENT_IDX, notifications are off
+    /// while it drains, and the ring is drained again if the guest added chains meanwhile. Errs
+    /// only when the ring's notification state cannot be changed.
+    pub fn serve(&mut self, pass: &Pass<'_>, event_idx: bool) -> io::Result<()> {
         loop {
             if event_idx {
-                vring.disable_notification().map_err(io::Error::other)?;
+                pass.vring
+                    .disable_notification()
+                    .map_err(io::Error::other)?;
             }
             // A ring that hands out nothing must not be asked again: its avail index stays ahead
             // of the device's, so re-enabling notifications would report work forever and this
             // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
-            if self.drain(gpu, kick, vring, queue, mem) == Drained::Refused {
+            if self.drain(pass) == Drained::Refused {
                 break;
             }
-            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+            if !event_idx || !pass.vring.enable_notification().map_err(io::Error::other)? {
                 break;
             }
         }
         Ok(())
     }
 
-    fn drain(
-        &mut self,
-        gpu: &Gpu,
-        kick: &Kick,
-        vring: &VringRwLock,
-        queue: u16,
-        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-    ) -> Drained {
+    fn drain(&mut self, pass: &Pass<'_>) -> Drained {
+        let Pass {
+            gpu,
+            kick,
+            vring,
+            queue,
+            mem,
+        } = *pass;
         // A ring the guest corrupted (an avail index running past the queue size) is refused
         // here rather than returned as an error: an error from handle_event would end the vring
         // worker for good, and with it every later request, even after a ring reset. It is
@@ -115,9 +108,7 @@ impl Queues {
                     // VRAM is not guest RAM: nothing is read from or written into the BAR
                     // window through a descriptor (a response there would overwrite VRAM).
                     crate::guest_warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
-                    let reply =
-                        ChainReply::new(chain, mem.clone(), vring.clone(), self.gate.clone(), None);
-                    self.gate.pass(reply, &[]);
+                    self.complete_unread(pass, chain);
                     continue;
                 }
             }
@@ -127,14 +118,7 @@ impl Queues {
                     None => {
                         crate::guest_warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
                         gpu.stats().request(RequestOutcome::Refused);
-                        let reply = ChainReply::new(
-                            chain,
-                            mem.clone(),
-                            vring.clone(),
-                            self.gate.clone(),
-                            None,
-                        );
-                        self.gate.pass(reply, &[]);
+                        self.complete_unread(pass, chain);
                         continue;
                     }
                 },
@@ -160,6 +144,34 @@ impl Queues {
         }
         Drained::Done
     }
+
+    /// Completes a chain the device refuses to read, with nothing written (through the gate, so
+    /// it keeps its place among the answers).
+    fn complete_unread(&self, pass: &Pass<'_>, chain: Chain) {
+        let reply = ChainReply::new(
+            chain,
+            pass.mem.clone(),
+            pass.vring.clone(),
+            self.gate.clone(),
+            None,
+        );
+        self.gate.pass(reply, &[]);
+    }
+}
+
+/// One ring served during one kick: what every chain taken off it needs.
+#[derive(Clone, Copy)]
+pub struct Pass<'a> {
+    /// The device the requests go to.
+    pub gpu: &'a Gpu,
+    /// The kick (its display hold).
+    pub kick: &'a Kick,
+    /// The ring.
+    pub vring: &'a VringRwLock,
+    /// Its index: [`CONTROL_QUEUE`] or [`CURSOR_QUEUE`].
+    pub queue: u16,
+    /// The guest memory of this kick.
+    pub mem: &'a GuestMemoryLoadGuard<GuestMemoryMmap>,
 }
 
 /// Reads one request from the chain and hands it to the GPU with its reply (completed at once,

@@ -48,7 +48,6 @@ fn mib(count: u64) -> String {
 }
 
 /// One row of the packet and submission tables (fixed columns).
-#[allow(clippy::too_many_arguments)]
 fn row(
     out: &mut String,
     name: &str,
