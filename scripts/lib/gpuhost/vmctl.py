@@ -191,11 +191,6 @@ class Vmctl:
         variant = SCANOUT_POINTS[point]
         ok = True
         self.backend.skip_to_end()
-        if need_mid_submission:
-            # The guest posted a submission of some ten seconds and kicked; on a loaded host the
-            # engine thread may not have taken it yet, and a stop then finds it queued, not
-            # running. Half a second lets it start and leaves nearly all of it to pause.
-            time.sleep(0.5)
         try:
             self.qmp.execute("stop")
             log(f"{point}: stop ok, backend: {self.wait_backend('device paused', self.args.step_timeout)}")
