@@ -86,14 +86,15 @@ static long run(buffer *b, WddmGpuRespSubmit *resp, const char **why)
     return resp->status;
 }
 
-static void test_init(void)
+/* Brings the device up and waits for its VRAM BAR; whether the other tests can run. */
+static bool test_init(void)
 {
     wddm_dev_config config = {0};
     wddm_result r = wddm_dev_init(&dev, &table, &config);
     report("device_init", r == WDDM_OK, "%s: %s features %#" PRIx64 " queue size %u", los.bdf,
            wddm_result_name(r), dev.device_features, dev.ctrl.size);
     if (r != WDDM_OK)
-        return;
+        return false;
     /* Mode 2's BAR is mapped some time after DRIVER_OK: wait for it, as a KMD's StartDevice
      * must, before any check reads the locator. */
     uint32_t reads = 0;
@@ -102,6 +103,7 @@ static void test_init(void)
     report("bar_known", r == WDDM_OK, "%s after %u capset read(s), %" PRIu64 " ms (BAR mode %u)",
            wddm_result_name(r), reads, (table.now_us(table.ctx) - start) / 1000,
            wddm_dev_layout(&dev)->header.vram_bar.mode);
+    return true;
 }
 
 static void test_segments(void)
@@ -519,8 +521,7 @@ int main(int argc, char **argv)
         report("device_init", 0, "no GPU function usable through sysfs");
         return 1;
     }
-    test_init();
-    if (passed == 1) {
+    if (test_init()) {
         wddm_result r = wddm_dev_status_page_register(&dev);
         report("status_page", r == WDDM_OK, "REGISTER_STATUS_PAGE: %s", wddm_result_name(r));
         test_segments();
