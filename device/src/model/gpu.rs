@@ -120,7 +120,7 @@ impl Gpu {
 
     /// Answers one control request of `kick` (decoded once, where the transport took it off the
     /// ring) through `reply`, now or (submissions, events) later. The response echoes the
-    /// request's fence fields; one shorter than a header is refused.
+    /// request's fence fields when it had a header; a request that did not decode is refused.
     pub fn handle(
         &self,
         kick: &Kick,
@@ -128,10 +128,12 @@ impl Gpu {
         reply: Box<dyn Reply>,
         mem: Mem,
     ) {
-        let outcome = match request {
-            Ok(ControlRequest { echo, command }) => {
-                self.dispatch(kick, command, echoing(reply, echo), mem)
-            }
+        let (command, reply) = match request {
+            Ok(ControlRequest { echo, command }) => (command, echoing(reply, echo)),
+            Err(error) => (Err(error), reply),
+        };
+        let outcome = match command {
+            Ok(command) => self.dispatch(kick, command, reply, mem),
             Err(error) => {
                 crate::guest_warn!("malformed control request: {error}");
                 refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC)
@@ -144,17 +146,10 @@ impl Gpu {
     fn dispatch(
         &self,
         kick: &Kick,
-        command: Result<ControlCommand, DecodeError>,
+        command: ControlCommand,
         reply: Box<dyn Reply>,
         mem: Mem,
     ) -> RequestOutcome {
-        let command = match command {
-            Ok(command) => command,
-            Err(error) => {
-                crate::guest_warn!("malformed control request: {error}");
-                return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
-            }
-        };
         // Bound first: the display lock is released before the reply is completed.
         let answered = match route(command) {
             Route::Gpu(command) => return self.paging.handle(command, reply, mem),
