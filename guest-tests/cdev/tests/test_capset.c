@@ -207,12 +207,22 @@ static void same_verdict_as_rust(void)
     /* DMA memory is page aligned: give the blob the alignment the parser may rely on. */
     static uint64_t aligned[(WDDM_MAX_CAPSET_SIZE + 7) / 8];
     static wddm_layout layout;
-    CHECK(corpus_entry->size <= sizeof(aligned));
-    if (corpus_entry->size > sizeof(aligned))
+    const capset_corpus_entry *e = corpus_entry;
+    CHECK(e->size <= sizeof(aligned));
+    if (e->size > sizeof(aligned))
         return;
-    memcpy(aligned, corpus_entry->bytes, corpus_entry->size);
-    bool valid = corpus_entry->rule[0] == '\0';
-    CHECK_EQ(wddm_layout_parse(&layout, aligned, corpus_entry->size),
+    /* The base cut or zero-padded to the entry's size, then the bytes its rule changes. */
+    memset(aligned, 0, e->size);
+    memcpy(aligned, corpus_base, e->size < sizeof(corpus_base) ? e->size : sizeof(corpus_base));
+    for (uint32_t i = 0; i < e->patch_count; i++) {
+        const capset_patch *p = &e->patches[i];
+        CHECK((uint32_t)p->offset + p->len <= e->size && p->len <= sizeof(p->bytes));
+        if ((uint32_t)p->offset + p->len > e->size || p->len > sizeof(p->bytes))
+            return;
+        memcpy((uint8_t *)aligned + p->offset, p->bytes, p->len);
+    }
+    bool valid = e->rule[0] == '\0';
+    CHECK_EQ(wddm_layout_parse(&layout, aligned, e->size),
              valid ? WDDM_OK : WDDM_E_CAPSET);
 }
 
