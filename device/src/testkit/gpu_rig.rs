@@ -100,17 +100,13 @@ impl GpuRig {
 
     /// Announces the VRAM BAR at `address` (as QEMU does after DRIVER_OK), or removes it (0).
     pub fn map_bar(&self, address: u64) {
-        let mut next = (*self.atomic.memory()).clone();
-        if self.bar.get() != 0 {
-            next = next
-                .remove_region(GuestAddress(self.bar.get()), VRAM)
-                .unwrap()
-                .0;
-        }
-        if address != 0 {
-            let region = guest::file_region(self.file.path(), VRAM, address);
-            next = next.insert_region(Arc::new(region)).unwrap();
-        }
+        let next = guest::bar_moved(
+            &self.atomic.memory(),
+            self.file.path(),
+            VRAM,
+            self.bar.get(),
+            address,
+        );
         self.bar.set(address);
         let _ = self.atomic.lock().map(|guard| guard.replace(next));
         self.gpu.memory_changed(&self.atomic.memory());

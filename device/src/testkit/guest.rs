@@ -3,6 +3,7 @@
 
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::sync::Arc;
 
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
@@ -20,11 +21,10 @@ pub fn file_region(path: &Path, size: u64, address: u64) -> GuestRegionMmap<()> 
     GuestRegionMmap::new(mapping, GuestAddress(address)).unwrap()
 }
 
-/// RAM `[0, ram_size)` and the `vram_size` bytes of the VRAM file at `path` mapped at
-/// `vram_address`; `vram` learns its window from the table.
-pub fn ram_and_bar(
+/// RAM `[0, ram_size)` and the first `vram_size` bytes of the VRAM file at `path` mapped at
+/// `vram_address`, as QEMU's memory table shows them once the BAR is mapped.
+pub fn ram_and_window(
     ram_size: u64,
-    vram: &Vram,
     path: &Path,
     vram_size: u64,
     vram_address: u64,
@@ -36,9 +36,40 @@ pub fn ram_and_bar(
     )
     .unwrap();
     let window = file_region(path, vram_size, vram_address);
-    let mem = GuestMemoryMmap::from_regions(vec![ram, window]).unwrap();
+    GuestMemoryMmap::from_regions(vec![ram, window]).unwrap()
+}
+
+/// [`ram_and_window`], and `vram` learns its window from the table.
+pub fn ram_and_bar(
+    ram_size: u64,
+    vram: &Vram,
+    path: &Path,
+    vram_size: u64,
+    vram_address: u64,
+) -> GuestMemoryMmap<()> {
+    let mem = ram_and_window(ram_size, path, vram_size, vram_address);
     vram.observe_memory_table(&mem);
     mem
+}
+
+/// `mem` with the VRAM file's `vram_size`-byte window moved from `from` to `to` (0 for none,
+/// either way), as QEMU's next memory table shows a BAR the guest moved; RAM stays the same.
+pub fn bar_moved(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    vram_size: u64,
+    from: u64,
+    to: u64,
+) -> GuestMemoryMmap {
+    let mut next = mem.clone();
+    if from != 0 {
+        next = next.remove_region(GuestAddress(from), vram_size).unwrap().0;
+    }
+    if to != 0 {
+        let region = file_region(path, vram_size, to);
+        next = next.insert_region(Arc::new(region)).unwrap();
+    }
+    next
 }
 
 /// `len` bytes of guest memory from guest-physical `address`.

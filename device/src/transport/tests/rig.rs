@@ -14,7 +14,7 @@ use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{
     Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
-    GuestMemoryMmap, GuestRegionMmap,
+    GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -65,11 +65,7 @@ impl Rig {
         let (gpu, stats) = gpu_rig::gpu_without_vblanks(&vram_file, VRAM);
         let mut backend = WddmGpuBackend::new(gpu, BarModeRequest::Ivshmem);
         backend.set_event_idx(event_idx);
-        let ram =
-            GuestRegionMmap::<()>::from_range(GuestAddress(0), usize::try_from(RAM).unwrap(), None)
-                .unwrap();
-        let bar = guest::file_region(vram_file.path(), VRAM, VRAM_GPA);
-        let mem = GuestMemoryMmap::from_regions(vec![ram, bar]).unwrap();
+        let mem = guest::ram_and_window(RAM, vram_file.path(), VRAM, VRAM_GPA);
         let atomic = GuestMemoryAtomic::new(mem);
         let vrings = (0..2)
             .map(|_| VringRwLock::new(atomic.clone(), 1024).unwrap())
@@ -178,13 +174,13 @@ impl Rig {
     /// A new memory table with the VRAM BAR at `address`, as QEMU sends after the guest moved
     /// it; RAM stays the same region.
     pub fn move_bar(&mut self, address: u64) {
-        let current = (*self.atomic.memory()).clone();
-        let without = current
-            .remove_region(GuestAddress(self.bar), VRAM)
-            .unwrap()
-            .0;
-        let region = guest::file_region(self.vram_file.path(), VRAM, address);
-        let next = without.insert_region(Arc::new(region)).unwrap();
+        let next = guest::bar_moved(
+            &self.atomic.memory(),
+            self.vram_file.path(),
+            VRAM,
+            self.bar,
+            address,
+        );
         self.bar = address;
         self.install(next).unwrap();
     }
