@@ -8,10 +8,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Bottom to top. Layers on one level are siblings: neither may import the other.
-const LAYERS: [&[&str]; 9] = [
+const LAYERS: [&[&str]; 10] = [
     &["support"],
     &["layout"],
     &["memory"],
+    &["mmu"],
     &["engine"],
     &["observe"],
     &["display", "gpu"],

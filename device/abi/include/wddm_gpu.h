@@ -408,6 +408,251 @@
 #define WDDM_GPU_REQUIRED_FEATURES 4294967296
 
 /**
+ * Bytes of one page-table entry.
+ */
+#define WDDM_GPU_PTE_SIZE 8
+
+/**
+ * Entry bit: the entry is valid.
+ */
+#define WDDM_GPU_PTE_VALID (1 << 0)
+
+/**
+ * Entry bit (with valid): the page reads as zeros and writes to it are dropped.
+ */
+#define WDDM_GPU_PTE_ZERO (1 << 1)
+
+/**
+ * Entry bit: accesses snoop the CPU caches.
+ */
+#define WDDM_GPU_PTE_CACHE_COHERENT (1 << 2)
+
+/**
+ * Entry bit: writes through the entry fault.
+ */
+#define WDDM_GPU_PTE_READ_ONLY (1 << 3)
+
+/**
+ * Entry bit: fetching a DMA buffer through the entry faults.
+ */
+#define WDDM_GPU_PTE_NO_EXECUTE (1 << 4)
+
+/**
+ * First bit of the segment field.
+ */
+#define WDDM_GPU_PTE_SEGMENT_SHIFT 5
+
+/**
+ * The segment field (0 = guest system memory).
+ */
+#define WDDM_GPU_PTE_SEGMENT_MASK (31 << 5)
+
+/**
+ * Entry bit (above the leaf): the entry maps a page of its level's whole coverage.
+ */
+#define WDDM_GPU_PTE_LARGE_PAGE (1 << 10)
+
+/**
+ * Entry bit (level 1 only): the leaf table it points at holds 64 KiB pages.
+ */
+#define WDDM_GPU_PTE_PAGE_TABLE_64KB (1 << 11)
+
+/**
+ * The address field: bits 12 to 51.
+ */
+#define WDDM_GPU_PTE_ADDRESS_MASK 4503599627366400
+
+/**
+ * Bits that must be zero.
+ */
+#define WDDM_GPU_PTE_RESERVED_MASK 18442240474082181120ull
+
+/**
+ * `DXGK_MIN_PAGE_TABLE_LEVEL_COUNT`.
+ */
+#define WDDM_GPU_MIN_PAGE_TABLE_LEVELS 2
+
+/**
+ * `DXGK_MAX_PAGE_TABLE_LEVEL_COUNT`: also the length of [`WddmGpuMmuCaps::levels`].
+ */
+#define WDDM_GPU_MAX_PAGE_TABLE_LEVELS 6
+
+/**
+ * Largest `virtual_address_bit_count` the device accepts: addresses are kept below 2^52 so
+ * that an address plus a length never nears 64 bits.
+ */
+#define WDDM_GPU_MAX_VIRTUAL_ADDRESS_BITS 52
+
+/**
+ * Largest `page_table_index_bit_count` of one level: a 32 KiB table of 4096 entries.
+ */
+#define WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS 12
+
+/**
+ * Largest page table in system memory (`DXGK_PAGE_TABLE_LEVEL_DESC`: at most 4 KB).
+ */
+#define WDDM_GPU_MAX_SYSTEM_PAGE_TABLE_SIZE 4096
+
+/**
+ * Index bits a 64 KiB page takes from the leaf level (16 pages of 4 KiB).
+ */
+#define WDDM_GPU_64KB_PAGE_INDEX_BITS 4
+
+/**
+ * `DXGK_GPUMMUCAPS.ReadOnlyMemorySupported`.
+ */
+#define WDDM_GPU_MMU_CAP_READ_ONLY (1 << 0)
+
+/**
+ * `DXGK_GPUMMUCAPS.NoExecuteMemorySupported`.
+ */
+#define WDDM_GPU_MMU_CAP_NO_EXECUTE (1 << 1)
+
+/**
+ * `DXGK_GPUMMUCAPS.ZeroInPteSupported`.
+ */
+#define WDDM_GPU_MMU_CAP_ZERO_IN_PTE (1 << 2)
+
+/**
+ * `DXGK_GPUMMUCAPS.ExplicitPageTableInvalidation`.
+ */
+#define WDDM_GPU_MMU_CAP_EXPLICIT_PAGE_TABLE_INVALIDATION (1 << 3)
+
+/**
+ * `DXGK_GPUMMUCAPS.CacheCoherentMemorySupported`.
+ */
+#define WDDM_GPU_MMU_CAP_CACHE_COHERENT (1 << 4)
+
+/**
+ * `DXGK_GPUMMUCAPS.PageTableUpdateRequireAddressSpaceIdle`.
+ */
+#define WDDM_GPU_MMU_CAP_UPDATE_REQUIRES_IDLE (1 << 5)
+
+/**
+ * `DXGK_GPUMMUCAPS.LargePageSupported`.
+ */
+#define WDDM_GPU_MMU_CAP_LARGE_PAGE (1 << 6)
+
+/**
+ * `DXGK_GPUMMUCAPS.DualPteSupported` (not offered: one leaf table per range).
+ */
+#define WDDM_GPU_MMU_CAP_DUAL_PTE (1 << 7)
+
+/**
+ * `DXGK_GPUMMUCAPS.AllowNonAlignedLargePageAddress` (not offered: large pages are aligned).
+ */
+#define WDDM_GPU_MMU_CAP_NON_ALIGNED_LARGE_PAGE (1 << 8)
+
+/**
+ * `DXGK_GPUMMUCAPS.SysMem64KBPageSupported`.
+ */
+#define WDDM_GPU_MMU_CAP_SYSMEM_64KB_PAGE (1 << 9)
+
+/**
+ * `DXGK_GPUMMUCAPS.InvalidTlbEntriesNotCached`: the device never caches an invalid entry.
+ */
+#define WDDM_GPU_MMU_CAP_INVALID_TLB_ENTRIES_NOT_CACHED (1 << 10)
+
+/**
+ * The `DXGK_GPUMMUCAPS` flags the device honours; a layout may report any subset.
+ */
+#define WDDM_GPU_MMU_CAPS_SUPPORTED 1663
+
+/**
+ * `DXGK_PAGETABLEUPDATE_CPU_VIRTUAL`: the KMD writes entries with the CPU.
+ */
+#define WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL 0
+
+/**
+ * `DXGK_PAGETABLEUPDATE_GPU_VIRTUAL`: the paging engine writes entries through the paging
+ * process's address space.
+ */
+#define WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL 1
+
+/**
+ * `DXGK_PAGETABLEUPDATE_GPU_PHYSICAL`: the paging engine writes entries at segment addresses.
+ */
+#define WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL 2
+
+/**
+ * `WddmGpuMmuFault::kind`: an entry on the walk is not valid.
+ */
+#define WDDM_GPU_MMU_FAULT_NOT_PRESENT 1
+
+/**
+ * `WddmGpuMmuFault::kind`: a write through a read-only entry.
+ */
+#define WDDM_GPU_MMU_FAULT_READ_ONLY 2
+
+/**
+ * `WddmGpuMmuFault::kind`: a DMA buffer fetched through a no-execute entry.
+ */
+#define WDDM_GPU_MMU_FAULT_NO_EXECUTE 3
+
+/**
+ * `WddmGpuMmuFault::kind`: the root index is at or past the root's `NumEntries`.
+ */
+#define WDDM_GPU_MMU_FAULT_ROOT_OVERRUN 4
+
+/**
+ * `WddmGpuMmuFault::kind`: the context has no root page table.
+ */
+#define WDDM_GPU_MMU_FAULT_NO_ROOT 5
+
+/**
+ * `WddmGpuMmuFault::kind`: the address is at or above `2^VirtualAddressBitCount`.
+ */
+#define WDDM_GPU_MMU_FAULT_ADDRESS_RANGE 6
+
+/**
+ * `WddmGpuMmuFault::kind`: an entry sets reserved bits.
+ */
+#define WDDM_GPU_MMU_FAULT_RESERVED_BITS 7
+
+/**
+ * `WddmGpuMmuFault::kind`: a table or page in system memory is not guest RAM.
+ */
+#define WDDM_GPU_MMU_FAULT_OUTSIDE_RAM 8
+
+/**
+ * `WddmGpuMmuFault::kind`: a table or page in system memory lies in the VRAM BAR window (VRAM
+ * is mapped by its segment, never by its guest-physical address).
+ */
+#define WDDM_GPU_MMU_FAULT_IN_VRAM_WINDOW 9
+
+/**
+ * `WddmGpuMmuFault::kind`: a segment that does not exist, is an aperture, or does not hold the
+ * addressed table or page.
+ */
+#define WDDM_GPU_MMU_FAULT_BAD_SEGMENT 10
+
+/**
+ * `WddmGpuMmuFault::kind`: a large or 64 KiB page whose address is not aligned to its size.
+ */
+#define WDDM_GPU_MMU_FAULT_MISALIGNED 11
+
+/**
+ * `WddmGpuMmuFault::kind`: a flag where the format forbids it (`LargePage` at the leaf or
+ * without `LargePageSupported`, the 64 KiB table bit off level 1).
+ */
+#define WDDM_GPU_MMU_FAULT_BAD_FLAGS 12
+
+/**
+ * `WddmGpuMmuFault::access`: a read.
+ */
+#define WDDM_GPU_MMU_ACCESS_READ 0
+
+/**
+ * `WddmGpuMmuFault::access`: a write.
+ */
+#define WDDM_GPU_MMU_ACCESS_WRITE 1
+
+/**
+ * `WddmGpuMmuFault::access`: a DMA buffer fetch.
+ */
+#define WDDM_GPU_MMU_ACCESS_EXECUTE 2
+
+/**
  * TRANSFER: copy `length` bytes from `source` to `destination` ([`WddmGpuPacketTransfer`]).
  */
 #define WDDM_GPU_OP_TRANSFER 1
@@ -2139,6 +2384,107 @@ typedef struct WddmGpuVirtqUsedElem {
    */
   uint32_t len;
 } WddmGpuVirtqUsedElem;
+
+/**
+ * One level of the page-table tree, as `DXGK_PAGE_TABLE_LEVEL_DESC` reports it. Level 0 is
+ * the leaf; the root is level `page_table_level_count - 1`.
+ */
+typedef struct WddmGpuPageTableLevelDesc {
+  /**
+   * `PageTableIndexBitCount`: the level's tables hold `1 << n` entries (the resizable root of
+   * a 2-level layout holds up to that many).
+   */
+  uint32_t page_table_index_bit_count;
+  /**
+   * `PageTableSegmentId`: where the level's tables live (0 = system memory).
+   */
+  uint32_t page_table_segment_id;
+  /**
+   * `PagingProcessPageTableSegmentId`: the same for the paging process.
+   */
+  uint32_t paging_process_page_table_segment_id;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * `PageTableSizeInBytes`: a multiple of 4096 holding every entry.
+   */
+  uint64_t page_table_size_in_bytes;
+  /**
+   * `PageTableAlignmentInBytes`: 0 (the segment's page size) or a power of two.
+   */
+  uint64_t page_table_alignment_in_bytes;
+} WddmGpuPageTableLevelDesc;
+
+/**
+ * What a KMD needs for `DXGK_GPUMMUCAPS`, `DXGK_PAGE_TABLE_LEVEL_DESC` (one per level) and
+ * the GpuMmu bits of `DXGK_VIDMMCAPS` and `DXGK_NODEMETADATA`.
+ */
+typedef struct WddmGpuMmuCaps {
+  /**
+   * `DXGK_GPUMMUCAPS` flag word: `WDDM_GPU_MMU_CAP_*`, a subset of
+   * [`WDDM_GPU_MMU_CAPS_SUPPORTED`].
+   */
+  uint32_t flags;
+  /**
+   * `PageTableUpdateMode`: `WDDM_GPU_PAGE_TABLE_UPDATE_*`.
+   */
+  uint32_t page_table_update_mode;
+  /**
+   * `VirtualAddressBitCount`: 12 plus every level's index bits.
+   */
+  uint32_t virtual_address_bit_count;
+  /**
+   * `PageTableLevelCount`: 2 to 6.
+   */
+  uint32_t page_table_level_count;
+  /**
+   * `LeafPageTableSizeFor64KPagesInBytes`: a leaf table of 64 KiB pages (1/16 of the entries),
+   * rounded up to a multiple of 4096.
+   */
+  uint32_t leaf_page_table_size_for_64k_pages;
+  /**
+   * Most contexts with GPU virtual addressing the device holds at once.
+   */
+  uint32_t max_contexts;
+  /**
+   * Levels, leaf first; entries past `page_table_level_count` are zero.
+   */
+  struct WddmGpuPageTableLevelDesc levels[6];
+} WddmGpuMmuCaps;
+
+/**
+ * Why one translation faulted: what a KMD needs for `DXGKARGCB_NOTIFY_INTERRUPT_DATA`'s
+ * `DmaPageFaulted` (`FaultedVirtualAddress`, `PageTableLevel`, the write flag) and a precise
+ * reason for the engineer.
+ */
+typedef struct WddmGpuMmuFault {
+  /**
+   * The faulting GPU virtual address.
+   */
+  uint64_t virtual_address;
+  /**
+   * `WDDM_GPU_MMU_FAULT_*`.
+   */
+  uint32_t kind;
+  /**
+   * The page-table level whose entry (or root) faulted; 0 for the leaf.
+   */
+  uint32_t page_table_level;
+  /**
+   * `WDDM_GPU_MMU_ACCESS_*`.
+   */
+  uint32_t access;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * The entry that faulted as read from memory (0 for a root overrun or a missing root).
+   */
+  uint64_t entry;
+} WddmGpuMmuFault;
 
 /**
  * Every status, in value order.

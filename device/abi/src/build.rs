@@ -3,6 +3,7 @@
 //! Packets are built as wire structs so hostile tests can corrupt any field afterwards.
 
 pub mod display;
+pub mod gpuva;
 
 use zerocopy::{Immutable, IntoBytes};
 

@@ -16,6 +16,8 @@
 //! - [`capset_rules`]: the one validator of that blob, for the guest driver and the backend.
 //! - [`status`]: the status page, events, preemption.
 //! - [`segment_flags`]: `DXGK_SEGMENTFLAGS` with its documented bit positions.
+//! - [`gpuva`]: GPU virtual addressing: the page-table entry format, the GpuMmu geometry, faults.
+//! - [`gpummu_rules`]: the one validator of a GpuMmu geometry.
 //! - [`preference`]: `D3DDDI_SEGMENTPREFERENCE` and `DXGK_SEGMENTBANKPREFERENCE` placement hints.
 //!
 //! Every structure is `#[repr(C)]`, has no implicit padding and is little-endian on the wire.
@@ -35,6 +37,10 @@ pub mod ctrl;
 pub mod decode;
 pub mod display;
 pub mod features;
+/// Rust types and logic, not part of the C interface (its limits are in `gpuva`).
+/// cbindgen:ignore
+pub mod gpummu_rules;
+pub mod gpuva;
 pub mod packet;
 pub mod pci;
 pub mod preference;

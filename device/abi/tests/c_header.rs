@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use wddm_gpu_abi::caps::*;
 use wddm_gpu_abi::ctrl::*;
 use wddm_gpu_abi::display::*;
+use wddm_gpu_abi::gpuva::*;
 use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::ring::*;
 use wddm_gpu_abi::status::*;
@@ -31,7 +32,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 43] = [
+const EXPORTED_TYPES: [&str; 46] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -75,6 +76,9 @@ const EXPORTED_TYPES: [&str; 43] = [
     "WddmGpuUpdateCursor",
     "WddmGpuVirtqDesc",
     "WddmGpuVirtqUsedElem",
+    "WddmGpuPageTableLevelDesc",
+    "WddmGpuMmuCaps",
+    "WddmGpuMmuFault",
 ];
 
 #[test]
@@ -551,6 +555,40 @@ fn c_layout_check_is_current() {
         }
     );
     layout_asserts!(out, WddmGpuVirtqUsedElem { id, len });
+    layout_asserts!(
+        out,
+        WddmGpuPageTableLevelDesc {
+            page_table_index_bit_count,
+            page_table_segment_id,
+            paging_process_page_table_segment_id,
+            reserved,
+            page_table_size_in_bytes,
+            page_table_alignment_in_bytes
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuMmuCaps {
+            flags,
+            page_table_update_mode,
+            virtual_address_bit_count,
+            page_table_level_count,
+            leaf_page_table_size_for_64k_pages,
+            max_contexts,
+            levels
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuMmuFault {
+            virtual_address,
+            kind,
+            page_table_level,
+            access,
+            reserved,
+            entry
+        }
+    );
     out.push_str(&format!(
         "_Static_assert(WDDM_GPU_CAPSET_ID == {}u, \"capset id\");\n_Static_assert(WDDM_GPU_CMD_SUBMIT == {}, \"submit\");\n_Static_assert(WDDM_GPU_OP_TRANSFER == {}, \"transfer\");\n",
         WDDM_GPU_CAPSET_ID, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_OP_TRANSFER

@@ -1,0 +1,224 @@
+//! One GPU virtual address space: its bound root, its translation cache, and the checking mode
+//! that notices a cached translation the tables in memory no longer agree with (the flush a
+//! KMD forgot). Translation hands out the longest run of bytes contiguous in one store, so a
+//! copy moves whole runs rather than pages.
+
+use std::ops::Range;
+
+use wddm_gpu_abi::gpummu_rules::MmuGeometry;
+use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
+
+use super::fault::{Access, MmuFault};
+use super::tlb::Tlb;
+use super::walk::{walk, walk_path, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS};
+
+/// Why a root was not bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RootError {
+    /// `NumEntries` is 0 or more than the root level holds.
+    #[error("NumEntries {entries} is outside 1..={max}")]
+    Entries {
+        /// `NumEntries`.
+        entries: u64,
+        /// What the root level holds.
+        max: u64,
+    },
+    /// The root's address is not 4 KiB aligned.
+    #[error("root address {0:#x} is not 4 KiB aligned")]
+    Unaligned(u64),
+}
+
+/// A cached translation that memory no longer agrees with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleTranslation {
+    /// The address whose translation was served from the cache.
+    pub address: u64,
+    /// The highest level whose entry changed in memory.
+    pub level: u32,
+    /// That entry as cached.
+    pub cached: u64,
+    /// That entry in memory now (0 when the walk now faults before reaching it).
+    pub memory: u64,
+}
+
+/// Bytes contiguous in one store, all allowed for the access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Where the first byte is.
+    pub target: Target,
+    /// Bytes in the run.
+    pub len: u64,
+}
+
+/// Stale translations kept for the caller to take; older ones are counted only.
+const STALE_KEPT: usize = 16;
+
+/// One address space.
+pub struct AddressSpace {
+    root: Option<Root>,
+    tlb: Tlb,
+    checking: bool,
+    stale: [Option<StaleTranslation>; STALE_KEPT],
+    stale_count: u64,
+}
+
+impl AddressSpace {
+    /// An address space with no root; `checking` re-walks every cached translation it serves.
+    pub fn new(checking: bool) -> Self {
+        Self {
+            root: None,
+            tlb: Tlb::default(),
+            checking,
+            stale: [None; STALE_KEPT],
+            stale_count: 0,
+        }
+    }
+
+    /// Binds a root (`DxgkDdiSetRootPageTable`) and drops every cached translation.
+    pub fn set_root(
+        &mut self,
+        geometry: &MmuGeometry,
+        table: TableAddress,
+        entries: u64,
+    ) -> Result<(), RootError> {
+        let max = geometry
+            .level(geometry.root_level())
+            .map_or(0, |root| root.entries());
+        if entries == 0 || entries > max {
+            return Err(RootError::Entries { entries, max });
+        }
+        if !table.address.is_multiple_of(WDDM_GPU_PAGE_SIZE) {
+            return Err(RootError::Unaligned(table.address));
+        }
+        self.root = Some(Root { table, entries });
+        self.tlb.flush_all();
+        Ok(())
+    }
+
+    /// The bound root.
+    pub fn root(&self) -> Option<Root> {
+        self.root
+    }
+
+    /// Turns the checking mode on or off.
+    pub fn set_checking(&mut self, checking: bool) {
+        self.checking = checking;
+    }
+
+    /// `FLUSH_TLB`: drops the translations overlapping `range`, or all of them.
+    pub fn flush(&mut self, range: Option<Range<u64>>) {
+        match range {
+            Some(range) => self.tlb.flush(range),
+            None => self.tlb.flush_all(),
+        }
+    }
+
+    /// Stale translations the checking mode found since the last call, and how many were
+    /// found in all (more than were kept when the count is higher).
+    pub fn take_stale(&mut self) -> (impl Iterator<Item = StaleTranslation>, u64) {
+        let kept = std::mem::replace(&mut self.stale, [None; STALE_KEPT]);
+        (kept.into_iter().flatten(), self.stale_count)
+    }
+
+    /// The longest run from `address` of at most `length` bytes contiguous in one store and
+    /// allowed for `access`. A fault past the first page ends the run before it (the next
+    /// call reports it); a fault on the first page is returned.
+    pub fn translate<T: TableMemory>(
+        &mut self,
+        geometry: &MmuGeometry,
+        tables: &T,
+        address: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<Run, MmuFault> {
+        let mut run: Option<Run> = None;
+        let mut cursor = address;
+        let end = address.saturating_add(length);
+        while cursor < end {
+            let page = match self.page(geometry, tables, cursor, access) {
+                Ok(page) => page,
+                Err(fault) => match run {
+                    Some(run) => return Ok(run),
+                    None => return Err(fault),
+                },
+            };
+            let step = (page.page.base + page.page.size()).min(end) - cursor;
+            let target = page.page.target_of(cursor);
+            match &mut run {
+                None => run = Some(Run { target, len: step }),
+                Some(run) if run.target.advanced(run.len) == Some(target) => run.len += step,
+                Some(_) => break,
+            }
+            cursor += step;
+        }
+        Ok(run.unwrap_or(Run {
+            target: Target::Zero,
+            len: 0,
+        }))
+    }
+
+    /// The page holding `address`, from the cache or a walk, with `access` checked.
+    fn page<T: TableMemory>(
+        &mut self,
+        geometry: &MmuGeometry,
+        tables: &T,
+        address: u64,
+        access: Access,
+    ) -> Result<Walk, MmuFault> {
+        let root = self.root.ok_or(MmuFault {
+            kind: super::fault::FaultKind::NoRoot,
+            address,
+            level: geometry.root_level(),
+            access,
+            entry: 0,
+        })?;
+        let checking = self.checking;
+        if let Some(hit) = self.tlb.lookup(address) {
+            let cached = *hit.walk;
+            if checking && !*hit.reported {
+                let mut path = [0; MAX_LEVELS];
+                let fresh = walk_path(geometry, &root, address, access, tables, &mut path);
+                if let Some(stale) = disagreement(&cached, fresh.ok().as_ref(), &path, address) {
+                    *hit.reported = true;
+                    self.record_stale(stale);
+                }
+            }
+            cached.page.allows(address, access)?;
+            return Ok(cached);
+        }
+        let fresh = walk(geometry, &root, address, access, tables)?;
+        self.tlb.insert(address, fresh);
+        fresh.page.allows(address, access)?;
+        Ok(fresh)
+    }
+
+    fn record_stale(&mut self, stale: StaleTranslation) {
+        // The ring keeps the first ones found: the earliest missed flush is the one to fix.
+        if let Some(slot) = self.stale.iter_mut().find(|slot| slot.is_none()) {
+            *slot = Some(stale);
+        }
+        self.stale_count += 1;
+    }
+}
+
+/// Where a cached walk and a fresh one (`page`, or `None` when it faulted, having read
+/// `path`) disagree, if they do: the highest level whose entry changed.
+fn disagreement(
+    cached: &Walk,
+    page: Option<&super::walk::Page>,
+    path: &[u64; MAX_LEVELS],
+    address: u64,
+) -> Option<StaleTranslation> {
+    if page == Some(&cached.page) {
+        return None;
+    }
+    (0..MAX_LEVELS).rev().find_map(|level| {
+        let (was, now) = (cached.path[level], path[level]);
+        (was != now).then(|| StaleTranslation {
+            address,
+            level: u32::try_from(level).unwrap_or(0),
+            cached: was,
+            memory: now,
+        })
+    })
+}

@@ -1,0 +1,85 @@
+//! The device's page-table memory: tables and pages in guest RAM (never inside the VRAM BAR
+//! window: VRAM is mapped by its segment) or in a memory segment of the layout. Every entry read
+//! is bounds-checked against the memory table or the segment; nothing is cached here.
+
+use vm_memory::{Bytes, GuestMemoryBackend};
+use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
+
+use super::fault::FaultKind;
+use super::walk::{TableAddress, TableMemory, Target};
+use crate::layout::{Resolved, SegmentLayout};
+use crate::memory::guest_ram::{GuestRam, RamError};
+use crate::memory::vram::Vram;
+
+/// Tables and pages as the device sees them.
+pub struct DeviceTables<'a, M> {
+    /// Guest RAM (VRAM window excluded).
+    pub ram: &'a GuestRam<'a, M>,
+    /// VRAM.
+    pub vram: &'a Vram,
+    /// The segment layout.
+    pub layout: &'a SegmentLayout,
+}
+
+impl<M> DeviceTables<'_, M> {
+    /// The VRAM-space range of `length` bytes at `offset` of memory segment `segment`.
+    fn segment_range(&self, segment: u32, offset: u64, length: u64) -> Result<u64, FaultKind> {
+        let base = self
+            .layout
+            .segment(segment)
+            .map(|segment| segment.base_address)
+            .ok_or(FaultKind::BadSegment)?;
+        let address = base.checked_add(offset).ok_or(FaultKind::BadSegment)?;
+        match self.layout.resolve(segment, address, length) {
+            Ok(Resolved::Vram(range)) => Ok(range.start()),
+            Ok(Resolved::Aperture(_)) | Err(_) => Err(FaultKind::BadSegment),
+        }
+    }
+}
+
+fn ram_fault(error: RamError) -> FaultKind {
+    match error {
+        RamError::InVram { .. } => FaultKind::InVramWindow,
+        RamError::Overflow { .. } | RamError::NotRam { .. } => FaultKind::OutsideRam,
+    }
+}
+
+impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
+    fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
+        let size = u64::from(WDDM_GPU_PTE_SIZE);
+        // The walker keeps `index` below 2^12, so the product cannot overflow.
+        let offset = index * size;
+        let mut bytes = [0u8; 8];
+        if table.segment == 0 {
+            let address = table
+                .address
+                .checked_add(offset)
+                .ok_or(FaultKind::OutsideRam)?;
+            self.ram.read(address, &mut bytes).map_err(ram_fault)?;
+        } else {
+            let start = table
+                .address
+                .checked_add(offset)
+                .ok_or(FaultKind::BadSegment)?;
+            let vram_offset = self.segment_range(table.segment, start, size)?;
+            let slice = self
+                .vram
+                .slice(vram_offset, bytes.len())
+                .ok_or(FaultKind::BadSegment)?;
+            slice
+                .read_slice(&mut bytes, 0)
+                .map_err(|_| FaultKind::BadSegment)?;
+        }
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {
+        match target {
+            Target::System(address) => self.ram.check(address, size).map(drop).map_err(ram_fault),
+            Target::Segment { segment, offset } => {
+                self.segment_range(segment, offset, size).map(drop)
+            }
+            Target::Zero => Ok(()),
+        }
+    }
+}

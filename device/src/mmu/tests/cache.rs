@@ -1,0 +1,187 @@
+//! The translation cache's contract (served until a flush covers it; invalid entries never
+//! cached) and the checking mode that reports a flush the KMD skipped.
+
+use super::*;
+use crate::mmu::fault::FaultKind;
+use crate::mmu::space::StaleTranslation;
+use crate::mmu::walk::Target;
+use crate::testkit::engine_rig::DATA;
+
+const VA: u64 = 0x4000_0000;
+
+fn target(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64) -> Target {
+    translate(rig, geometry, space, va, 8, Access::Read)
+        .unwrap()
+        .target
+}
+
+#[test]
+fn a_changed_entry_is_not_seen_until_a_flush_covers_it() {
+    let rig = Rig::new("mmu-tlb");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    tables.map(VA, DATA, 0);
+    tables.map(VA + PAGE, DATA + PAGE, 0);
+    let mut space = tables.space(false);
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA + PAGE),
+        Target::System(DATA + PAGE)
+    );
+    tables.map(VA, DATA + 8 * PAGE, 0);
+    tables.map(VA + PAGE, DATA + 9 * PAGE, 0);
+    // Served from the cache, as hardware would.
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    // A flush of the second page only.
+    space.flush(Some(VA + PAGE..VA + 2 * PAGE));
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA + PAGE),
+        Target::System(DATA + 9 * PAGE)
+    );
+    space.flush(None);
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA + 8 * PAGE)
+    );
+}
+
+#[test]
+fn an_invalid_entry_is_never_cached() {
+    let rig = Rig::new("mmu-tlb-invalid");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    tables.map(VA + PAGE, DATA, 0);
+    let mut space = tables.space(false);
+    let missing = translate(&rig, &geometry, &mut space, VA, 8, Access::Read).unwrap_err();
+    assert_eq!(missing.kind, FaultKind::NotPresent);
+    tables.map(VA, DATA + PAGE, 0);
+    // InvalidTlbEntriesNotCached: no flush needed for invalid to valid.
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA + PAGE)
+    );
+}
+
+#[test]
+fn binding_a_root_drops_the_cache() {
+    let rig = Rig::new("mmu-tlb-root");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut first = PageTables::new(&rig, geometry, 0);
+    first.map(VA, DATA, 0);
+    let mut second = PageTables::new(&rig, geometry, 1);
+    second.map(VA, DATA + 3 * PAGE, 0);
+    let mut space = first.space(false);
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    space.set_root(&geometry, second.root, 512).unwrap();
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA + 3 * PAGE)
+    );
+}
+
+#[test]
+fn checking_mode_catches_a_skipped_flush_with_the_level_and_both_entries() {
+    let rig = Rig::new("mmu-checking");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    tables.map(VA, DATA, 0);
+    let mut space = tables.space(true);
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    let old = u64::from_le_bytes(
+        rig.ram_read(tables.slot(VA, 0, false), 8)
+            .try_into()
+            .unwrap(),
+    );
+    tables.map(VA, DATA + 5 * PAGE, 0);
+    let new = u64::from_le_bytes(
+        rig.ram_read(tables.slot(VA, 0, false), 8)
+            .try_into()
+            .unwrap(),
+    );
+    // The KMD "forgot" FLUSH_TLB: the stale translation is still served, and reported once.
+    for _ in 0..3 {
+        assert_eq!(
+            target(&rig, &geometry, &mut space, VA + 0x10),
+            Target::System(DATA + 0x10)
+        );
+    }
+    let (stale, count) = space.take_stale();
+    assert_eq!(
+        stale.collect::<Vec<_>>(),
+        vec![StaleTranslation {
+            address: VA + 0x10,
+            level: 0,
+            cached: old,
+            memory: new
+        }]
+    );
+    assert_eq!(count, 1);
+    // With the flush, nothing is stale.
+    space.flush(Some(VA..VA + PAGE));
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA + 5 * PAGE)
+    );
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA + 5 * PAGE)
+    );
+    assert_eq!(space.take_stale().0.count(), 0);
+}
+
+#[test]
+fn checking_mode_names_the_directory_level_that_changed() {
+    let rig = Rig::new("mmu-checking-directory");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    tables.map(VA, DATA, 0);
+    let mut space = tables.space(true);
+    target(&rig, &geometry, &mut space, VA);
+    // The level-1 entry is cleared (the leaf table freed) without a flush.
+    let directory = tables.slot(VA, 1, false);
+    let old = u64::from_le_bytes(rig.ram_read(directory, 8).try_into().unwrap());
+    rig.ram_write(directory, &0u64.to_le_bytes());
+    assert_eq!(
+        target(&rig, &geometry, &mut space, VA),
+        Target::System(DATA)
+    );
+    let (stale, _) = space.take_stale();
+    let stale: Vec<_> = stale.collect();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(
+        (stale[0].level, stale[0].cached, stale[0].memory),
+        (1, old, 0)
+    );
+}
+
+#[test]
+fn without_checking_mode_nothing_is_rewalked() {
+    let rig = Rig::new("mmu-no-checking");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    tables.map(VA, DATA, 0);
+    let mut space = tables.space(false);
+    target(&rig, &geometry, &mut space, VA);
+    tables.map(VA, DATA + PAGE, 0);
+    target(&rig, &geometry, &mut space, VA);
+    assert_eq!(space.take_stale().1, 0);
+    space.set_checking(true);
+    target(&rig, &geometry, &mut space, VA);
+    assert_eq!(space.take_stale().1, 1);
+}
