@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use prometheus_parse::{Scrape, Value};
+use prometheus_parse::Value;
 use serde_json::Value as Json;
 use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
@@ -14,6 +14,7 @@ use wddm_gpu_frontend_kit::{
     backend_process::{wait_for_path, SpawnOptions},
     harness::{Harness, DATA, FRAME_LISTS, PAGE},
     requests::{frames, segment},
+    scrape::{self, sample},
 };
 
 fn binary() -> Command {
@@ -99,25 +100,6 @@ fn text(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-fn parse_prometheus(text: &str) -> Scrape {
-    Scrape::parse(text.lines().map(|line| Ok(line.to_string()))).unwrap()
-}
-
-fn sample(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Value {
-    scrape
-        .samples
-        .iter()
-        .find(|sample| {
-            sample.metric == metric
-                && labels
-                    .iter()
-                    .all(|(name, value)| sample.labels.get(name) == Some(value))
-        })
-        .unwrap_or_else(|| panic!("no {metric} {labels:?}"))
-        .value
-        .clone()
-}
-
 /// Parses a trace file, closing the JSON array when the backend did not get to (the trace
 /// event format allows the `]` to be missing).
 fn trace_events(path: &Path) -> Vec<Json> {
@@ -158,7 +140,7 @@ fn stats_renders_a_running_backend_through_the_default_path() {
     assert!(output.status.success(), "{}", stderr(&output));
     let prometheus = stdout(&output);
     assert!(prometheus.contains("# TYPE wddm_gpu_packets_total counter"));
-    let scrape = parse_prometheus(&prometheus);
+    let scrape = scrape::parse(&prometheus);
     assert_eq!(
         sample(&scrape, "wddm_gpu_packets_total", &[("kind", "transfer")]),
         Value::Counter(0.0)
@@ -363,7 +345,7 @@ fn paging_traffic_shows_in_stats_and_trace() {
     assert_eq!(json["refused_requests"], 0, "{json}");
 
     let output = stats(&["--prometheus", text(&socket)]);
-    let scrape = parse_prometheus(&stdout(&output));
+    let scrape = scrape::parse(&stdout(&output));
     assert_eq!(
         sample(&scrape, "wddm_gpu_packets_total", &[("kind", "transfer")]),
         Value::Counter(4.0)

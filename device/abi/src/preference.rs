@@ -401,6 +401,24 @@ mod tests {
         PreferenceEntry::new(id, direction)
     }
 
+    /// Id `max_id` alone in slot `i` packs (through `pack`) to the documented field mask
+    /// `id_masks[i]`; the direction alone to the bit `dir_bits[i]`. One mask per slot.
+    fn assert_slot_masks(
+        pack: impl Fn(&[PreferenceEntry]) -> u32,
+        max_id: u8,
+        id_masks: &[u32],
+        dir_bits: &[u32],
+    ) {
+        assert_eq!(id_masks.len(), dir_bits.len());
+        for slot in 0..id_masks.len() {
+            let mut entries = vec![PreferenceEntry::NONE; id_masks.len()];
+            entries[slot] = entry(max_id, BottomUp);
+            assert_eq!(pack(&entries), id_masks[slot], "slot {slot} id");
+            entries[slot] = entry(0, TopDown);
+            assert_eq!(pack(&entries), dir_bits[slot], "slot {slot} direction");
+        }
+    }
+
     #[test]
     fn segment_preference_two_slots() {
         // SegmentId0 = 1 at bits 0-4:   1 << 0  = 0x001
@@ -428,18 +446,12 @@ mod tests {
 
     #[test]
     fn segment_preference_slot_masks_match_the_documentation() {
-        // Id 31 alone in slot i gives the documented field mask; direction alone the bit.
-        let id_masks = [0x1F, 0x7C0, 0x1_F000, 0x7C_0000, 0x1F00_0000];
-        let dir_bits = [0x20, 0x800, 0x2_0000, 0x80_0000, 0x2000_0000];
-        for slot in 0..5 {
-            let mut entries = [PreferenceEntry::NONE; 5];
-            entries[slot] = entry(31, BottomUp);
-            let value = SegmentPreference::from_entries(&entries).unwrap().value();
-            assert_eq!(value, id_masks[slot], "slot {slot} id");
-            entries[slot] = entry(0, TopDown);
-            let value = SegmentPreference::from_entries(&entries).unwrap().value();
-            assert_eq!(value, dir_bits[slot], "slot {slot} direction");
-        }
+        assert_slot_masks(
+            |entries| SegmentPreference::from_entries(entries).unwrap().value(),
+            31,
+            &[0x1F, 0x7C0, 0x1_F000, 0x7C_0000, 0x1F00_0000],
+            &[0x20, 0x800, 0x2_0000, 0x80_0000, 0x2000_0000],
+        );
         // SegmentId2 = 5 (5 << 12 = 0x5000) with Direction2 (1 << 17 = 0x2_0000): 0x2_5000.
         let pref = SegmentPreference::from_entries(&[
             PreferenceEntry::NONE,
@@ -569,21 +581,12 @@ mod tests {
                 .value(),
             0xFFFF_FFFF
         );
-        let id_masks = [0x7F, 0x7F00, 0x7F_0000, 0x7F00_0000];
-        let dir_bits = [0x80, 0x8000, 0x80_0000, 0x8000_0000];
-        for slot in 0..4 {
-            let mut entries = [PreferenceEntry::NONE; 4];
-            entries[slot] = entry(127, BottomUp);
-            assert_eq!(
-                BankPreference::from_entries(&entries).unwrap().value(),
-                id_masks[slot]
-            );
-            entries[slot] = entry(0, TopDown);
-            assert_eq!(
-                BankPreference::from_entries(&entries).unwrap().value(),
-                dir_bits[slot]
-            );
-        }
+        assert_slot_masks(
+            |entries| BankPreference::from_entries(entries).unwrap().value(),
+            127,
+            &[0x7F, 0x7F00, 0x7F_0000, 0x7F00_0000],
+            &[0x80, 0x8000, 0x80_0000, 0x8000_0000],
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`guest_memory`]: memfd-backed guest memory and its memory-table entries;
 //! - [`requests`]: paging submissions and endpoints built from `wddm_gpu_abi`;
 //! - [`display_peer`]: QEMU's display side of the vhost-user-gpu socket;
-//! - [`pattern`]: deterministic test bytes; [`stats`]: summaries of measurements.
+//! - [`pattern`]: deterministic test bytes; [`stats`]: summaries of measurements;
+//! - `scrape` (feature `scrape`): the stats endpoint's Prometheus text, parsed and looked up.
 
 pub mod backend_process;
 pub mod display_peer;
@@ -19,5 +20,7 @@ pub mod guest_memory;
 pub mod harness;
 pub mod pattern;
 pub mod requests;
+#[cfg(feature = "scrape")]
+pub mod scrape;
 pub mod split_ring;
 pub mod stats;

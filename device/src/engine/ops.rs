@@ -375,12 +375,7 @@ impl Engine {
     ) -> Result<(), Fault> {
         let address = endpoint.address;
         let count = endpoint.frame_count;
-        if count > WDDM_GPU_MAX_FRAME_LIST_ENTRIES {
-            return Err(Fault::BadFrameList {
-                address,
-                reason: "more entries than the device maximum",
-            });
-        }
+        check_entry_count(address, count)?;
         let start = u64::from(endpoint.byte_offset);
         let end = start
             .checked_add(length)
@@ -422,12 +417,7 @@ impl Engine {
         page_count: u64,
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
-        if count > WDDM_GPU_MAX_FRAME_LIST_ENTRIES {
-            return Err(Fault::BadFrameList {
-                address,
-                reason: "more entries than the device maximum",
-            });
-        }
+        check_entry_count(address, count)?;
         let end = u64::from(offset)
             .checked_add(page_count)
             .ok_or(Fault::LengthOverflow(page_count))?;
@@ -446,6 +436,17 @@ impl Engine {
 /// Bytes of `count` pages (a 32-bit count always fits).
 fn page_bytes(count: u32) -> u64 {
     u64::from(count) << WDDM_GPU_PAGE_SHIFT
+}
+
+/// Refuses a frame list at `address` of more than the device's maximum of entries.
+fn check_entry_count(address: u64, count: u32) -> Result<(), Fault> {
+    if count > WDDM_GPU_MAX_FRAME_LIST_ENTRIES {
+        return Err(Fault::BadFrameList {
+            address,
+            reason: "more entries than the device maximum",
+        });
+    }
+    Ok(())
 }
 
 /// The fault for a frame list at `address` that was refused.

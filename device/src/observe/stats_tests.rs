@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use prometheus_parse::{LineInfo, Scrape, SummaryCount, Value};
 use wddm_gpu_abi::packet::{WDDM_GPU_OP_FILL, WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_TRANSFER};
 use wddm_gpu_abi::submit::SubmitStatus;
+use wddm_gpu_frontend_kit::scrape::{self, sample};
 
 use super::display::{SentMessage, Unsent};
 use super::*;
@@ -349,27 +350,12 @@ fn parse_strictly(text: &str) -> Scrape {
             other => panic!("not a metric line: {line:?} ({other:?})"),
         }
     }
-    Scrape::parse(text.lines().map(|line| Ok(line.to_string()))).unwrap()
-}
-
-fn value_of(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Value {
-    scrape
-        .samples
-        .iter()
-        .find(|sample| {
-            sample.metric == metric
-                && labels
-                    .iter()
-                    .all(|(name, value)| sample.labels.get(name) == Some(value))
-        })
-        .unwrap_or_else(|| panic!("no {metric} {labels:?}"))
-        .value
-        .clone()
+    scrape::parse(text)
 }
 
 /// The latency summary's quantiles of one packet kind.
 fn latency_quantiles(scrape: &Scrape, kind: &str) -> Vec<SummaryCount> {
-    match value_of(scrape, "wddm_gpu_packet_latency_seconds", &[("kind", kind)]) {
+    match sample(scrape, "wddm_gpu_packet_latency_seconds", &[("kind", kind)]) {
         Value::Summary(quantiles) => quantiles,
         other => panic!("not a summary: {other:?}"),
     }
@@ -395,7 +381,7 @@ fn prometheus_output_parses_with_the_right_values() {
         (quantiles[1].count - 40e-6).abs() < 0.05e-6,
         "{quantiles:?}"
     );
-    let Value::Untyped(sum) = value_of(
+    let Value::Untyped(sum) = sample(
         &scrape,
         "wddm_gpu_packet_latency_seconds_sum",
         &[("kind", "transfer")],
@@ -487,7 +473,7 @@ fn prometheus_output_parses_with_the_right_values() {
     ];
     for (metric, labels, value) in expected {
         assert_eq!(
-            value_of(&scrape, metric, labels),
+            sample(&scrape, metric, labels),
             value,
             "{metric} {labels:?}"
         );

@@ -69,33 +69,150 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         SubmitStatus::FrameInVram,
     );
     let list = rig.list(1, &good);
-    let past_end = packet_bytes(map_aperture(
-        APERTURE_SEGMENT,
-        0,
-        APERTURE_PAGES - 3,
-        8,
-        list,
-        8,
-        0,
-    ));
-    assert_refused(
-        &mut rig,
-        "range past the aperture end",
-        past_end,
-        SubmitStatus::SegmentRange,
-    );
-    assert_refused(
-        &mut rig,
-        "first page overflows",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, u64::MAX, 2, list, 8, 0)),
-        SubmitStatus::SegmentRange,
-    );
-    assert_refused(
-        &mut rig,
-        "ADL past the aperture end",
-        packet_bytes(map2_contiguous(APERTURE_PAGES - 1, 2, data_frame(10), 2, 0)),
-        SubmitStatus::SegmentRange,
-    );
+    let mut flagged = packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, list, 8, 0));
+    flagged[2] = 1; // header flags
+    let too_many = WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1;
+    let map2 = map2_contiguous(0, 1, data_frame(0), 1, 0);
+    // (what is wrong, the packet, the status it is refused with)
+    for (name, bad, expected) in [
+        (
+            "range past the aperture end",
+            packet_bytes(map_aperture(
+                APERTURE_SEGMENT,
+                0,
+                APERTURE_PAGES - 3,
+                8,
+                list,
+                8,
+                0,
+            )),
+            SubmitStatus::SegmentRange,
+        ),
+        (
+            "first page overflows",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, u64::MAX, 2, list, 8, 0)),
+            SubmitStatus::SegmentRange,
+        ),
+        (
+            "ADL past the aperture end",
+            packet_bytes(map2_contiguous(APERTURE_PAGES - 1, 2, data_frame(10), 2, 0)),
+            SubmitStatus::SegmentRange,
+        ),
+        (
+            "unknown map flag",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 2, 0, 1, list, 8, 0)),
+            SubmitStatus::ReservedField,
+        ),
+        ("header flags", flagged, SubmitStatus::ReservedField),
+        (
+            "offset + count > frame_count",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 6, list, 8, 3)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "offset alone > frame_count",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 0, list, 8, 9)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "frame_count above the maximum",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, list, too_many, 0)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "list outside RAM",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "list in VRAM",
+            packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, VRAM_GPA, 1, 0)),
+            SubmitStatus::BadFrameList,
+        ),
+        // MAP_APERTURE2 rules.
+        (
+            "ADL too short",
+            packet_bytes(map2_contiguous(0, 4, data_frame(10), 6, 3)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "ADL pages too short",
+            packet_bytes(map2_pages(0, 4, list, 6, 3)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "ADL crosses the RAM end",
+            packet_bytes(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
+            SubmitStatus::FrameNotInRam,
+        ),
+        (
+            "ADL in VRAM",
+            packet_bytes(map2_contiguous(0, 4, in_vram, 4, 0)),
+            SubmitStatus::FrameInVram,
+        ),
+        (
+            "ADL base overflows",
+            packet_bytes(map2_contiguous(0, 1, u64::MAX, 4, 2)),
+            SubmitStatus::LengthOverflow,
+        ),
+        (
+            "unknown ADL flag",
+            packet_bytes(WddmGpuPacketMapAperture2 {
+                adl_flags: 2 | WDDM_GPU_ADL_FLAG_CONTIGUOUS,
+                ..map2
+            }),
+            SubmitStatus::ReservedField,
+        ),
+        (
+            "MAP2 reserved",
+            packet_bytes(WddmGpuPacketMapAperture2 {
+                reserved: 1,
+                ..map2
+            }),
+            SubmitStatus::ReservedField,
+        ),
+        (
+            "MAP2 unknown map flag",
+            packet_bytes(WddmGpuPacketMapAperture2 { flags: 4, ..map2 }),
+            SubmitStatus::ReservedField,
+        ),
+        // UNMAP rules.
+        (
+            "unaligned dummy",
+            packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, DATA + 8)),
+            SubmitStatus::BadFrameList,
+        ),
+        (
+            "dummy in VRAM",
+            packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, VRAM_GPA + PAGE)),
+            SubmitStatus::FrameInVram,
+        ),
+        (
+            "dummy beyond RAM",
+            packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, RAM_SIZE)),
+            SubmitStatus::FrameNotInRam,
+        ),
+        (
+            "unmap reserved",
+            packet_bytes(WddmGpuPacketUnmapAperture {
+                reserved: 1,
+                ..unmap_aperture(APERTURE_SEGMENT, 0, 1, DATA)
+            }),
+            SubmitStatus::ReservedField,
+        ),
+        (
+            "unmap past the end",
+            packet_bytes(unmap_aperture(
+                APERTURE_SEGMENT,
+                APERTURE_PAGES - 1,
+                2,
+                DATA,
+            )),
+            SubmitStatus::SegmentRange,
+        ),
+    ] {
+        assert_refused(&mut rig, name, bad, expected);
+    }
     for (segment, expected) in [
         (1, SubmitStatus::WrongSegmentKind),
         (9, SubmitStatus::BadSegment),
@@ -110,7 +227,7 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
         );
         let p = WddmGpuPacketMapAperture2 {
             segment_id: segment,
-            ..map2_contiguous(0, 1, data_frame(0), 1, 0)
+            ..map2
         };
         assert_refused(
             &mut rig,
@@ -126,160 +243,6 @@ fn a_map_request_is_checked_whole_before_any_entry_changes() {
             expected,
         );
     }
-    assert_refused(
-        &mut rig,
-        "unknown map flag",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 2, 0, 1, list, 8, 0)),
-        SubmitStatus::ReservedField,
-    );
-    let mut flagged = packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, list, 8, 0));
-    flagged[2] = 1; // header flags
-    assert_refused(
-        &mut rig,
-        "header flags",
-        flagged,
-        SubmitStatus::ReservedField,
-    );
-    assert_refused(
-        &mut rig,
-        "offset + count > frame_count",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 6, list, 8, 3)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "offset alone > frame_count",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 0, list, 8, 9)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "frame_count above the maximum",
-        packet_bytes(map_aperture(
-            APERTURE_SEGMENT,
-            0,
-            0,
-            1,
-            list,
-            WDDM_GPU_MAX_FRAME_LIST_ENTRIES + 1,
-            0,
-        )),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "list outside RAM",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 2, RAM_SIZE - 8, 2, 0)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "list in VRAM",
-        packet_bytes(map_aperture(APERTURE_SEGMENT, 0, 0, 1, VRAM_GPA, 1, 0)),
-        SubmitStatus::BadFrameList,
-    );
-
-    // MAP_APERTURE2 rules.
-    assert_refused(
-        &mut rig,
-        "ADL too short",
-        packet_bytes(map2_contiguous(0, 4, data_frame(10), 6, 3)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "ADL pages too short",
-        packet_bytes(map2_pages(0, 4, list, 6, 3)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "ADL crosses the RAM end",
-        packet_bytes(map2_contiguous(0, 4, RAM_SIZE / PAGE - 2, 4, 0)),
-        SubmitStatus::FrameNotInRam,
-    );
-    assert_refused(
-        &mut rig,
-        "ADL in VRAM",
-        packet_bytes(map2_contiguous(0, 4, in_vram, 4, 0)),
-        SubmitStatus::FrameInVram,
-    );
-    assert_refused(
-        &mut rig,
-        "ADL base overflows",
-        packet_bytes(map2_contiguous(0, 1, u64::MAX, 4, 2)),
-        SubmitStatus::LengthOverflow,
-    );
-    let p = WddmGpuPacketMapAperture2 {
-        adl_flags: 2 | WDDM_GPU_ADL_FLAG_CONTIGUOUS,
-        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
-    };
-    assert_refused(
-        &mut rig,
-        "unknown ADL flag",
-        packet_bytes(p),
-        SubmitStatus::ReservedField,
-    );
-    let p = WddmGpuPacketMapAperture2 {
-        reserved: 1,
-        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
-    };
-    assert_refused(
-        &mut rig,
-        "MAP2 reserved",
-        packet_bytes(p),
-        SubmitStatus::ReservedField,
-    );
-    let p = WddmGpuPacketMapAperture2 {
-        flags: 4,
-        ..map2_contiguous(0, 1, data_frame(0), 1, 0)
-    };
-    assert_refused(
-        &mut rig,
-        "MAP2 unknown map flag",
-        packet_bytes(p),
-        SubmitStatus::ReservedField,
-    );
-
-    // UNMAP rules.
-    assert_refused(
-        &mut rig,
-        "unaligned dummy",
-        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, DATA + 8)),
-        SubmitStatus::BadFrameList,
-    );
-    assert_refused(
-        &mut rig,
-        "dummy in VRAM",
-        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, VRAM_GPA + PAGE)),
-        SubmitStatus::FrameInVram,
-    );
-    assert_refused(
-        &mut rig,
-        "dummy beyond RAM",
-        packet_bytes(unmap_aperture(APERTURE_SEGMENT, 0, 2, RAM_SIZE)),
-        SubmitStatus::FrameNotInRam,
-    );
-    assert_refused(
-        &mut rig,
-        "unmap reserved",
-        packet_bytes(WddmGpuPacketUnmapAperture {
-            reserved: 1,
-            ..unmap_aperture(APERTURE_SEGMENT, 0, 1, DATA)
-        }),
-        SubmitStatus::ReservedField,
-    );
-    assert_refused(
-        &mut rig,
-        "unmap past the end",
-        packet_bytes(unmap_aperture(
-            APERTURE_SEGMENT,
-            APERTURE_PAGES - 1,
-            2,
-            DATA,
-        )),
-        SubmitStatus::SegmentRange,
-    );
 
     // CacheCoherent is fine into the default (coherent) aperture.
     let p = map_aperture(

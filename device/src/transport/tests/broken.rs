@@ -31,10 +31,7 @@ fn an_avail_index_past_the_queue_size_is_refused_until_the_ring_is_set_up_again(
     rig.kick(CONTROL_QUEUE);
     assert_eq!(
         ring.used(),
-        [(
-            u32::from(posted.head),
-            u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
-        )]
+        [posted.used_entry(size_of::<WddmGpuRespDisplayInfo>())]
     );
 }
 
@@ -49,20 +46,14 @@ fn a_head_posted_again_while_held_is_completed_empty_and_counted_refused() {
 
     ring.repost(event.head);
     rig.kick(CONTROL_QUEUE);
-    assert_eq!(ring.used(), [(u32::from(event.head), 0)]);
+    assert_eq!(ring.used(), [event.used_entry(0)]);
     assert!(ring.untouched(event, size_of::<WddmGpuRespEvent>()));
     assert_eq!(rig.requests(), (2, 1), "the repost was not counted refused");
 
     // The WAIT_EVENT itself is still posted, and answered when an event comes.
     rig.move_bar(0xd000_0000);
     let used = ring.used();
-    assert_eq!(
-        used[1],
-        (
-            u32::from(event.head),
-            u32::try_from(size_of::<WddmGpuRespEvent>()).unwrap()
-        )
-    );
+    assert_eq!(used[1], event.used_entry(size_of::<WddmGpuRespEvent>()));
     let answer: WddmGpuRespEvent = ring.response(event);
     assert_eq!(answer.kind, WDDM_GPU_EVENT_BAR_CHANGED);
 }
@@ -75,7 +66,7 @@ fn a_chain_with_a_buffer_in_the_vram_bar_is_completed_with_nothing_written() {
     rig.vram_write(0, &[0x5a; 1024]);
     let posted = ring.post_to(&display_info(), VRAM_GPA, 1024);
     rig.kick(CONTROL_QUEUE);
-    assert_eq!(ring.used(), [(u32::from(posted.head), 0)]);
+    assert_eq!(ring.used(), [posted.used_entry(0)]);
     assert!(
         rig.vram(0, 1024).iter().all(|&byte| byte == 0x5a),
         "VRAM written through a descriptor"

@@ -14,7 +14,7 @@ fn a_cursor_chain_is_consumed_with_zero_bytes_written() {
     let command = move_cursor(0, (10, 20));
     let posted = ring.post(command.as_bytes(), 64);
     rig.kick(CURSOR_QUEUE);
-    assert_eq!(ring.used(), [(u32::from(posted.head), 0)]);
+    assert_eq!(ring.used(), [posted.used_entry(0)]);
     assert!(ring.untouched(posted, 64));
     assert!(rig.called(CURSOR_QUEUE));
     assert_eq!(

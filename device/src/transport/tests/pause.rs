@@ -42,16 +42,12 @@ fn a_restart_where_the_ring_stopped_resumes_and_delivers_held_answers_in_order()
 
     rig.restart(stopped);
     let used = ring.wait_used(3);
-    let event_len = u32::try_from(size_of::<WddmGpuRespEvent>()).unwrap();
     assert_eq!(
         used,
         [
-            (u32::from(first.head), event_len),
-            (u32::from(second.head), event_len),
-            (
-                u32::from(submit.head),
-                u32::try_from(size_of::<WddmGpuRespSubmit>()).unwrap()
-            ),
+            first.used_entry(size_of::<WddmGpuRespEvent>()),
+            second.used_entry(size_of::<WddmGpuRespEvent>()),
+            submit.used_entry(size_of::<WddmGpuRespSubmit>()),
         ],
         "held answers first, in the order they completed, then the resumed copy"
     );

@@ -78,10 +78,7 @@ fn reset_device_drops_held_answers_and_running_work() {
 
     assert_eq!(
         ring.used(),
-        [(
-            u32::from(display.head),
-            u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
-        )],
+        [display.used_entry(size_of::<WddmGpuRespDisplayInfo>())],
         "a held or dropped answer was delivered, or the new request held"
     );
     assert_display_info(&ring, display);

@@ -224,6 +224,14 @@ pub struct Posted {
     pub response: u64,
 }
 
+impl Posted {
+    /// Its entry in the used ring once the device wrote `written` bytes into it, as
+    /// [`Ring::used`] lists it.
+    pub fn used_entry(self, written: usize) -> (u32, u32) {
+        (u32::from(self.head), u32::try_from(written).unwrap())
+    }
+}
+
 impl<'m> Ring<'m> {
     /// A new ring for `queue` (its indices and flags zero), laid out at that queue's place.
     pub fn new(mem: &'m GuestMemoryMmap, queue: u16) -> Self {

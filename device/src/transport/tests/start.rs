@@ -34,14 +34,8 @@ fn answers_in_order(event_idx: bool) {
     assert_eq!(
         ring.used(),
         [
-            (
-                u32::from(capset.head),
-                u32::try_from(size_of::<WddmGpuRespCapsetInfo>()).unwrap()
-            ),
-            (
-                u32::from(display.head),
-                u32::try_from(size_of::<WddmGpuRespDisplayInfo>()).unwrap()
-            ),
+            capset.used_entry(size_of::<WddmGpuRespCapsetInfo>()),
+            display.used_entry(size_of::<WddmGpuRespDisplayInfo>()),
         ]
     );
     let info: WddmGpuRespCapsetInfo = ring.response(capset);
