@@ -408,6 +408,17 @@
 #define WDDM_GPU_REQUIRED_FEATURES 4294967296
 
 /**
+ * Capability-set id of the GpuMmu geometry ([`WddmGpuMmuCaps`], the whole blob), offered as
+ * capset index 1 when the layout has a GpuMmu; next to the segment layout's 63.
+ */
+#define WDDM_GPU_MMU_CAPSET_ID 62
+
+/**
+ * Blob version of that capset.
+ */
+#define WDDM_GPU_MMU_CAPSET_VERSION 1
+
+/**
  * Bytes of one page-table entry.
  */
 #define WDDM_GPU_PTE_SIZE 8

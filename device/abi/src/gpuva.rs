@@ -28,6 +28,12 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+/// Capability-set id of the GpuMmu geometry ([`WddmGpuMmuCaps`], the whole blob), offered as
+/// capset index 1 when the layout has a GpuMmu; next to the segment layout's 63.
+pub const WDDM_GPU_MMU_CAPSET_ID: u32 = 62;
+/// Blob version of that capset.
+pub const WDDM_GPU_MMU_CAPSET_VERSION: u32 = 1;
+
 /// Bytes of one page-table entry.
 pub const WDDM_GPU_PTE_SIZE: u32 = 8;
 /// Entry bit: the entry is valid.
@@ -91,6 +97,41 @@ pub const WDDM_GPU_MMU_CAP_SYSMEM_64KB_PAGE: u32 = 1 << 9;
 pub const WDDM_GPU_MMU_CAP_INVALID_TLB_ENTRIES_NOT_CACHED: u32 = 1 << 10;
 /// The `DXGK_GPUMMUCAPS` flags the device honours; a layout may report any subset.
 pub const WDDM_GPU_MMU_CAPS_SUPPORTED: u32 = 0x0000_067f;
+
+/// The `DXGK_GPUMMUCAPS` member name of each flag the device honours, as a layout file
+/// writes them.
+/// cbindgen:ignore
+pub const GPUMMU_CAP_NAMES: [(&str, u32); 9] = [
+    ("ReadOnlyMemorySupported", WDDM_GPU_MMU_CAP_READ_ONLY),
+    ("NoExecuteMemorySupported", WDDM_GPU_MMU_CAP_NO_EXECUTE),
+    ("ZeroInPteSupported", WDDM_GPU_MMU_CAP_ZERO_IN_PTE),
+    (
+        "ExplicitPageTableInvalidation",
+        WDDM_GPU_MMU_CAP_EXPLICIT_PAGE_TABLE_INVALIDATION,
+    ),
+    (
+        "CacheCoherentMemorySupported",
+        WDDM_GPU_MMU_CAP_CACHE_COHERENT,
+    ),
+    (
+        "PageTableUpdateRequireAddressSpaceIdle",
+        WDDM_GPU_MMU_CAP_UPDATE_REQUIRES_IDLE,
+    ),
+    ("LargePageSupported", WDDM_GPU_MMU_CAP_LARGE_PAGE),
+    ("SysMem64KBPageSupported", WDDM_GPU_MMU_CAP_SYSMEM_64KB_PAGE),
+    (
+        "InvalidTlbEntriesNotCached",
+        WDDM_GPU_MMU_CAP_INVALID_TLB_ENTRIES_NOT_CACHED,
+    ),
+];
+
+/// The `DXGK_PAGETABLEUPDATEMODE` names a layout file writes, by value.
+/// cbindgen:ignore
+pub const PAGE_TABLE_UPDATE_MODE_NAMES: [(&str, u32); 3] = [
+    ("cpu_virtual", WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL),
+    ("gpu_virtual", WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL),
+    ("gpu_physical", WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL),
+];
 
 /// `DXGK_PAGETABLEUPDATE_CPU_VIRTUAL`: the KMD writes entries with the CPU.
 pub const WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL: u32 = 0;
@@ -321,6 +362,8 @@ mod tests {
             seen |= field;
         }
         assert_eq!(seen, u64::MAX);
+        let named = GPUMMU_CAP_NAMES.iter().fold(0, |bits, (_, bit)| bits | bit);
+        assert_eq!(named, WDDM_GPU_MMU_CAPS_SUPPORTED);
         assert_eq!(
             WDDM_GPU_MMU_CAPS_SUPPORTED,
             WDDM_GPU_MMU_CAP_READ_ONLY

@@ -21,7 +21,9 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
     VIRTIO_GPU_RESP_OK_NODATA,
 };
+use wddm_gpu_abi::gpuva::{WddmGpuMmuCaps, WDDM_GPU_MMU_CAPSET_ID, WDDM_GPU_MMU_CAPSET_VERSION};
 use wddm_gpu_abi::request::ControlCommand;
+use wddm_gpu_abi::size_of_u32;
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
@@ -46,9 +48,6 @@ pub struct PagingGpu {
 }
 
 impl PagingGpu {
-    /// Capability sets the GPU offers (the config space's `num_capsets`).
-    pub const CAPSETS: u32 = 1;
-
     /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
     /// writing every submission and packet to `trace`; starts its engine thread.
     pub fn start(
@@ -74,6 +73,12 @@ impl PagingGpu {
             notify,
             scheduler,
         })
+    }
+
+    /// Capability sets the GPU offers (the config space's `num_capsets`): the segment layout,
+    /// and the GpuMmu geometry when the layout has one.
+    pub fn capsets(&self) -> u32 {
+        1 + u32::from(self.layout.gpummu.is_some())
     }
 
     /// The segment layout.
@@ -204,8 +209,33 @@ impl PagingGpu {
                 response.extend(build_capset(&self.layout, &self.vram.wire_locator()));
                 response
             }
+            ControlCommand::GetCapsetInfo(1) if self.layout.gpummu.is_some() => {
+                WddmGpuRespCapsetInfo {
+                    hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
+                    capset_id: WDDM_GPU_MMU_CAPSET_ID,
+                    capset_max_version: WDDM_GPU_MMU_CAPSET_VERSION,
+                    capset_max_size: size_of_u32::<WddmGpuMmuCaps>(),
+                    padding: 0,
+                }
+                .as_bytes()
+                .to_vec()
+            }
+            ControlCommand::GetCapset { id, version }
+                if id == WDDM_GPU_MMU_CAPSET_ID && version == WDDM_GPU_MMU_CAPSET_VERSION =>
+            {
+                let Some(geometry) = &self.layout.gpummu else {
+                    crate::guest_warn!("GET_CAPSET for the GpuMmu capset: the layout has none");
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                };
+                let mut response = header(VIRTIO_GPU_RESP_OK_CAPSET);
+                response.extend_from_slice(geometry.caps().as_bytes());
+                response
+            }
             ControlCommand::GetCapsetInfo(index) => {
-                crate::guest_warn!("GET_CAPSET_INFO for index {index}: only index 0 exists");
+                crate::guest_warn!(
+                    "GET_CAPSET_INFO for index {index}: the device has {} capsets",
+                    self.capsets()
+                );
                 return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
             ControlCommand::GetCapset { id, version } => {

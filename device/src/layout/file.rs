@@ -3,7 +3,12 @@
 //! [`crate::layout::rules`]'s business.
 
 use serde::Deserialize;
+use wddm_gpu_abi::build::gpuva::{gpummu_caps, with_table_segment};
 use wddm_gpu_abi::caps::{WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0};
+use wddm_gpu_abi::gpuva::{
+    WddmGpuMmuCaps, GPUMMU_CAP_NAMES, PAGE_TABLE_UPDATE_MODE_NAMES,
+    WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL,
+};
 use wddm_gpu_abi::segment_flags::{SegmentFlags, SEGMENT_FLAG_NAMES};
 
 use crate::layout::DEFAULT_PAGING_BUFFER_SIZE;
@@ -22,6 +27,9 @@ pub struct LayoutSpec {
     pub paging_buffer_private_data_size: u64,
     /// Segments in file order (segment ids 1, 2, ...).
     pub segments: Vec<SegmentSpec>,
+    /// The `[gpummu]` table: the GpuMmu geometry as `DXGK_GPUMMUCAPS` and the level
+    /// descriptors will report it (sizes derived from the index bits).
+    pub gpummu: Option<WddmGpuMmuCaps>,
 }
 
 /// One `[[segments]]` table.
@@ -77,6 +85,19 @@ struct RawLayout {
     paging_buffer_private_data_size: Option<RawNumber>,
     #[serde(default)]
     segments: Vec<RawSegment>,
+    gpummu: Option<RawGpuMmu>,
+}
+
+/// `[gpummu]`: per-level lists run leaf first (level 0).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpuMmu {
+    index_bits: Vec<u32>,
+    update_mode: Option<String>,
+    flags: Option<RawFlags>,
+    table_segments: Option<Vec<u32>>,
+    paging_process_table_segments: Option<Vec<u32>>,
+    max_contexts: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -158,6 +179,87 @@ fn flags_value(raw: &RawFlags, field: &str) -> Result<u32, LayoutFileError> {
     }
 }
 
+fn gpummu_value(raw: &RawGpuMmu) -> Result<WddmGpuMmuCaps, LayoutFileError> {
+    let value_error = |field: &str, message: String| LayoutFileError::Value {
+        field: format!("gpummu.{field}"),
+        message,
+    };
+    let update_mode = match raw.update_mode.as_deref() {
+        None => WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL,
+        Some(name) => PAGE_TABLE_UPDATE_MODE_NAMES
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| {
+                value_error(
+                    "update_mode",
+                    format!("{name:?} is not cpu_virtual, gpu_virtual or gpu_physical"),
+                )
+            })?,
+    };
+    // The level count is checked by the rules; lists longer than the caps hold are refused here.
+    let levels = raw.index_bits.len();
+    let mut caps = gpummu_caps(&raw.index_bits, update_mode);
+    if levels > caps.levels.len() {
+        return Err(value_error(
+            "index_bits",
+            format!("{levels} levels, more than DXGK_MAX_PAGE_TABLE_LEVEL_COUNT (6)"),
+        ));
+    }
+    if let Some(flags) = &raw.flags {
+        caps.flags = match flags {
+            RawFlags::Value(value) => u32::try_from(*value).map_err(|_| {
+                value_error(
+                    "flags",
+                    format!("{value:#x} is not a 32-bit DXGK_GPUMMUCAPS value"),
+                )
+            })?,
+            RawFlags::Names(names) => names.iter().try_fold(0u32, |bits, name| {
+                let (_, bit) = GPUMMU_CAP_NAMES
+                    .iter()
+                    .find(|(known, _)| known == name)
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = GPUMMU_CAP_NAMES.iter().map(|(n, _)| *n).collect();
+                        value_error(
+                            "flags",
+                            format!(
+                                "{name:?} is not a DXGK_GPUMMUCAPS member the device honours ({})",
+                                known.join(", ")
+                            ),
+                        )
+                    })?;
+                Ok(bits | bit)
+            })?,
+        };
+    }
+    if let Some(segments) = &raw.table_segments {
+        if segments.len() != levels {
+            return Err(value_error(
+                "table_segments",
+                format!("{} entries for {levels} levels", segments.len()),
+            ));
+        }
+        for (level, &segment) in segments.iter().enumerate() {
+            caps = with_table_segment(caps, level, segment);
+        }
+    }
+    if let Some(segments) = &raw.paging_process_table_segments {
+        if segments.len() != levels {
+            return Err(value_error(
+                "paging_process_table_segments",
+                format!("{} entries for {levels} levels", segments.len()),
+            ));
+        }
+        for (desc, &segment) in caps.levels.iter_mut().zip(segments) {
+            desc.paging_process_page_table_segment_id = segment;
+        }
+    }
+    if let Some(max_contexts) = raw.max_contexts {
+        caps.max_contexts = max_contexts;
+    }
+    Ok(caps)
+}
+
 /// Parses layout-file text.
 pub fn parse_layout(text: &str) -> Result<LayoutSpec, LayoutFileError> {
     let raw: RawLayout = toml::from_str(text)
@@ -220,6 +322,7 @@ pub fn parse_layout(text: &str) -> Result<LayoutSpec, LayoutFileError> {
         )?
         .unwrap_or(0),
         segments,
+        gpummu: raw.gpummu.as_ref().map(gpummu_value).transpose()?,
     })
 }
 
@@ -304,6 +407,62 @@ mod tests {
                 "segments[0].flags",
             ),
             ("[[segments]]\nsize = 4096", "missing field `flags`"),
+        ];
+        for (text, expected) in cases {
+            let message = parse_layout(text).unwrap_err().to_string();
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_gpummu_table_becomes_the_caps_it_describes() {
+        let spec = parse_layout(
+            r#"
+            wddm = "2.0"
+            [[segments]]
+            flags = ["CpuVisible"]
+            size = "16MiB"
+            [gpummu]
+            index_bits = [9, 9, 9]
+            update_mode = "cpu_virtual"
+            flags = ["ReadOnlyMemorySupported", "ZeroInPteSupported"]
+            table_segments = [1, 0, 0]
+            max_contexts = 8
+            "#,
+        )
+        .unwrap();
+        let caps = spec.gpummu.unwrap();
+        assert_eq!(caps.page_table_level_count, 3);
+        assert_eq!(caps.virtual_address_bit_count, 39);
+        assert_eq!(caps.page_table_update_mode, 0);
+        assert_eq!(caps.flags, 0b101);
+        assert_eq!(caps.max_contexts, 8);
+        assert_eq!(caps.levels[0].page_table_segment_id, 1);
+        assert_eq!(caps.levels[0].paging_process_page_table_segment_id, 1);
+        assert_eq!(caps.levels[2].page_table_size_in_bytes, 4096);
+        assert_eq!(caps.levels[3], Default::default());
+        assert!(parse_layout("").unwrap().gpummu.is_none());
+    }
+
+    #[test]
+    fn gpummu_values_are_refused_by_name() {
+        let cases = [
+            ("[gpummu]\nindex_bits = [9, 9]\nupdate_mode = \"dma\"", "gpummu.update_mode: \"dma\""),
+            (
+                "[gpummu]\nindex_bits = [9, 9]\nflags = [\"DualPteSupported\"]",
+                "gpummu.flags: \"DualPteSupported\" is not a DXGK_GPUMMUCAPS member the device honours",
+            ),
+            (
+                "[gpummu]\nindex_bits = [9, 9]\ntable_segments = [0]",
+                "gpummu.table_segments: 1 entries for 2 levels",
+            ),
+            (
+                "[gpummu]\nindex_bits = [9, 9]\npaging_process_table_segments = [0, 0, 0]",
+                "gpummu.paging_process_table_segments: 3 entries for 2 levels",
+            ),
+            ("[gpummu]\nindex_bits = [1, 1, 1, 1, 1, 1, 1]", "gpummu.index_bits: 7 levels"),
+            ("[gpummu]\nindex_bits = [9, 9]\nroot = 1", "unknown field"),
+            ("[gpummu]\nupdate_mode = \"gpu_physical\"", "missing field `index_bits`"),
         ];
         for (text, expected) in cases {
             let message = parse_layout(text).unwrap_err().to_string();

@@ -2,6 +2,7 @@
 //! a segment GPU address resolves to storage.
 
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
+use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 use crate::support::span::Span;
@@ -61,6 +62,8 @@ pub struct SegmentLayout {
     pub paging_buffer_size: u32,
     /// `PagingBufferPrivateDataSize`.
     pub paging_buffer_private_data_size: u32,
+    /// The GpuMmu geometry (WDDM 2.0 layouts with `[gpummu]`), offered as its own capset.
+    pub gpummu: Option<MmuGeometry>,
 }
 
 /// Proof that [`SegmentLayout::resolve`] found a span inside one segment (only this module
@@ -152,6 +155,7 @@ impl SegmentLayout {
             paging_buffer_segment_id: 0,
             paging_buffer_size: DEFAULT_PAGING_BUFFER_SIZE,
             paging_buffer_private_data_size: 0,
+            gpummu: None,
         }
     }
 

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 use wddm_gpu_abi::caps::WDDM_GPU_WDDM_2_0;
 use wddm_gpu_abi::capset_rules::dxgk_structs;
+use wddm_gpu_abi::gpuva::{WddmGpuMmuCaps, GPUMMU_CAP_NAMES, PAGE_TABLE_UPDATE_MODE_NAMES};
 
 use crate::layout::rules::human;
 use crate::layout::{SegmentKind, SegmentLayout};
@@ -37,6 +38,122 @@ pub struct SegmentReport {
     pub banks: Vec<u64>,
 }
 
+/// One `DXGK_PAGE_TABLE_LEVEL_DESC` in `check-layout --json`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct PageTableLevelReport {
+    /// Level (0 = leaf).
+    pub level: u32,
+    /// `PageTableIndexBitCount`.
+    pub page_table_index_bit_count: u32,
+    /// `PageTableSegmentId`.
+    pub page_table_segment_id: u32,
+    /// `PagingProcessPageTableSegmentId`.
+    pub paging_process_page_table_segment_id: u32,
+    /// `PageTableSizeInBytes`.
+    pub page_table_size_in_bytes: u64,
+    /// `PageTableAlignmentInBytes`.
+    pub page_table_alignment_in_bytes: u64,
+}
+
+/// `DXGK_GPUMMUCAPS` in `check-layout --json`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct GpuMmuReport {
+    /// `Flags.Value`.
+    pub flags: u32,
+    /// Member names, `|`-joined.
+    pub flag_names: String,
+    /// `PageTableUpdateMode`.
+    pub page_table_update_mode: u32,
+    /// `VirtualAddressBitCount`.
+    pub virtual_address_bit_count: u32,
+    /// `LeafPageTableSizeFor64KPagesInBytes`.
+    pub leaf_page_table_size_for_64k_pages: u32,
+    /// `PageTableLevelCount`.
+    pub page_table_level_count: u32,
+    /// Contexts with GPU virtual addressing the device holds.
+    pub max_contexts: u32,
+    /// The levels, leaf first.
+    pub levels: Vec<PageTableLevelReport>,
+}
+
+impl GpuMmuReport {
+    fn new(caps: &WddmGpuMmuCaps) -> Self {
+        let names: Vec<&str> = GPUMMU_CAP_NAMES
+            .iter()
+            .filter(|(_, bit)| caps.flags & bit != 0)
+            .map(|(name, _)| *name)
+            .collect();
+        Self {
+            flags: caps.flags,
+            flag_names: names.join("|"),
+            page_table_update_mode: caps.page_table_update_mode,
+            virtual_address_bit_count: caps.virtual_address_bit_count,
+            leaf_page_table_size_for_64k_pages: caps.leaf_page_table_size_for_64k_pages,
+            page_table_level_count: caps.page_table_level_count,
+            max_contexts: caps.max_contexts,
+            levels: (0..caps.page_table_level_count)
+                .zip(&caps.levels)
+                .map(|(level, desc)| PageTableLevelReport {
+                    level,
+                    page_table_index_bit_count: desc.page_table_index_bit_count,
+                    page_table_segment_id: desc.page_table_segment_id,
+                    paging_process_page_table_segment_id: desc.paging_process_page_table_segment_id,
+                    page_table_size_in_bytes: desc.page_table_size_in_bytes,
+                    page_table_alignment_in_bytes: desc.page_table_alignment_in_bytes,
+                })
+                .collect(),
+        }
+    }
+
+    fn text(&self, out: &mut String) {
+        let mode = PAGE_TABLE_UPDATE_MODE_NAMES
+            .iter()
+            .find(|(_, value)| *value == self.page_table_update_mode)
+            .map_or("?", |(name, _)| name);
+        let _ = writeln!(out, "DXGK_GPUMMUCAPS (DXGKQAITYPE_GPUMMUCAPS)");
+        let _ = writeln!(
+            out,
+            "  Flags.Value                          {:#010x}  {}",
+            self.flags, self.flag_names
+        );
+        let _ = writeln!(
+            out,
+            "  PageTableUpdateMode                  {} ({mode})",
+            self.page_table_update_mode
+        );
+        let _ = writeln!(
+            out,
+            "  VirtualAddressBitCount               {}",
+            self.virtual_address_bit_count
+        );
+        let _ = writeln!(
+            out,
+            "  LeafPageTableSizeFor64KPagesInBytes  {:#x}",
+            self.leaf_page_table_size_for_64k_pages
+        );
+        let _ = writeln!(
+            out,
+            "  PageTableLevelCount                  {}",
+            self.page_table_level_count
+        );
+        let _ = writeln!(out, "  (contexts the device holds: {})", self.max_contexts);
+        for level in &self.levels {
+            let _ = writeln!(
+                out,
+                "DXGK_PAGE_TABLE_LEVEL_DESC level {} (DXGKQAITYPE_PAGETABLELEVELDESC, LevelIndex {}): \
+                 IndexBits {}, SegmentId {}, PagingProcessSegmentId {}, SizeInBytes {:#x}, AlignmentInBytes {:#x}",
+                level.level,
+                level.level,
+                level.page_table_index_bit_count,
+                level.page_table_segment_id,
+                level.paging_process_page_table_segment_id,
+                level.page_table_size_in_bytes,
+                level.page_table_alignment_in_bytes
+            );
+        }
+    }
+}
+
 /// `check-layout --json`.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct LayoutReport {
@@ -54,6 +171,8 @@ pub struct LayoutReport {
     pub paging_buffer_size: u32,
     /// `PagingBufferPrivateDataSize`.
     pub paging_buffer_private_data_size: u32,
+    /// The GpuMmu geometry, when the layout has one.
+    pub gpummu: Option<GpuMmuReport>,
 }
 
 impl LayoutReport {
@@ -93,6 +212,10 @@ impl LayoutReport {
             paging_buffer_segment_id: layout.paging_buffer_segment_id,
             paging_buffer_size: layout.paging_buffer_size,
             paging_buffer_private_data_size: layout.paging_buffer_private_data_size,
+            gpummu: layout
+                .gpummu
+                .as_ref()
+                .map(|geometry| GpuMmuReport::new(geometry.caps())),
         }
     }
 
@@ -173,6 +296,9 @@ impl LayoutReport {
             "PagingBufferPrivateDataSize {}",
             self.paging_buffer_private_data_size
         );
+        if let Some(gpummu) = &self.gpummu {
+            gpummu.text(&mut out);
+        }
         out
     }
 }
@@ -201,5 +327,33 @@ mod tests {
         let text = LayoutReport::new(&wddm2, 256 << 20).text();
         assert!(text.starts_with("DXGK_QUERYSEGMENTOUT4 (WDDM 2.0, DXGK_SEGMENTDESCRIPTOR4)"));
         assert!(!text.contains("NbOfBanks"));
+        assert!(!text.contains("DXGK_GPUMMUCAPS"));
+    }
+
+    #[test]
+    fn a_gpummu_layout_reports_its_caps_and_every_level() {
+        use wddm_gpu_abi::build::gpuva::gpummu_caps;
+        use wddm_gpu_abi::gpummu_rules::validate_gpummu;
+        use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL;
+
+        let mut layout = SegmentLayout::default_for_vram(256 << 20);
+        layout.wddm_version = WDDM_GPU_WDDM_2_0;
+        let caps = gpummu_caps(&[9, 9, 9, 9], WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL);
+        layout.gpummu = Some(validate_gpummu(&caps, &[4, 0x11]).unwrap());
+        let report = LayoutReport::new(&layout, 256 << 20);
+        let text = report.text();
+        assert!(text.contains("  PageTableUpdateMode                  2 (gpu_physical)\n"));
+        assert!(text.contains("  VirtualAddressBitCount               48\n"));
+        assert!(text.contains(
+            "level 3 (DXGKQAITYPE_PAGETABLELEVELDESC, LevelIndex 3): IndexBits 9, SegmentId 0"
+        ));
+        assert!(text.contains("InvalidTlbEntriesNotCached"));
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["gpummu"]["page_table_level_count"], 4);
+        assert_eq!(
+            json["gpummu"]["levels"][0]["page_table_size_in_bytes"],
+            4096
+        );
+        assert_eq!(json["gpummu"]["levels"].as_array().unwrap().len(), 4);
     }
 }

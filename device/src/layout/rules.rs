@@ -14,6 +14,7 @@ use wddm_gpu_abi::caps::{
     WDDM_GPU_MAX_SEGMENTS_WDDM_1_3, WDDM_GPU_MAX_SEGMENTS_WDDM_2_0, WDDM_GPU_WDDM_2_0,
 };
 use wddm_gpu_abi::capset_rules::{segment_page_size, validate_capset, CapsetError};
+use wddm_gpu_abi::gpummu_rules::{validate_gpummu, GpuMmuRule, MmuGeometry};
 use wddm_gpu_abi::segment_flags::{
     SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK, SEGMENT_FLAGS_WDDM2_ONLY_MASK,
 };
@@ -166,6 +167,10 @@ pub enum Rule {
     Wddm2ApertureCount(usize),
     /// The capset this layout would publish breaks a wire rule the guest checks.
     Capset(CapsetError),
+    /// `[gpummu]` in a WDDM 1.3 layout: GPU virtual addressing is WDDM 2.0 and later.
+    GpuMmuNeedsWddm2,
+    /// The `[gpummu]` geometry breaks a rule.
+    GpuMmu(GpuMmuRule),
 }
 
 impl Rule {
@@ -194,6 +199,8 @@ impl Rule {
             PagingBufferPrivateDataSize(_) => "paging_buffer_private_data_size",
             Wddm2ApertureCount(_) => "wddm, segments",
             Capset(_) => "capset",
+            GpuMmuNeedsWddm2 => "wddm, gpummu",
+            GpuMmu(_) => "gpummu",
             _ => "flags",
         }
     }
@@ -245,6 +252,8 @@ impl fmt::Display for Rule {
             PagingBufferPrivateDataSize(size) => write!(f, "PagingBufferPrivateDataSize {size:#x} must fit in 32 bits"),
             Wddm2ApertureCount(count) => write!(f, "{count} aperture segments, but WDDM 2.0 drivers report exactly one"),
             Capset(error) => write!(f, "the published capset would be refused: {error}"),
+            GpuMmuNeedsWddm2 => write!(f, "GPU virtual addressing (DXGK_GPUMMUCAPS) exists from WDDM 2.0 on: set wddm = \"2.0\" or drop [gpummu]"),
+            GpuMmu(rule) => write!(f, "{rule}"),
         }
     }
 }
@@ -539,6 +548,10 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
             },
         });
     }
+    let gpummu = spec
+        .gpummu
+        .as_ref()
+        .and_then(|caps| gpummu_rules(caps, spec, wddm2, &mut violations));
     if !violations.is_empty() {
         return Err(violations);
     }
@@ -550,9 +563,33 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
         paging_buffer_size: u32::try_from(spec.paging_buffer_size).unwrap_or(u32::MAX),
         paging_buffer_private_data_size: u32::try_from(spec.paging_buffer_private_data_size)
             .unwrap_or(u32::MAX),
+        gpummu,
     };
     published_capset_rules(&layout, bar_size)?;
     Ok(layout)
+}
+
+/// The `[gpummu]` geometry, checked by the one validator the guest uses too.
+fn gpummu_rules(
+    caps: &wddm_gpu_abi::gpuva::WddmGpuMmuCaps,
+    spec: &LayoutSpec,
+    wddm2: bool,
+    violations: &mut Vec<Violation>,
+) -> Option<MmuGeometry> {
+    let rule = if wddm2 {
+        let flags: Vec<u32> = spec.segments.iter().map(|segment| segment.flags).collect();
+        match validate_gpummu(caps, &flags) {
+            Ok(geometry) => return Some(geometry),
+            Err(rule) => Rule::GpuMmu(rule),
+        }
+    } else {
+        Rule::GpuMmuNeedsWddm2
+    };
+    violations.push(Violation {
+        segment: None,
+        rule,
+    });
+    None
 }
 
 /// The capset the device will publish for `layout` must pass the guest's validator. Before the

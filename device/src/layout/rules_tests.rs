@@ -1,7 +1,10 @@
 //! One test case per rule: a valid layout with exactly that rule broken must report exactly
 //! that violation (Agp alone also breaks "no AGP aperture", which is inherent).
 
+use wddm_gpu_abi::build::gpuva::{gpummu_caps, with_table_segment};
 use wddm_gpu_abi::caps::{WDDM_GPU_WDDM_1_3, WDDM_GPU_WDDM_2_0};
+use wddm_gpu_abi::gpummu_rules::TableOwner;
+use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL;
 
 use super::*;
 use crate::layout::file::parse_layout;
@@ -40,6 +43,7 @@ fn base() -> LayoutSpec {
             memory(&["Aperture", "CacheCoherent"], 512 * MIB),
             memory(&[], 64 * MIB),
         ],
+        gpummu: None,
     }
 }
 
@@ -545,4 +549,59 @@ fn every_valid_layout_publishes_a_capset_the_guest_accepts() {
         violations[0].rule.to_string(),
         "the published capset would be refused: segment #1: commit_limit 0x20001000 exceeds size 0x20000000"
     );
+}
+
+#[test]
+fn gpummu_needs_wddm2_and_a_geometry_that_passes_the_guest_validator() {
+    let caps = gpummu_caps(&[9, 9, 9], WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL);
+    let on_wddm13 = LayoutSpec {
+        gpummu: Some(caps),
+        ..base()
+    };
+    check(
+        "gpummu on 1.3",
+        on_wddm13,
+        &[(None, Rule::GpuMmuNeedsWddm2)],
+    );
+    // Segment 2 is the aperture: no page table may live there.
+    let in_aperture = LayoutSpec {
+        gpummu: Some(with_table_segment(caps, 0, 2)),
+        ..base_wddm2()
+    };
+    let rule = GpuMmuRule::TableSegment {
+        level: 0,
+        owner: TableOwner::Process,
+        segment: 2,
+    };
+    check(
+        "table in the aperture",
+        in_aperture.clone(),
+        &[(None, Rule::GpuMmu(rule))],
+    );
+    let lines: Vec<String> = validate(&in_aperture, BAR)
+        .unwrap_err()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    assert_eq!(
+        lines,
+        ["layout (gpummu): level 0: page_table_segment_id 2 is neither 0 (system memory) nor a memory segment"]
+    );
+    let layout = validate(
+        &LayoutSpec {
+            gpummu: Some(with_table_segment(caps, 0, 1)),
+            ..base_wddm2()
+        },
+        BAR,
+    )
+    .unwrap();
+    let geometry = layout.gpummu.unwrap();
+    assert_eq!(
+        geometry
+            .level(0)
+            .unwrap()
+            .table_segment(TableOwner::Process),
+        1
+    );
+    assert_eq!(geometry.address_bits(), 39);
 }

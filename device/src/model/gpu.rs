@@ -85,7 +85,7 @@ impl Gpu {
     pub fn config(&self) -> WddmGpuConfig {
         WddmGpuConfig {
             num_scanouts: self.scanouts,
-            num_capsets: PagingGpu::CAPSETS,
+            num_capsets: self.paging.capsets(),
             ..Default::default()
         }
     }
