@@ -107,3 +107,328 @@ fn without_gpummu_the_device_offers_one_capset_and_refuses_capset_62() {
     );
     assert_eq!(capset.hdr().type_, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
 }
+
+// ---- Contexts, the virtual node and the page-table packets, end to end. ----
+
+use wddm_gpu_abi::build::gpuva::{
+    create_context, flush_tlb, pte, reset_engine, set_root_page_table, submit_virtual,
+    virtual_copy, virtual_fill, virtual_signal,
+};
+use wddm_gpu_abi::build::DmaBufferBuilder;
+use wddm_gpu_abi::context::{
+    WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB,
+    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+    WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+};
+use wddm_gpu_abi::ctrl::{VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
+use wddm_gpu_abi::gpuva::{
+    WDDM_GPU_MMU_ACCESS_READ, WDDM_GPU_MMU_ACCESS_WRITE, WDDM_GPU_MMU_FAULT_NOT_PRESENT,
+    WDDM_GPU_MMU_FAULT_READ_ONLY, WDDM_GPU_MMU_FAULT_ROOT_OVERRUN, WDDM_GPU_PTE_READ_ONLY,
+};
+use wddm_gpu_abi::status::{
+    WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_EVENT_STALE_TRANSLATION,
+    WDDM_GPU_PAGE_FAULT_OFFSET,
+};
+use wddm_gpu_abi::submit::SubmitStatus;
+use wddm_gpu_frontend_kit::harness::{DMA_BUFFER, PAGE, PAGE_USIZE, STATUS_PAGE};
+use wddm_gpu_frontend_kit::page_tables::PageTables;
+use wddm_gpu_frontend_kit::pattern::pattern;
+use wddm_gpu_frontend_kit::requests::submit_command;
+use zerocopy::IntoBytes;
+
+/// Directories in guest RAM from 16 MiB, leaf tables in VRAM from 8 MiB, entry arrays in RAM
+/// from 24 MiB; data pages in RAM from 32 MiB.
+const RAM_TABLES: std::ops::Range<u64> = 0x100_0000..0x180_0000;
+const VRAM_TABLES: std::ops::Range<u64> = 0x80_0000..0xa0_0000;
+const ARRAYS: std::ops::Range<u64> = 0x180_0000..0x200_0000;
+const DATA_PAGES: u64 = 0x200_0000;
+/// The virtual DMA buffer's page and the monitored fence's page, in RAM.
+const DMA_PAGE: u64 = 0x3f0_0000;
+const FENCE_PAGE: u64 = 0x3f1_0000;
+
+const VA_SOURCE: u64 = 0x12_3400_0000;
+const VA_DESTINATION: u64 = 0x187_0000_0000;
+const VA_DMA: u64 = 0x40_0000;
+const VA_FENCE: u64 = 0x50_0000;
+const CONTEXT: u32 = 3;
+
+fn tables() -> PageTables {
+    PageTables::new(
+        &[9, 9, 9, 9],
+        &[1, 0, 0, 0],
+        RAM_TABLES,
+        VRAM_TABLES,
+        ARRAYS,
+    )
+}
+
+/// Writes the pending updates and runs them on the paging node.
+fn apply(h: &mut Harness, tables: &mut PageTables, fence: u32) {
+    let pending = tables.take();
+    for (address, bytes) in &pending.arrays {
+        h.write_ram(*address, bytes);
+    }
+    let packets = pending.packets.bytes();
+    assert!(packets.len() <= 0x1_0000, "paging buffer too large");
+    h.write_ram(DMA_BUFFER, packets);
+    let done = h.submit(&submit_command(
+        DMA_BUFFER,
+        u32::try_from(packets.len()).unwrap(),
+        fence,
+    ));
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+}
+
+fn ok_nodata(h: &mut Harness, request: &[u8]) {
+    let reply = h.request(request, BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_NODATA, "{reply:?}");
+}
+
+/// Scattered RAM data page `i` (a permutation, so no two neighbours are adjacent).
+fn data_page(i: u64) -> u64 {
+    DATA_PAGES + ((i * 7) % 64) * PAGE
+}
+
+/// A GPU with the GpuMmu layout, context `CONTEXT` on the virtual node (checking mode as
+/// asked) bound to a root whose tables map 16 scattered RAM pages at `VA_SOURCE`, 20 VRAM pages
+/// at `VA_DESTINATION`, the DMA page and the fence page.
+fn mapped_gpu(name: &str, flags: u32) -> (Harness, PageTables) {
+    let mut h = backend_with_layout(name, GPUMMU_LAYOUT);
+    let mut tables = tables();
+    let source: Vec<u64> = (0..16).map(|i| pte(0, data_page(i), 0)).collect();
+    tables.map(VA_SOURCE, &source);
+    let destination: Vec<u64> = (0..20).map(|i| pte(1, 0x10_0000 + i * PAGE, 0)).collect();
+    tables.map(VA_DESTINATION, &destination);
+    tables.map(VA_DMA, &[pte(0, DMA_PAGE, 0)]);
+    tables.map(VA_FENCE, &[pte(0, FENCE_PAGE, 0)]);
+    apply(&mut h, &mut tables, 1);
+    ok_nodata(
+        &mut h,
+        create_context(CONTEXT, WDDM_GPU_NODE_VIRTUAL, flags).as_bytes(),
+    );
+    ok_nodata(
+        &mut h,
+        set_root_page_table(CONTEXT, tables.root(), tables.root_entries()).as_bytes(),
+    );
+    (h, tables)
+}
+
+/// Writes `packets` into the DMA page and runs them on the virtual node.
+fn run_virtual(
+    h: &mut Harness,
+    packets: &DmaBufferBuilder,
+    fence: u32,
+) -> WddmGpuRespSubmitVirtual {
+    h.write_ram(DMA_PAGE, packets.bytes());
+    let cmd = submit_virtual(CONTEXT, VA_DMA, packets.len(), fence);
+    let reply = h.request(cmd.as_bytes(), BUFFER_SIZE);
+    assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_SUBMIT_VIRTUAL, "{reply:?}");
+    reply.exact()
+}
+
+#[test]
+fn copy_fill_and_signal_through_gpu_virtual_addresses() {
+    let (mut h, _tables) = mapped_gpu("gpummu-copy", 0);
+    let data = pattern(0x5eed, 16 * PAGE_USIZE);
+    for (i, page) in data.chunks(PAGE_USIZE).enumerate() {
+        h.write_ram(data_page(i as u64), page);
+    }
+    let event = h.post_wait_event();
+    let mut packets = DmaBufferBuilder::new();
+    packets.push(&virtual_copy(
+        16 * PAGE - 100,
+        VA_SOURCE + 100,
+        VA_DESTINATION,
+    ));
+    packets.push(&virtual_fill(
+        0xa1b2_c3d4,
+        4 * PAGE - 2,
+        VA_DESTINATION + 16 * PAGE,
+    ));
+    packets.push(&virtual_signal(VA_FENCE + 8, 0x1234_5678_9abc));
+    let done = run_virtual(&mut h, &packets, 77);
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+    assert_eq!(done.submission_fence_id, 77);
+    assert_eq!(done.packets_completed, 3);
+    assert_eq!(done.bytes_transferred, 20 * PAGE - 102);
+    // Every byte: the copy landed in VRAM offset 0x10_0000 on, the fill after it.
+    assert_eq!(h.read_vram(0x10_0000, data.len() - 100), &data[100..]);
+    let filled = h.read_vram(0x10_0000 + 16 * PAGE, 4 * PAGE_USIZE);
+    let want: Vec<u8> = 0xa1b2_c3d4u32
+        .to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(4 * PAGE_USIZE - 2)
+        .collect();
+    assert_eq!(&filled[..want.len()], &want[..]);
+    assert_eq!(
+        &filled[want.len()..],
+        &[0, 0],
+        "the fill wrote past its length"
+    );
+    let fence = h.read_ram(FENCE_PAGE + 8, 8);
+    assert_eq!(
+        u64::from_le_bytes(fence.try_into().unwrap()),
+        0x1234_5678_9abc
+    );
+    let signalled = h.wait_event(event);
+    assert_eq!(signalled.kind, WDDM_GPU_EVENT_MONITORED_FENCE);
+    assert_eq!(
+        (signalled.fence_address, signalled.fence_value),
+        (VA_FENCE + 8, 0x1234_5678_9abc)
+    );
+}
+
+fn page_fault(done: &WddmGpuRespSubmitVirtual) -> WddmGpuPageFaultRecord {
+    assert_eq!(done.status, SubmitStatus::PageFault as u32, "{done:?}");
+    done.page_fault
+}
+
+#[test]
+fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
+    let (mut h, mut tables) = mapped_gpu("gpummu-fault", 0);
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let event = h.post_wait_event();
+    // Page 16 of the source range was never mapped: its leaf slot is invalid.
+    let unmapped = VA_SOURCE + 16 * PAGE + 8;
+    let mut packets = DmaBufferBuilder::new();
+    packets.push(&virtual_fill(0, 64, VA_DESTINATION));
+    packets.push(&virtual_copy(64, unmapped, VA_DESTINATION));
+    let done = run_virtual(&mut h, &packets, 90);
+    let record = page_fault(&done);
+    assert_eq!(done.packets_completed, 1);
+    // The FILL before it is 32 bytes.
+    assert_eq!(done.fault_packet_offset, 32);
+    assert_eq!(record.fault.virtual_address, unmapped);
+    assert_eq!(record.fault.kind, WDDM_GPU_MMU_FAULT_NOT_PRESENT);
+    assert_eq!(record.fault.page_table_level, 0);
+    assert_eq!(record.fault.access, WDDM_GPU_MMU_ACCESS_READ);
+    assert_eq!(
+        (
+            record.fence_id,
+            record.context_id,
+            record.node_ordinal,
+            record.packet_offset
+        ),
+        (90, CONTEXT, WDDM_GPU_NODE_VIRTUAL, 32)
+    );
+    assert_eq!(record.flags, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED);
+    assert_eq!(record.sequence, 1);
+    // The same record in the event and on the status page (node 1's slot).
+    let delivered = h.wait_event(event);
+    assert_eq!(delivered.kind, WDDM_GPU_EVENT_PAGE_FAULT);
+    assert_eq!(delivered.page_fault, record);
+    let slot = STATUS_PAGE
+        + u64::from(WDDM_GPU_PAGE_FAULT_OFFSET)
+        + u64::from(WDDM_GPU_NODE_VIRTUAL) * size_of::<WddmGpuPageFaultRecord>() as u64;
+    let on_page = WddmGpuPageFaultRecord::read_from_bytes(
+        &h.read_ram(slot, size_of::<WddmGpuPageFaultRecord>()),
+    )
+    .unwrap();
+    assert_eq!(on_page, record);
+
+    // The node refuses work until it is reset; the paging node keeps working meanwhile.
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(0x0101_0101, 16, VA_DESTINATION));
+    assert_eq!(
+        run_virtual(&mut h, &fill, 91).status,
+        SubmitStatus::NodeFaulted as u32
+    );
+    tables.map(
+        VA_SOURCE + 16 * PAGE,
+        &[pte(0, data_page(40), WDDM_GPU_PTE_READ_ONLY)],
+    );
+    apply(&mut h, &mut tables, 2);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    assert_eq!(
+        run_virtual(&mut h, &fill, 92).status,
+        SubmitStatus::Ok as u32
+    );
+    assert_eq!(h.read_vram(0x10_0000, 16), vec![1; 16]);
+
+    // A write through the read-only page just mapped: its own kind, with the write flag.
+    let mut write = DmaBufferBuilder::new();
+    write.push(&virtual_copy(8, VA_DESTINATION, VA_SOURCE + 16 * PAGE));
+    let record = page_fault(&run_virtual(&mut h, &write, 93));
+    assert_eq!(record.fault.kind, WDDM_GPU_MMU_FAULT_READ_ONLY);
+    assert_eq!(record.fault.access, WDDM_GPU_MMU_ACCESS_WRITE);
+    assert_eq!(
+        record.flags,
+        WDDM_GPU_PAGE_FAULT_FLAG_WRITE | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED
+    );
+    assert_eq!(record.sequence, 2);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+
+    // A root bound with one entry: the source VA's root index is past it.
+    ok_nodata(
+        &mut h,
+        set_root_page_table(CONTEXT, tables.root(), 1).as_bytes(),
+    );
+    let record = page_fault(&run_virtual(&mut h, &fill, 94));
+    // The DMA buffer itself is at root index 0; the destination VA is at index 3.
+    assert_eq!(record.fault.kind, WDDM_GPU_MMU_FAULT_ROOT_OVERRUN);
+    assert_eq!(record.fault.page_table_level, 3);
+    assert_eq!(record.fault.virtual_address, VA_DESTINATION);
+}
+
+#[test]
+fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
+    let (mut h, mut tables) = mapped_gpu("gpummu-checking", WDDM_GPU_CONTEXT_FLAG_CHECK_TLB);
+    let old = pattern(1, PAGE_USIZE);
+    let new = pattern(2, PAGE_USIZE);
+    h.write_ram(data_page(0), &old);
+    h.write_ram(data_page(50), &new);
+    let mut copy = DmaBufferBuilder::new();
+    copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
+    assert_eq!(
+        run_virtual(&mut h, &copy, 1).status,
+        SubmitStatus::Ok as u32
+    );
+    assert!(h.read_vram(0x10_0000, PAGE_USIZE) == old);
+
+    // The KMD remaps the source page and "forgets" FLUSH_TLB.
+    tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]);
+    apply(&mut h, &mut tables, 2);
+    let event = h.post_wait_event();
+    assert_eq!(
+        run_virtual(&mut h, &copy, 3).status,
+        SubmitStatus::Ok as u32
+    );
+    // Served from the cache, as hardware would: the old page was copied again.
+    assert!(
+        h.read_vram(0x10_0000, PAGE_USIZE) == old,
+        "the stale translation was not served"
+    );
+    let stale = h.wait_event(event);
+    assert_eq!(stale.kind, WDDM_GPU_EVENT_STALE_TRANSLATION);
+    assert_eq!(stale.stale.virtual_address, VA_SOURCE);
+    assert_eq!(stale.stale.page_table_level, 0);
+    assert_eq!(stale.stale.context_id, CONTEXT);
+    assert_eq!(stale.stale.cached_entry, pte(0, data_page(0), 0));
+    assert_eq!(stale.stale.memory_entry, pte(0, data_page(50), 0));
+    assert!(h
+        .backend
+        .log()
+        .contains("stale translation served for GPU VA"));
+
+    // With the flush, the new page is read and nothing is stale.
+    let mut flush = DmaBufferBuilder::new();
+    flush.push(&flush_tlb(tables.root(), Some(VA_SOURCE..VA_SOURCE + PAGE)));
+    h.write_ram(DMA_BUFFER, flush.bytes());
+    let flushed = h.submit(&submit_command(DMA_BUFFER, flush.len(), 4));
+    assert_eq!(flushed.status, SubmitStatus::Ok as u32);
+    let quiet = h.post_wait_event();
+    assert_eq!(
+        run_virtual(&mut h, &copy, 5).status,
+        SubmitStatus::Ok as u32
+    );
+    assert!(
+        h.read_vram(0x10_0000, PAGE_USIZE) == new,
+        "the flush was not seen"
+    );
+    assert!(!h.is_answered(&quiet), "no event after a flushed change");
+}

@@ -166,7 +166,8 @@ fn stats_renders_a_running_backend_through_the_default_path() {
     assert!(output.status.success(), "{}", stderr(&output));
     let json: Json = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(json["submissions"]["count"], 0);
-    assert_eq!(json["packets"].as_array().unwrap().len(), 10);
+    // Every packet kind and "unknown".
+    assert_eq!(json["packets"].as_array().unwrap().len(), 12);
     assert_eq!(json["segments"].as_array().unwrap().len(), 3);
     assert_eq!(json["queue_depth"]["current"], 0);
 

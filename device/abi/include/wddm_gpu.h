@@ -108,6 +108,71 @@
 #define WDDM_GPU_NO_BAR_OFFSET UINT64_MAX
 
 /**
+ * The paging node.
+ */
+#define WDDM_GPU_NODE_PAGING 0
+
+/**
+ * The virtual engine node.
+ */
+#define WDDM_GPU_NODE_VIRTUAL 1
+
+/**
+ * Nodes of the device.
+ */
+#define WDDM_GPU_NODE_COUNT 2
+
+/**
+ * CREATE_CONTEXT flags bit: the checking mode, which walks the tables again whenever a cached
+ * translation is served and reports one memory no longer agrees with (a skipped FLUSH_TLB).
+ */
+#define WDDM_GPU_CONTEXT_FLAG_CHECK_TLB (1 << 0)
+
+/**
+ * Every CREATE_CONTEXT flag the device knows.
+ */
+#define WDDM_GPU_CONTEXT_FLAGS_KNOWN WDDM_GPU_CONTEXT_FLAG_CHECK_TLB
+
+/**
+ * `DXGK_PAGE_FAULT_WRITE`.
+ */
+#define WDDM_GPU_PAGE_FAULT_FLAG_WRITE 1
+
+/**
+ * `DXGK_PAGE_FAULT_FENCE_INVALID`.
+ */
+#define WDDM_GPU_PAGE_FAULT_FLAG_FENCE_INVALID 2
+
+/**
+ * `DXGK_PAGE_FAULT_ENGINE_RESET_REQUIRED`: the node refuses work until RESET_ENGINE.
+ */
+#define WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED 8
+
+/**
+ * `DXGK_FAULT_ERROR_CODE` with `IsDeviceSpecificCode` 0 and general code
+ * `DXGK_GENERAL_ERROR_PAGE_FAULT` (0): the OS reads the VA and level.
+ */
+#define WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT 0
+
+/**
+ * Virtual-node packet: copy `length` bytes from `source` to `destination`, both GPU virtual
+ * addresses ([`WddmGpuVirtualCopy`]).
+ */
+#define WDDM_GPU_VOP_COPY 257
+
+/**
+ * Virtual-node packet: fill `length` bytes at `destination` with a 32-bit pattern
+ * ([`WddmGpuVirtualFill`]).
+ */
+#define WDDM_GPU_VOP_FILL 258
+
+/**
+ * Virtual-node packet: write a 64-bit value at a GPU virtual address and raise a
+ * MONITORED_FENCE event (a monitored fence signal, [`WddmGpuVirtualSignal`]).
+ */
+#define WDDM_GPU_VOP_SIGNAL 259
+
+/**
  * `VIRTIO_GPU_CMD_GET_DISPLAY_INFO`: answered with no enabled scanout (render-only device).
  */
 #define VIRTIO_GPU_CMD_GET_DISPLAY_INFO 256
@@ -193,6 +258,37 @@
  * from the next vblank on.
  */
 #define WDDM_GPU_CMD_SET_SCANOUT_VRAM 32774
+
+/**
+ * Create a context on a node ([`crate::context::WddmGpuCmdCreateContext`]).
+ */
+#define WDDM_GPU_CMD_CREATE_CONTEXT 32775
+
+/**
+ * Destroy a context ([`crate::context::WddmGpuCmdDestroyContext`]).
+ */
+#define WDDM_GPU_CMD_DESTROY_CONTEXT 32776
+
+/**
+ * Bind a context's root page table ([`crate::context::WddmGpuCmdSetRootPageTable`]).
+ */
+#define WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE 32777
+
+/**
+ * Run a DMA buffer at a GPU virtual address on the virtual node
+ * ([`crate::context::WddmGpuCmdSubmitVirtual`]).
+ */
+#define WDDM_GPU_CMD_SUBMIT_VIRTUAL 32778
+
+/**
+ * Reset a node ([`crate::context::WddmGpuCmdResetEngine`]).
+ */
+#define WDDM_GPU_CMD_RESET_ENGINE 32779
+
+/**
+ * Response type of SUBMIT_VIRTUAL ([`crate::context::WddmGpuRespSubmitVirtual`]).
+ */
+#define WDDM_GPU_RESP_SUBMIT_VIRTUAL 36868
 
 /**
  * Response type of a completed WAIT_EVENT.
@@ -713,6 +809,45 @@
 #define WDDM_GPU_OP_MAP_APERTURE2 9
 
 /**
+ * UPDATE_PAGE_TABLE: write entries into one page table at a physical address (WDDM 2.x,
+ * GPU_PHYSICAL updates; [`WddmGpuPacketUpdatePageTable`]).
+ */
+#define WDDM_GPU_OP_UPDATE_PAGE_TABLE 10
+
+/**
+ * FLUSH_TLB: drop cached translations of the address spaces under one root
+ * ([`WddmGpuPacketFlushTlb`]).
+ */
+#define WDDM_GPU_OP_FLUSH_TLB 11
+
+/**
+ * UPDATE_PAGE_TABLE flags bit: `DXGK_UPDATEPAGETABLEFLAGS.Repeat`: `entry` is written to every
+ * slot.
+ */
+#define WDDM_GPU_UPDATE_FLAG_REPEAT (1 << 0)
+
+/**
+ * `DXGK_UPDATEPAGETABLEFLAGS.InitialUpdate` (counted).
+ */
+#define WDDM_GPU_UPDATE_FLAG_INITIAL_UPDATE (1 << 1)
+
+/**
+ * `DXGK_UPDATEPAGETABLEFLAGS.NotifyEviction` (counted).
+ */
+#define WDDM_GPU_UPDATE_FLAG_NOTIFY_EVICTION (1 << 2)
+
+/**
+ * `DXGK_UPDATEPAGETABLEFLAGS.Use64KBPages`: the table is a leaf of 64 KiB pages (1/16 of the
+ * entries).
+ */
+#define WDDM_GPU_UPDATE_FLAG_USE_64KB_PAGES (1 << 3)
+
+/**
+ * Every UPDATE_PAGE_TABLE flag the device knows.
+ */
+#define WDDM_GPU_UPDATE_FLAGS_KNOWN 15
+
+/**
  * MAP flags bit: `DXGK_MAPAPERTUREFLAGS.CacheCoherent`.
  */
 #define WDDM_GPU_MAP_FLAG_CACHE_COHERENT (1 << 0)
@@ -1103,6 +1238,30 @@
 #define WDDM_GPU_EVENT_VBLANK 5
 
 /**
+ * `WddmGpuRespEvent::kind`: a node page-faulted; `page_fault` holds the record (also on the
+ * status page at [`WDDM_GPU_PAGE_FAULT_OFFSET`]).
+ */
+#define WDDM_GPU_EVENT_PAGE_FAULT 6
+
+/**
+ * `WddmGpuRespEvent::kind`: a SIGNAL packet wrote a monitored fence; `fence_value` holds the
+ * value and `fence_address` the GPU virtual address.
+ */
+#define WDDM_GPU_EVENT_MONITORED_FENCE 7
+
+/**
+ * `WddmGpuRespEvent::kind`: the checking mode found a stale translation; `stale` holds it.
+ */
+#define WDDM_GPU_EVENT_STALE_TRANSLATION 8
+
+/**
+ * Offset in the status page of the latest page-fault record of each node
+ * (`WDDM_GPU_NODE_COUNT` [`crate::context::WddmGpuPageFaultRecord`]s, by node ordinal), after
+ * the fault ring.
+ */
+#define WDDM_GPU_PAGE_FAULT_OFFSET 3968
+
+/**
  * Offset of the fault ring in the status page.
  */
 #define WDDM_GPU_FAULT_RING_OFFSET 128
@@ -1199,6 +1358,18 @@ enum WddmGpuSubmitStatus
    * A device reset dropped the submission.
    */
   WDDM_GPU_SUBMIT_STATUS_RESET = 16,
+  /**
+   * A GPU virtual address did not translate (the page-fault record says why).
+   */
+  WDDM_GPU_SUBMIT_STATUS_PAGE_FAULT = 17,
+  /**
+   * The node faulted earlier and refuses work until RESET_ENGINE.
+   */
+  WDDM_GPU_SUBMIT_STATUS_NODE_FAULTED = 18,
+  /**
+   * The context does not exist, has no root, or lives on another node.
+   */
+  WDDM_GPU_SUBMIT_STATUS_BAD_CONTEXT = 19,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1968,6 +2139,104 @@ typedef struct WddmGpuCmdRegisterStatusPage {
 } WddmGpuCmdRegisterStatusPage;
 
 /**
+ * Why one translation faulted: what a KMD needs for `DXGKARGCB_NOTIFY_INTERRUPT_DATA`'s
+ * `DmaPageFaulted` (`FaultedVirtualAddress`, `PageTableLevel`, the write flag) and a precise
+ * reason for the engineer.
+ */
+typedef struct WddmGpuMmuFault {
+  /**
+   * The faulting GPU virtual address.
+   */
+  uint64_t virtual_address;
+  /**
+   * `WDDM_GPU_MMU_FAULT_*`.
+   */
+  uint32_t kind;
+  /**
+   * The page-table level whose entry (or root) faulted; 0 for the leaf.
+   */
+  uint32_t page_table_level;
+  /**
+   * `WDDM_GPU_MMU_ACCESS_*`.
+   */
+  uint32_t access;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * The entry that faulted as read from memory (0 for a root overrun or a missing root).
+   */
+  uint64_t entry;
+} WddmGpuMmuFault;
+
+/**
+ * What `DXGKARGCB_NOTIFY_INTERRUPT_DATA.DmaPageFaulted` carries, and the device's reason.
+ */
+typedef struct WddmGpuPageFaultRecord {
+  /**
+   * Page faults of this node since the status page was registered (0: none yet).
+   */
+  uint64_t sequence;
+  /**
+   * The translation that failed: `FaultedVirtualAddress`, `PageTableLevel`, the access.
+   */
+  struct WddmGpuMmuFault fault;
+  /**
+   * `FaultedFenceId`: the submission's fence (see `flags`).
+   */
+  uint32_t fence_id;
+  /**
+   * `DXGK_PAGE_FAULT_FLAGS` (`WDDM_GPU_PAGE_FAULT_FLAG_*`).
+   */
+  uint32_t flags;
+  /**
+   * `NodeOrdinal`.
+   */
+  uint32_t node_ordinal;
+  /**
+   * The context whose address space faulted.
+   */
+  uint32_t context_id;
+  /**
+   * `FaultErrorCode.Value`.
+   */
+  uint32_t error_code;
+  /**
+   * Offset in the DMA buffer of the faulting packet.
+   */
+  uint32_t packet_offset;
+} WddmGpuPageFaultRecord;
+
+/**
+ * What the checking mode (`WDDM_GPU_CONTEXT_FLAG_CHECK_TLB`) found: a cached translation was
+ * served that the tables in memory no longer agree with, because no FLUSH_TLB covered the
+ * change.
+ */
+typedef struct WddmGpuStaleTranslation {
+  /**
+   * The GPU virtual address translated from the cache.
+   */
+  uint64_t virtual_address;
+  /**
+   * The entry as cached, at the highest level that changed.
+   */
+  uint64_t cached_entry;
+  /**
+   * That entry in memory now (0 when the walk no longer reaches it).
+   */
+  uint64_t memory_entry;
+  /**
+   * The context.
+   */
+  uint32_t context_id;
+  /**
+   * The level whose entry changed (0 = leaf).
+   */
+  uint32_t page_table_level;
+} WddmGpuStaleTranslation;
+
+/**
  * Completion of a `WDDM_GPU_CMD_WAIT_EVENT` request (type `WDDM_GPU_RESP_EVENT`).
  */
 typedef struct WddmGpuRespEvent {
@@ -2016,6 +2285,22 @@ typedef struct WddmGpuRespEvent {
    * `DXGKARGCB_NOTIFY_INTERRUPT_DATA.CrtcVsync.PhysicalAddress` reports).
    */
   uint64_t scanout_address;
+  /**
+   * PAGE_FAULT events: the record.
+   */
+  struct WddmGpuPageFaultRecord page_fault;
+  /**
+   * MONITORED_FENCE events: the value written.
+   */
+  uint64_t fence_value;
+  /**
+   * MONITORED_FENCE events: where (`MonitoredFenceGpuVa`).
+   */
+  uint64_t fence_address;
+  /**
+   * STALE_TRANSLATION events: what the checking mode found.
+   */
+  struct WddmGpuStaleTranslation stale;
 } WddmGpuRespEvent;
 
 /**
@@ -2466,40 +2751,332 @@ typedef struct WddmGpuMmuCaps {
 } WddmGpuMmuCaps;
 
 /**
- * Why one translation faulted: what a KMD needs for `DXGKARGCB_NOTIFY_INTERRUPT_DATA`'s
- * `DmaPageFaulted` (`FaultedVirtualAddress`, `PageTableLevel`, the write flag) and a precise
- * reason for the engineer.
+ * `WDDM_GPU_CMD_CREATE_CONTEXT`; answered `VIRTIO_GPU_RESP_OK_NODATA`, or
+ * `ERR_INVALID_PARAMETER` (an id in use or past `max_contexts`, an unknown node or flag, a
+ * second paging context, no GpuMmu in the layout).
  */
-typedef struct WddmGpuMmuFault {
+typedef struct WddmGpuCmdCreateContext {
   /**
-   * The faulting GPU virtual address.
+   * Header.
    */
-  uint64_t virtual_address;
+  struct WddmGpuCtrlHdr hdr;
   /**
-   * `WDDM_GPU_MMU_FAULT_*`.
+   * The driver's id for it, below `max_contexts`.
    */
-  uint32_t kind;
+  uint32_t context_id;
   /**
-   * The page-table level whose entry (or root) faulted; 0 for the leaf.
+   * `WDDM_GPU_NODE_*`.
    */
-  uint32_t page_table_level;
+  uint32_t node_ordinal;
   /**
-   * `WDDM_GPU_MMU_ACCESS_*`.
+   * `WDDM_GPU_CONTEXT_FLAG_*`.
    */
-  uint32_t access;
+  uint32_t flags;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdCreateContext;
+
+/**
+ * `WDDM_GPU_CMD_DESTROY_CONTEXT`; answered `OK_NODATA` once no submission of the context runs.
+ */
+typedef struct WddmGpuCmdDestroyContext {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The context.
+   */
+  uint32_t context_id;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdDestroyContext;
+
+/**
+ * `WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE` (`DXGKARG_SETROOTPAGETABLE`); answered `OK_NODATA`, or
+ * `ERR_INVALID_PARAMETER` (no such context, `num_entries` 0 or past the root level's entries,
+ * an address not 4 KiB aligned). Where the root is is checked at each walk, as hardware does.
+ */
+typedef struct WddmGpuCmdSetRootPageTable {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The context.
+   */
+  uint32_t context_id;
+  /**
+   * `Address.SegmentId`: 0 for system memory, else a memory segment.
+   */
+  uint32_t segment_id;
+  /**
+   * `Address.SegmentOffset`: a guest-physical address, or an offset in the segment.
+   */
+  uint64_t address;
+  /**
+   * `NumEntries`: a root index at or past it faults ROOT_OVERRUN.
+   */
+  uint32_t num_entries;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdSetRootPageTable;
+
+/**
+ * `WDDM_GPU_CMD_SUBMIT_VIRTUAL` (`DXGKARG_SUBMITCOMMANDVIRTUAL`).
+ */
+typedef struct WddmGpuCmdSubmitVirtual {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The context whose address space the buffer and its packets use.
+   */
+  uint32_t context_id;
+  /**
+   * `NodeOrdinal`: [`WDDM_GPU_NODE_VIRTUAL`].
+   */
+  uint32_t node_ordinal;
+  /**
+   * `DmaBufferVirtualAddress`.
+   */
+  uint64_t dma_buffer_address;
+  /**
+   * `DmaBufferSize`, at most `WDDM_GPU_MAX_DMA_BUFFER_SIZE`.
+   */
+  uint32_t dma_buffer_size;
+  /**
+   * First byte to execute.
+   */
+  uint32_t start_offset;
+  /**
+   * One past the last byte to execute.
+   */
+  uint32_t end_offset;
+  /**
+   * `SubmissionFenceId`, echoed in the completion.
+   */
+  uint32_t submission_fence_id;
+  /**
+   * Zero.
+   */
+  uint32_t flags;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdSubmitVirtual;
+
+/**
+ * `WDDM_GPU_CMD_RESET_ENGINE` (`DxgkDdiResetEngine`): drop the node's queued work and clear
+ * its fault; answered `OK_NODATA` once the node is idle.
+ */
+typedef struct WddmGpuCmdResetEngine {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * `NodeOrdinal`: [`WDDM_GPU_NODE_VIRTUAL`].
+   */
+  uint32_t node_ordinal;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdResetEngine;
+
+/**
+ * Completion of `SUBMIT_VIRTUAL` (type `WDDM_GPU_RESP_SUBMIT_VIRTUAL`).
+ */
+typedef struct WddmGpuRespSubmitVirtual {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The request's `submission_fence_id`.
+   */
+  uint32_t submission_fence_id;
+  /**
+   * A `SubmitStatus` value.
+   */
+  uint32_t status;
+  /**
+   * Packets executed completely.
+   */
+  uint32_t packets_completed;
+  /**
+   * Offset of the packet that failed (0 on success).
+   */
+  uint32_t fault_packet_offset;
+  /**
+   * Bytes copied or filled.
+   */
+  uint64_t bytes_transferred;
+  /**
+   * With status PAGE_FAULT: the record (also on the status page and in the event).
+   */
+  struct WddmGpuPageFaultRecord page_fault;
+} WddmGpuRespSubmitVirtual;
+
+/**
+ * `WDDM_GPU_VOP_COPY`.
+ */
+typedef struct WddmGpuVirtualCopy {
+  /**
+   * Header (flags zero).
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * Bytes.
+   */
+  uint64_t length;
+  /**
+   * Source VA.
+   */
+  uint64_t source;
+  /**
+   * Destination VA.
+   */
+  uint64_t destination;
+} WddmGpuVirtualCopy;
+
+/**
+ * `WDDM_GPU_VOP_FILL`.
+ */
+typedef struct WddmGpuVirtualFill {
+  /**
+   * Header (flags zero).
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * The pattern, repeated from the destination on (a length not a multiple of 4 ends with
+   * its first bytes).
+   */
+  uint32_t pattern;
   /**
    * Zero.
    */
   uint32_t reserved;
   /**
-   * The entry that faulted as read from memory (0 for a root overrun or a missing root).
+   * Bytes.
+   */
+  uint64_t length;
+  /**
+   * Destination VA.
+   */
+  uint64_t destination;
+} WddmGpuVirtualFill;
+
+/**
+ * `WDDM_GPU_VOP_SIGNAL`.
+ */
+typedef struct WddmGpuVirtualSignal {
+  /**
+   * Header (flags zero).
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `MonitoredFenceValue`.
+   */
+  uint64_t value;
+  /**
+   * `MonitoredFenceGpuVa`: 8-byte aligned.
+   */
+  uint64_t address;
+} WddmGpuVirtualSignal;
+
+/**
+ * UPDATE_PAGE_TABLE (`DXGK_BUILDPAGINGBUFFER_UPDATEPAGETABLE` with GPU_PHYSICAL addresses):
+ * `entry_count` entries from `start_index` on, in the table at `table_address` of
+ * `table_segment_id`. The entries are already in the device's format (`gpuva`).
+ */
+typedef struct WddmGpuPacketUpdatePageTable {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_UPDATE_PAGE_TABLE`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `Flags`: `WDDM_GPU_UPDATE_FLAG_*`.
+   */
+  uint32_t flags;
+  /**
+   * `PageTableLevel` (0 = leaf): bounds the slots by that level's table.
+   */
+  uint32_t page_table_level;
+  /**
+   * `PageTableAddress.GpuPhysical.SegmentId`: 0 for system memory, else a memory segment.
+   */
+  uint32_t table_segment_id;
+  /**
+   * `StartIndex`.
+   */
+  uint32_t start_index;
+  /**
+   * `PageTableAddress.GpuPhysical.SegmentOffset`: a guest-physical address, or an offset in
+   * the segment; 8-byte aligned.
+   */
+  uint64_t table_address;
+  /**
+   * `NumPageTableEntries`.
+   */
+  uint32_t entry_count;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * Without Repeat: the guest-physical address of `entry_count` entries in guest RAM (the
+   * converted `pPageTableEntries`). With Repeat: zero.
+   */
+  uint64_t entries_address;
+  /**
+   * With Repeat: the entry written to every slot. Without: zero.
    */
   uint64_t entry;
-} WddmGpuMmuFault;
+} WddmGpuPacketUpdatePageTable;
+
+/**
+ * FLUSH_TLB (`DXGK_BUILDPAGINGBUFFER_FLUSHTLB`).
+ */
+typedef struct WddmGpuPacketFlushTlb {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_FLUSH_TLB`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `RootPageTableAddress.SegmentId`.
+   */
+  uint32_t root_segment_id;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `RootPageTableAddress.SegmentOffset`.
+   */
+  uint64_t root_address;
+  /**
+   * `StartVirtualAddress`; with `end_virtual_address` also 0, the whole address space.
+   */
+  uint64_t start_virtual_address;
+  /**
+   * `EndVirtualAddress` (exclusive).
+   */
+  uint64_t end_virtual_address;
+} WddmGpuPacketFlushTlb;
 
 /**
  * Every status, in value order.
  */
-#define WddmGpuSubmitStatus_ALL { WddmGpuSubmitStatus_Ok, WddmGpuSubmitStatus_BadCommand, WddmGpuSubmitStatus_BadDmaBuffer, WddmGpuSubmitStatus_BadPacketHeader, WddmGpuSubmitStatus_UnknownOpcode, WddmGpuSubmitStatus_BadSegment, WddmGpuSubmitStatus_SegmentRange, WddmGpuSubmitStatus_BadFrameList, WddmGpuSubmitStatus_FrameNotInRam, WddmGpuSubmitStatus_FrameInVram, WddmGpuSubmitStatus_LengthOverflow, WddmGpuSubmitStatus_ReservedField, WddmGpuSubmitStatus_Unsupported, WddmGpuSubmitStatus_UnmappedAperture, WddmGpuSubmitStatus_WrongSegmentKind, WddmGpuSubmitStatus_Preempted, WddmGpuSubmitStatus_Reset, }
+#define WddmGpuSubmitStatus_ALL { WddmGpuSubmitStatus_Ok, WddmGpuSubmitStatus_BadCommand, WddmGpuSubmitStatus_BadDmaBuffer, WddmGpuSubmitStatus_BadPacketHeader, WddmGpuSubmitStatus_UnknownOpcode, WddmGpuSubmitStatus_BadSegment, WddmGpuSubmitStatus_SegmentRange, WddmGpuSubmitStatus_BadFrameList, WddmGpuSubmitStatus_FrameNotInRam, WddmGpuSubmitStatus_FrameInVram, WddmGpuSubmitStatus_LengthOverflow, WddmGpuSubmitStatus_ReservedField, WddmGpuSubmitStatus_Unsupported, WddmGpuSubmitStatus_UnmappedAperture, WddmGpuSubmitStatus_WrongSegmentKind, WddmGpuSubmitStatus_Preempted, WddmGpuSubmitStatus_Reset, WddmGpuSubmitStatus_PageFault, WddmGpuSubmitStatus_NodeFaulted, WddmGpuSubmitStatus_BadContext, }
 
 #endif  /* WDDM_GPU_H */

@@ -67,7 +67,7 @@ pub fn transfer(length: u64, source: Endpoint, destination: Endpoint) -> WddmGpu
     }
 }
 
-fn header<T>(opcode: u16) -> WddmGpuPacketHeader {
+pub(crate) fn header<T>(opcode: u16) -> WddmGpuPacketHeader {
     WddmGpuPacketHeader {
         opcode,
         flags: 0,

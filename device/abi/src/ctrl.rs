@@ -44,6 +44,19 @@ pub const WDDM_GPU_CMD_RESET: u32 = 0x8005;
 /// [`WddmGpuCmdSetScanoutVram`]); answered `VIRTIO_GPU_RESP_OK_NODATA`. The new address is shown
 /// from the next vblank on.
 pub const WDDM_GPU_CMD_SET_SCANOUT_VRAM: u32 = 0x8006;
+/// Create a context on a node ([`crate::context::WddmGpuCmdCreateContext`]).
+pub const WDDM_GPU_CMD_CREATE_CONTEXT: u32 = 0x8007;
+/// Destroy a context ([`crate::context::WddmGpuCmdDestroyContext`]).
+pub const WDDM_GPU_CMD_DESTROY_CONTEXT: u32 = 0x8008;
+/// Bind a context's root page table ([`crate::context::WddmGpuCmdSetRootPageTable`]).
+pub const WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE: u32 = 0x8009;
+/// Run a DMA buffer at a GPU virtual address on the virtual node
+/// ([`crate::context::WddmGpuCmdSubmitVirtual`]).
+pub const WDDM_GPU_CMD_SUBMIT_VIRTUAL: u32 = 0x800a;
+/// Reset a node ([`crate::context::WddmGpuCmdResetEngine`]).
+pub const WDDM_GPU_CMD_RESET_ENGINE: u32 = 0x800b;
+/// Response type of SUBMIT_VIRTUAL ([`crate::context::WddmGpuRespSubmitVirtual`]).
+pub const WDDM_GPU_RESP_SUBMIT_VIRTUAL: u32 = 0x9004;
 /// Response type of a completed WAIT_EVENT.
 pub const WDDM_GPU_RESP_EVENT: u32 = 0x9002;
 /// Response type of PREEMPT.

@@ -11,11 +11,13 @@ use std::mem::size_of;
 use zerocopy::FromBytes;
 
 use crate::packet::{
-    WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketHeader, WddmGpuPacketMapAperture,
-    WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess, WddmGpuPacketTransfer,
-    WddmGpuPacketUnmapAperture, WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL,
+    WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketFlushTlb, WddmGpuPacketHeader,
+    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess,
+    WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WddmGpuPacketUpdatePageTable,
+    WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_FLUSH_TLB,
     WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_MAP_APERTURE2, WDDM_GPU_OP_READ_PHYSICAL,
-    WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_OP_WRITE_PHYSICAL,
+    WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_OP_UPDATE_PAGE_TABLE,
+    WDDM_GPU_OP_WRITE_PHYSICAL,
 };
 
 /// One kind per opcode.
@@ -39,11 +41,31 @@ pub enum PacketKind {
     UnmapAperture,
     /// [`WDDM_GPU_OP_FENCE`].
     Fence,
+    /// [`WDDM_GPU_OP_UPDATE_PAGE_TABLE`].
+    UpdatePageTable,
+    /// [`WDDM_GPU_OP_FLUSH_TLB`].
+    FlushTlb,
 }
 
 impl PacketKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [PacketKind; 9] = [
+    pub const ALL: [PacketKind; 11] = [
+        PacketKind::Transfer,
+        PacketKind::Fill,
+        PacketKind::DiscardContent,
+        PacketKind::ReadPhysical,
+        PacketKind::WritePhysical,
+        PacketKind::MapAperture,
+        PacketKind::MapAperture2,
+        PacketKind::UnmapAperture,
+        PacketKind::Fence,
+        PacketKind::UpdatePageTable,
+        PacketKind::FlushTlb,
+    ];
+
+    /// The kinds of the WDDM 1.x memory model, which every layout runs (the others, the
+    /// WDDM 2.x page-table packets, need a layout with `[gpummu]`).
+    pub const PHYSICAL: [PacketKind; 9] = [
         PacketKind::Transfer,
         PacketKind::Fill,
         PacketKind::DiscardContent,
@@ -72,6 +94,8 @@ impl PacketKind {
             PacketKind::MapAperture2 => WDDM_GPU_OP_MAP_APERTURE2,
             PacketKind::UnmapAperture => WDDM_GPU_OP_UNMAP_APERTURE,
             PacketKind::Fence => WDDM_GPU_OP_FENCE,
+            PacketKind::UpdatePageTable => WDDM_GPU_OP_UPDATE_PAGE_TABLE,
+            PacketKind::FlushTlb => WDDM_GPU_OP_FLUSH_TLB,
         }
     }
 
@@ -87,6 +111,8 @@ impl PacketKind {
             PacketKind::MapAperture2 => "map_aperture2",
             PacketKind::UnmapAperture => "unmap_aperture",
             PacketKind::Fence => "fence",
+            PacketKind::UpdatePageTable => "update_page_table",
+            PacketKind::FlushTlb => "flush_tlb",
         }
     }
 
@@ -102,6 +128,8 @@ impl PacketKind {
             PacketKind::MapAperture2 => size_of::<WddmGpuPacketMapAperture2>(),
             PacketKind::UnmapAperture => size_of::<WddmGpuPacketUnmapAperture>(),
             PacketKind::Fence => size_of::<WddmGpuPacketFence>(),
+            PacketKind::UpdatePageTable => size_of::<WddmGpuPacketUpdatePageTable>(),
+            PacketKind::FlushTlb => size_of::<WddmGpuPacketFlushTlb>(),
         }
     }
 
@@ -117,6 +145,8 @@ impl PacketKind {
             PacketKind::MapAperture2 => "smaller than a MAP_APERTURE2 packet",
             PacketKind::UnmapAperture => "smaller than an UNMAP_APERTURE packet",
             PacketKind::Fence => "smaller than a FENCE packet",
+            PacketKind::UpdatePageTable => "smaller than an UPDATE_PAGE_TABLE packet",
+            PacketKind::FlushTlb => "smaller than a FLUSH_TLB packet",
         }
     }
 }
@@ -142,6 +172,10 @@ pub enum Packet {
     UnmapAperture(WddmGpuPacketUnmapAperture),
     /// FENCE.
     Fence(WddmGpuPacketFence),
+    /// UPDATE_PAGE_TABLE.
+    UpdatePageTable(WddmGpuPacketUpdatePageTable),
+    /// FLUSH_TLB.
+    FlushTlb(WddmGpuPacketFlushTlb),
 }
 
 /// Why bytes do not decode as a packet, in the order [`Packet::decode`] checks.
@@ -249,6 +283,8 @@ impl Packet {
             PacketKind::MapAperture2 => Packet::MapAperture2(read(packet, header, kind)?),
             PacketKind::UnmapAperture => Packet::UnmapAperture(read(packet, header, kind)?),
             PacketKind::Fence => Packet::Fence(read(packet, header, kind)?),
+            PacketKind::UpdatePageTable => Packet::UpdatePageTable(read(packet, header, kind)?),
+            PacketKind::FlushTlb => Packet::FlushTlb(read(packet, header, kind)?),
         })
     }
 
@@ -264,6 +300,8 @@ impl Packet {
             Packet::MapAperture2(_) => PacketKind::MapAperture2,
             Packet::UnmapAperture(_) => PacketKind::UnmapAperture,
             Packet::Fence(_) => PacketKind::Fence,
+            Packet::UpdatePageTable(_) => PacketKind::UpdatePageTable,
+            Packet::FlushTlb(_) => PacketKind::FlushTlb,
         }
     }
 
@@ -279,6 +317,8 @@ impl Packet {
             Packet::MapAperture2(p) => &p.header,
             Packet::UnmapAperture(p) => &p.header,
             Packet::Fence(p) => &p.header,
+            Packet::UpdatePageTable(p) => &p.header,
+            Packet::FlushTlb(p) => &p.header,
         }
     }
 }

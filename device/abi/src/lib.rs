@@ -4,6 +4,7 @@
 //! - [`pci`]: how a driver finds and drives the device on PCI: ids, virtio-pci capabilities,
 //!   common configuration registers, status bits.
 //! - [`ring`]: the split virtqueue's descriptors, ring layout and flags.
+//! - [`context`]: contexts with GPU virtual addressing, roots, the virtual node and its packets.
 //! - [`ctrl`]: the virtio-gpu control-queue header and the commands this device answers.
 //! - [`display`]: the standard virtio-gpu 2D commands (scanouts, resources, cursor).
 //! - [`features`]: the feature bits the device offers.
@@ -31,6 +32,7 @@ pub mod caps;
 /// Rust types and logic, not part of the C interface (its limits are in `caps`).
 /// cbindgen:ignore
 pub mod capset_rules;
+pub mod context;
 pub mod ctrl;
 /// Host-side reading, not part of the C interface.
 /// cbindgen:ignore

@@ -31,6 +31,26 @@ pub const WDDM_GPU_OP_FENCE: u16 = 8;
 /// ([`WddmGpuPacketMapAperture2`]).
 pub const WDDM_GPU_OP_MAP_APERTURE2: u16 = 9;
 
+/// UPDATE_PAGE_TABLE: write entries into one page table at a physical address (WDDM 2.x,
+/// GPU_PHYSICAL updates; [`WddmGpuPacketUpdatePageTable`]).
+pub const WDDM_GPU_OP_UPDATE_PAGE_TABLE: u16 = 10;
+/// FLUSH_TLB: drop cached translations of the address spaces under one root
+/// ([`WddmGpuPacketFlushTlb`]).
+pub const WDDM_GPU_OP_FLUSH_TLB: u16 = 11;
+
+/// UPDATE_PAGE_TABLE flags bit: `DXGK_UPDATEPAGETABLEFLAGS.Repeat`: `entry` is written to every
+/// slot.
+pub const WDDM_GPU_UPDATE_FLAG_REPEAT: u32 = 1 << 0;
+/// `DXGK_UPDATEPAGETABLEFLAGS.InitialUpdate` (counted).
+pub const WDDM_GPU_UPDATE_FLAG_INITIAL_UPDATE: u32 = 1 << 1;
+/// `DXGK_UPDATEPAGETABLEFLAGS.NotifyEviction` (counted).
+pub const WDDM_GPU_UPDATE_FLAG_NOTIFY_EVICTION: u32 = 1 << 2;
+/// `DXGK_UPDATEPAGETABLEFLAGS.Use64KBPages`: the table is a leaf of 64 KiB pages (1/16 of the
+/// entries).
+pub const WDDM_GPU_UPDATE_FLAG_USE_64KB_PAGES: u32 = 1 << 3;
+/// Every UPDATE_PAGE_TABLE flag the device knows.
+pub const WDDM_GPU_UPDATE_FLAGS_KNOWN: u32 = 0xf;
+
 /// MAP flags bit: `DXGK_MAPAPERTUREFLAGS.CacheCoherent`.
 pub const WDDM_GPU_MAP_FLAG_CACHE_COHERENT: u32 = 1 << 0;
 /// MAP_APERTURE2 `adl_flags` bit: `DXGK_ADL_FLAGS.Contiguous` (base page + count).
@@ -224,4 +244,56 @@ pub struct WddmGpuPacketFence {
     pub fence_id: u32,
     /// Must be zero.
     pub reserved: u32,
+}
+
+/// UPDATE_PAGE_TABLE (`DXGK_BUILDPAGINGBUFFER_UPDATEPAGETABLE` with GPU_PHYSICAL addresses):
+/// `entry_count` entries from `start_index` on, in the table at `table_address` of
+/// `table_segment_id`. The entries are already in the device's format (`gpuva`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketUpdatePageTable {
+    /// `opcode` = [`WDDM_GPU_OP_UPDATE_PAGE_TABLE`].
+    pub header: WddmGpuPacketHeader,
+    /// `Flags`: `WDDM_GPU_UPDATE_FLAG_*`.
+    pub flags: u32,
+    /// `PageTableLevel` (0 = leaf): bounds the slots by that level's table.
+    pub page_table_level: u32,
+    /// `PageTableAddress.GpuPhysical.SegmentId`: 0 for system memory, else a memory segment.
+    pub table_segment_id: u32,
+    /// `StartIndex`.
+    pub start_index: u32,
+    /// `PageTableAddress.GpuPhysical.SegmentOffset`: a guest-physical address, or an offset in
+    /// the segment; 8-byte aligned.
+    pub table_address: u64,
+    /// `NumPageTableEntries`.
+    pub entry_count: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// Without Repeat: the guest-physical address of `entry_count` entries in guest RAM (the
+    /// converted `pPageTableEntries`). With Repeat: zero.
+    pub entries_address: u64,
+    /// With Repeat: the entry written to every slot. Without: zero.
+    pub entry: u64,
+}
+
+/// FLUSH_TLB (`DXGK_BUILDPAGINGBUFFER_FLUSHTLB`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketFlushTlb {
+    /// `opcode` = [`WDDM_GPU_OP_FLUSH_TLB`].
+    pub header: WddmGpuPacketHeader,
+    /// `RootPageTableAddress.SegmentId`.
+    pub root_segment_id: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `RootPageTableAddress.SegmentOffset`.
+    pub root_address: u64,
+    /// `StartVirtualAddress`; with `end_virtual_address` also 0, the whole address space.
+    pub start_virtual_address: u64,
+    /// `EndVirtualAddress` (exclusive).
+    pub end_virtual_address: u64,
 }

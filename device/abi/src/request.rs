@@ -11,12 +11,18 @@ use std::mem::size_of;
 
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::context::{
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdResetEngine,
+    WddmGpuCmdSetRootPageTable, WddmGpuCmdSubmitVirtual,
+};
 use crate::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
-    VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_FLAG_INFO_RING_IDX, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
-    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
+    VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_FLAG_INFO_RING_IDX, WDDM_GPU_CMD_CREATE_CONTEXT,
+    WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
+    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE,
+    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL,
+    WDDM_GPU_CMD_WAIT_EVENT,
 };
 use crate::display::{
     WddmGpuGetEdid, WddmGpuMemEntry, WddmGpuRect, WddmGpuResourceAttachBacking,
@@ -153,6 +159,16 @@ pub enum ControlCommand {
     Reset,
     /// Scan out a VRAM surface (`DxgkDdiSetVidPnSourceAddress`).
     SetScanoutVram(WddmGpuCmdSetScanoutVram),
+    /// Create a context with GPU virtual addressing (`DxgkDdiCreateContext`).
+    CreateContext(WddmGpuCmdCreateContext),
+    /// Destroy a context (`DxgkDdiDestroyContext`).
+    DestroyContext(WddmGpuCmdDestroyContext),
+    /// Bind a context's root page table (`DxgkDdiSetRootPageTable`).
+    SetRootPageTable(WddmGpuCmdSetRootPageTable),
+    /// Run a DMA buffer at a GPU virtual address (`DxgkDdiSubmitCommandVirtual`).
+    SubmitVirtual(WddmGpuCmdSubmitVirtual),
+    /// Reset a node (`DxgkDdiResetEngine`).
+    ResetEngine(WddmGpuCmdResetEngine),
     /// Any other type.
     Unknown(u32),
 }
@@ -285,6 +301,11 @@ fn control_command(type_: u32, bytes: &[u8]) -> Result<ControlCommand, DecodeErr
         WDDM_GPU_CMD_PREEMPT => ControlCommand::Preempt,
         WDDM_GPU_CMD_RESET => ControlCommand::Reset,
         WDDM_GPU_CMD_SET_SCANOUT_VRAM => ControlCommand::SetScanoutVram(body(type_, bytes)?),
+        WDDM_GPU_CMD_CREATE_CONTEXT => ControlCommand::CreateContext(body(type_, bytes)?),
+        WDDM_GPU_CMD_DESTROY_CONTEXT => ControlCommand::DestroyContext(body(type_, bytes)?),
+        WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE => ControlCommand::SetRootPageTable(body(type_, bytes)?),
+        WDDM_GPU_CMD_SUBMIT_VIRTUAL => ControlCommand::SubmitVirtual(body(type_, bytes)?),
+        WDDM_GPU_CMD_RESET_ENGINE => ControlCommand::ResetEngine(body(type_, bytes)?),
         other => ControlCommand::Unknown(other),
     })
 }

@@ -11,6 +11,7 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::context::{WddmGpuPageFaultRecord, WddmGpuStaleTranslation};
 use crate::ctrl::WddmGpuCtrlHdr;
 
 /// `WddmGpuStatusPage::magic`: the bytes "WDSP".
@@ -35,6 +36,18 @@ pub const WDDM_GPU_EVENT_CANCELLED: u32 = 4;
 /// posted WAIT_EVENT (a vblank nobody waits for is not counted in `events_dropped`: the next
 /// one's `vblank_count` says how many were missed).
 pub const WDDM_GPU_EVENT_VBLANK: u32 = 5;
+/// `WddmGpuRespEvent::kind`: a node page-faulted; `page_fault` holds the record (also on the
+/// status page at [`WDDM_GPU_PAGE_FAULT_OFFSET`]).
+pub const WDDM_GPU_EVENT_PAGE_FAULT: u32 = 6;
+/// `WddmGpuRespEvent::kind`: a SIGNAL packet wrote a monitored fence; `fence_value` holds the
+/// value and `fence_address` the GPU virtual address.
+pub const WDDM_GPU_EVENT_MONITORED_FENCE: u32 = 7;
+/// `WddmGpuRespEvent::kind`: the checking mode found a stale translation; `stale` holds it.
+pub const WDDM_GPU_EVENT_STALE_TRANSLATION: u32 = 8;
+/// Offset in the status page of the latest page-fault record of each node
+/// (`WDDM_GPU_NODE_COUNT` [`crate::context::WddmGpuPageFaultRecord`]s, by node ordinal), after
+/// the fault ring.
+pub const WDDM_GPU_PAGE_FAULT_OFFSET: u32 = 3968;
 /// Offset of the fault ring in the status page.
 pub const WDDM_GPU_FAULT_RING_OFFSET: u32 = 128;
 
@@ -141,6 +154,14 @@ pub struct WddmGpuRespEvent {
     /// VBLANK events: the GPU address shown from this vblank on (what
     /// `DXGKARGCB_NOTIFY_INTERRUPT_DATA.CrtcVsync.PhysicalAddress` reports).
     pub scanout_address: u64,
+    /// PAGE_FAULT events: the record.
+    pub page_fault: WddmGpuPageFaultRecord,
+    /// MONITORED_FENCE events: the value written.
+    pub fence_value: u64,
+    /// MONITORED_FENCE events: where (`MonitoredFenceGpuVa`).
+    pub fence_address: u64,
+    /// STALE_TRANSLATION events: what the checking mode found.
+    pub stale: WddmGpuStaleTranslation,
 }
 
 /// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what

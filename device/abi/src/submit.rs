@@ -105,11 +105,17 @@ pub enum SubmitStatus {
     Preempted = 15,
     /// A device reset dropped the submission.
     Reset = 16,
+    /// A GPU virtual address did not translate (the page-fault record says why).
+    PageFault = 17,
+    /// The node faulted earlier and refuses work until RESET_ENGINE.
+    NodeFaulted = 18,
+    /// The context does not exist, has no root, or lives on another node.
+    BadContext = 19,
 }
 
 impl SubmitStatus {
     /// Every status, in value order.
-    pub const ALL: [SubmitStatus; 17] = [
+    pub const ALL: [SubmitStatus; 20] = [
         Self::Ok,
         Self::BadCommand,
         Self::BadDmaBuffer,
@@ -127,6 +133,9 @@ impl SubmitStatus {
         Self::WrongSegmentKind,
         Self::Preempted,
         Self::Reset,
+        Self::PageFault,
+        Self::NodeFaulted,
+        Self::BadContext,
     ];
 
     /// Decodes a wire value.
@@ -154,6 +163,9 @@ impl SubmitStatus {
             Self::WrongSegmentKind => "wrong_segment_kind",
             Self::Preempted => "preempted",
             Self::Reset => "reset",
+            Self::PageFault => "page_fault",
+            Self::NodeFaulted => "node_faulted",
+            Self::BadContext => "bad_context",
         }
     }
 }

@@ -7,6 +7,7 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 
 use wddm_gpu_abi::caps::*;
+use wddm_gpu_abi::context::*;
 use wddm_gpu_abi::ctrl::*;
 use wddm_gpu_abi::display::*;
 use wddm_gpu_abi::gpuva::*;
@@ -32,7 +33,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 46] = [
+const EXPORTED_TYPES: [&str; 59] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -79,6 +80,19 @@ const EXPORTED_TYPES: [&str; 46] = [
     "WddmGpuPageTableLevelDesc",
     "WddmGpuMmuCaps",
     "WddmGpuMmuFault",
+    "WddmGpuCmdCreateContext",
+    "WddmGpuCmdDestroyContext",
+    "WddmGpuCmdSetRootPageTable",
+    "WddmGpuCmdSubmitVirtual",
+    "WddmGpuCmdResetEngine",
+    "WddmGpuPageFaultRecord",
+    "WddmGpuStaleTranslation",
+    "WddmGpuRespSubmitVirtual",
+    "WddmGpuVirtualCopy",
+    "WddmGpuVirtualFill",
+    "WddmGpuVirtualSignal",
+    "WddmGpuPacketUpdatePageTable",
+    "WddmGpuPacketFlushTlb",
 ];
 
 #[test]
@@ -587,6 +601,146 @@ fn c_layout_check_is_current() {
             access,
             reserved,
             entry
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdCreateContext {
+            hdr,
+            context_id,
+            node_ordinal,
+            flags,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdDestroyContext {
+            hdr,
+            context_id,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdSetRootPageTable {
+            hdr,
+            context_id,
+            segment_id,
+            address,
+            num_entries,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdSubmitVirtual {
+            hdr,
+            context_id,
+            node_ordinal,
+            dma_buffer_address,
+            dma_buffer_size,
+            start_offset,
+            end_offset,
+            submission_fence_id,
+            flags,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCmdResetEngine {
+            hdr,
+            node_ordinal,
+            reserved
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPageFaultRecord {
+            sequence,
+            fault,
+            fence_id,
+            flags,
+            node_ordinal,
+            context_id,
+            error_code,
+            packet_offset
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuStaleTranslation {
+            virtual_address,
+            cached_entry,
+            memory_entry,
+            context_id,
+            page_table_level
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuRespSubmitVirtual {
+            hdr,
+            submission_fence_id,
+            status,
+            packets_completed,
+            fault_packet_offset,
+            bytes_transferred,
+            page_fault
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuVirtualCopy {
+            header,
+            length,
+            source,
+            destination
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuVirtualFill {
+            header,
+            pattern,
+            reserved,
+            length,
+            destination
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuVirtualSignal {
+            header,
+            value,
+            address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketUpdatePageTable {
+            header,
+            flags,
+            page_table_level,
+            table_segment_id,
+            start_index,
+            table_address,
+            entry_count,
+            reserved,
+            entries_address,
+            entry
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketFlushTlb {
+            header,
+            root_segment_id,
+            reserved,
+            root_address,
+            start_virtual_address,
+            end_virtual_address
         }
     );
     out.push_str(&format!(

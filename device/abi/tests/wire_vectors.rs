@@ -528,9 +528,87 @@ fn vblank_event_vector() {
         le32(1),
         le64(0x1_0000_0007),
         le64(0x40_0000),
+        // The page-fault record, the monitored fence and the stale translation: unused here.
+        vec![0; 64 + 8 + 8 + 32],
     ]);
-    assert_eq!(bytes.len(), 104);
+    assert_eq!(bytes.len(), 216);
     assert_eq!(event.as_bytes(), bytes.as_slice());
+}
+
+#[test]
+fn page_fault_event_vector() {
+    use wddm_gpu_abi::context::WddmGpuPageFaultRecord;
+    use wddm_gpu_abi::gpuva::WddmGpuMmuFault;
+
+    let event = WddmGpuRespEvent {
+        hdr: hdr(WDDM_GPU_RESP_EVENT),
+        kind: 6,
+        page_fault: WddmGpuPageFaultRecord {
+            sequence: 3,
+            fault: WddmGpuMmuFault {
+                virtual_address: 0x12_3401_0008,
+                kind: 1,
+                page_table_level: 2,
+                access: 1,
+                reserved: 0,
+                entry: 0x8000_0000_0000_1001,
+            },
+            fence_id: 90,
+            flags: 0x9,
+            node_ordinal: 1,
+            context_id: 3,
+            error_code: 0,
+            packet_offset: 32,
+        },
+        ..Default::default()
+    };
+    let bytes = cat(&[
+        hdr_bytes(WDDM_GPU_RESP_EVENT),
+        le32(6),
+        vec![0; 3 * 4 + 8 + 32 + 4 + 4 + 8 + 8],
+        le64(3),
+        le64(0x12_3401_0008),
+        le32(1),
+        le32(2),
+        le32(1),
+        le32(0),
+        le64(0x8000_0000_0000_1001),
+        le32(90),
+        le32(0x9),
+        le32(1),
+        le32(3),
+        le32(0),
+        le32(32),
+        vec![0; 8 + 8 + 32],
+    ]);
+    assert_eq!(bytes.len(), 216);
+    assert_eq!(event.as_bytes(), bytes.as_slice());
+}
+
+#[test]
+fn update_page_table_packet_vector() {
+    use wddm_gpu_abi::build::gpuva::{update_page_table_repeat, TableAt};
+
+    let table = TableAt {
+        segment: 1,
+        address: 0x80_1000,
+    };
+    let packet = update_page_table_repeat(0, table, 8, 504, 0x20_0001);
+    let bytes = cat(&[
+        // opcode 10 and no flags, in one little-endian word.
+        le32(10),
+        le32(56),
+        le32(1),
+        le32(0),
+        le32(1),
+        le32(8),
+        le64(0x80_1000),
+        le32(504),
+        le32(0),
+        le64(0),
+        le64(0x20_0001),
+    ]);
+    assert_eq!(packet.as_bytes(), bytes.as_slice());
 }
 
 #[test]

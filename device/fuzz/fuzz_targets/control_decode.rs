@@ -7,11 +7,17 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use wddm_gpu_abi::context::{
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdResetEngine,
+    WddmGpuCmdSetRootPageTable, WddmGpuCmdSubmitVirtual,
+};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
-    WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
-    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_CREATE_CONTEXT, WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE,
+    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT,
+    WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::display::{
     VIRTIO_GPU_CMD_GET_EDID, VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
@@ -55,6 +61,11 @@ fuzz_target!(|data: &[u8]| {
         WDDM_GPU_CMD_SUBMIT => std::mem::size_of::<WddmGpuCmdSubmit>(),
         WDDM_GPU_CMD_REGISTER_STATUS_PAGE => std::mem::size_of::<WddmGpuCmdRegisterStatusPage>(),
         WDDM_GPU_CMD_SET_SCANOUT_VRAM => std::mem::size_of::<WddmGpuCmdSetScanoutVram>(),
+        WDDM_GPU_CMD_CREATE_CONTEXT => std::mem::size_of::<WddmGpuCmdCreateContext>(),
+        WDDM_GPU_CMD_DESTROY_CONTEXT => std::mem::size_of::<WddmGpuCmdDestroyContext>(),
+        WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE => std::mem::size_of::<WddmGpuCmdSetRootPageTable>(),
+        WDDM_GPU_CMD_SUBMIT_VIRTUAL => std::mem::size_of::<WddmGpuCmdSubmitVirtual>(),
+        WDDM_GPU_CMD_RESET_ENGINE => std::mem::size_of::<WddmGpuCmdResetEngine>(),
         _ => hdr_size,
     };
     let request = match decoded {
@@ -113,6 +124,26 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(type_, WDDM_GPU_CMD_SET_SCANOUT_VRAM);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
         }
+        ControlCommand::CreateContext(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_CREATE_CONTEXT);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
+        ControlCommand::DestroyContext(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_DESTROY_CONTEXT);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
+        ControlCommand::SetRootPageTable(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
+        ControlCommand::SubmitVirtual(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_SUBMIT_VIRTUAL);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
+        ControlCommand::ResetEngine(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_RESET_ENGINE);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
         ControlCommand::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
         ControlCommand::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
         ControlCommand::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
@@ -129,6 +160,11 @@ fuzz_target!(|data: &[u8]| {
                     WDDM_GPU_CMD_PREEMPT,
                     WDDM_GPU_CMD_RESET,
                     WDDM_GPU_CMD_SET_SCANOUT_VRAM,
+                    WDDM_GPU_CMD_CREATE_CONTEXT,
+                    WDDM_GPU_CMD_DESTROY_CONTEXT,
+                    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE,
+                    WDDM_GPU_CMD_SUBMIT_VIRTUAL,
+                    WDDM_GPU_CMD_RESET_ENGINE,
                 ]
                 .contains(&unknown)
                     && !is_display_command(unknown)

@@ -20,6 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use vhost_user_wddm_gpu::GuestRam;
 use vhost_user_wddm_gpu::PacketRecord;
 use vhost_user_wddm_gpu::Resolved;
+use vhost_user_wddm_gpu::TableAddress;
 use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
 use vhost_user_wddm_gpu_fuzz::engine_world::{step, World, DEVICE_ONLY, DMA, RAM_SPAN, VRAM_SIZE};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
@@ -237,6 +238,9 @@ impl EngineHooks for Hooks {
     fn fence(&mut self, _fence_id: u32) {
         self.fences += 1;
     }
+
+    /// The fuzzed layouts have no GpuMmu: FLUSH_TLB is refused before it gets here.
+    fn flush_tlb(&mut self, _root: TableAddress, _range: Option<std::ops::Range<u64>>) {}
 
     fn defer(&mut self, _work: u64) -> bool {
         let ran = self.packets.get();

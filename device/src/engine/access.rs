@@ -233,7 +233,7 @@ fn copy_overlapping<M: GuestMemoryBackend>(
 }
 
 /// Reads a run into `buf`, which is as long as the run.
-fn read_location<M: GuestMemoryBackend>(
+pub(super) fn read_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &mut [u8],
     mem: &DeviceMemory<'_, M>,
@@ -247,7 +247,7 @@ fn read_location<M: GuestMemoryBackend>(
 }
 
 /// Writes `buf` over a run as long as it.
-fn write_location<M: GuestMemoryBackend>(
+pub(super) fn write_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &[u8],
     mem: &DeviceMemory<'_, M>,

@@ -67,11 +67,15 @@ pub fn declared(header: &WddmGpuPacketHeader, body: Option<&Packet>) -> Declared
             declared.pages = *page_count;
             declared.work = page_count.saturating_mul(8);
         }
+        Some(Packet::UpdatePageTable(p)) => {
+            declared.work = u64::from(p.entry_count).saturating_mul(8);
+        }
         Some(
             Packet::DiscardContent(_)
             | Packet::ReadPhysical(_)
             | Packet::WritePhysical(_)
-            | Packet::Fence(_),
+            | Packet::Fence(_)
+            | Packet::FlushTlb(_),
         )
         | None => {}
     }

@@ -15,8 +15,12 @@ mod access;
 pub mod describe;
 pub mod fault;
 mod ops;
+mod page_tables;
+mod place;
 pub mod record;
+pub mod virtual_engine;
 
+use std::ops::Range;
 use std::time::Instant;
 
 use vm_memory::GuestMemoryBackend;
@@ -99,10 +103,16 @@ pub trait EngineHooks {
 
     /// A packet ran (completely, or up to its fault).
     fn packet(&mut self, _record: &PacketRecord) {}
+
+    /// A FLUSH_TLB executed: every address space whose root is `root` drops the translations
+    /// of `range` (all of them when `None`).
+    fn flush_tlb(&mut self, root: crate::mmu::walk::TableAddress, range: Option<Range<u64>>);
 }
 
-/// No preemption, fences ignored: for tests and simple callers.
-impl EngineHooks for () {}
+/// No preemption, fences ignored, no address spaces to flush: for tests and simple callers.
+impl EngineHooks for () {
+    fn flush_tlb(&mut self, _root: crate::mmu::walk::TableAddress, _range: Option<Range<u64>>) {}
+}
 
 /// Where the DMA buffer is.
 #[derive(Clone, Copy, Debug)]

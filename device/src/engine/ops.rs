@@ -40,6 +40,8 @@ impl Engine {
                 hooks.fence(p.fence_id);
                 Ok(())
             }
+            Packet::UpdatePageTable(p) => return Ok(self.update_page_table(&p, mem)?),
+            Packet::FlushTlb(p) => self.flush_tlb(&p, mem.layout.gpummu.is_some(), hooks),
         };
         moving_nothing?;
         Ok(0)

@@ -5,10 +5,12 @@
 //! (`crate::model::router`) does not send to the display, with a [`Reply`] to answer through,
 //! now or later.
 
+pub mod contexts;
 pub mod engine_state;
 pub mod reply;
 pub mod scheduler;
 pub mod status_page;
+pub mod virtual_node;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use log::info;
 use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
+use wddm_gpu_abi::context::{WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_VIRTUAL};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
@@ -28,9 +31,11 @@ use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
+use self::contexts::{ContextError, Contexts};
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
 use self::scheduler::{Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
+use self::virtual_node::VirtualNode;
 use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
@@ -44,7 +49,9 @@ pub struct PagingGpu {
     layout: Arc<SegmentLayout>,
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
+    contexts: Arc<Mutex<Contexts>>,
     scheduler: Scheduler,
+    virtual_node: VirtualNode,
 }
 
 impl PagingGpu {
@@ -60,18 +67,28 @@ impl PagingGpu {
             status: StatusPage::default(),
             events: VecDeque::new(),
         }));
+        let contexts = Arc::new(Mutex::new(Contexts::new(layout.gpummu)));
         let scheduler = Scheduler::start(
             layout.clone(),
             vram.clone(),
             notify.clone(),
+            contexts.clone(),
             stats,
             trace.map(Arc::new),
+        )?;
+        let virtual_node = VirtualNode::start(
+            layout.clone(),
+            vram.clone(),
+            notify.clone(),
+            contexts.clone(),
         )?;
         Ok(Self {
             layout,
             vram,
             notify,
+            contexts,
             scheduler,
+            virtual_node,
         })
     }
 
@@ -178,6 +195,48 @@ impl PagingGpu {
             ControlCommand::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
             ControlCommand::Reset => {
                 self.scheduler.reset(ResetBy::Driver);
+                self.virtual_node.reset_engine();
+                header(VIRTIO_GPU_RESP_OK_NODATA)
+            }
+            ControlCommand::CreateContext(cmd) => {
+                let created = lock(&self.contexts).create(&cmd);
+                return self.context_answer(reply, "CREATE_CONTEXT", created);
+            }
+            ControlCommand::DestroyContext(cmd) => {
+                let destroyed = if cmd.reserved == 0 {
+                    lock(&self.contexts).destroy(cmd.context_id)
+                } else {
+                    Err(ContextError::Reserved(
+                        "destroy_context: reserved is not zero",
+                    ))
+                };
+                return self.context_answer(reply, "DESTROY_CONTEXT", destroyed);
+            }
+            ControlCommand::SetRootPageTable(cmd) => {
+                let bound = lock(&self.contexts).set_root(&cmd);
+                return self.context_answer(reply, "SET_ROOT_PAGE_TABLE", bound);
+            }
+            ControlCommand::SubmitVirtual(cmd) => {
+                if reply.room() < std::mem::size_of::<WddmGpuRespSubmitVirtual>() {
+                    crate::guest_warn!(
+                        "SUBMIT_VIRTUAL fence {} refused unexecuted: response buffer of {} bytes is too small",
+                        cmd.submission_fence_id,
+                        reply.room()
+                    );
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
+                }
+                self.virtual_node.submit(cmd, reply, mem);
+                return RequestOutcome::Taken;
+            }
+            ControlCommand::ResetEngine(cmd) => {
+                if cmd.node_ordinal != WDDM_GPU_NODE_VIRTUAL || cmd.reserved != 0 {
+                    crate::guest_warn!(
+                        "RESET_ENGINE for node {}: only the virtual node (1) resets alone; the paging node resets with RESET",
+                        cmd.node_ordinal
+                    );
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                }
+                self.virtual_node.reset_engine();
                 header(VIRTIO_GPU_RESP_OK_NODATA)
             }
             ControlCommand::RegisterStatusPage(address) => {
@@ -257,11 +316,32 @@ impl PagingGpu {
         RequestOutcome::Taken
     }
 
+    /// Answers a context command: OK_NODATA, or INVALID_PARAMETER with a warning naming why.
+    fn context_answer(
+        &self,
+        reply: Box<dyn Reply>,
+        what: &str,
+        result: Result<(), ContextError>,
+    ) -> RequestOutcome {
+        match result {
+            Ok(()) => {
+                answer(reply, &header(VIRTIO_GPU_RESP_OK_NODATA));
+                RequestOutcome::Taken
+            }
+            Err(error) => {
+                crate::guest_warn!("{what} refused: {error}");
+                refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER)
+            }
+        }
+    }
+
     /// Virtio reset (the frontend stops the rings): running work stops within one chunk,
     /// pending work and posted events are dropped unanswered, the GART and the status page
     /// registration are cleared. VRAM keeps its contents.
     pub fn device_reset(&self) {
         self.scheduler.reset(ResetBy::Frontend);
+        self.virtual_node.device_reset();
+        lock(&self.contexts).clear();
     }
 
     /// The frontend stopped the rings (GET_VRING_BASE: a VM stop, a snapshot, or the first step
@@ -270,6 +350,7 @@ impl PagingGpu {
     /// The status page is not written while paused (a snapshot may be reading guest RAM).
     pub fn pause(&self) -> Paused {
         let paused = self.scheduler.pause();
+        self.virtual_node.pause();
         lock(&self.notify).status.suspend();
         paused
     }
@@ -282,6 +363,7 @@ impl PagingGpu {
             lock(&self.notify).status.resume(&ram);
         }
         self.scheduler.resume();
+        self.virtual_node.resume();
     }
 }
 

@@ -34,12 +34,14 @@ use zerocopy::IntoBytes;
 
 use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
+use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::walk::TableAddress;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait};
@@ -157,6 +159,7 @@ struct Execution {
     layout: Arc<SegmentLayout>,
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
+    contexts: Arc<Mutex<Contexts>>,
     engine: Mutex<Engine>,
     queue: Mutex<Queue>,
     /// Signalled when work is queued or the scheduler shuts down.
@@ -190,6 +193,7 @@ pub struct Scheduler {
 
 struct Hooks<'a, 'm> {
     execution: &'a Execution,
+    contexts: &'a Mutex<Contexts>,
     interrupt: &'a EngineSignal,
     last_completed: &'a AtomicU32,
     notify: &'a Mutex<Notify>,
@@ -244,6 +248,10 @@ impl EngineHooks for Hooks<'_, '_> {
             trace.packet(record);
         }
     }
+
+    fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
+        lock(self.contexts).flush(root, range);
+    }
 }
 
 fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
@@ -261,6 +269,7 @@ impl Scheduler {
         layout: Arc<SegmentLayout>,
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
+        contexts: Arc<Mutex<Contexts>>,
         stats: Arc<Stats>,
         trace: Option<Arc<Trace>>,
     ) -> std::io::Result<Self> {
@@ -269,6 +278,7 @@ impl Scheduler {
             layout,
             vram,
             notify,
+            contexts,
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -596,6 +606,7 @@ impl Execution {
         };
         let mut hooks = Hooks {
             execution: self,
+            contexts: &self.contexts,
             interrupt: &self.interrupt,
             last_completed: &self.last_completed,
             notify: &self.notify,

@@ -6,9 +6,11 @@ use std::sync::atomic::{fence, Ordering};
 
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::caps::WddmGpuVramBar;
+use wddm_gpu_abi::context::{WddmGpuPageFaultRecord, WDDM_GPU_NODE_COUNT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
-    WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE, WDDM_GPU_STATUS_VERSION,
+    WDDM_GPU_PAGE_FAULT_OFFSET, WDDM_GPU_STATUS_MAGIC, WDDM_GPU_STATUS_PAGE_SIZE,
+    WDDM_GPU_STATUS_VERSION,
 };
 use zerocopy::IntoBytes;
 
@@ -140,6 +142,23 @@ impl StatusPage {
         self.page.fault_head = self.page.fault_head.wrapping_add(1);
         self.page.fault_tail = tail;
         record
+    }
+
+    /// Writes a node's latest page fault into its slot after the fault ring (the record's
+    /// `sequence` tells a reader it is new); the caller publishes the header after it.
+    pub fn record_page_fault<M: GuestMemoryBackend>(
+        &mut self,
+        record: &WddmGpuPageFaultRecord,
+        ram: &GuestRam<'_, M>,
+    ) {
+        let Some(address) = self.address else {
+            return;
+        };
+        let slot = u64::from(record.node_ordinal.min(WDDM_GPU_NODE_COUNT - 1));
+        let slot_address = address
+            + u64::from(WDDM_GPU_PAGE_FAULT_OFFSET)
+            + slot * std::mem::size_of::<WddmGpuPageFaultRecord>() as u64;
+        let _ = ram.write(slot_address, record.as_bytes());
     }
 
     /// Stops writing to guest RAM until [`Self::resume`]; changes are kept.

@@ -1,17 +1,19 @@
 //! The translation cache of one address space, with hardware's contract: a translation once
 //! cached is served until a flush covers it, even if the tables in memory changed; an invalid
-//! entry is never cached (`InvalidTlbEntriesNotCached`). Two direct-mapped arrays, one for
-//! 4 KiB pages and one for larger pages (by their 64 KiB frame), allocated once: a lookup or an
-//! insert never allocates.
+//! entry is never cached (`InvalidTlbEntriesNotCached`). Two two-way set-associative arrays, one
+//! for 4 KiB pages and one for larger pages (by their 64 KiB frame), allocated once: a lookup or
+//! an insert never allocates.
 
 use std::ops::Range;
 
 use super::walk::Walk;
 
-/// Slots for 4 KiB pages.
-const SMALL_SLOTS: usize = 1024;
-/// Slots for 64 KiB and larger pages.
-const LARGE_SLOTS: usize = 128;
+/// Sets for 4 KiB pages (two ways each).
+const SMALL_SETS: u64 = 512;
+/// Sets for 64 KiB and larger pages (two ways each).
+const LARGE_SETS: u64 = 64;
+/// Ways per set.
+const WAYS: usize = 2;
 /// log2 of the frame a large slot is indexed by.
 const LARGE_INDEX_SHIFT: u32 = 16;
 
@@ -34,27 +36,46 @@ pub struct Hit<'a> {
     pub reported: &'a mut bool,
 }
 
+/// Two-way sets of slots with their replacement order.
+struct Ways {
+    slots: Box<[[Option<Slot>; WAYS]]>,
+    /// Per set: the way the next insert replaces when both are live.
+    victim: Box<[u8]>,
+}
+
+impl Ways {
+    fn new(sets: u64) -> Self {
+        let sets = usize::try_from(sets).unwrap_or(1);
+        Self {
+            slots: vec![[None; WAYS]; sets].into_boxed_slice(),
+            victim: vec![0; sets].into_boxed_slice(),
+        }
+    }
+
+    /// The set of frame `key`: higher bits folded in, so ranges a power-of-two apart (a copy's
+    /// source and destination) do not share a set.
+    fn set(&self, key: u64) -> usize {
+        let sets = self.slots.len() as u64;
+        let folded = key ^ (key >> 9) ^ (key >> 18) ^ (key >> 27);
+        usize::try_from(folded % sets).unwrap_or(0)
+    }
+}
+
 /// One address space's translation cache.
 pub struct Tlb {
-    small: Box<[Option<Slot>]>,
-    large: Box<[Option<Slot>]>,
+    small: Ways,
+    large: Ways,
     generation: u64,
 }
 
 impl Default for Tlb {
     fn default() -> Self {
         Self {
-            small: vec![None; SMALL_SLOTS].into_boxed_slice(),
-            large: vec![None; LARGE_SLOTS].into_boxed_slice(),
+            small: Ways::new(SMALL_SETS),
+            large: Ways::new(LARGE_SETS),
             generation: 1,
         }
     }
-}
-
-/// Slot index of frame `key` in an array of `slots` slots (a power of two).
-fn index(key: u64, slots: usize) -> usize {
-    // The mask keeps the value below `slots`, so it fits in usize.
-    usize::try_from(key & (slots as u64 - 1)).unwrap_or(0)
 }
 
 impl Tlb {
@@ -62,10 +83,6 @@ impl Tlb {
     #[inline]
     pub fn lookup(&mut self, address: u64) -> Option<Hit<'_>> {
         let generation = self.generation;
-        let small_key = address >> 12;
-        let large_key = address >> LARGE_INDEX_SHIFT;
-        let small = index(small_key, SMALL_SLOTS);
-        let large = index(large_key, LARGE_SLOTS);
         let live = |slot: &Option<Slot>, key: u64| {
             slot.as_ref().is_some_and(|slot| {
                 slot.generation == generation
@@ -73,14 +90,22 @@ impl Tlb {
                     && address.wrapping_sub(slot.walk.page.base) < slot.walk.page.size()
             })
         };
-        let slot = if live(&self.small[small], small_key) {
-            &mut self.small[small]
-        } else if live(&self.large[large], large_key) {
-            &mut self.large[large]
+        let small_key = address >> 12;
+        let large_key = address >> LARGE_INDEX_SHIFT;
+        let small_set = self.small.set(small_key);
+        let large_set = self.large.set(large_key);
+        let found = if let Some(way) =
+            (0..WAYS).find(|&way| live(&self.small.slots[small_set][way], small_key))
+        {
+            &mut self.small.slots[small_set][way]
+        } else if let Some(way) =
+            (0..WAYS).find(|&way| live(&self.large.slots[large_set][way], large_key))
+        {
+            &mut self.large.slots[large_set][way]
         } else {
             return None;
         };
-        slot.as_mut().map(|slot| Hit {
+        found.as_mut().map(|slot| Hit {
             walk: &slot.walk,
             reported: &mut slot.reported,
         })
@@ -89,15 +114,26 @@ impl Tlb {
     /// Caches `walk`, which translated `address`.
     #[inline]
     pub fn insert(&mut self, address: u64, walk: Walk) {
-        let (slots, key) = if walk.page.shift == 12 {
+        let generation = self.generation;
+        let (ways, key) = if walk.page.shift == 12 {
             (&mut self.small, address >> 12)
         } else {
             (&mut self.large, address >> LARGE_INDEX_SHIFT)
         };
-        let slot_count = slots.len();
-        slots[index(key, slot_count)] = Some(Slot {
+        let set = ways.set(key);
+        let dead = (0..WAYS).find(|&way| {
+            ways.slots[set][way]
+                .as_ref()
+                .is_none_or(|slot| slot.generation != generation || slot.key == key)
+        });
+        let way = dead.unwrap_or_else(|| {
+            let victim = usize::from(ways.victim[set]);
+            ways.victim[set] = u8::from(victim == 0);
+            victim
+        });
+        ways.slots[set][way] = Some(Slot {
             key,
-            generation: self.generation,
+            generation,
             reported: false,
             walk,
         });
@@ -110,7 +146,12 @@ impl Tlb {
 
     /// Drops the translations of pages that share a byte with `range`.
     pub fn flush(&mut self, range: Range<u64>) {
-        for slot in self.small.iter_mut().chain(self.large.iter_mut()) {
+        let sets = self
+            .small
+            .slots
+            .iter_mut()
+            .chain(self.large.slots.iter_mut());
+        for slot in sets.flat_map(|set| set.iter_mut()) {
             let overlaps = slot.as_ref().is_some_and(|slot| {
                 let page = &slot.walk.page;
                 page.base < range.end && range.start < page.base.saturating_add(page.size())

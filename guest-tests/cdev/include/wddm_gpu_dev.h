@@ -305,7 +305,7 @@ typedef struct wddm_vq {
 /* ---- The device ---------------------------------------------------------------------- */
 
 #define WDDM_SLOTS 32          /* requests in flight on the control queue */
-#define WDDM_SLOT_SIZE 256     /* bytes of one slot: request in the first half, response after */
+#define WDDM_SLOT_SIZE 512     /* bytes of one slot: request in the first half, response after */
 #define WDDM_COMPLETION_RING 32
 #define WDDM_EVENT_RING 32
 

@@ -39,6 +39,12 @@ fn one_of_each() -> Vec<(Vec<u8>, Packet)> {
     );
     let unmap = build::unmap_aperture(2, 5, 6, 0x7000);
     let fence = build::fence(0xfeed);
+    let table = build::gpuva::TableAt {
+        segment: 1,
+        address: 0x8000,
+    };
+    let update = build::gpuva::update_page_table(1, table, 3, 4, 0x30_0000);
+    let flush = build::gpuva::flush_tlb(table, Some(0x1000..0x9000));
     vec![
         (transfer.as_bytes().to_vec(), Packet::Transfer(transfer)),
         (fill.as_bytes().to_vec(), Packet::Fill(fill)),
@@ -49,6 +55,8 @@ fn one_of_each() -> Vec<(Vec<u8>, Packet)> {
         (map2.as_bytes().to_vec(), Packet::MapAperture2(map2)),
         (unmap.as_bytes().to_vec(), Packet::UnmapAperture(unmap)),
         (fence.as_bytes().to_vec(), Packet::Fence(fence)),
+        (update.as_bytes().to_vec(), Packet::UpdatePageTable(update)),
+        (flush.as_bytes().to_vec(), Packet::FlushTlb(flush)),
     ]
 }
 
@@ -98,14 +106,21 @@ fn a_built_dma_buffer_decodes_packet_by_packet() {
 }
 
 #[test]
+fn the_physical_kinds_are_all_but_the_page_table_packets() {
+    let mut physical = PacketKind::PHYSICAL.to_vec();
+    physical.extend([PacketKind::UpdatePageTable, PacketKind::FlushTlb]);
+    assert_eq!(physical, PacketKind::ALL);
+}
+
+#[test]
 fn kinds_and_opcodes_map_both_ways() {
     for kind in PacketKind::ALL {
         assert_eq!(PacketKind::from_opcode(kind.opcode()), Some(kind));
     }
     let mut opcodes: Vec<u16> = PacketKind::ALL.iter().map(|k| k.opcode()).collect();
     opcodes.sort_unstable();
-    assert_eq!(opcodes, (1..=9).collect::<Vec<u16>>());
-    for opcode in [0, 10, 0x55, u16::MAX] {
+    assert_eq!(opcodes, (1..=11).collect::<Vec<u16>>());
+    for opcode in [0, 12, 0x55, u16::MAX] {
         assert_eq!(PacketKind::from_opcode(opcode), None, "{opcode}");
     }
     // Report names are the kinds' names in snake case: `MapAperture2` is `map_aperture2`.
@@ -166,7 +181,7 @@ fn header_flags_are_refused_before_the_opcode_and_the_body() {
 
 #[test]
 fn an_unknown_opcode_is_refused_whatever_follows() {
-    for opcode in [0, 10, 0x55, u16::MAX] {
+    for opcode in [0, 12, 0x55, u16::MAX] {
         let header = WddmGpuPacketHeader {
             opcode,
             flags: 0,

@@ -1,11 +1,13 @@
 //! Engine hooks for the tests: counting interruption checks, stopping on request, recording
-//! fences, and rewriting guest memory while a packet executes.
+//! fences and TLB flushes, and rewriting guest memory while a packet executes.
 
 use std::cell::Cell;
+use std::ops::Range;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::engine::{EngineHooks, Interruption};
+use crate::mmu::walk::TableAddress;
 
 /// Counts interruption checks (stopping with `stop` from call `stop.0` on) and records fences,
 /// sampling guest memory (RAM or, through the window, VRAM) at each.
@@ -16,6 +18,7 @@ pub(super) struct Hooks {
     pub(super) fences: Vec<u32>,
     pub(super) sample: Option<(GuestMemoryMmap<()>, Vec<u64>)>,
     pub(super) samples: Vec<Vec<u8>>,
+    pub(super) flushes: Vec<(TableAddress, Option<Range<u64>>)>,
 }
 
 impl EngineHooks for Hooks {
@@ -38,6 +41,10 @@ impl EngineHooks for Hooks {
             self.samples.push(bytes);
         }
     }
+
+    fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
+        self.flushes.push((root, range));
+    }
 }
 
 /// From its second interruption check on (the first one inside the first packet, which the
@@ -58,4 +65,6 @@ impl EngineHooks for Rewriter {
         }
         None
     }
+
+    fn flush_tlb(&mut self, _root: TableAddress, _range: Option<Range<u64>>) {}
 }

@@ -15,6 +15,7 @@ mod hooks;
 mod interruption;
 mod map_checks;
 mod model;
+mod page_tables;
 mod random;
 mod refusals;
 mod segment_access;

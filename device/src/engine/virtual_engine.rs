@@ -1,0 +1,411 @@
+//! The virtual node's copy engine: runs a DMA buffer at a GPU virtual address of one context,
+//! everything through the MMU. The buffer is fetched with execute access (no-execute pages
+//! fault), copies and fills move runs the MMU hands out (contiguous pages as one run), and a
+//! SIGNAL writes a monitored fence. A page fault stops the submission at the faulting packet.
+
+use std::sync::Mutex;
+
+use vm_memory::GuestMemoryBackend;
+use wddm_gpu_abi::context::{
+    WddmGpuCmdSubmitVirtual, WddmGpuVirtualCopy, WddmGpuVirtualFill, WddmGpuVirtualSignal,
+    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_VOP_COPY, WDDM_GPU_VOP_FILL, WDDM_GPU_VOP_SIGNAL,
+};
+use wddm_gpu_abi::gpummu_rules::MmuGeometry;
+use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
+use wddm_gpu_abi::size_of_u32;
+use wddm_gpu_abi::submit::{SubmitStatus, WDDM_GPU_MAX_DMA_BUFFER_SIZE};
+use zerocopy::FromBytes;
+
+use super::access::{copy, fitting, read_location, write_location, Location};
+use super::place::{ram, segment_offset};
+use super::{DeviceMemory, Fault, Interruption, Stop, CHUNK};
+use crate::mmu::fault::{Access, MmuFault};
+use crate::mmu::space::{AddressSpace, Run};
+use crate::mmu::tables::DeviceTables;
+use crate::mmu::walk::Target;
+use crate::support::sync::lock;
+
+/// Bytes of zeros or pattern prepared per step.
+const STEP_BUFFER: usize = 64 << 10;
+
+/// Why a virtual submission stopped early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VirtualStop {
+    /// The command or a packet is wrong.
+    #[error("{0}")]
+    Fault(#[from] Fault),
+    /// A translation faulted.
+    #[error("page fault: {0}")]
+    Page(#[from] MmuFault),
+    /// The device stopped it (reset, pause ending in reset).
+    #[error("{0}")]
+    Interrupted(#[from] Interruption),
+}
+
+impl VirtualStop {
+    /// The wire status.
+    pub fn status(&self) -> SubmitStatus {
+        match self {
+            VirtualStop::Fault(fault) => fault.status(),
+            VirtualStop::Page(_) => SubmitStatus::PageFault,
+            VirtualStop::Interrupted(interruption) => Stop::Interrupted(*interruption).status(),
+        }
+    }
+}
+
+/// How a virtual submission ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtualCompletion {
+    /// `submission_fence_id`.
+    pub fence_id: u32,
+    /// Packets that completed.
+    pub packets_completed: u32,
+    /// Bytes copied or filled.
+    pub bytes_transferred: u64,
+    /// Where and why it stopped early.
+    pub stop: Option<(u32, VirtualStop)>,
+}
+
+/// What the virtual engine tells the rest of the device.
+pub trait VirtualHooks {
+    /// Asked between chunks and packets: `Some` stops the submission.
+    fn interruption(&self) -> Option<Interruption>;
+
+    /// A SIGNAL packet wrote `value` at `address`.
+    fn monitored_fence(&mut self, address: u64, value: u64);
+}
+
+/// The copy engine of the virtual node. Owns its scratch buffers, so the hot path does not
+/// allocate.
+#[derive(Default)]
+pub struct VirtualEngine {
+    bounce: Vec<u8>,
+    pattern: Vec<u8>,
+}
+
+/// What a submission runs against: memory, the geometry and the context's address space.
+pub struct VirtualMemory<'a, 'm, M> {
+    /// Guest RAM, VRAM and the layout.
+    pub mem: &'a DeviceMemory<'m, M>,
+    /// The checked geometry.
+    pub geometry: &'a MmuGeometry,
+    /// The context's address space (locked per translation, so a FLUSH_TLB interleaves).
+    pub space: &'a Mutex<AddressSpace>,
+}
+
+impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
+    /// The longest run at `address` of at most `length` bytes allowed for `access`.
+    fn translate(&self, address: u64, length: u64, access: Access) -> Result<Run, MmuFault> {
+        let tables = DeviceTables {
+            ram: &self.mem.ram,
+            vram: self.mem.vram,
+            layout: self.mem.layout,
+        };
+        lock(self.space).translate(self.geometry, &tables, address, length, access)
+    }
+
+    /// Where a run's bytes are; `None` for a zero page.
+    fn location(&self, run: Run) -> Result<Option<Location>, Fault> {
+        match run.target {
+            Target::System(address) => ram(self.mem, address, run.len).map(Some),
+            Target::Segment { segment, offset } => {
+                segment_offset(self.mem, segment, offset, run.len).map(Some)
+            }
+            Target::Zero => Ok(None),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `address`.
+    fn read(&self, address: u64, buf: &mut [u8], access: Access) -> Result<(), VirtualStop> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = address
+                .checked_add(done as u64)
+                .ok_or(Fault::LengthOverflow(address))?;
+            let run = self.translate(at, (buf.len() - done) as u64, access)?;
+            let len = usize::try_from(run.len)
+                .unwrap_or(usize::MAX)
+                .min(buf.len() - done);
+            let piece = &mut buf[done..done + len];
+            match self.location(run)? {
+                Some(location) => read_location(location.sub(0, len as u64), piece, self.mem)?,
+                None => piece.fill(0),
+            }
+            done += len;
+        }
+        Ok(())
+    }
+}
+
+impl VirtualEngine {
+    /// Executes `[start_offset, end_offset)` of the command's DMA buffer.
+    pub fn execute<M: GuestMemoryBackend>(
+        &mut self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+        memory: &VirtualMemory<'_, '_, M>,
+        hooks: &mut impl VirtualHooks,
+    ) -> VirtualCompletion {
+        let mut completion = VirtualCompletion {
+            fence_id: cmd.submission_fence_id,
+            packets_completed: 0,
+            bytes_transferred: 0,
+            stop: None,
+        };
+        if let Err(fault) = check_command(cmd) {
+            completion.stop = Some((cmd.start_offset, fault.into()));
+            return completion;
+        }
+        let mut offset = cmd.start_offset;
+        let mut packet = [0u8; WDDM_GPU_MAX_PACKET_SIZE as usize];
+        while offset < cmd.end_offset {
+            if let Some(interruption) = hooks.interruption() {
+                completion.stop = Some((offset, interruption.into()));
+                break;
+            }
+            let result = self
+                .fetch(cmd, offset, memory, &mut packet)
+                .and_then(|size| {
+                    let bytes = self.run_packet(&packet[..size as usize], memory, hooks)?;
+                    Ok((size, bytes))
+                });
+            match result {
+                Ok((size, bytes)) => {
+                    completion.packets_completed += 1;
+                    completion.bytes_transferred =
+                        completion.bytes_transferred.saturating_add(bytes);
+                    offset += size;
+                }
+                Err(stop) => {
+                    completion.stop = Some((offset, stop));
+                    break;
+                }
+            }
+        }
+        completion
+    }
+
+    /// Fetches the packet at `offset` through the MMU (execute access); returns its size.
+    fn fetch<M: GuestMemoryBackend>(
+        &self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+        offset: u32,
+        memory: &VirtualMemory<'_, '_, M>,
+        packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
+    ) -> Result<u32, VirtualStop> {
+        let header_size = size_of_u32::<WddmGpuPacketHeader>();
+        let available = cmd.end_offset - offset;
+        let bad = |size, reason| Fault::BadPacketHeader { size, reason };
+        if available < header_size {
+            return Err(bad(0, "header runs past end_offset").into());
+        }
+        // Checked against the address bits when the command was: no overflow.
+        let address = cmd.dma_buffer_address + u64::from(offset);
+        memory.read(
+            address,
+            &mut packet[..header_size as usize],
+            Access::Execute,
+        )?;
+        let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..])
+            .map_err(|_| bad(0, "header truncated"))?;
+        let size = header.size;
+        let reason = if size < header_size {
+            Some("smaller than the header")
+        } else if size % WDDM_GPU_PACKET_ALIGN != 0 {
+            Some("not a multiple of 8")
+        } else if size > WDDM_GPU_MAX_PACKET_SIZE {
+            Some("larger than the device maximum")
+        } else if size > available {
+            Some("runs past end_offset")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(bad(size, reason).into());
+        }
+        memory.read(
+            address + u64::from(header_size),
+            &mut packet[header_size as usize..size as usize],
+            Access::Execute,
+        )?;
+        Ok(size)
+    }
+
+    /// Runs one fetched packet; returns the bytes it moved.
+    fn run_packet<M: GuestMemoryBackend>(
+        &mut self,
+        packet: &[u8],
+        memory: &VirtualMemory<'_, '_, M>,
+        hooks: &mut impl VirtualHooks,
+    ) -> Result<u64, VirtualStop> {
+        let (header, _) =
+            WddmGpuPacketHeader::read_from_prefix(packet).map_err(|_| Fault::BadPacketHeader {
+                size: 0,
+                reason: "header truncated",
+            })?;
+        if header.flags != 0 {
+            return Err(Fault::ReservedField("virtual packet header flags").into());
+        }
+        let too_small = |reason| Fault::BadPacketHeader {
+            size: header.size,
+            reason,
+        };
+        match header.opcode {
+            WDDM_GPU_VOP_COPY => {
+                let (p, _) = WddmGpuVirtualCopy::read_from_prefix(packet)
+                    .map_err(|_| too_small("smaller than a COPY packet"))?;
+                self.copy(&p, memory, hooks)
+            }
+            WDDM_GPU_VOP_FILL => {
+                let (p, _) = WddmGpuVirtualFill::read_from_prefix(packet)
+                    .map_err(|_| too_small("smaller than a FILL packet"))?;
+                if p.reserved != 0 {
+                    return Err(Fault::ReservedField("virtual fill.reserved").into());
+                }
+                self.fill(&p, memory, hooks)
+            }
+            WDDM_GPU_VOP_SIGNAL => {
+                let (p, _) = WddmGpuVirtualSignal::read_from_prefix(packet)
+                    .map_err(|_| too_small("smaller than a SIGNAL packet"))?;
+                signal(&p, memory, hooks)?;
+                Ok(0)
+            }
+            other => Err(Fault::UnknownOpcode(other).into()),
+        }
+    }
+
+    fn copy<M: GuestMemoryBackend>(
+        &mut self,
+        packet: &WddmGpuVirtualCopy,
+        memory: &VirtualMemory<'_, '_, M>,
+        hooks: &mut impl VirtualHooks,
+    ) -> Result<u64, VirtualStop> {
+        let length = packet.length;
+        for end in [packet.source, packet.destination] {
+            end.checked_add(length)
+                .ok_or(Fault::LengthOverflow(length))?;
+        }
+        let mut done = 0u64;
+        while done < length {
+            if done.is_multiple_of(CHUNK) {
+                if let Some(interruption) = hooks.interruption() {
+                    return Err(interruption.into());
+                }
+            }
+            let step = (length - done).min(CHUNK - done % CHUNK);
+            let source = memory.translate(packet.source + done, step, Access::Read)?;
+            let destination =
+                memory.translate(packet.destination + done, source.len, Access::Write)?;
+            let len = source.len.min(destination.len);
+            let (source, destination) = (Run { len, ..source }, Run { len, ..destination });
+            match (memory.location(source)?, memory.location(destination)?) {
+                (Some(from), Some(to)) => copy(from, to, len, memory.mem, &mut self.bounce)?,
+                (None, Some(to)) => self.write_repeated(to, &[0], memory)?,
+                (_, None) => {}
+            }
+            done += len;
+        }
+        Ok(length)
+    }
+
+    fn fill<M: GuestMemoryBackend>(
+        &mut self,
+        packet: &WddmGpuVirtualFill,
+        memory: &VirtualMemory<'_, '_, M>,
+        hooks: &mut impl VirtualHooks,
+    ) -> Result<u64, VirtualStop> {
+        let length = packet.length;
+        packet
+            .destination
+            .checked_add(length)
+            .ok_or(Fault::LengthOverflow(length))?;
+        let pattern = packet.pattern.to_le_bytes();
+        let mut done = 0u64;
+        while done < length {
+            if done.is_multiple_of(CHUNK) {
+                if let Some(interruption) = hooks.interruption() {
+                    return Err(interruption.into());
+                }
+            }
+            let step = (length - done).min(CHUNK - done % CHUNK);
+            let run = memory.translate(packet.destination + done, step, Access::Write)?;
+            if let Some(to) = memory.location(run)? {
+                // The pattern stays in phase with the fill's start: every run starts at a
+                // multiple of 4 from it or the pattern is rotated to match.
+                let phase = usize::try_from(done % 4).unwrap_or(0);
+                let mut rotated = pattern;
+                rotated.rotate_left(phase);
+                self.write_repeated(to, &rotated, memory)?;
+            }
+            done += run.len;
+        }
+        Ok(length)
+    }
+
+    /// Writes `unit` again and again over `to`.
+    fn write_repeated<M: GuestMemoryBackend>(
+        &mut self,
+        to: Location,
+        unit: &[u8],
+        memory: &VirtualMemory<'_, '_, M>,
+    ) -> Result<(), Fault> {
+        if self.pattern.len() != STEP_BUFFER || !self.pattern.starts_with(unit) {
+            self.pattern.clear();
+            self.pattern
+                .extend(unit.iter().copied().cycle().take(STEP_BUFFER));
+        }
+        let mut rest = to;
+        while rest.len() > 0 {
+            let step = rest.len().min(STEP_BUFFER as u64);
+            write_location(
+                rest.sub(0, step),
+                &self.pattern[..fitting(step, STEP_BUFFER)],
+                memory.mem,
+            )?;
+            rest = rest.sub(step, u64::MAX);
+        }
+        Ok(())
+    }
+}
+
+/// SIGNAL: the value lands at an 8-byte aligned VA, then the fence is reported.
+fn signal<M: GuestMemoryBackend>(
+    packet: &WddmGpuVirtualSignal,
+    memory: &VirtualMemory<'_, '_, M>,
+    hooks: &mut impl VirtualHooks,
+) -> Result<(), VirtualStop> {
+    if !packet.address.is_multiple_of(8) {
+        return Err(Fault::BadCommand("signal: address is not 8-byte aligned").into());
+    }
+    let run = memory.translate(packet.address, 8, Access::Write)?;
+    if let Some(to) = memory.location(run)? {
+        write_location(to, &packet.value.to_le_bytes(), memory.mem)?;
+    }
+    hooks.monitored_fence(packet.address, packet.value);
+    Ok(())
+}
+
+/// The command's own fields.
+fn check_command(cmd: &WddmGpuCmdSubmitVirtual) -> Result<(), Fault> {
+    if cmd.flags != 0 || cmd.reserved != 0 {
+        return Err(Fault::ReservedField("submit_virtual flags or reserved"));
+    }
+    if cmd.node_ordinal != WDDM_GPU_NODE_VIRTUAL {
+        return Err(Fault::BadCommand(
+            "submit_virtual: node_ordinal must be 1 (the virtual node)",
+        ));
+    }
+    if cmd.dma_buffer_size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
+        return Err(Fault::BadCommand(
+            "dma_buffer_size above the device maximum",
+        ));
+    }
+    if cmd.start_offset > cmd.end_offset || cmd.end_offset > cmd.dma_buffer_size {
+        return Err(Fault::BadCommand(
+            "offsets must satisfy start <= end <= dma_buffer_size",
+        ));
+    }
+    cmd.dma_buffer_address
+        .checked_add(u64::from(cmd.dma_buffer_size))
+        .ok_or(Fault::LengthOverflow(cmd.dma_buffer_address))?;
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! The virtual engine node: SUBMIT_VIRTUAL work of the contexts on node 1, run one submission at
+//! a time on its own thread by the [`VirtualEngine`], beside the paging node's engine thread, so
+//! both run at once and a fault here never stops paging.
+//!
+//! - A page fault stops the submission, records the `DmaPageFaulted` data (the answer, the
+//!   status page's slot of node 1, a PAGE_FAULT event) and leaves the node faulted: every
+//!   submission after it is answered NODE_FAULTED until RESET_ENGINE (`DxgkDdiResetEngine`).
+//! - RESET_ENGINE stops the running submission at its next chunk, answers it and the queued
+//!   ones RESET, clears the fault, and is answered once the node is idle.
+//! - A pause (the VM stops) parks the node at its next chunk; a device reset drops its work
+//!   unanswered (the rings are being reset) and forgets the fault.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use log::warn;
+use wddm_gpu_abi::context::{
+    WddmGpuCmdSubmitVirtual, WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual,
+    WddmGpuStaleTranslation, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_VIRTUAL,
+    WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED, WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+};
+use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
+use wddm_gpu_abi::status::{
+    WddmGpuRespEvent, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
+    WDDM_GPU_EVENT_STALE_TRANSLATION,
+};
+use wddm_gpu_abi::submit::SubmitStatus;
+use zerocopy::IntoBytes;
+
+use crate::engine::virtual_engine::{
+    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory, VirtualStop,
+};
+use crate::engine::{DeviceMemory, Interruption};
+use crate::gpu::contexts::Contexts;
+use crate::gpu::reply::{answer, Mem, Notify, Reply};
+use crate::layout::SegmentLayout;
+use crate::memory::guest_ram::GuestRam;
+use crate::memory::vram::Vram;
+use crate::mmu::fault::Access;
+use crate::mmu::space::AddressSpace;
+use crate::support::sync::{lock, wait};
+
+/// A queued submission.
+struct Job {
+    cmd: WddmGpuCmdSubmitVirtual,
+    reply: Box<dyn Reply>,
+    mem: Mem,
+}
+
+/// Who stops the node's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopping {
+    /// RESET_ENGINE: work is answered RESET.
+    Engine,
+    /// A device reset: work is dropped unanswered.
+    Device,
+}
+
+#[derive(Default)]
+struct State {
+    jobs: VecDeque<Job>,
+    running: bool,
+    parked: bool,
+    paused: bool,
+    stopping: Option<Stopping>,
+    faulted: bool,
+    shutdown: bool,
+    page_faults: u64,
+}
+
+struct Shared {
+    layout: Arc<SegmentLayout>,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+    contexts: Arc<Mutex<Contexts>>,
+    state: Mutex<State>,
+    /// Work queued, a pause ended, a stop or shutdown began.
+    wake: Condvar,
+    /// The running submission ended or parked.
+    idle: Condvar,
+}
+
+/// The virtual node and its thread.
+pub struct VirtualNode {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmitVirtual {
+    WddmGpuRespSubmitVirtual {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
+        submission_fence_id: fence_id,
+        status: status as u32,
+        ..Default::default()
+    }
+}
+
+impl VirtualNode {
+    /// Starts the node's thread.
+    pub fn start(
+        layout: Arc<SegmentLayout>,
+        vram: Arc<Vram>,
+        notify: Arc<Mutex<Notify>>,
+        contexts: Arc<Mutex<Contexts>>,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            layout,
+            vram,
+            notify,
+            contexts,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+        });
+        let thread_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("wddm-gpu-virtual".into())
+            .spawn(move || thread_shared.work())?;
+        Ok(Self {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Queues a SUBMIT_VIRTUAL; it is answered when it ends.
+    pub fn submit(&self, cmd: WddmGpuCmdSubmitVirtual, reply: Box<dyn Reply>, mem: Mem) {
+        lock(&self.shared.state)
+            .jobs
+            .push_back(Job { cmd, reply, mem });
+        self.shared.wake.notify_all();
+    }
+
+    /// RESET_ENGINE: returns once the node is idle, its work answered RESET and its fault gone.
+    pub fn reset_engine(&self) {
+        self.stop(Stopping::Engine);
+    }
+
+    /// Device reset: the node's work is dropped unanswered, its fault forgotten.
+    pub fn device_reset(&self) {
+        self.stop(Stopping::Device);
+    }
+
+    fn stop(&self, by: Stopping) {
+        let mut state = lock(&self.shared.state);
+        state.stopping = Some(by);
+        self.shared.wake.notify_all();
+        while state.running && !state.shutdown {
+            state = wait(&self.shared.idle, state);
+        }
+        let jobs: Vec<Job> = state.jobs.drain(..).collect();
+        state.faulted = false;
+        state.stopping = None;
+        drop(state);
+        if by == Stopping::Engine {
+            for job in jobs {
+                answer_submit(
+                    job.reply,
+                    &response(job.cmd.submission_fence_id, SubmitStatus::Reset),
+                );
+            }
+        }
+    }
+
+    /// The VM stopped: the node parks at its next chunk boundary (or stays idle).
+    pub fn pause(&self) {
+        let mut state = lock(&self.shared.state);
+        state.paused = true;
+        while state.running && !state.parked && !state.shutdown {
+            state = wait(&self.shared.idle, state);
+        }
+    }
+
+    /// The VM runs again.
+    pub fn resume(&self) {
+        lock(&self.shared.state).paused = false;
+        self.shared.wake.notify_all();
+    }
+
+    /// Ends the thread (work still queued is dropped).
+    pub fn shutdown(&self) {
+        {
+            let mut state = lock(&self.shared.state);
+            state.shutdown = true;
+            state.stopping = Some(Stopping::Device);
+        }
+        self.shared.wake.notify_all();
+        if let Some(worker) = lock(&self.worker).take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Drop for VirtualNode {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn answer_submit(reply: Box<dyn Reply>, response: &WddmGpuRespSubmitVirtual) {
+    answer(reply, response.as_bytes());
+}
+
+/// The node's view while a submission runs.
+struct Hooks<'a, 'm> {
+    shared: &'a Shared,
+    ram: &'a GuestRam<'m, vm_memory::GuestMemoryMmap>,
+}
+
+impl VirtualHooks for Hooks<'_, '_> {
+    fn interruption(&self) -> Option<Interruption> {
+        let mut state = lock(&self.shared.state);
+        loop {
+            if state.stopping.is_some() || state.shutdown {
+                return Some(Interruption::Reset);
+            }
+            if !state.paused {
+                return None;
+            }
+            state.parked = true;
+            self.shared.idle.notify_all();
+            state = wait(&self.shared.wake, state);
+            state.parked = false;
+        }
+    }
+
+    fn monitored_fence(&mut self, address: u64, value: u64) {
+        lock(&self.shared.notify).signal(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_MONITORED_FENCE,
+                fence_value: value,
+                fence_address: address,
+                ..Default::default()
+            },
+            self.ram,
+        );
+    }
+}
+
+impl Shared {
+    fn work(&self) {
+        loop {
+            let (job, faulted) = {
+                let mut state = lock(&self.state);
+                loop {
+                    if state.shutdown {
+                        return;
+                    }
+                    if !state.paused && state.stopping.is_none() {
+                        if let Some(job) = state.jobs.pop_front() {
+                            state.running = true;
+                            break (job, state.faulted);
+                        }
+                    }
+                    state = wait(&self.wake, state);
+                }
+            };
+            let fence = job.cmd.submission_fence_id;
+            let outcome = if faulted {
+                Some(response(fence, SubmitStatus::NodeFaulted))
+            } else {
+                self.run(&job)
+            };
+            // Answered before the node counts as idle: a RESET_ENGINE is answered after it.
+            let dropped = lock(&self.state).stopping == Some(Stopping::Device);
+            if let (Some(outcome), false) = (outcome, dropped) {
+                answer_submit(job.reply, &outcome);
+            }
+            lock(&self.state).running = false;
+            self.idle.notify_all();
+        }
+    }
+
+    /// Runs one submission; `None` when a device reset dropped it.
+    fn run(&self, job: &Job) -> Option<WddmGpuRespSubmitVirtual> {
+        let cmd = &job.cmd;
+        let (space, geometry) = {
+            let contexts = lock(&self.contexts);
+            let space = contexts.space(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
+            (space, contexts.geometry().copied())
+        };
+        let (Some(space), Some(geometry)) = (space, geometry) else {
+            crate::guest_warn!(
+                "SUBMIT_VIRTUAL fence {}: context {} does not exist on the virtual node",
+                cmd.submission_fence_id,
+                cmd.context_id
+            );
+            return Some(response(cmd.submission_fence_id, SubmitStatus::BadContext));
+        };
+        let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
+        let memory = DeviceMemory {
+            ram,
+            vram: &self.vram,
+            layout: &self.layout,
+        };
+        let virtual_memory = VirtualMemory {
+            mem: &memory,
+            geometry: &geometry,
+            space: &space,
+        };
+        let mut hooks = Hooks {
+            shared: self,
+            ram: &memory.ram,
+        };
+        let completion = VirtualEngine::default().execute(cmd, &virtual_memory, &mut hooks);
+        self.report_stale(cmd, &space, &memory.ram);
+        self.finish(cmd, &completion, &memory.ram)
+    }
+
+    /// Reports what the checking mode found while the submission ran: a log line and a
+    /// STALE_TRANSLATION event each.
+    fn report_stale(
+        &self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+        space: &Mutex<AddressSpace>,
+        ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
+    ) {
+        let (stale, total) = lock(space).take_stale();
+        for found in stale {
+            warn!(
+                "context {}: stale translation served for GPU VA {:#x}: level {} entry was {:#x} when cached, is {:#x} in memory (a missing FLUSH_TLB; {total} found so far)",
+                cmd.context_id, found.address, found.level, found.cached, found.memory
+            );
+            lock(&self.notify).signal(
+                WddmGpuRespEvent {
+                    kind: WDDM_GPU_EVENT_STALE_TRANSLATION,
+                    stale: WddmGpuStaleTranslation {
+                        virtual_address: found.address,
+                        cached_entry: found.cached,
+                        memory_entry: found.memory,
+                        context_id: cmd.context_id,
+                        page_table_level: found.level,
+                    },
+                    ..Default::default()
+                },
+                ram,
+            );
+        }
+    }
+
+    fn finish(
+        &self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+        completion: &VirtualCompletion,
+        ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
+    ) -> Option<WddmGpuRespSubmitVirtual> {
+        let mut reply = response(cmd.submission_fence_id, SubmitStatus::Ok);
+        reply.packets_completed = completion.packets_completed;
+        reply.bytes_transferred = completion.bytes_transferred;
+        let Some((offset, stop)) = completion.stop else {
+            return Some(reply);
+        };
+        reply.status = stop.status() as u32;
+        reply.fault_packet_offset = offset;
+        match stop {
+            VirtualStop::Interrupted(_) => {
+                if lock(&self.state).stopping == Some(Stopping::Device) {
+                    return None;
+                }
+            }
+            VirtualStop::Fault(fault) => {
+                crate::guest_warn!(
+                    "SUBMIT_VIRTUAL fence {} context {}: packet at {offset:#x}: {fault}",
+                    cmd.submission_fence_id,
+                    cmd.context_id
+                );
+            }
+            VirtualStop::Page(fault) => {
+                let sequence = {
+                    let mut state = lock(&self.state);
+                    state.faulted = true;
+                    state.page_faults += 1;
+                    state.page_faults
+                };
+                let write = if fault.access == Access::Write {
+                    WDDM_GPU_PAGE_FAULT_FLAG_WRITE
+                } else {
+                    0
+                };
+                let record = WddmGpuPageFaultRecord {
+                    sequence,
+                    fault: fault.wire(),
+                    fence_id: cmd.submission_fence_id,
+                    flags: write | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+                    node_ordinal: WDDM_GPU_NODE_VIRTUAL,
+                    context_id: cmd.context_id,
+                    error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
+                    packet_offset: offset,
+                };
+                crate::guest_warn!(
+                    "virtual node page fault, context {} fence {} packet at {offset:#x}: {fault}; the node refuses work until RESET_ENGINE",
+                    cmd.context_id,
+                    cmd.submission_fence_id
+                );
+                let mut notify = lock(&self.notify);
+                notify.status.record_page_fault(&record, ram);
+                notify.signal(
+                    WddmGpuRespEvent {
+                        kind: WDDM_GPU_EVENT_PAGE_FAULT,
+                        page_fault: record,
+                        ..Default::default()
+                    },
+                    ram,
+                );
+                reply.page_fault = record;
+            }
+        }
+        Some(reply)
+    }
+}
