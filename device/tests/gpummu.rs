@@ -114,6 +114,7 @@ use wddm_gpu_abi::build::gpuva::{
     create_context, flush_tlb, pte, reset_engine, set_root_page_table, submit_virtual,
     virtual_copy, virtual_fill, virtual_signal,
 };
+use wddm_gpu_abi::build::page_tables::{packets, PageTables};
 use wddm_gpu_abi::build::DmaBufferBuilder;
 use wddm_gpu_abi::context::{
     WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB,
@@ -131,7 +132,6 @@ use wddm_gpu_abi::status::{
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_frontend_kit::harness::{DMA_BUFFER, PAGE, PAGE_USIZE, STATUS_PAGE};
-use wddm_gpu_frontend_kit::page_tables::PageTables;
 use wddm_gpu_frontend_kit::pattern::pattern;
 use wddm_gpu_frontend_kit::requests::submit_command;
 use zerocopy::IntoBytes;
@@ -153,22 +153,16 @@ const VA_FENCE: u64 = 0x50_0000;
 const CONTEXT: u32 = 3;
 
 fn tables() -> PageTables {
-    PageTables::new(
-        &[9, 9, 9, 9],
-        &[1, 0, 0, 0],
-        RAM_TABLES,
-        VRAM_TABLES,
-        ARRAYS,
-    )
+    PageTables::new(&[9, 9, 9, 9], &[1, 0, 0, 0], RAM_TABLES, VRAM_TABLES).unwrap()
 }
 
-/// Writes the pending updates and runs them on the paging node.
+/// Writes the pending updates as UPDATE_PAGE_TABLE packets and runs them on the paging node.
 fn apply(h: &mut Harness, tables: &mut PageTables, fence: u32) {
-    let pending = tables.take();
-    for (address, bytes) in &pending.arrays {
+    let (buffer, arrays) = packets(&tables.take(), ARRAYS).unwrap();
+    for (address, bytes) in &arrays {
         h.write_ram(*address, bytes);
     }
-    let packets = pending.packets.bytes();
+    let packets = buffer.bytes();
     assert!(packets.len() <= 0x1_0000, "paging buffer too large");
     h.write_ram(DMA_BUFFER, packets);
     let done = h.submit(&submit_command(
@@ -196,11 +190,11 @@ fn mapped_gpu(name: &str, flags: u32) -> (Harness, PageTables) {
     let mut h = backend_with_layout(name, GPUMMU_LAYOUT);
     let mut tables = tables();
     let source: Vec<u64> = (0..16).map(|i| pte(0, data_page(i), 0)).collect();
-    tables.map(VA_SOURCE, &source);
+    tables.map(VA_SOURCE, &source).unwrap();
     let destination: Vec<u64> = (0..20).map(|i| pte(1, 0x10_0000 + i * PAGE, 0)).collect();
-    tables.map(VA_DESTINATION, &destination);
-    tables.map(VA_DMA, &[pte(0, DMA_PAGE, 0)]);
-    tables.map(VA_FENCE, &[pte(0, FENCE_PAGE, 0)]);
+    tables.map(VA_DESTINATION, &destination).unwrap();
+    tables.map(VA_DMA, &[pte(0, DMA_PAGE, 0)]).unwrap();
+    tables.map(VA_FENCE, &[pte(0, FENCE_PAGE, 0)]).unwrap();
     apply(&mut h, &mut tables, 1);
     ok_nodata(
         &mut h,
@@ -338,10 +332,12 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
         run_virtual(&mut h, &fill, 91).status,
         SubmitStatus::NodeFaulted as u32
     );
-    tables.map(
-        VA_SOURCE + 16 * PAGE,
-        &[pte(0, data_page(40), WDDM_GPU_PTE_READ_ONLY)],
-    );
+    tables
+        .map(
+            VA_SOURCE + 16 * PAGE,
+            &[pte(0, data_page(40), WDDM_GPU_PTE_READ_ONLY)],
+        )
+        .unwrap();
     apply(&mut h, &mut tables, 2);
     ok_nodata(&mut h, reset_engine().as_bytes());
     assert_eq!(
@@ -391,7 +387,7 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     assert!(h.read_vram(0x10_0000, PAGE_USIZE) == old);
 
     // The KMD remaps the source page and "forgets" FLUSH_TLB.
-    tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]);
+    tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
     assert_eq!(

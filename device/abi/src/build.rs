@@ -4,6 +4,7 @@
 
 pub mod display;
 pub mod gpuva;
+pub mod page_tables;
 
 use zerocopy::{Immutable, IntoBytes};
 
