@@ -19,6 +19,9 @@ commands:
   suite   run the guest test suite (valid, layout, BAR, hostile and paging tests)
   paging  run the paging tests alone (every packet, aperture, status page, events,
           preemption, reset, evict/restore)
+  gpuva   run the GPU virtual addressing tests (a layout with [gpummu]): capset 62, two
+          address spaces, 4 KiB and 64 KiB pages, monitored fences, page faults, a skipped
+          FLUSH_TLB caught by the checking mode
   probe   bring the device up and list what it answers (works on any virtio-gpu)
   bench   a short paging benchmark: guest-side latency (kick to completion) of each
           packet kind, every result checked
@@ -32,7 +35,7 @@ options:
   --iterations N  (slice --bench, bench) submissions per operation (default 200)
   --hold SECS     (slice --bench, bench) after the benchmark, print GUEST-BENCH-DONE and keep
                   the device up SECS seconds (so the host can read the backend's statistics)
-  --only a,b      (suite, paging) run only these tests (bare names after the command
+  --only a,b      (suite, paging, gpuva) run only these tests (bare names after the command
                   work too, since the guest's /init turns commas into spaces)
   --seed N        scatter seed (decimal or 0x hex)
   --timeout SECS  per-request timeout (default 10)
@@ -61,6 +64,11 @@ pub enum Command {
     /// The paging tests alone (same output as the suite).
     Paging {
         /// Test names to run (all paging tests when empty).
+        only: Vec<String>,
+    },
+    /// The GPU virtual addressing tests (same output as the suite).
+    Gpuva {
+        /// Test names to run (all GPU VA tests when empty).
         only: Vec<String>,
     },
     /// Device bring-up and listing.
@@ -119,6 +127,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         Some("bench") => Command::Bench { json: false },
         Some("suite") => Command::Suite { only: Vec::new() },
         Some("paging") => Command::Paging { only: Vec::new() },
+        Some("gpuva") => Command::Gpuva { only: Vec::new() },
         Some("probe") => Command::Probe,
         Some("lifecycle") => Command::Lifecycle,
         Some("scanout") => Command::Scanout,
@@ -152,7 +161,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
                     .ok_or(CliError::BadValue("--hold"))?;
                 hold = Duration::from_secs(secs);
             }
-            ("--only", Command::Suite { only } | Command::Paging { only }) => {
+            (
+                "--only",
+                Command::Suite { only } | Command::Paging { only } | Command::Gpuva { only },
+            ) => {
                 let list = args.next().ok_or(CliError::BadValue("--only"))?;
                 only.extend(list.split(',').filter(|s| !s.is_empty()).map(String::from));
             }
@@ -174,11 +186,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
             }
             ("-h" | "--help", _) => command = Command::Help,
             ("-v" | "--verbose", _) => verbose = true,
-            (name, Command::Suite { only } | Command::Paging { only })
-                if !name.starts_with('-') =>
-            {
-                only.push(arg)
-            }
+            (
+                name,
+                Command::Suite { only } | Command::Paging { only } | Command::Gpuva { only },
+            ) if !name.starts_with('-') => only.push(arg),
             _ => return Err(CliError::UnknownOption(arg)),
         }
     }
@@ -253,6 +264,14 @@ mod tests {
         assert_eq!(
             args("paging").unwrap().command,
             Command::Paging { only: Vec::new() }
+        );
+        assert_eq!(
+            args("gpuva gpuva_capset --only gpuva_page_faults")
+                .unwrap()
+                .command,
+            Command::Gpuva {
+                only: vec!["gpuva_capset".into(), "gpuva_page_faults".into()]
+            }
         );
         assert_eq!(args("suite --help").unwrap().command, Command::Help);
         let o = args("slice --json --bench --iterations 20").unwrap();

@@ -20,8 +20,9 @@ const DMA_BUFFER: usize = 64 << 10;
 const LIST_BUFFER: usize = 64 << 10;
 /// Hugepages of scatter pool: 1024 pieces of 4 KiB.
 const POOL_HUGEPAGES: usize = 2;
-/// Hugepages the arena needs: rings and buffers, plus the pool.
-pub const ARENA_HUGEPAGES: usize = 1 + POOL_HUGEPAGES;
+/// Hugepages the arena needs: rings and buffers, the pool, and one for the GPU VA tests' page
+/// tables and entry arrays (`scenario::gpuva`).
+pub const ARENA_HUGEPAGES: usize = 2 + POOL_HUGEPAGES;
 /// Byte written around data in listed pages; the device must leave it alone.
 const PAGE_GUARD: u8 = 0x5a;
 /// Bytes of VRAM checked on each side of a target range.

@@ -12,13 +12,15 @@ use std::mem::size_of;
 use std::time::Duration;
 
 use thiserror::Error;
+use wddm_gpu_abi::context::{WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     WddmGpuRespDisplayInfo, VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO,
     VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
-    VIRTIO_GPU_RESP_OK_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
-    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT,
-    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
+    VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
+    WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
+    WDDM_GPU_RESP_SUBMIT_VIRTUAL,
 };
 use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmGpuRespPreempt};
 use wddm_gpu_abi::submit::{
@@ -446,6 +448,38 @@ impl GpuControl {
         Ok(bytes[hdr_len..].to_vec())
     }
 
+    /// A request answered with a bare OK_NODATA header (the context commands, RESET_ENGINE):
+    /// `Ok(true)` for OK_NODATA, `Ok(false)` for a refusal (an error header).
+    pub fn command(&mut self, cmd: &'static str, request: &[u8]) -> Result<bool, GpuError> {
+        let bytes = self.exchange(cmd, request, size_of::<WddmGpuCtrlHdr>())?;
+        Ok(header_type(&bytes) == VIRTIO_GPU_RESP_OK_NODATA)
+    }
+
+    /// Posts a SUBMIT_VIRTUAL; its answer is a [`WddmGpuRespSubmitVirtual`] when it ends.
+    pub fn post_submit_virtual(
+        &mut self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+    ) -> Result<Ticket, GpuError> {
+        self.post(
+            "SUBMIT_VIRTUAL",
+            cmd.as_bytes(),
+            size_of::<WddmGpuRespSubmitVirtual>(),
+        )
+    }
+
+    /// Runs a SUBMIT_VIRTUAL and decodes its answer (type, size and fence echo checked).
+    pub fn submit_virtual(
+        &mut self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+    ) -> Result<WddmGpuRespSubmitVirtual, GpuError> {
+        let bytes = self.exchange(
+            "SUBMIT_VIRTUAL",
+            cmd.as_bytes(),
+            size_of::<WddmGpuRespSubmitVirtual>(),
+        )?;
+        decode_submit_virtual(cmd, &bytes)
+    }
+
     /// Submits `cmd` and decodes the completion; the fence must be echoed and the status known.
     pub fn submit(&mut self, cmd: &WddmGpuCmdSubmit) -> Result<Completion, GpuError> {
         let bytes = self.exchange("SUBMIT", cmd.as_bytes(), size_of::<WddmGpuRespSubmit>())?;
@@ -462,6 +496,22 @@ impl GpuControl {
         }
         Ok(done)
     }
+}
+
+/// Decodes the answer to a SUBMIT_VIRTUAL: type and fence echo checked.
+pub fn decode_submit_virtual(
+    cmd: &WddmGpuCmdSubmitVirtual,
+    bytes: &[u8],
+) -> Result<WddmGpuRespSubmitVirtual, GpuError> {
+    let resp: WddmGpuRespSubmitVirtual =
+        decode("SUBMIT_VIRTUAL", bytes, WDDM_GPU_RESP_SUBMIT_VIRTUAL)?;
+    if resp.submission_fence_id != cmd.submission_fence_id {
+        return Err(GpuError::FenceMismatch {
+            sent: cmd.submission_fence_id,
+            got: resp.submission_fence_id,
+        });
+    }
+    Ok(resp)
 }
 
 /// Decodes the answer to `cmd`: type, size, fence echo and status are checked.

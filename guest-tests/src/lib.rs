@@ -32,6 +32,7 @@ pub mod driver;
 pub mod engine;
 pub mod failure;
 pub mod gpu;
+pub mod gpummu;
 pub mod iomem;
 pub mod kmd;
 pub mod latency;

@@ -24,9 +24,10 @@ fn main() -> ExitCode {
         Command::Scanout => scanout::run(&options),
         Command::Slice { json, bench } => slice::run(*json, *bench, &options),
         Command::Bench { json } => bench::run(*json, &options),
-        Command::Suite { only } | Command::Paging { only } => {
+        Command::Suite { only } | Command::Paging { only } | Command::Gpuva { only } => {
             let group = match options.command {
                 Command::Paging { .. } => suite::Group::Paging,
+                Command::Gpuva { .. } => suite::Group::Gpuva,
                 _ => suite::Group::All,
             };
             match suite::run(group, only, &options) {

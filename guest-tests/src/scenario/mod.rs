@@ -6,6 +6,7 @@
 //! screendumps).
 
 pub mod bench;
+pub mod gpuva;
 pub mod lifecycle;
 pub mod paging;
 pub mod probe;

@@ -2,13 +2,14 @@
 //! <name> FAIL <reason>`, then `GUEST-SUMMARY <passed> passed, <failed> failed`. After every
 //! test the DMA pages are rechecked: a moved page fails the test that was running. `paging` runs
 //! the setup tests, the paging tests and the final check; `suite` runs everything, the paging
-//! tests after the hostile ones.
+//! tests after the hostile ones; `gpuva` runs the setup tests, the GPU virtual addressing tests
+//! and the final check.
 
 use crate::cli::Options;
 use crate::engine::Engine;
 use crate::failure::{Failure, Outcome};
 use crate::report;
-use crate::scenario::{bar, hostile, paging, segments, setup, valid};
+use crate::scenario::{bar, gpuva, hostile, paging, segments, setup, valid};
 
 /// Which tests a command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum Group {
     All,
     /// `paging`: the paging tests (with the setup tests and the final check).
     Paging,
+    /// `gpuva`: the GPU virtual addressing tests (layouts with `[gpummu]`).
+    Gpuva,
 }
 
 /// Tests that prepare the engine; they always run.
@@ -43,6 +46,12 @@ pub fn group_names(group: Group) -> Vec<&'static str> {
         Group::Paging => {
             let mut names: Vec<&str> = SETUP_TESTS.to_vec();
             names.extend(paging::names());
+            names.push(FINAL_TEST);
+            names
+        }
+        Group::Gpuva => {
+            let mut names: Vec<&str> = SETUP_TESTS.to_vec();
+            names.extend(gpuva::names());
             names.push(FINAL_TEST);
             names
         }
@@ -151,6 +160,7 @@ fn prepare(tally: &mut Tally, options: &Options) -> Outcome<Engine> {
 
 fn run_tests(tally: &mut Tally, engine: &mut Engine, selected: &[&str]) {
     let mut paging_ctx = None;
+    let mut gpuva_ctx = None;
     for name in selected.iter().filter(|n| !SETUP_TESTS.contains(n)) {
         let outcome = if *name == FINAL_TEST {
             Ok(())
@@ -162,6 +172,8 @@ fn run_tests(tally: &mut Tally, engine: &mut Engine, selected: &[&str]) {
         {
             test(engine)
         } else if let Some(outcome) = paging::run(name, engine, &mut paging_ctx) {
+            outcome
+        } else if let Some(outcome) = gpuva::run(name, engine, &mut gpuva_ctx) {
             outcome
         } else {
             hostile::run(name, engine).unwrap_or_else(|| Err(Failure(format!("no test {name}"))))
