@@ -428,3 +428,69 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     );
     assert!(!h.is_answered(&quiet), "no event after a flushed change");
 }
+
+#[test]
+fn the_paging_node_moves_bytes_through_the_paging_process_and_reports_its_faults() {
+    use wddm_gpu_abi::build::gpuva::{fill_virtual, transfer_virtual};
+    use wddm_gpu_abi::context::WDDM_GPU_NODE_PAGING;
+
+    let (mut h, tables) = mapped_gpu("gpummu-paging-va", 0);
+    // The same tables serve as the system paging process's address space.
+    const PAGING: u32 = 9;
+    ok_nodata(
+        &mut h,
+        create_context(PAGING, WDDM_GPU_NODE_PAGING, 0).as_bytes(),
+    );
+    ok_nodata(
+        &mut h,
+        set_root_page_table(PAGING, tables.root(), tables.root_entries()).as_bytes(),
+    );
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let data = pattern(0x9a, 4 * PAGE_USIZE);
+    for (i, page) in data.chunks(PAGE_USIZE).enumerate() {
+        h.write_ram(data_page(i as u64), page);
+    }
+    let mut buffer = DmaBufferBuilder::new();
+    buffer.push(&transfer_virtual(
+        4 * PAGE,
+        VA_SOURCE,
+        VA_DESTINATION + PAGE,
+    ));
+    buffer.push(&fill_virtual(0x1111_1111, 8, VA_DESTINATION));
+    h.write_ram(DMA_BUFFER, buffer.bytes());
+    let done = h.submit(&submit_command(DMA_BUFFER, buffer.len(), 20));
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+    assert!(h.read_vram(0x10_0000 + PAGE, data.len()) == data);
+    assert_eq!(h.read_vram(0x10_0000, 8), vec![0x11; 8]);
+
+    // An unmapped source: PAGE_FAULT on the paging node, its record in node 0's slot.
+    let event = h.post_wait_event();
+    let unmapped = VA_SOURCE + 16 * PAGE;
+    let mut faulting = DmaBufferBuilder::new();
+    faulting.push(&transfer_virtual(8, unmapped, VA_DESTINATION));
+    h.write_ram(DMA_BUFFER, faulting.bytes());
+    let done = h.submit(&submit_command(DMA_BUFFER, faulting.len(), 21));
+    assert_eq!(done.status, SubmitStatus::PageFault as u32, "{done:?}");
+    assert_eq!(done.fault_address, unmapped);
+    let fault_event = h.wait_event(event);
+    // The generic fault record comes first, then the page-fault record.
+    assert_eq!(fault_event.fault.address, unmapped);
+    let slot = STATUS_PAGE + u64::from(WDDM_GPU_PAGE_FAULT_OFFSET);
+    let record = WddmGpuPageFaultRecord::read_from_bytes(
+        &h.read_ram(slot, size_of::<WddmGpuPageFaultRecord>()),
+    )
+    .unwrap();
+    assert_eq!(record.node_ordinal, WDDM_GPU_NODE_PAGING);
+    assert_eq!(record.context_id, PAGING);
+    assert_eq!(record.fence_id, 21);
+    assert_eq!(record.fault.virtual_address, unmapped);
+    assert_eq!(record.fault.kind, WDDM_GPU_MMU_FAULT_NOT_PRESENT);
+    assert_eq!(record.sequence, 1);
+    // The paging node goes on.
+    h.write_ram(DMA_BUFFER, buffer.bytes());
+    let done = h.submit(&submit_command(DMA_BUFFER, buffer.len(), 22));
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+}

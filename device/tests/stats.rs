@@ -167,7 +167,7 @@ fn stats_renders_a_running_backend_through_the_default_path() {
     let json: Json = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(json["submissions"]["count"], 0);
     // Every packet kind and "unknown".
-    assert_eq!(json["packets"].as_array().unwrap().len(), 12);
+    assert_eq!(json["packets"].as_array().unwrap().len(), 18);
     assert_eq!(json["segments"].as_array().unwrap().len(), 3);
     assert_eq!(json["queue_depth"]["current"], 0);
 

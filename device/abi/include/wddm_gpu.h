@@ -24,6 +24,11 @@
 #define WDDM_GPU_LARGE_PAGE_SIZE (64 << 10)
 
 /**
+ * Bytes of every table this manager allocates (at most 9 index bits a level).
+ */
+#define TABLE_BYTES 4096
+
+/**
  * Capability-set id: the top of the range Linux's `virtio_gpu` accepts (1..=63; it logs
  * `invalid capset id` for anything larger), far from the registered ids (1 VIRGL .. 6 DRM).
  */
@@ -819,6 +824,59 @@
  * ([`WddmGpuPacketFlushTlb`]).
  */
 #define WDDM_GPU_OP_FLUSH_TLB 11
+
+/**
+ * VIRTUAL_TRANSFER: copy between two GPU virtual addresses of the paging process's address space
+ * (`DXGK_BUILDPAGINGBUFFER_TRANSFERVIRTUAL`, [`WddmGpuPacketVirtualTransfer`]).
+ */
+#define WDDM_GPU_OP_VIRTUAL_TRANSFER 12
+
+/**
+ * VIRTUAL_FILL: fill at a GPU virtual address of the paging process's address space
+ * (`DXGK_BUILDPAGINGBUFFER_FILLVIRTUAL`, [`WddmGpuPacketVirtualFill`]).
+ */
+#define WDDM_GPU_OP_VIRTUAL_FILL 13
+
+/**
+ * COPY_PAGE_TABLE_ENTRIES: copy entries between page tables addressed by GPU virtual addresses
+ * of the paging process (`DXGK_BUILDPAGINGBUFFER_COPYPAGETABLEENTRIES`,
+ * [`WddmGpuPacketCopyPageTableEntries`]).
+ */
+#define WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES 14
+
+/**
+ * SIGNAL_MONITORED_FENCE: write a 64-bit value at a GPU virtual address of the paging process
+ * and raise a MONITORED_FENCE event (`DXGK_BUILDPAGINGBUFFER_SIGNALMONITOREDFENCE`,
+ * [`WddmGpuPacketSignalMonitoredFence`]).
+ */
+#define WDDM_GPU_OP_SIGNAL_MONITORED_FENCE 15
+
+/**
+ * NOTIFY_RESIDENCY: an allocation became resident or was evicted; checked and counted
+ * (`DXGK_BUILDPAGINGBUFFER_NOTIFYRESIDENCY`, [`WddmGpuPacketNotifyResidency`]).
+ */
+#define WDDM_GPU_OP_NOTIFY_RESIDENCY 16
+
+/**
+ * UPDATE_CONTEXT_ALLOCATION: a context allocation changed; checked and counted
+ * (`DXGK_BUILDPAGINGBUFFER_UPDATECONTEXTALLOCATION`, [`WddmGpuPacketUpdateContextAllocation`]).
+ */
+#define WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION 17
+
+/**
+ * VIRTUAL_TRANSFER flags bit: `DXGK_TRANSFERVIRTUALFLAGS.Src64KBPages` (informational).
+ */
+#define WDDM_GPU_VIRTUAL_TRANSFER_SRC_64KB (1 << 0)
+
+/**
+ * VIRTUAL_TRANSFER flags bit: `DXGK_TRANSFERVIRTUALFLAGS.Dst64KBPages` (informational).
+ */
+#define WDDM_GPU_VIRTUAL_TRANSFER_DST_64KB (1 << 1)
+
+/**
+ * Most ranges one COPY_PAGE_TABLE_ENTRIES may carry.
+ */
+#define WDDM_GPU_MAX_COPY_RANGES 4096
 
 /**
  * UPDATE_PAGE_TABLE flags bit: `DXGK_UPDATEPAGETABLEFLAGS.Repeat`: `entry` is written to every
@@ -3073,6 +3131,186 @@ typedef struct WddmGpuPacketFlushTlb {
    */
   uint64_t end_virtual_address;
 } WddmGpuPacketFlushTlb;
+
+/**
+ * VIRTUAL_TRANSFER (`DXGK_BUILDPAGINGBUFFER_TRANSFERVIRTUAL`): both addresses are in the
+ * address space of the paging node's context (the system paging process).
+ */
+typedef struct WddmGpuPacketVirtualTransfer {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_VIRTUAL_TRANSFER`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `Flags`: `WDDM_GPU_VIRTUAL_TRANSFER_*`.
+   */
+  uint32_t flags;
+  /**
+   * `TransferDirection` (`DXGK_MEMORY_TRANSFER_DIRECTION`: 0 local to system, 1 system to
+   * local, 2 local to local); recorded only.
+   */
+  uint32_t transfer_direction;
+  /**
+   * `TransferSizeInBytes`.
+   */
+  uint64_t length;
+  /**
+   * `SourceVirtualAddress`.
+   */
+  uint64_t source;
+  /**
+   * `DestinationVirtualAddress`.
+   */
+  uint64_t destination;
+} WddmGpuPacketVirtualTransfer;
+
+/**
+ * VIRTUAL_FILL (`DXGK_BUILDPAGINGBUFFER_FILLVIRTUAL`).
+ */
+typedef struct WddmGpuPacketVirtualFill {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_VIRTUAL_FILL`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `FillPattern`.
+   */
+  uint32_t pattern;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `FillSizeInBytes`.
+   */
+  uint64_t length;
+  /**
+   * `DestinationVirtualAddress`.
+   */
+  uint64_t destination;
+} WddmGpuPacketVirtualFill;
+
+/**
+ * One range of COPY_PAGE_TABLE_ENTRIES (`DXGK_BUILDPAGINGBUFFER_COPY_RANGE`), in guest RAM.
+ */
+typedef struct WddmGpuCopyRange {
+  /**
+   * `NumPageTableEntries`.
+   */
+  uint32_t entry_count;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `SrcPageTableAddress`: a GPU virtual address of the paging process.
+   */
+  uint64_t source_table;
+  /**
+   * `DstPageTableAddress`.
+   */
+  uint64_t destination_table;
+  /**
+   * `SrcStartPteIndex`.
+   */
+  uint32_t source_start;
+  /**
+   * `DstStartPteIndex`.
+   */
+  uint32_t destination_start;
+} WddmGpuCopyRange;
+
+/**
+ * COPY_PAGE_TABLE_ENTRIES (`DXGK_BUILDPAGINGBUFFER_COPYPAGETABLEENTRIES`).
+ */
+typedef struct WddmGpuPacketCopyPageTableEntries {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `NumRanges`, at most [`WDDM_GPU_MAX_COPY_RANGES`].
+   */
+  uint32_t range_count;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * Guest-physical address of `range_count` [`WddmGpuCopyRange`]s (`pRanges`).
+   */
+  uint64_t ranges_address;
+} WddmGpuPacketCopyPageTableEntries;
+
+/**
+ * SIGNAL_MONITORED_FENCE (`DXGK_BUILDPAGINGBUFFER_SIGNALMONITOREDFENCE`).
+ */
+typedef struct WddmGpuPacketSignalMonitoredFence {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_SIGNAL_MONITORED_FENCE`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `MonitoredFenceValue`.
+   */
+  uint64_t value;
+  /**
+   * `MonitoredFenceGpuVa`: 8-byte aligned.
+   */
+  uint64_t address;
+} WddmGpuPacketSignalMonitoredFence;
+
+/**
+ * NOTIFY_RESIDENCY (`DXGK_BUILDPAGINGBUFFER_NOTIFYRESIDENCY`).
+ */
+typedef struct WddmGpuPacketNotifyResidency {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_NOTIFY_RESIDENCY`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `Resident`: 1 made resident, 0 evicted.
+   */
+  uint32_t resident;
+  /**
+   * `PhysicalAddress.SegmentId` (0 with `Resident` 0).
+   */
+  uint32_t segment_id;
+  /**
+   * `PhysicalAddress.SegmentOffset` (0 with `Resident` 0).
+   */
+  uint64_t segment_offset;
+  /**
+   * The KMD's allocation handle, for its own bookkeeping; recorded only.
+   */
+  uint64_t allocation;
+} WddmGpuPacketNotifyResidency;
+
+/**
+ * UPDATE_CONTEXT_ALLOCATION (`DXGK_BUILDPAGINGBUFFER_UPDATECONTEXTALLOCATION`).
+ */
+typedef struct WddmGpuPacketUpdateContextAllocation {
+  /**
+   * `opcode` = [`WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION`].
+   */
+  struct WddmGpuPacketHeader header;
+  /**
+   * `DriverPrivateDataSize`; recorded only.
+   */
+  uint32_t private_data_size;
+  /**
+   * Must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * `ContextAllocation`: a GPU virtual address of the paging process (its scratch area).
+   */
+  uint64_t context_allocation;
+  /**
+   * `ContextAllocationSize`.
+   */
+  uint64_t context_allocation_size;
+} WddmGpuPacketUpdateContextAllocation;
 
 /**
  * Every status, in value order.

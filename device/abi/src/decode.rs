@@ -11,13 +11,17 @@ use std::mem::size_of;
 use zerocopy::FromBytes;
 
 use crate::packet::{
-    WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketFlushTlb, WddmGpuPacketHeader,
-    WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WddmGpuPacketSegmentAccess,
-    WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture, WddmGpuPacketUpdatePageTable,
-    WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_FLUSH_TLB,
-    WDDM_GPU_OP_MAP_APERTURE, WDDM_GPU_OP_MAP_APERTURE2, WDDM_GPU_OP_READ_PHYSICAL,
-    WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE, WDDM_GPU_OP_UPDATE_PAGE_TABLE,
-    WDDM_GPU_OP_WRITE_PHYSICAL,
+    WddmGpuPacketCopyPageTableEntries, WddmGpuPacketFence, WddmGpuPacketFill,
+    WddmGpuPacketFlushTlb, WddmGpuPacketHeader, WddmGpuPacketMapAperture,
+    WddmGpuPacketMapAperture2, WddmGpuPacketNotifyResidency, WddmGpuPacketSegmentAccess,
+    WddmGpuPacketSignalMonitoredFence, WddmGpuPacketTransfer, WddmGpuPacketUnmapAperture,
+    WddmGpuPacketUpdateContextAllocation, WddmGpuPacketUpdatePageTable, WddmGpuPacketVirtualFill,
+    WddmGpuPacketVirtualTransfer, WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES, WDDM_GPU_OP_DISCARD_CONTENT,
+    WDDM_GPU_OP_FENCE, WDDM_GPU_OP_FILL, WDDM_GPU_OP_FLUSH_TLB, WDDM_GPU_OP_MAP_APERTURE,
+    WDDM_GPU_OP_MAP_APERTURE2, WDDM_GPU_OP_NOTIFY_RESIDENCY, WDDM_GPU_OP_READ_PHYSICAL,
+    WDDM_GPU_OP_SIGNAL_MONITORED_FENCE, WDDM_GPU_OP_TRANSFER, WDDM_GPU_OP_UNMAP_APERTURE,
+    WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION, WDDM_GPU_OP_UPDATE_PAGE_TABLE, WDDM_GPU_OP_VIRTUAL_FILL,
+    WDDM_GPU_OP_VIRTUAL_TRANSFER, WDDM_GPU_OP_WRITE_PHYSICAL,
 };
 
 /// One kind per opcode.
@@ -45,11 +49,23 @@ pub enum PacketKind {
     UpdatePageTable,
     /// [`WDDM_GPU_OP_FLUSH_TLB`].
     FlushTlb,
+    /// [`WDDM_GPU_OP_VIRTUAL_TRANSFER`].
+    VirtualTransfer,
+    /// [`WDDM_GPU_OP_VIRTUAL_FILL`].
+    VirtualFill,
+    /// [`WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES`].
+    CopyPageTableEntries,
+    /// [`WDDM_GPU_OP_SIGNAL_MONITORED_FENCE`].
+    SignalMonitoredFence,
+    /// [`WDDM_GPU_OP_NOTIFY_RESIDENCY`].
+    NotifyResidency,
+    /// [`WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION`].
+    UpdateContextAllocation,
 }
 
 impl PacketKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [PacketKind; 11] = [
+    pub const ALL: [PacketKind; 17] = [
         PacketKind::Transfer,
         PacketKind::Fill,
         PacketKind::DiscardContent,
@@ -61,10 +77,16 @@ impl PacketKind {
         PacketKind::Fence,
         PacketKind::UpdatePageTable,
         PacketKind::FlushTlb,
+        PacketKind::VirtualTransfer,
+        PacketKind::VirtualFill,
+        PacketKind::CopyPageTableEntries,
+        PacketKind::SignalMonitoredFence,
+        PacketKind::NotifyResidency,
+        PacketKind::UpdateContextAllocation,
     ];
 
     /// The kinds of the WDDM 1.x memory model, which every layout runs (the others, the
-    /// WDDM 2.x page-table packets, need a layout with `[gpummu]`).
+    /// WDDM 2.x GpuMmu packets, need a layout with `[gpummu]`).
     pub const PHYSICAL: [PacketKind; 9] = [
         PacketKind::Transfer,
         PacketKind::Fill,
@@ -96,6 +118,12 @@ impl PacketKind {
             PacketKind::Fence => WDDM_GPU_OP_FENCE,
             PacketKind::UpdatePageTable => WDDM_GPU_OP_UPDATE_PAGE_TABLE,
             PacketKind::FlushTlb => WDDM_GPU_OP_FLUSH_TLB,
+            PacketKind::VirtualTransfer => WDDM_GPU_OP_VIRTUAL_TRANSFER,
+            PacketKind::VirtualFill => WDDM_GPU_OP_VIRTUAL_FILL,
+            PacketKind::CopyPageTableEntries => WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES,
+            PacketKind::SignalMonitoredFence => WDDM_GPU_OP_SIGNAL_MONITORED_FENCE,
+            PacketKind::NotifyResidency => WDDM_GPU_OP_NOTIFY_RESIDENCY,
+            PacketKind::UpdateContextAllocation => WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION,
         }
     }
 
@@ -113,6 +141,12 @@ impl PacketKind {
             PacketKind::Fence => "fence",
             PacketKind::UpdatePageTable => "update_page_table",
             PacketKind::FlushTlb => "flush_tlb",
+            PacketKind::VirtualTransfer => "virtual_transfer",
+            PacketKind::VirtualFill => "virtual_fill",
+            PacketKind::CopyPageTableEntries => "copy_page_table_entries",
+            PacketKind::SignalMonitoredFence => "signal_monitored_fence",
+            PacketKind::NotifyResidency => "notify_residency",
+            PacketKind::UpdateContextAllocation => "update_context_allocation",
         }
     }
 
@@ -130,6 +164,14 @@ impl PacketKind {
             PacketKind::Fence => size_of::<WddmGpuPacketFence>(),
             PacketKind::UpdatePageTable => size_of::<WddmGpuPacketUpdatePageTable>(),
             PacketKind::FlushTlb => size_of::<WddmGpuPacketFlushTlb>(),
+            PacketKind::VirtualTransfer => size_of::<WddmGpuPacketVirtualTransfer>(),
+            PacketKind::VirtualFill => size_of::<WddmGpuPacketVirtualFill>(),
+            PacketKind::CopyPageTableEntries => size_of::<WddmGpuPacketCopyPageTableEntries>(),
+            PacketKind::SignalMonitoredFence => size_of::<WddmGpuPacketSignalMonitoredFence>(),
+            PacketKind::NotifyResidency => size_of::<WddmGpuPacketNotifyResidency>(),
+            PacketKind::UpdateContextAllocation => {
+                size_of::<WddmGpuPacketUpdateContextAllocation>()
+            }
         }
     }
 
@@ -147,6 +189,14 @@ impl PacketKind {
             PacketKind::Fence => "smaller than a FENCE packet",
             PacketKind::UpdatePageTable => "smaller than an UPDATE_PAGE_TABLE packet",
             PacketKind::FlushTlb => "smaller than a FLUSH_TLB packet",
+            PacketKind::VirtualTransfer => "smaller than a VIRTUAL_TRANSFER packet",
+            PacketKind::VirtualFill => "smaller than a VIRTUAL_FILL packet",
+            PacketKind::CopyPageTableEntries => "smaller than a COPY_PAGE_TABLE_ENTRIES packet",
+            PacketKind::SignalMonitoredFence => "smaller than a SIGNAL_MONITORED_FENCE packet",
+            PacketKind::NotifyResidency => "smaller than a NOTIFY_RESIDENCY packet",
+            PacketKind::UpdateContextAllocation => {
+                "smaller than an UPDATE_CONTEXT_ALLOCATION packet"
+            }
         }
     }
 }
@@ -176,6 +226,18 @@ pub enum Packet {
     UpdatePageTable(WddmGpuPacketUpdatePageTable),
     /// FLUSH_TLB.
     FlushTlb(WddmGpuPacketFlushTlb),
+    /// VIRTUAL_TRANSFER.
+    VirtualTransfer(WddmGpuPacketVirtualTransfer),
+    /// VIRTUAL_FILL.
+    VirtualFill(WddmGpuPacketVirtualFill),
+    /// COPY_PAGE_TABLE_ENTRIES.
+    CopyPageTableEntries(WddmGpuPacketCopyPageTableEntries),
+    /// SIGNAL_MONITORED_FENCE.
+    SignalMonitoredFence(WddmGpuPacketSignalMonitoredFence),
+    /// NOTIFY_RESIDENCY.
+    NotifyResidency(WddmGpuPacketNotifyResidency),
+    /// UPDATE_CONTEXT_ALLOCATION.
+    UpdateContextAllocation(WddmGpuPacketUpdateContextAllocation),
 }
 
 /// Why bytes do not decode as a packet, in the order [`Packet::decode`] checks.
@@ -285,6 +347,18 @@ impl Packet {
             PacketKind::Fence => Packet::Fence(read(packet, header, kind)?),
             PacketKind::UpdatePageTable => Packet::UpdatePageTable(read(packet, header, kind)?),
             PacketKind::FlushTlb => Packet::FlushTlb(read(packet, header, kind)?),
+            PacketKind::VirtualTransfer => Packet::VirtualTransfer(read(packet, header, kind)?),
+            PacketKind::VirtualFill => Packet::VirtualFill(read(packet, header, kind)?),
+            PacketKind::CopyPageTableEntries => {
+                Packet::CopyPageTableEntries(read(packet, header, kind)?)
+            }
+            PacketKind::SignalMonitoredFence => {
+                Packet::SignalMonitoredFence(read(packet, header, kind)?)
+            }
+            PacketKind::NotifyResidency => Packet::NotifyResidency(read(packet, header, kind)?),
+            PacketKind::UpdateContextAllocation => {
+                Packet::UpdateContextAllocation(read(packet, header, kind)?)
+            }
         })
     }
 
@@ -302,6 +376,12 @@ impl Packet {
             Packet::Fence(_) => PacketKind::Fence,
             Packet::UpdatePageTable(_) => PacketKind::UpdatePageTable,
             Packet::FlushTlb(_) => PacketKind::FlushTlb,
+            Packet::VirtualTransfer(_) => PacketKind::VirtualTransfer,
+            Packet::VirtualFill(_) => PacketKind::VirtualFill,
+            Packet::CopyPageTableEntries(_) => PacketKind::CopyPageTableEntries,
+            Packet::SignalMonitoredFence(_) => PacketKind::SignalMonitoredFence,
+            Packet::NotifyResidency(_) => PacketKind::NotifyResidency,
+            Packet::UpdateContextAllocation(_) => PacketKind::UpdateContextAllocation,
         }
     }
 
@@ -319,6 +399,12 @@ impl Packet {
             Packet::Fence(p) => &p.header,
             Packet::UpdatePageTable(p) => &p.header,
             Packet::FlushTlb(p) => &p.header,
+            Packet::VirtualTransfer(p) => &p.header,
+            Packet::VirtualFill(p) => &p.header,
+            Packet::CopyPageTableEntries(p) => &p.header,
+            Packet::SignalMonitoredFence(p) => &p.header,
+            Packet::NotifyResidency(p) => &p.header,
+            Packet::UpdateContextAllocation(p) => &p.header,
         }
     }
 }

@@ -38,6 +38,34 @@ pub const WDDM_GPU_OP_UPDATE_PAGE_TABLE: u16 = 10;
 /// ([`WddmGpuPacketFlushTlb`]).
 pub const WDDM_GPU_OP_FLUSH_TLB: u16 = 11;
 
+/// VIRTUAL_TRANSFER: copy between two GPU virtual addresses of the paging process's address space
+/// (`DXGK_BUILDPAGINGBUFFER_TRANSFERVIRTUAL`, [`WddmGpuPacketVirtualTransfer`]).
+pub const WDDM_GPU_OP_VIRTUAL_TRANSFER: u16 = 12;
+/// VIRTUAL_FILL: fill at a GPU virtual address of the paging process's address space
+/// (`DXGK_BUILDPAGINGBUFFER_FILLVIRTUAL`, [`WddmGpuPacketVirtualFill`]).
+pub const WDDM_GPU_OP_VIRTUAL_FILL: u16 = 13;
+/// COPY_PAGE_TABLE_ENTRIES: copy entries between page tables addressed by GPU virtual addresses
+/// of the paging process (`DXGK_BUILDPAGINGBUFFER_COPYPAGETABLEENTRIES`,
+/// [`WddmGpuPacketCopyPageTableEntries`]).
+pub const WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES: u16 = 14;
+/// SIGNAL_MONITORED_FENCE: write a 64-bit value at a GPU virtual address of the paging process
+/// and raise a MONITORED_FENCE event (`DXGK_BUILDPAGINGBUFFER_SIGNALMONITOREDFENCE`,
+/// [`WddmGpuPacketSignalMonitoredFence`]).
+pub const WDDM_GPU_OP_SIGNAL_MONITORED_FENCE: u16 = 15;
+/// NOTIFY_RESIDENCY: an allocation became resident or was evicted; checked and counted
+/// (`DXGK_BUILDPAGINGBUFFER_NOTIFYRESIDENCY`, [`WddmGpuPacketNotifyResidency`]).
+pub const WDDM_GPU_OP_NOTIFY_RESIDENCY: u16 = 16;
+/// UPDATE_CONTEXT_ALLOCATION: a context allocation changed; checked and counted
+/// (`DXGK_BUILDPAGINGBUFFER_UPDATECONTEXTALLOCATION`, [`WddmGpuPacketUpdateContextAllocation`]).
+pub const WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION: u16 = 17;
+
+/// VIRTUAL_TRANSFER flags bit: `DXGK_TRANSFERVIRTUALFLAGS.Src64KBPages` (informational).
+pub const WDDM_GPU_VIRTUAL_TRANSFER_SRC_64KB: u32 = 1 << 0;
+/// VIRTUAL_TRANSFER flags bit: `DXGK_TRANSFERVIRTUALFLAGS.Dst64KBPages` (informational).
+pub const WDDM_GPU_VIRTUAL_TRANSFER_DST_64KB: u32 = 1 << 1;
+/// Most ranges one COPY_PAGE_TABLE_ENTRIES may carry.
+pub const WDDM_GPU_MAX_COPY_RANGES: u32 = 4096;
+
 /// UPDATE_PAGE_TABLE flags bit: `DXGK_UPDATEPAGETABLEFLAGS.Repeat`: `entry` is written to every
 /// slot.
 pub const WDDM_GPU_UPDATE_FLAG_REPEAT: u32 = 1 << 0;
@@ -296,4 +324,130 @@ pub struct WddmGpuPacketFlushTlb {
     pub start_virtual_address: u64,
     /// `EndVirtualAddress` (exclusive).
     pub end_virtual_address: u64,
+}
+
+/// VIRTUAL_TRANSFER (`DXGK_BUILDPAGINGBUFFER_TRANSFERVIRTUAL`): both addresses are in the
+/// address space of the paging node's context (the system paging process).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketVirtualTransfer {
+    /// `opcode` = [`WDDM_GPU_OP_VIRTUAL_TRANSFER`].
+    pub header: WddmGpuPacketHeader,
+    /// `Flags`: `WDDM_GPU_VIRTUAL_TRANSFER_*`.
+    pub flags: u32,
+    /// `TransferDirection` (`DXGK_MEMORY_TRANSFER_DIRECTION`: 0 local to system, 1 system to
+    /// local, 2 local to local); recorded only.
+    pub transfer_direction: u32,
+    /// `TransferSizeInBytes`.
+    pub length: u64,
+    /// `SourceVirtualAddress`.
+    pub source: u64,
+    /// `DestinationVirtualAddress`.
+    pub destination: u64,
+}
+
+/// VIRTUAL_FILL (`DXGK_BUILDPAGINGBUFFER_FILLVIRTUAL`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketVirtualFill {
+    /// `opcode` = [`WDDM_GPU_OP_VIRTUAL_FILL`].
+    pub header: WddmGpuPacketHeader,
+    /// `FillPattern`.
+    pub pattern: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `FillSizeInBytes`.
+    pub length: u64,
+    /// `DestinationVirtualAddress`.
+    pub destination: u64,
+}
+
+/// One range of COPY_PAGE_TABLE_ENTRIES (`DXGK_BUILDPAGINGBUFFER_COPY_RANGE`), in guest RAM.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCopyRange {
+    /// `NumPageTableEntries`.
+    pub entry_count: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `SrcPageTableAddress`: a GPU virtual address of the paging process.
+    pub source_table: u64,
+    /// `DstPageTableAddress`.
+    pub destination_table: u64,
+    /// `SrcStartPteIndex`.
+    pub source_start: u32,
+    /// `DstStartPteIndex`.
+    pub destination_start: u32,
+}
+
+/// COPY_PAGE_TABLE_ENTRIES (`DXGK_BUILDPAGINGBUFFER_COPYPAGETABLEENTRIES`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketCopyPageTableEntries {
+    /// `opcode` = [`WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES`].
+    pub header: WddmGpuPacketHeader,
+    /// `NumRanges`, at most [`WDDM_GPU_MAX_COPY_RANGES`].
+    pub range_count: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// Guest-physical address of `range_count` [`WddmGpuCopyRange`]s (`pRanges`).
+    pub ranges_address: u64,
+}
+
+/// SIGNAL_MONITORED_FENCE (`DXGK_BUILDPAGINGBUFFER_SIGNALMONITOREDFENCE`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketSignalMonitoredFence {
+    /// `opcode` = [`WDDM_GPU_OP_SIGNAL_MONITORED_FENCE`].
+    pub header: WddmGpuPacketHeader,
+    /// `MonitoredFenceValue`.
+    pub value: u64,
+    /// `MonitoredFenceGpuVa`: 8-byte aligned.
+    pub address: u64,
+}
+
+/// NOTIFY_RESIDENCY (`DXGK_BUILDPAGINGBUFFER_NOTIFYRESIDENCY`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketNotifyResidency {
+    /// `opcode` = [`WDDM_GPU_OP_NOTIFY_RESIDENCY`].
+    pub header: WddmGpuPacketHeader,
+    /// `Resident`: 1 made resident, 0 evicted.
+    pub resident: u32,
+    /// `PhysicalAddress.SegmentId` (0 with `Resident` 0).
+    pub segment_id: u32,
+    /// `PhysicalAddress.SegmentOffset` (0 with `Resident` 0).
+    pub segment_offset: u64,
+    /// The KMD's allocation handle, for its own bookkeeping; recorded only.
+    pub allocation: u64,
+}
+
+/// UPDATE_CONTEXT_ALLOCATION (`DXGK_BUILDPAGINGBUFFER_UPDATECONTEXTALLOCATION`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuPacketUpdateContextAllocation {
+    /// `opcode` = [`WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION`].
+    pub header: WddmGpuPacketHeader,
+    /// `DriverPrivateDataSize`; recorded only.
+    pub private_data_size: u32,
+    /// Must be zero.
+    pub reserved: u32,
+    /// `ContextAllocation`: a GPU virtual address of the paging process (its scratch area).
+    pub context_allocation: u64,
+    /// `ContextAllocationSize`.
+    pub context_allocation_size: u64,
 }

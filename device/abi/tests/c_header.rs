@@ -33,7 +33,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 59] = [
+const EXPORTED_TYPES: [&str; 66] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -93,6 +93,13 @@ const EXPORTED_TYPES: [&str; 59] = [
     "WddmGpuVirtualSignal",
     "WddmGpuPacketUpdatePageTable",
     "WddmGpuPacketFlushTlb",
+    "WddmGpuPacketVirtualTransfer",
+    "WddmGpuPacketVirtualFill",
+    "WddmGpuCopyRange",
+    "WddmGpuPacketCopyPageTableEntries",
+    "WddmGpuPacketSignalMonitoredFence",
+    "WddmGpuPacketNotifyResidency",
+    "WddmGpuPacketUpdateContextAllocation",
 ];
 
 #[test]
@@ -741,6 +748,75 @@ fn c_layout_check_is_current() {
             root_address,
             start_virtual_address,
             end_virtual_address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketVirtualTransfer {
+            header,
+            flags,
+            transfer_direction,
+            length,
+            source,
+            destination
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketVirtualFill {
+            header,
+            pattern,
+            reserved,
+            length,
+            destination
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuCopyRange {
+            entry_count,
+            reserved,
+            source_table,
+            destination_table,
+            source_start,
+            destination_start
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketCopyPageTableEntries {
+            header,
+            range_count,
+            reserved,
+            ranges_address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketSignalMonitoredFence {
+            header,
+            value,
+            address
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketNotifyResidency {
+            header,
+            resident,
+            segment_id,
+            segment_offset,
+            allocation
+        }
+    );
+    layout_asserts!(
+        out,
+        WddmGpuPacketUpdateContextAllocation {
+            header,
+            private_data_size,
+            reserved,
+            context_allocation,
+            context_allocation_size
         }
     );
     out.push_str(&format!(

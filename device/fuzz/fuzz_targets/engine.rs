@@ -20,7 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use vhost_user_wddm_gpu::GuestRam;
 use vhost_user_wddm_gpu::PacketRecord;
 use vhost_user_wddm_gpu::Resolved;
-use vhost_user_wddm_gpu::TableAddress;
+use vhost_user_wddm_gpu::{AddressSpace, TableAddress};
 use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
 use vhost_user_wddm_gpu_fuzz::engine_world::{step, World, DEVICE_ONLY, DMA, RAM_SPAN, VRAM_SIZE};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
@@ -241,6 +241,13 @@ impl EngineHooks for Hooks {
 
     /// The fuzzed layouts have no GpuMmu: FLUSH_TLB is refused before it gets here.
     fn flush_tlb(&mut self, _root: TableAddress, _range: Option<std::ops::Range<u64>>) {}
+
+    /// Nor a paging context: virtual-address packets are refused before they need one.
+    fn paging_space(&self) -> Option<std::sync::Arc<std::sync::Mutex<AddressSpace>>> {
+        None
+    }
+
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
 
     fn defer(&mut self, _work: u64) -> bool {
         let ran = self.packets.get();

@@ -70,12 +70,21 @@ pub fn declared(header: &WddmGpuPacketHeader, body: Option<&Packet>) -> Declared
         Some(Packet::UpdatePageTable(p)) => {
             declared.work = u64::from(p.entry_count).saturating_mul(8);
         }
+        Some(Packet::VirtualTransfer(p)) => declared.work = p.length,
+        Some(Packet::VirtualFill(p)) => declared.work = p.length,
+        Some(Packet::CopyPageTableEntries(p)) => {
+            // Each range is read, then copies at most a table of entries.
+            declared.work = u64::from(p.range_count).saturating_mul(32 + 4096 * 8);
+        }
         Some(
             Packet::DiscardContent(_)
             | Packet::ReadPhysical(_)
             | Packet::WritePhysical(_)
             | Packet::Fence(_)
-            | Packet::FlushTlb(_),
+            | Packet::FlushTlb(_)
+            | Packet::SignalMonitoredFence(_)
+            | Packet::NotifyResidency(_)
+            | Packet::UpdateContextAllocation(_),
         )
         | None => {}
     }

@@ -7,6 +7,7 @@ use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::layout::ResolveError;
 use crate::memory::gart::GartError;
+use crate::mmu::fault::MmuFault;
 
 /// What was wrong with a submission: the device records it in the fault ring and reports it as
 /// an event. Each maps to one wire [`SubmitStatus`].
@@ -87,6 +88,12 @@ pub enum Fault {
     /// The packet needs the other kind of segment (or a segment instead of a frame list).
     #[error("wrong segment kind: {0}")]
     WrongSegmentKind(&'static str),
+    /// A GPU virtual address did not translate.
+    #[error("page fault: {0}")]
+    Page(MmuFault),
+    /// The context the packet needs does not exist.
+    #[error("bad context: {0}")]
+    BadContext(&'static str),
 }
 
 /// The device stopping a running submission from outside, between chunks and packets.
@@ -148,6 +155,8 @@ impl Fault {
             Fault::Unsupported(_) => SubmitStatus::Unsupported,
             Fault::UnmappedAperture { .. } => SubmitStatus::UnmappedAperture,
             Fault::WrongSegmentKind(_) => SubmitStatus::WrongSegmentKind,
+            Fault::Page(_) => SubmitStatus::PageFault,
+            Fault::BadContext(_) => SubmitStatus::BadContext,
         }
     }
 
@@ -160,6 +169,7 @@ impl Fault {
             | Fault::FrameNotInRam { address }
             | Fault::FrameInVram { address } => address,
             Fault::UnmappedAperture { page, .. } => page << wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT,
+            Fault::Page(fault) => fault.address,
             _ => 0,
         }
     }

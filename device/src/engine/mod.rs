@@ -16,11 +16,13 @@ pub mod describe;
 pub mod fault;
 mod ops;
 mod page_tables;
+mod paging_virtual;
 mod place;
 pub mod record;
 pub mod virtual_engine;
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use vm_memory::GuestMemoryBackend;
@@ -40,6 +42,7 @@ use crate::memory::frames::FrameList;
 use crate::memory::gart::Gart;
 use crate::memory::guest_ram::{GuestRam, RamRange};
 use crate::memory::vram::Vram;
+use crate::mmu::space::AddressSpace;
 
 /// Most bytes one copy or fill step moves before the engine checks for preemption and reset.
 pub const CHUNK: u64 = 1 << 20;
@@ -107,11 +110,24 @@ pub trait EngineHooks {
     /// A FLUSH_TLB executed: every address space whose root is `root` drops the translations
     /// of `range` (all of them when `None`).
     fn flush_tlb(&mut self, root: crate::mmu::walk::TableAddress, range: Option<Range<u64>>);
+
+    /// The address space of the paging node's context (the system paging process), which the
+    /// virtual-address paging packets use; `None` while no such context exists.
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>>;
+
+    /// A SIGNAL_MONITORED_FENCE wrote `value` at GPU VA `address`.
+    fn monitored_fence(&mut self, address: u64, value: u64);
 }
 
 /// No preemption, fences ignored, no address spaces to flush: for tests and simple callers.
 impl EngineHooks for () {
     fn flush_tlb(&mut self, _root: crate::mmu::walk::TableAddress, _range: Option<Range<u64>>) {}
+
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        None
+    }
+
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
 }
 
 /// Where the DMA buffer is.
@@ -129,6 +145,8 @@ enum DmaBuffer {
 /// path does not allocate.
 pub struct Engine {
     gart: Gart,
+    /// The copy engine the virtual-address paging packets move bytes with.
+    virtual_engine: virtual_engine::VirtualEngine,
     frame_lists: [FrameList; 2],
     bounce: Vec<u8>,
     fill: Vec<u8>,
@@ -139,6 +157,7 @@ impl Engine {
     pub fn new(layout: &SegmentLayout) -> Self {
         Self {
             gart: Gart::new(layout),
+            virtual_engine: virtual_engine::VirtualEngine::default(),
             frame_lists: [FrameList::new(), FrameList::new()],
             bounce: Vec::new(),
             fill: Vec::new(),

@@ -41,6 +41,14 @@ impl Engine {
                 Ok(())
             }
             Packet::UpdatePageTable(p) => return Ok(self.update_page_table(&p, mem)?),
+            Packet::NotifyResidency(p) => self.notify_residency(&p, mem),
+            virtual_address @ (Packet::VirtualTransfer(_)
+            | Packet::VirtualFill(_)
+            | Packet::CopyPageTableEntries(_)
+            | Packet::SignalMonitoredFence(_)
+            | Packet::UpdateContextAllocation(_)) => {
+                return self.paging_virtual(&virtual_address, mem, hooks)
+            }
             Packet::FlushTlb(p) => self.flush_tlb(&p, mem.layout.gpummu.is_some(), hooks),
         };
         moving_nothing?;

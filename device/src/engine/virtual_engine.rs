@@ -13,13 +13,13 @@ use wddm_gpu_abi::context::{
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::submit::{SubmitStatus, WDDM_GPU_MAX_DMA_BUFFER_SIZE};
+use wddm_gpu_abi::submit::WDDM_GPU_MAX_DMA_BUFFER_SIZE;
 use zerocopy::FromBytes;
 
 use super::access::{copy, fitting, read_location, write_location, Location};
 use super::place::{ram, segment_offset};
 use super::{DeviceMemory, Fault, Interruption, Stop, CHUNK};
-use crate::mmu::fault::{Access, MmuFault};
+use crate::mmu::fault::Access;
 use crate::mmu::space::{AddressSpace, Run};
 use crate::mmu::tables::DeviceTables;
 use crate::mmu::walk::Target;
@@ -27,31 +27,6 @@ use crate::support::sync::lock;
 
 /// Bytes of zeros or pattern prepared per step.
 const STEP_BUFFER: usize = 64 << 10;
-
-/// Why a virtual submission stopped early.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum VirtualStop {
-    /// The command or a packet is wrong.
-    #[error("{0}")]
-    Fault(#[from] Fault),
-    /// A translation faulted.
-    #[error("page fault: {0}")]
-    Page(#[from] MmuFault),
-    /// The device stopped it (reset, pause ending in reset).
-    #[error("{0}")]
-    Interrupted(#[from] Interruption),
-}
-
-impl VirtualStop {
-    /// The wire status.
-    pub fn status(&self) -> SubmitStatus {
-        match self {
-            VirtualStop::Fault(fault) => fault.status(),
-            VirtualStop::Page(_) => SubmitStatus::PageFault,
-            VirtualStop::Interrupted(interruption) => Stop::Interrupted(*interruption).status(),
-        }
-    }
-}
 
 /// How a virtual submission ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +38,7 @@ pub struct VirtualCompletion {
     /// Bytes copied or filled.
     pub bytes_transferred: u64,
     /// Where and why it stopped early.
-    pub stop: Option<(u32, VirtualStop)>,
+    pub stop: Option<(u32, Stop)>,
 }
 
 /// What the virtual engine tells the rest of the device.
@@ -95,17 +70,24 @@ pub struct VirtualMemory<'a, 'm, M> {
 
 impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
     /// The longest run at `address` of at most `length` bytes allowed for `access`.
-    fn translate(&self, address: u64, length: u64, access: Access) -> Result<Run, MmuFault> {
+    pub(super) fn translate(
+        &self,
+        address: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<Run, Fault> {
         let tables = DeviceTables {
             ram: &self.mem.ram,
             vram: self.mem.vram,
             layout: self.mem.layout,
         };
-        lock(self.space).translate(self.geometry, &tables, address, length, access)
+        lock(self.space)
+            .translate(self.geometry, &tables, address, length, access)
+            .map_err(Fault::Page)
     }
 
     /// Where a run's bytes are; `None` for a zero page.
-    fn location(&self, run: Run) -> Result<Option<Location>, Fault> {
+    pub(super) fn location(&self, run: Run) -> Result<Option<Location>, Fault> {
         match run.target {
             Target::System(address) => ram(self.mem, address, run.len).map(Some),
             Target::Segment { segment, offset } => {
@@ -116,7 +98,7 @@ impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
     }
 
     /// Reads `buf.len()` bytes at `address`.
-    fn read(&self, address: u64, buf: &mut [u8], access: Access) -> Result<(), VirtualStop> {
+    fn read(&self, address: u64, buf: &mut [u8], access: Access) -> Result<(), Stop> {
         let mut done = 0usize;
         while done < buf.len() {
             let at = address
@@ -191,7 +173,7 @@ impl VirtualEngine {
         offset: u32,
         memory: &VirtualMemory<'_, '_, M>,
         packet: &mut [u8; WDDM_GPU_MAX_PACKET_SIZE as usize],
-    ) -> Result<u32, VirtualStop> {
+    ) -> Result<u32, Stop> {
         let header_size = size_of_u32::<WddmGpuPacketHeader>();
         let available = cmd.end_offset - offset;
         let bad = |size, reason| Fault::BadPacketHeader { size, reason };
@@ -236,7 +218,7 @@ impl VirtualEngine {
         packet: &[u8],
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, VirtualStop> {
+    ) -> Result<u64, Stop> {
         let (header, _) =
             WddmGpuPacketHeader::read_from_prefix(packet).map_err(|_| Fault::BadPacketHeader {
                 size: 0,
@@ -253,7 +235,7 @@ impl VirtualEngine {
             WDDM_GPU_VOP_COPY => {
                 let (p, _) = WddmGpuVirtualCopy::read_from_prefix(packet)
                     .map_err(|_| too_small("smaller than a COPY packet"))?;
-                self.copy(&p, memory, hooks)
+                self.copy(p.length, p.source, p.destination, memory, hooks)
             }
             WDDM_GPU_VOP_FILL => {
                 let (p, _) = WddmGpuVirtualFill::read_from_prefix(packet)
@@ -261,26 +243,28 @@ impl VirtualEngine {
                 if p.reserved != 0 {
                     return Err(Fault::ReservedField("virtual fill.reserved").into());
                 }
-                self.fill(&p, memory, hooks)
+                self.fill(p.pattern, p.length, p.destination, memory, hooks)
             }
             WDDM_GPU_VOP_SIGNAL => {
                 let (p, _) = WddmGpuVirtualSignal::read_from_prefix(packet)
                     .map_err(|_| too_small("smaller than a SIGNAL packet"))?;
-                signal(&p, memory, hooks)?;
+                signal(p.address, p.value, memory, hooks)?;
                 Ok(0)
             }
             other => Err(Fault::UnknownOpcode(other).into()),
         }
     }
 
-    fn copy<M: GuestMemoryBackend>(
+    /// Copies `length` bytes from VA `source` to VA `destination`; returns the bytes.
+    pub(super) fn copy<M: GuestMemoryBackend>(
         &mut self,
-        packet: &WddmGpuVirtualCopy,
+        length: u64,
+        source: u64,
+        destination: u64,
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, VirtualStop> {
-        let length = packet.length;
-        for end in [packet.source, packet.destination] {
+    ) -> Result<u64, Stop> {
+        for end in [source, destination] {
             end.checked_add(length)
                 .ok_or(Fault::LengthOverflow(length))?;
         }
@@ -292,12 +276,11 @@ impl VirtualEngine {
                 }
             }
             let step = (length - done).min(CHUNK - done % CHUNK);
-            let source = memory.translate(packet.source + done, step, Access::Read)?;
-            let destination =
-                memory.translate(packet.destination + done, source.len, Access::Write)?;
-            let len = source.len.min(destination.len);
-            let (source, destination) = (Run { len, ..source }, Run { len, ..destination });
-            match (memory.location(source)?, memory.location(destination)?) {
+            let from = memory.translate(source + done, step, Access::Read)?;
+            let to = memory.translate(destination + done, from.len, Access::Write)?;
+            let len = from.len.min(to.len);
+            let (from, to) = (Run { len, ..from }, Run { len, ..to });
+            match (memory.location(from)?, memory.location(to)?) {
                 (Some(from), Some(to)) => copy(from, to, len, memory.mem, &mut self.bounce)?,
                 (None, Some(to)) => self.write_repeated(to, &[0], memory)?,
                 (_, None) => {}
@@ -307,18 +290,19 @@ impl VirtualEngine {
         Ok(length)
     }
 
-    fn fill<M: GuestMemoryBackend>(
+    /// Fills `length` bytes at VA `destination` with `pattern`; returns the bytes.
+    pub(super) fn fill<M: GuestMemoryBackend>(
         &mut self,
-        packet: &WddmGpuVirtualFill,
+        pattern: u32,
+        length: u64,
+        destination: u64,
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, VirtualStop> {
-        let length = packet.length;
-        packet
-            .destination
+    ) -> Result<u64, Stop> {
+        destination
             .checked_add(length)
             .ok_or(Fault::LengthOverflow(length))?;
-        let pattern = packet.pattern.to_le_bytes();
+        let pattern = pattern.to_le_bytes();
         let mut done = 0u64;
         while done < length {
             if done.is_multiple_of(CHUNK) {
@@ -327,7 +311,7 @@ impl VirtualEngine {
                 }
             }
             let step = (length - done).min(CHUNK - done % CHUNK);
-            let run = memory.translate(packet.destination + done, step, Access::Write)?;
+            let run = memory.translate(destination + done, step, Access::Write)?;
             if let Some(to) = memory.location(run)? {
                 // The pattern stays in phase with the fill's start: every run starts at a
                 // multiple of 4 from it or the pattern is rotated to match.
@@ -367,20 +351,22 @@ impl VirtualEngine {
     }
 }
 
-/// SIGNAL: the value lands at an 8-byte aligned VA, then the fence is reported.
-fn signal<M: GuestMemoryBackend>(
-    packet: &WddmGpuVirtualSignal,
+/// A monitored fence signal: `value` lands at the 8-byte aligned VA `address`, then the fence
+/// is reported.
+pub(super) fn signal<M: GuestMemoryBackend>(
+    address: u64,
+    value: u64,
     memory: &VirtualMemory<'_, '_, M>,
     hooks: &mut impl VirtualHooks,
-) -> Result<(), VirtualStop> {
-    if !packet.address.is_multiple_of(8) {
+) -> Result<(), Stop> {
+    if !address.is_multiple_of(8) {
         return Err(Fault::BadCommand("signal: address is not 8-byte aligned").into());
     }
-    let run = memory.translate(packet.address, 8, Access::Write)?;
+    let run = memory.translate(address, 8, Access::Write)?;
     if let Some(to) = memory.location(run)? {
-        write_location(to, &packet.value.to_le_bytes(), memory.mem)?;
+        write_location(to, &value.to_le_bytes(), memory.mem)?;
     }
-    hooks.monitored_fence(packet.address, packet.value);
+    hooks.monitored_fence(address, value);
     Ok(())
 }
 

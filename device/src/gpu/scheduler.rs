@@ -18,22 +18,26 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use vm_memory::GuestMemoryMmap;
+use wddm_gpu_abi::context::{
+    WddmGpuPageFaultRecord, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_PAGING,
+    WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+};
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
-    WDDM_GPU_EVENT_FENCE,
+    WDDM_GPU_EVENT_FENCE, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
 use crate::engine::record::PacketRecord;
-use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Interruption, Stop};
+use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
@@ -41,6 +45,8 @@ use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::fault::Access;
+use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
@@ -170,6 +176,8 @@ struct Execution {
     unpark: Condvar,
     interrupt: EngineSignal,
     last_completed: AtomicU32,
+    /// Page faults of the paging node's virtual-address packets (the records' `sequence`).
+    page_faults: AtomicU64,
     stats: Arc<Stats>,
     trace: Option<Arc<Trace>>,
 }
@@ -252,6 +260,25 @@ impl EngineHooks for Hooks<'_, '_> {
     fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
         lock(self.contexts).flush(root, range);
     }
+
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        let contexts = lock(self.contexts);
+        contexts
+            .paging_context()
+            .and_then(|id| contexts.space(id, WDDM_GPU_NODE_PAGING))
+    }
+
+    fn monitored_fence(&mut self, address: u64, value: u64) {
+        lock(self.notify).signal(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_MONITORED_FENCE,
+                fence_value: value,
+                fence_address: address,
+                ..Default::default()
+            },
+            self.ram,
+        );
+    }
 }
 
 fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
@@ -285,6 +312,7 @@ impl Scheduler {
             unpark: Condvar::new(),
             interrupt: EngineSignal::new(EngineState::Run),
             last_completed: AtomicU32::new(0),
+            page_faults: AtomicU64::new(0),
             stats,
             trace,
         });
@@ -690,6 +718,35 @@ impl Execution {
                 },
                 &ram,
             );
+            if let Fault::Page(mmu) = fault {
+                // A page fault of a virtual-address packet: the DmaPageFaulted record too, in
+                // the paging node's slot. The paging node goes on (the driver recovers from a
+                // faulted paging buffer with RESET).
+                let sequence = self.page_faults.fetch_add(1, Ordering::Relaxed) + 1;
+                let page_fault = WddmGpuPageFaultRecord {
+                    sequence,
+                    fault: mmu.wire(),
+                    fence_id: fence,
+                    flags: if mmu.access == Access::Write {
+                        WDDM_GPU_PAGE_FAULT_FLAG_WRITE
+                    } else {
+                        0
+                    },
+                    node_ordinal: WDDM_GPU_NODE_PAGING,
+                    context_id: lock(&self.contexts).paging_context().unwrap_or(u32::MAX),
+                    error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
+                    packet_offset: offset,
+                };
+                notify.status.record_page_fault(&page_fault, &ram);
+                notify.signal(
+                    WddmGpuRespEvent {
+                        kind: WDDM_GPU_EVENT_PAGE_FAULT,
+                        page_fault,
+                        ..Default::default()
+                    },
+                    &ram,
+                );
+            }
         }
         // A faulted submission completes too (with its error): the driver decides whether to
         // recover through a reset. Preempted and reset submissions do not complete.

@@ -29,9 +29,9 @@ use wddm_gpu_abi::submit::SubmitStatus;
 use zerocopy::IntoBytes;
 
 use crate::engine::virtual_engine::{
-    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory, VirtualStop,
+    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
 };
-use crate::engine::{DeviceMemory, Interruption};
+use crate::engine::{DeviceMemory, Fault, Interruption, Stop};
 use crate::gpu::contexts::Contexts;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::layout::SegmentLayout;
@@ -353,19 +353,12 @@ impl Shared {
         reply.status = stop.status() as u32;
         reply.fault_packet_offset = offset;
         match stop {
-            VirtualStop::Interrupted(_) => {
+            Stop::Interrupted(_) => {
                 if lock(&self.state).stopping == Some(Stopping::Device) {
                     return None;
                 }
             }
-            VirtualStop::Fault(fault) => {
-                crate::guest_warn!(
-                    "SUBMIT_VIRTUAL fence {} context {}: packet at {offset:#x}: {fault}",
-                    cmd.submission_fence_id,
-                    cmd.context_id
-                );
-            }
-            VirtualStop::Page(fault) => {
+            Stop::Fault(Fault::Page(fault)) => {
                 let sequence = {
                     let mut state = lock(&self.state);
                     state.faulted = true;
@@ -403,6 +396,13 @@ impl Shared {
                     ram,
                 );
                 reply.page_fault = record;
+            }
+            Stop::Fault(fault) => {
+                crate::guest_warn!(
+                    "SUBMIT_VIRTUAL fence {} context {}: packet at {offset:#x}: {fault}",
+                    cmd.submission_fence_id,
+                    cmd.context_id
+                );
             }
         }
         Some(reply)

@@ -112,6 +112,12 @@ fn packets_are_counted_per_kind_with_latency_quantiles() {
             "fence",
             "update_page_table",
             "flush_tlb",
+            "virtual_transfer",
+            "virtual_fill",
+            "copy_page_table_entries",
+            "signal_monitored_fence",
+            "notify_residency",
+            "update_context_allocation",
             "unknown"
         ]
     );

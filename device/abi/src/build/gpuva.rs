@@ -22,8 +22,13 @@ use crate::gpuva::{
     WDDM_GPU_PTE_SEGMENT_SHIFT, WDDM_GPU_PTE_VALID,
 };
 use crate::packet::{
-    WddmGpuPacketFlushTlb, WddmGpuPacketUpdatePageTable, WDDM_GPU_OP_FLUSH_TLB,
-    WDDM_GPU_OP_UPDATE_PAGE_TABLE, WDDM_GPU_UPDATE_FLAG_REPEAT,
+    WddmGpuPacketCopyPageTableEntries, WddmGpuPacketFlushTlb, WddmGpuPacketNotifyResidency,
+    WddmGpuPacketSignalMonitoredFence, WddmGpuPacketUpdateContextAllocation,
+    WddmGpuPacketUpdatePageTable, WddmGpuPacketVirtualFill, WddmGpuPacketVirtualTransfer,
+    WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES, WDDM_GPU_OP_FLUSH_TLB, WDDM_GPU_OP_NOTIFY_RESIDENCY,
+    WDDM_GPU_OP_SIGNAL_MONITORED_FENCE, WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION,
+    WDDM_GPU_OP_UPDATE_PAGE_TABLE, WDDM_GPU_OP_VIRTUAL_FILL, WDDM_GPU_OP_VIRTUAL_TRANSFER,
+    WDDM_GPU_UPDATE_FLAG_REPEAT,
 };
 use crate::WDDM_GPU_PAGE_SHIFT;
 
@@ -220,5 +225,83 @@ pub fn virtual_signal(address: u64, value: u64) -> WddmGpuVirtualSignal {
         header: header::<WddmGpuVirtualSignal>(WDDM_GPU_VOP_SIGNAL),
         value,
         address,
+    }
+}
+
+/// VIRTUAL_TRANSFER of `length` bytes between two VAs of the paging process (direction
+/// LOCAL_TO_LOCAL, no 64 KiB flags).
+pub fn transfer_virtual(
+    length: u64,
+    source: u64,
+    destination: u64,
+) -> WddmGpuPacketVirtualTransfer {
+    WddmGpuPacketVirtualTransfer {
+        header: header::<WddmGpuPacketVirtualTransfer>(WDDM_GPU_OP_VIRTUAL_TRANSFER),
+        flags: 0,
+        transfer_direction: 2,
+        length,
+        source,
+        destination,
+    }
+}
+
+/// VIRTUAL_FILL of `length` bytes at a VA of the paging process.
+pub fn fill_virtual(pattern: u32, length: u64, destination: u64) -> WddmGpuPacketVirtualFill {
+    WddmGpuPacketVirtualFill {
+        header: header::<WddmGpuPacketVirtualFill>(WDDM_GPU_OP_VIRTUAL_FILL),
+        pattern,
+        reserved: 0,
+        length,
+        destination,
+    }
+}
+
+/// COPY_PAGE_TABLE_ENTRIES of the `range_count` ranges at guest-physical `ranges_address`.
+pub fn copy_page_table_entries(
+    range_count: u32,
+    ranges_address: u64,
+) -> WddmGpuPacketCopyPageTableEntries {
+    WddmGpuPacketCopyPageTableEntries {
+        header: header::<WddmGpuPacketCopyPageTableEntries>(WDDM_GPU_OP_COPY_PAGE_TABLE_ENTRIES),
+        range_count,
+        reserved: 0,
+        ranges_address,
+    }
+}
+
+/// SIGNAL_MONITORED_FENCE: `value` at the paging process's VA `address`.
+pub fn signal_monitored_fence(address: u64, value: u64) -> WddmGpuPacketSignalMonitoredFence {
+    WddmGpuPacketSignalMonitoredFence {
+        header: header::<WddmGpuPacketSignalMonitoredFence>(WDDM_GPU_OP_SIGNAL_MONITORED_FENCE),
+        value,
+        address,
+    }
+}
+
+/// NOTIFY_RESIDENCY: resident at `segment`/`offset`, or evicted (`None`).
+pub fn notify_residency(
+    place: Option<(u32, u64)>,
+    allocation: u64,
+) -> WddmGpuPacketNotifyResidency {
+    let (segment_id, segment_offset) = place.unwrap_or((0, 0));
+    WddmGpuPacketNotifyResidency {
+        header: header::<WddmGpuPacketNotifyResidency>(WDDM_GPU_OP_NOTIFY_RESIDENCY),
+        resident: u32::from(place.is_some()),
+        segment_id,
+        segment_offset,
+        allocation,
+    }
+}
+
+/// UPDATE_CONTEXT_ALLOCATION of the `size` bytes at the paging process's VA `address`.
+pub fn update_context_allocation(address: u64, size: u64) -> WddmGpuPacketUpdateContextAllocation {
+    WddmGpuPacketUpdateContextAllocation {
+        header: header::<WddmGpuPacketUpdateContextAllocation>(
+            WDDM_GPU_OP_UPDATE_CONTEXT_ALLOCATION,
+        ),
+        private_data_size: 0,
+        reserved: 0,
+        context_allocation: address,
+        context_allocation_size: size,
     }
 }

@@ -45,6 +45,12 @@ fn one_of_each() -> Vec<(Vec<u8>, Packet)> {
     };
     let update = build::gpuva::update_page_table(1, table, 3, 4, 0x30_0000);
     let flush = build::gpuva::flush_tlb(table, Some(0x1000..0x9000));
+    let transfer_va = build::gpuva::transfer_virtual(0x3000, 0x1_0000, 0x2_0000);
+    let fill_va = build::gpuva::fill_virtual(7, 0x40, 0x3_0000);
+    let copy_entries = build::gpuva::copy_page_table_entries(2, 0x50_0000);
+    let signal = build::gpuva::signal_monitored_fence(0x4_0008, 9);
+    let residency = build::gpuva::notify_residency(Some((1, 0x8000)), 0xabc);
+    let context = build::gpuva::update_context_allocation(0x6_0000, 0x2000);
     vec![
         (transfer.as_bytes().to_vec(), Packet::Transfer(transfer)),
         (fill.as_bytes().to_vec(), Packet::Fill(fill)),
@@ -57,6 +63,27 @@ fn one_of_each() -> Vec<(Vec<u8>, Packet)> {
         (fence.as_bytes().to_vec(), Packet::Fence(fence)),
         (update.as_bytes().to_vec(), Packet::UpdatePageTable(update)),
         (flush.as_bytes().to_vec(), Packet::FlushTlb(flush)),
+        (
+            transfer_va.as_bytes().to_vec(),
+            Packet::VirtualTransfer(transfer_va),
+        ),
+        (fill_va.as_bytes().to_vec(), Packet::VirtualFill(fill_va)),
+        (
+            copy_entries.as_bytes().to_vec(),
+            Packet::CopyPageTableEntries(copy_entries),
+        ),
+        (
+            signal.as_bytes().to_vec(),
+            Packet::SignalMonitoredFence(signal),
+        ),
+        (
+            residency.as_bytes().to_vec(),
+            Packet::NotifyResidency(residency),
+        ),
+        (
+            context.as_bytes().to_vec(),
+            Packet::UpdateContextAllocation(context),
+        ),
     ]
 }
 
@@ -106,9 +133,18 @@ fn a_built_dma_buffer_decodes_packet_by_packet() {
 }
 
 #[test]
-fn the_physical_kinds_are_all_but_the_page_table_packets() {
+fn the_physical_kinds_are_all_but_the_gpummu_packets() {
     let mut physical = PacketKind::PHYSICAL.to_vec();
-    physical.extend([PacketKind::UpdatePageTable, PacketKind::FlushTlb]);
+    physical.extend([
+        PacketKind::UpdatePageTable,
+        PacketKind::FlushTlb,
+        PacketKind::VirtualTransfer,
+        PacketKind::VirtualFill,
+        PacketKind::CopyPageTableEntries,
+        PacketKind::SignalMonitoredFence,
+        PacketKind::NotifyResidency,
+        PacketKind::UpdateContextAllocation,
+    ]);
     assert_eq!(physical, PacketKind::ALL);
 }
 
@@ -119,8 +155,8 @@ fn kinds_and_opcodes_map_both_ways() {
     }
     let mut opcodes: Vec<u16> = PacketKind::ALL.iter().map(|k| k.opcode()).collect();
     opcodes.sort_unstable();
-    assert_eq!(opcodes, (1..=11).collect::<Vec<u16>>());
-    for opcode in [0, 12, 0x55, u16::MAX] {
+    assert_eq!(opcodes, (1..=17).collect::<Vec<u16>>());
+    for opcode in [0, 18, 0x55, u16::MAX] {
         assert_eq!(PacketKind::from_opcode(opcode), None, "{opcode}");
     }
     // Report names are the kinds' names in snake case: `MapAperture2` is `map_aperture2`.
@@ -181,7 +217,7 @@ fn header_flags_are_refused_before_the_opcode_and_the_body() {
 
 #[test]
 fn an_unknown_opcode_is_refused_whatever_follows() {
-    for opcode in [0, 12, 0x55, u16::MAX] {
+    for opcode in [0, 18, 0x55, u16::MAX] {
         let header = WddmGpuPacketHeader {
             opcode,
             flags: 0,

@@ -3,10 +3,12 @@
 
 use std::cell::Cell;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::engine::{EngineHooks, Interruption};
+use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 
 /// Counts interruption checks (stopping with `stop` from call `stop.0` on) and records fences,
@@ -19,6 +21,8 @@ pub(super) struct Hooks {
     pub(super) sample: Option<(GuestMemoryMmap<()>, Vec<u64>)>,
     pub(super) samples: Vec<Vec<u8>>,
     pub(super) flushes: Vec<(TableAddress, Option<Range<u64>>)>,
+    pub(super) paging_space: Option<Arc<Mutex<AddressSpace>>>,
+    pub(super) monitored: Vec<(u64, u64)>,
 }
 
 impl EngineHooks for Hooks {
@@ -45,6 +49,14 @@ impl EngineHooks for Hooks {
     fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
         self.flushes.push((root, range));
     }
+
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        self.paging_space.clone()
+    }
+
+    fn monitored_fence(&mut self, address: u64, value: u64) {
+        self.monitored.push((address, value));
+    }
 }
 
 /// From its second interruption check on (the first one inside the first packet, which the
@@ -67,4 +79,10 @@ impl EngineHooks for Rewriter {
     }
 
     fn flush_tlb(&mut self, _root: TableAddress, _range: Option<Range<u64>>) {}
+
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        None
+    }
+
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
 }

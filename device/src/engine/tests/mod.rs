@@ -16,6 +16,7 @@ mod interruption;
 mod map_checks;
 mod model;
 mod page_tables;
+mod paging_virtual;
 mod random;
 mod refusals;
 mod segment_access;
@@ -34,4 +35,25 @@ fn unmapped_at(offset: u32, page: u64) -> Option<(u32, Fault)> {
             page,
         },
     ))
+}
+
+/// The default layout with a 3-level GpuMmu (9 index bits a level): levels 1 and 2 in RAM,
+/// leaf tables in the VRAM segment.
+fn gpummu_rig(name: &str) -> crate::testkit::engine_rig::Rig {
+    use wddm_gpu_abi::build::gpuva::{gpummu_caps, with_table_segment};
+    use wddm_gpu_abi::gpummu_rules::validate_gpummu;
+    use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL;
+
+    use crate::layout::SegmentLayout;
+    use crate::testkit::engine_rig::{Rig, VRAM_SIZE};
+    use crate::testkit::packets::VRAM_SEGMENT;
+
+    let mut layout = SegmentLayout::default_for_vram(VRAM_SIZE);
+    let caps = with_table_segment(
+        gpummu_caps(&[9, 9, 9], WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL),
+        0,
+        VRAM_SEGMENT,
+    );
+    layout.gpummu = Some(validate_gpummu(&caps, &[4, 0x11]).unwrap());
+    Rig::build(name, VRAM_SIZE, layout)
 }

@@ -2,32 +2,17 @@
 //! live, Repeat fills, every refusal names its rule, and a flush reaches the hooks.
 
 use wddm_gpu_abi::build::gpuva::{
-    flush_tlb, gpummu_caps, pte, update_page_table, update_page_table_repeat, with_table_segment,
-    TableAt,
+    flush_tlb, pte, update_page_table, update_page_table_repeat, TableAt,
 };
-use wddm_gpu_abi::gpummu_rules::validate_gpummu;
-use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL;
 use wddm_gpu_abi::packet::{WddmGpuPacketUpdatePageTable, WDDM_GPU_UPDATE_FLAG_USE_64KB_PAGES};
 use zerocopy::IntoBytes;
 
+use super::gpummu_rig;
 use super::hooks::Hooks;
 use crate::engine::Fault;
-use crate::layout::SegmentLayout;
 use crate::mmu::walk::TableAddress;
 use crate::testkit::engine_rig::{Rig, DATA, PAGE, VRAM_SIZE};
 use crate::testkit::packets::{packet_bytes, VRAM_SEGMENT};
-
-/// Tables of levels 1 and 2 in RAM, leaf tables in the VRAM segment.
-fn rig(name: &str) -> Rig {
-    let mut layout = SegmentLayout::default_for_vram(VRAM_SIZE);
-    let caps = with_table_segment(
-        gpummu_caps(&[9, 9, 9], WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL),
-        0,
-        VRAM_SEGMENT,
-    );
-    layout.gpummu = Some(validate_gpummu(&caps, &[4, 0x11]).unwrap());
-    Rig::build(name, VRAM_SIZE, layout)
-}
 
 const RAM_TABLE: TableAt = TableAt {
     segment: 0,
@@ -46,7 +31,7 @@ fn entries(count: u64) -> Vec<u64> {
 
 #[test]
 fn entries_land_in_ram_and_vram_tables_from_their_start_index() {
-    let mut rig = rig("pt-update");
+    let mut rig = gpummu_rig("pt-update");
     let written = entries(5);
     rig.ram_write(ARRAY, written.as_bytes());
     rig.ok(&packet_bytes(update_page_table(1, RAM_TABLE, 7, 5, ARRAY)));
@@ -66,7 +51,7 @@ fn entries_land_in_ram_and_vram_tables_from_their_start_index() {
 
 #[test]
 fn repeat_writes_one_entry_to_every_slot() {
-    let mut rig = rig("pt-repeat");
+    let mut rig = gpummu_rig("pt-repeat");
     let entry = pte(0, DATA, 0);
     let completion = rig.ok(&packet_bytes(update_page_table_repeat(
         0, VRAM_TABLE, 0, 512, entry,
@@ -84,7 +69,7 @@ fn refused(rig: &mut Rig, packet: WddmGpuPacketUpdatePageTable, fault: Fault) {
 
 #[test]
 fn every_broken_rule_is_refused_by_name() {
-    let mut rig = rig("pt-refusals");
+    let mut rig = gpummu_rig("pt-refusals");
     rig.ram_write(ARRAY, entries(512).as_bytes());
     let good = update_page_table(1, RAM_TABLE, 0, 1, ARRAY);
     let cases = [
@@ -198,7 +183,7 @@ fn page_table_packets_need_a_gpummu_layout() {
 
 #[test]
 fn a_flush_reaches_the_hooks_with_its_root_and_range() {
-    let mut rig = rig("pt-flush");
+    let mut rig = gpummu_rig("pt-flush");
     let mut hooks = Hooks::default();
     let mut bytes = packet_bytes(flush_tlb(RAM_TABLE, None));
     bytes.extend(packet_bytes(flush_tlb(VRAM_TABLE, Some(0x1000..0x3000))));

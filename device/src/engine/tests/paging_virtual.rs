@@ -1,0 +1,226 @@
+//! The paging node's virtual-address packets through the paging context's address space: bytes
+//! moved and checked, entries copied table to table, fences signalled, residency and context
+//! allocations checked, and a fault for each thing a KMD can get wrong.
+
+use std::sync::{Arc, Mutex};
+
+use wddm_gpu_abi::build::gpuva::{
+    copy_page_table_entries, fill_virtual, notify_residency, pte, signal_monitored_fence,
+    transfer_virtual, update_context_allocation,
+};
+use wddm_gpu_abi::build::page_tables::PageTables;
+use wddm_gpu_abi::gpuva::WDDM_GPU_MMU_FAULT_NOT_PRESENT;
+use wddm_gpu_abi::packet::WddmGpuCopyRange;
+use zerocopy::IntoBytes;
+
+use super::gpummu_rig;
+use super::hooks::Hooks;
+use crate::engine::{Fault, Stop};
+use crate::mmu::space::AddressSpace;
+use crate::mmu::walk::TableAddress;
+use crate::testkit::engine_rig::{Rig, DATA, PAGE, PAGE_USIZE};
+use crate::testkit::packets::{packet_bytes, VRAM_SEGMENT};
+
+const VA_DATA: u64 = 0x4000_0000;
+const VA_VRAM: u64 = 0x8000_0000;
+
+/// The paging process's tables (written by the CPU into the rig's memory): `VA_DATA` maps 8
+/// scattered data pages, `VA_VRAM` 8 VRAM pages from 0x20_0000; hooks holding its space.
+fn paging_process(rig: &Rig) -> (PageTables, Hooks) {
+    let mut tables = PageTables::new(
+        &[9, 9, 9],
+        &[VRAM_SEGMENT, 0, 0],
+        0x60_0000..0x70_0000,
+        0x1_0000..0x10_0000,
+    )
+    .unwrap();
+    let data: Vec<u64> = (0..8)
+        .map(|i| pte(0, DATA + ((i * 5) % 8) * PAGE, 0))
+        .collect();
+    let vram: Vec<u64> = (0..8)
+        .map(|i| pte(VRAM_SEGMENT, 0x20_0000 + i * PAGE, 0))
+        .collect();
+    tables.map(VA_DATA, &data).unwrap();
+    tables.map(VA_VRAM, &vram).unwrap();
+    store(rig, &mut tables);
+    let geometry = rig.layout.gpummu.unwrap();
+    let mut space = AddressSpace::new(false);
+    let root = tables.root();
+    space
+        .set_root(
+            &geometry,
+            TableAddress {
+                segment: root.segment,
+                address: root.address,
+            },
+            512,
+        )
+        .unwrap();
+    let hooks = Hooks {
+        paging_space: Some(Arc::new(Mutex::new(space))),
+        ..Hooks::default()
+    };
+    (tables, hooks)
+}
+
+/// Stores the recorded writes as a CPU_VIRTUAL driver would.
+fn store(rig: &Rig, tables: &mut PageTables) {
+    for write in tables.take() {
+        let (table, start, entries) = write.slots();
+        let at = table.address + u64::from(start) * 8;
+        if table.segment == 0 {
+            rig.ram_write(at, entries.as_bytes());
+        } else {
+            rig.vram_write(at, entries.as_bytes());
+        }
+    }
+}
+
+/// Data page `i` of `VA_DATA`.
+fn data_page(i: u64) -> u64 {
+    DATA + ((i * 5) % 8) * PAGE
+}
+
+#[test]
+fn transfer_fill_and_signal_move_bytes_through_the_paging_process() {
+    let mut rig = gpummu_rig("pv-move");
+    let (_tables, mut hooks) = paging_process(&rig);
+    for i in 0..8 {
+        rig.ram_write(
+            data_page(i),
+            &vec![u8::try_from(i + 1).unwrap(); PAGE_USIZE],
+        );
+    }
+    let mut bytes = packet_bytes(transfer_virtual(8 * PAGE - 16, VA_DATA + 16, VA_VRAM));
+    bytes.extend(packet_bytes(fill_virtual(
+        0x0a0b_0c0d,
+        12,
+        VA_VRAM + 8 * PAGE - 12,
+    )));
+    bytes.extend(packet_bytes(signal_monitored_fence(VA_DATA + 8, 0x77)));
+    let completion = rig.submit_with(&bytes, &mut hooks);
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(completion.bytes_transferred, 8 * PAGE - 16 + 12);
+    let vram = rig.vram_read(0x20_0000, 8 * PAGE_USIZE);
+    for (offset, byte) in vram.iter().enumerate().take(8 * PAGE_USIZE - 16) {
+        let position = offset as u64 + 16;
+        assert_eq!(u64::from(*byte), position / PAGE + 1, "VRAM byte {offset}");
+    }
+    assert_eq!(
+        &vram[8 * PAGE_USIZE - 12..],
+        &0x0a0b_0c0du32.to_le_bytes().repeat(3)[..]
+    );
+    assert_eq!(rig.ram_read(data_page(0) + 8, 8), 0x77u64.to_le_bytes());
+    assert_eq!(hooks.monitored, vec![(VA_DATA + 8, 0x77)]);
+}
+
+#[test]
+fn copy_page_table_entries_copies_through_the_tables_mappings() {
+    let mut rig = gpummu_rig("pv-copy-entries");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    // The paging process maps two leaf tables' VRAM at VA 0xc000_0000 (the tables themselves).
+    let source_table = 0x2_0000;
+    let destination_table = 0x2_1000;
+    tables
+        .map(
+            0xc000_0000,
+            &[
+                pte(VRAM_SEGMENT, source_table, 0),
+                pte(VRAM_SEGMENT, destination_table, 0),
+            ],
+        )
+        .unwrap();
+    store(&rig, &mut tables);
+    let entries: Vec<u64> = (0..4).map(|i| pte(0, DATA + i * PAGE, 0)).collect();
+    rig.vram_write(source_table + 10 * 8, entries.as_bytes());
+    let range = WddmGpuCopyRange {
+        entry_count: 4,
+        reserved: 0,
+        source_table: 0xc000_0000,
+        destination_table: 0xc000_1000,
+        source_start: 10,
+        destination_start: 500,
+    };
+    rig.ram_write(DATA + 0x10_0000, range.as_bytes());
+    let completion = rig.submit_with(
+        &packet_bytes(copy_page_table_entries(1, DATA + 0x10_0000)),
+        &mut hooks,
+    );
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(
+        rig.vram_read(destination_table + 500 * 8, 32),
+        entries.as_bytes()
+    );
+}
+
+#[test]
+fn a_fault_names_the_faulting_address_and_the_rest_is_checked() {
+    let mut rig = gpummu_rig("pv-faults");
+    let (_tables, mut hooks) = paging_process(&rig);
+    let unmapped = VA_DATA + 8 * PAGE + 4;
+    let completion = rig.submit_with(
+        &packet_bytes(transfer_virtual(16, unmapped, VA_VRAM)),
+        &mut hooks,
+    );
+    let Some((0, Stop::Fault(Fault::Page(fault)))) = completion.stop else {
+        panic!("{completion:?}");
+    };
+    assert_eq!(fault.address, unmapped);
+    assert_eq!(fault.kind.wire(), WDDM_GPU_MMU_FAULT_NOT_PRESENT);
+    // The context allocation must be mapped all through.
+    let ok = rig.submit_with(
+        &packet_bytes(update_context_allocation(VA_VRAM, 8 * PAGE)),
+        &mut hooks,
+    );
+    assert_eq!(ok.stop, None);
+    let short = rig.submit_with(
+        &packet_bytes(update_context_allocation(VA_VRAM, 9 * PAGE)),
+        &mut hooks,
+    );
+    assert!(
+        matches!(short.stop, Some((0, Stop::Fault(Fault::Page(f)))) if f.address == VA_VRAM + 8 * PAGE),
+        "{short:?}"
+    );
+    // Residency: a place inside a segment, or none for an eviction.
+    for (packet, fault) in [
+        (notify_residency(Some((VRAM_SEGMENT, 0x1000)), 7), None),
+        (notify_residency(None, 7), None),
+        (
+            notify_residency(Some((9, 0)), 7),
+            Some(Fault::BadSegment(9)),
+        ),
+        (
+            notify_residency(Some((VRAM_SEGMENT, 1 << 40)), 7),
+            Some(Fault::SegmentRange {
+                segment: VRAM_SEGMENT,
+                address: 1 << 40,
+                length: 0,
+            }),
+        ),
+    ] {
+        let completion = rig.submit_with(&packet_bytes(packet), &mut hooks);
+        assert_eq!(completion.stop, fault.map(|f| (0, f.into())), "{packet:?}");
+    }
+}
+
+#[test]
+fn without_a_paging_context_or_a_gpummu_the_packets_are_refused() {
+    let mut rig = gpummu_rig("pv-no-context");
+    let completion = rig.submit(&packet_bytes(fill_virtual(0, 8, VA_DATA)));
+    assert_eq!(
+        completion.stop,
+        Some((
+            0,
+            Fault::BadContext("virtual-address packets need a context on the paging node").into()
+        ))
+    );
+    let mut plain = Rig::new("pv-no-gpummu");
+    let completion = plain.submit(&packet_bytes(fill_virtual(0, 8, VA_DATA)));
+    assert_eq!(
+        completion.stop,
+        Some((
+            0,
+            Fault::Unsupported("virtual-address packets need a layout with [gpummu]").into()
+        ))
+    );
+}
