@@ -494,3 +494,32 @@ fn the_paging_node_moves_bytes_through_the_paging_process_and_reports_its_faults
     let done = h.submit(&submit_command(DMA_BUFFER, buffer.len(), 22));
     assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
 }
+
+#[test]
+fn stop_cont_keeps_contexts_and_a_guest_reset_drops_them() {
+    let (mut h, _tables) = mapped_gpu("gpummu-lifecycle", 0);
+    let mut signal = DmaBufferBuilder::new();
+    signal.push(&virtual_signal(VA_FENCE, 1));
+    assert_eq!(
+        run_virtual(&mut h, &signal, 1).status,
+        SubmitStatus::Ok as u32
+    );
+    // VM stop and cont: the context and its root survive.
+    let base = h.stop_device();
+    h.resume_device(base);
+    let mut again = DmaBufferBuilder::new();
+    again.push(&virtual_signal(VA_FENCE, 2));
+    assert_eq!(
+        run_virtual(&mut h, &again, 2).status,
+        SubmitStatus::Ok as u32
+    );
+    assert_eq!(h.read_ram(FENCE_PAGE, 8), 2u64.to_le_bytes());
+    // A guest reset (QEMU 10: GET_VRING_BASE, then RESET_DEVICE): every context is gone.
+    h.stop_device();
+    h.reset_device();
+    h.start_device_anew();
+    assert_eq!(
+        run_virtual(&mut h, &again, 3).status,
+        SubmitStatus::BadContext as u32
+    );
+}

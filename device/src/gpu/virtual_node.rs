@@ -151,6 +151,10 @@ impl VirtualNode {
         let jobs: Vec<Job> = state.jobs.drain(..).collect();
         state.faulted = false;
         state.stopping = None;
+        if by == Stopping::Device {
+            // A device reset ends a pause, as it does for the paging node: the rings start anew.
+            state.paused = false;
+        }
         drop(state);
         if by == Stopping::Engine {
             for job in jobs {
