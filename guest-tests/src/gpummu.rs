@@ -4,9 +4,10 @@
 //! `DXGKQAITYPE_PAGETABLELEVELDESC` (14), and the `DmaPageFaulted` payload of
 //! `DXGKARGCB_NOTIFY_INTERRUPT_DATA` made from a device page-fault record.
 //!
-//! The DXGK structures are byte-exact x64 mirrors (field order from `d3dkmddi.h` of the Windows
-//! 10 SDK 10.0.16299, as the WDK documentation pages `_DXGK_GPUMMUCAPS`,
-//! `_DXGK_PAGE_TABLE_LEVEL_DESC` and `_DXGKARGCB_NOTIFY_INTERRUPT_DATA` give it); the sizes and
+//! The DXGK structures are byte-exact x64 mirrors (field order and types from `d3dkmddi.h` of
+//! the Windows 10 SDK 10.0.16299 and the WDK documentation pages `_DXGK_GPUMMUCAPS`,
+//! `_DXGK_PAGE_TABLE_LEVEL_DESC` and `_DXGKARGCB_NOTIFY_INTERRUPT_DATA`; the C device library
+//! mirrors them too, checked against the WDK's own types in its Windows layer); the sizes and
 //! offsets are asserted at compile time.
 
 use std::mem::{offset_of, size_of};
@@ -45,7 +46,8 @@ const _: () = {
     assert!(offset_of!(DxgkGpuMmuCaps, legacy_behaviors) == 20);
 };
 
-/// `DXGK_PAGE_TABLE_LEVEL_DESC` (x64: 32 bytes; the two sizes are `SIZE_T`).
+/// `DXGK_PAGE_TABLE_LEVEL_DESC` (x64: 20 bytes, five `UINT`s; `PageTableAlignmentInBytes` is
+/// the WDDM 2.x SDK's addition after the four the WDK page shows).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DxgkPageTableLevelDesc {
@@ -55,19 +57,17 @@ pub struct DxgkPageTableLevelDesc {
     pub page_table_segment_id: u32,
     /// `PagingProcessPageTableSegmentId`.
     pub paging_process_page_table_segment_id: u32,
-    /// Alignment padding before the `SIZE_T` members.
-    pub padding: u32,
     /// `PageTableSizeInBytes`.
-    pub page_table_size_in_bytes: u64,
+    pub page_table_size_in_bytes: u32,
     /// `PageTableAlignmentInBytes`.
-    pub page_table_alignment_in_bytes: u64,
+    pub page_table_alignment_in_bytes: u32,
 }
 
 const _: () = {
-    assert!(size_of::<DxgkPageTableLevelDesc>() == 32);
+    assert!(size_of::<DxgkPageTableLevelDesc>() == 20);
     assert!(offset_of!(DxgkPageTableLevelDesc, paging_process_page_table_segment_id) == 8);
-    assert!(offset_of!(DxgkPageTableLevelDesc, page_table_size_in_bytes) == 16);
-    assert!(offset_of!(DxgkPageTableLevelDesc, page_table_alignment_in_bytes) == 24);
+    assert!(offset_of!(DxgkPageTableLevelDesc, page_table_size_in_bytes) == 12);
+    assert!(offset_of!(DxgkPageTableLevelDesc, page_table_alignment_in_bytes) == 16);
 };
 
 /// `DXGK_PRIMITIVE_API_SEQUENCE_NUMBER_UNKNOWN`.
@@ -189,7 +189,8 @@ impl GpuMmu {
         }
     }
 
-    /// `DxgkDdiQueryAdapterInfo(DXGKQAITYPE_PAGETABLELEVELDESC)` for `LevelIndex` `level`.
+    /// `DxgkDdiQueryAdapterInfo(DXGKQAITYPE_PAGETABLELEVELDESC)` for `LevelIndex` `level`;
+    /// `None` past the levels or when a size does not fit the structure's `UINT`.
     pub fn dxgk_level(&self, level: u32) -> Option<DxgkPageTableLevelDesc> {
         self.geometry.level(level)?;
         let desc = self.geometry.caps().levels.get(level as usize)?;
@@ -197,9 +198,9 @@ impl GpuMmu {
             page_table_index_bit_count: desc.page_table_index_bit_count,
             page_table_segment_id: desc.page_table_segment_id,
             paging_process_page_table_segment_id: desc.paging_process_page_table_segment_id,
-            padding: 0,
-            page_table_size_in_bytes: desc.page_table_size_in_bytes,
-            page_table_alignment_in_bytes: desc.page_table_alignment_in_bytes,
+            page_table_size_in_bytes: u32::try_from(desc.page_table_size_in_bytes).ok()?,
+            page_table_alignment_in_bytes: u32::try_from(desc.page_table_alignment_in_bytes)
+                .ok()?,
         })
     }
 }
