@@ -6,13 +6,14 @@ use std::ops::Range;
 
 use super::header;
 use crate::context::{
-    WddmGpuCmdCreateContext, WddmGpuCmdResetEngine, WddmGpuCmdSetRootPageTable,
-    WddmGpuCmdSubmitVirtual, WddmGpuVirtualCopy, WddmGpuVirtualFill, WddmGpuVirtualSignal,
-    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_VOP_COPY, WDDM_GPU_VOP_FILL, WDDM_GPU_VOP_SIGNAL,
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdResetEngine,
+    WddmGpuCmdSetRootPageTable, WddmGpuCmdSubmitVirtual, WddmGpuVirtualCopy, WddmGpuVirtualFill,
+    WddmGpuVirtualSignal, WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_VOP_COPY, WDDM_GPU_VOP_FILL,
+    WDDM_GPU_VOP_SIGNAL,
 };
 use crate::ctrl::{
-    WddmGpuCtrlHdr, WDDM_GPU_CMD_CREATE_CONTEXT, WDDM_GPU_CMD_RESET_ENGINE,
-    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SUBMIT_VIRTUAL,
+    WddmGpuCtrlHdr, WDDM_GPU_CMD_CREATE_CONTEXT, WDDM_GPU_CMD_DESTROY_CONTEXT,
+    WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SUBMIT_VIRTUAL,
 };
 use crate::gpummu_rules::table_bytes;
 use crate::gpuva::{
@@ -142,6 +143,15 @@ pub fn create_context(id: u32, node: u32, flags: u32) -> WddmGpuCmdCreateContext
         context_id: id,
         node_ordinal: node,
         flags,
+        reserved: 0,
+    }
+}
+
+/// DESTROY_CONTEXT of `id`.
+pub fn destroy_context(id: u32) -> WddmGpuCmdDestroyContext {
+    WddmGpuCmdDestroyContext {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_DESTROY_CONTEXT),
+        context_id: id,
         reserved: 0,
     }
 }
