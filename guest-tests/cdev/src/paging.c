@@ -276,3 +276,52 @@ wddm_result wddm_pb_raw(wddm_pb *pb, const void *packet, uint32_t size)
     pb->packets++;
     return WDDM_OK;
 }
+
+/* ---- The paging node's GpuMmu packets (WDDM 2.x) ---- */
+
+/* Where a page table or a root may live: 0 (system memory) or a memory segment. */
+static bool table_segment_ok(const wddm_pb *pb, uint32_t id)
+{
+    const wddm_segment *s = wddm_layout_segment(pb->layout, id);
+    return id == 0 || (s && !wddm_segment_is_aperture(s));
+}
+
+wddm_result wddm_pb_update_page_table(wddm_pb *pb, const wddm_op_update_page_table *op)
+{
+    if (!pb || !op)
+        return WDDM_E_INVALID;
+    if (pb->layout->header.wddm_version != WDDM_GPU_WDDM_2_0)
+        return WDDM_E_STATE;
+    bool repeat = op->Flags & WDDM_GPU_UPDATE_FLAG_REPEAT;
+    if (op->Flags & ~(uint32_t)WDDM_GPU_UPDATE_FLAGS_KNOWN || !table_segment_ok(pb, op->SegmentId) ||
+        op->SegmentOffset % 8 != 0 ||
+        (repeat ? op->EntriesBus != 0 : op->Entry != 0 || op->EntriesBus % 8 != 0))
+        return WDDM_E_INVALID;
+    WddmGpuPacketUpdatePageTable p;
+    if (repeat)
+        (void)wddm_build_update_page_table_repeat(&p, op->PageTableLevel, op->SegmentId,
+                                                  op->SegmentOffset, op->StartIndex,
+                                                  op->NumPageTableEntries, op->Entry);
+    else
+        (void)wddm_build_update_page_table(&p, op->PageTableLevel, op->SegmentId,
+                                           op->SegmentOffset, op->StartIndex,
+                                           op->NumPageTableEntries, op->EntriesBus);
+    p.flags = op->Flags; /* InitialUpdate, NotifyEviction and Use64KBPages as VidMm set them */
+    return emit(pb, WDDM_GPU_OP_UPDATE_PAGE_TABLE, &p, sizeof(p));
+}
+
+wddm_result wddm_pb_flush_tlb(wddm_pb *pb, const wddm_op_flush_tlb *op)
+{
+    if (!pb || !op)
+        return WDDM_E_INVALID;
+    if (pb->layout->header.wddm_version != WDDM_GPU_WDDM_2_0)
+        return WDDM_E_STATE;
+    bool everything = op->StartVirtualAddress == 0 && op->EndVirtualAddress == 0;
+    if (!table_segment_ok(pb, op->SegmentId) || op->SegmentOffset % WDDM_PAGE != 0 ||
+        (!everything && op->StartVirtualAddress >= op->EndVirtualAddress))
+        return WDDM_E_INVALID;
+    WddmGpuPacketFlushTlb p;
+    (void)wddm_build_flush_tlb(&p, op->SegmentId, op->SegmentOffset, op->StartVirtualAddress,
+                               op->EndVirtualAddress);
+    return emit(pb, WDDM_GPU_OP_FLUSH_TLB, &p, sizeof(p));
+}

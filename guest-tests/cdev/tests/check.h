@@ -31,5 +31,6 @@ void segment_tests(void);
 void paging_tests(void);
 void ring_tests(void);
 void timeout_tests(void);
+void gpummu_tests(void);
 
 #endif

@@ -63,6 +63,17 @@ void fake_init(fake *f, const void *capset, uint32_t capset_size)
     f->hold_type = UINT32_MAX;
 }
 
+void fake_set_gpummu(fake *f, const WddmGpuMmuCaps *caps)
+{
+    f->gpummu = caps;
+    f->gpummu_id = WDDM_GPU_MMU_CAPSET_ID;
+    f->gpummu_version = WDDM_GPU_MMU_CAPSET_VERSION;
+    f->gpummu_max_size = sizeof(WddmGpuMmuCaps);
+    f->gpummu_type = VIRTIO_GPU_RESP_OK_CAPSET;
+    f->gpummu_short = 0;
+    put32(f->bar0 + DEVICE_AT + offsetof(WddmGpuConfig, num_capsets), 2);
+}
+
 /* ---- the OS table ---- */
 
 static int dma_alloc(void *ctx, uint64_t size, uint64_t align, wddm_os_dma *out)
@@ -266,15 +277,39 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
     WddmGpuCtrlHdr hdr = {0};
     switch (type) {
     case VIRTIO_GPU_CMD_GET_CAPSET_INFO: {
+        WddmGpuGetCapsetInfo q;
         WddmGpuRespCapsetInfo info = {0};
+        memcpy(&q, req, sizeof(q));
         info.hdr.type_ = VIRTIO_GPU_RESP_OK_CAPSET_INFO;
-        info.capset_id = WDDM_GPU_CAPSET_ID;
-        info.capset_max_version = WDDM_GPU_CAPSET_VERSION;
-        info.capset_max_size = f->capset_size;
+        if (q.capset_index == 1 && f->gpummu) {
+            info.capset_id = f->gpummu_id;
+            info.capset_max_version = f->gpummu_version;
+            info.capset_max_size = f->gpummu_max_size;
+        } else if (q.capset_index == 0) {
+            info.capset_id = WDDM_GPU_CAPSET_ID;
+            info.capset_max_version = WDDM_GPU_CAPSET_VERSION;
+            info.capset_max_size = f->capset_size;
+        } else {
+            hdr.type_ = VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER;
+            break;
+        }
         memcpy((void *)resp, &info, sizeof(info));
         return sizeof(info);
     }
     case VIRTIO_GPU_CMD_GET_CAPSET: {
+        WddmGpuGetCapset q;
+        memcpy(&q, req, sizeof(q));
+        if (q.capset_id == WDDM_GPU_MMU_CAPSET_ID) {
+            if (!f->gpummu) {
+                hdr.type_ = VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER;
+                break;
+            }
+            hdr.type_ = f->gpummu_type;
+            memcpy((void *)resp, &hdr, sizeof(hdr));
+            memcpy((void *)(resp + sizeof(hdr)), f->gpummu, sizeof(*f->gpummu));
+            f->gpummu_reads++;
+            return (uint32_t)(sizeof(hdr) + sizeof(*f->gpummu)) - f->gpummu_short;
+        }
         bool later = f->capset_later && f->clock_us >= f->capset_later_at_us;
         hdr.type_ = VIRTIO_GPU_RESP_OK_CAPSET;
         memcpy((void *)resp, &hdr, sizeof(hdr));
@@ -314,7 +349,8 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
     default:
         break;
     }
-    hdr.type_ = VIRTIO_GPU_RESP_OK_NODATA;
+    if (hdr.type_ == 0)
+        hdr.type_ = VIRTIO_GPU_RESP_OK_NODATA;
     memcpy((void *)resp, &hdr, sizeof(hdr));
     return sizeof(hdr);
 }
@@ -352,7 +388,7 @@ void fake_service(fake *f)
             i++;
             continue;
         }
-        uint8_t req[8] = {0};
+        uint8_t req[WDDM_SLOT_SIZE / 2] = {0}; /* the type; every request body reads as 0 */
         memcpy(req, &h->type, 4);
         fake_answer_held(f, i, answer(f, h->type, req, h->resp));
     }

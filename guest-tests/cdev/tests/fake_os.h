@@ -36,6 +36,14 @@ typedef struct fake {
     const void *capset_later;
     uint64_t capset_later_at_us;
     uint32_t capset_reads;
+    /* Capset index 1, the GpuMmu geometry (NULL: GET_CAPSET_INFO 1 and GET_CAPSET 62 are
+     * refused with ERR_INVALID_PARAMETER). fake_set_gpummu sets num_capsets to 2 and the
+     * answers below to the device's; a test then breaks one of them. */
+    const WddmGpuMmuCaps *gpummu;
+    uint32_t gpummu_id, gpummu_version, gpummu_max_size; /* GET_CAPSET_INFO 1 */
+    uint32_t gpummu_type;  /* GET_CAPSET 62's response type */
+    uint32_t gpummu_short; /* bytes its answer falls short by */
+    uint32_t gpummu_reads;
     /* Requests of this type (and every WAIT_EVENT) are held, not answered. */
     uint32_t hold_type;
     fake_request held[FAKE_HELD_MAX];
@@ -54,6 +62,8 @@ typedef struct fake {
 /* A fresh fake device serving `capset`, and an OS table over it. */
 void fake_init(fake *f, const void *capset, uint32_t capset_size);
 wddm_os fake_os_table(fake *f);
+/* Offers `caps` as capset 62 at index 1 (num_capsets 2), answered as the device does. */
+void fake_set_gpummu(fake *f, const WddmGpuMmuCaps *caps);
 /* wddm_dev_init against the fake with a 10 ms timeout and a 64-entry queue. */
 wddm_result fake_dev_up(fake *f, wddm_dev *dev);
 /* A fake serving a valid WDDM 1.x capset (built in *caps), and the device up on it: checked;

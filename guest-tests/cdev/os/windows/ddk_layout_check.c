@@ -133,3 +133,146 @@ _Static_assert(sizeof(((MDL *)0)->ByteOffset) == sizeof(((wddm_pfn_list *)0)->by
                "MDL.ByteOffset");
 /* MmGetPhysicalAddress's result is what wddm_os_dma.bus holds. */
 _Static_assert(sizeof(PHYSICAL_ADDRESS) == sizeof(((wddm_os_dma *)0)->bus), "DMA bus address");
+
+/* GPU virtual addressing (d3dkmddi.h and d3dukmdt.h of the Windows 10 SDK 10.0.16299; the
+ * sources dxgk_layout.c names). The enums DXGK_PAGETABLEUPDATEMODE, DXGK_RENDER_PIPELINE_STAGE
+ * and DXGK_PAGE_FAULT_FLAGS are C enums, which the DDK's compilers make 4-byte ints; WORD is
+ * USHORT, HANDLE a pointer, D3DGPU_VIRTUAL_ADDRESS a ULONGLONG. */
+typedef enum ddk_enum { DDK_ENUM_ZERO = 0 } ddk_enum;
+_Static_assert(sizeof(ddk_enum) == 4, "a DDK enum is 4 bytes");
+
+typedef struct ddk_querygpummucapsin {
+    DDK_UINT PhysicalAdapterIndex;
+} ddk_querygpummucapsin;
+_Static_assert(sizeof(ddk_querygpummucapsin) == sizeof(wddm_dxgk_querygpummucapsin), "QGMCIN");
+SAME_FIELD(ddk_querygpummucapsin, wddm_dxgk_querygpummucapsin, PhysicalAdapterIndex);
+
+typedef struct ddk_querypagetableleveldescin {
+    USHORT LevelIndex;
+    USHORT PhysicalAdapterIndex;
+} ddk_querypagetableleveldescin;
+_Static_assert(sizeof(ddk_querypagetableleveldescin) ==
+                   sizeof(wddm_dxgk_querypagetableleveldescin),
+               "QPTLDIN");
+SAME_FIELD(ddk_querypagetableleveldescin, wddm_dxgk_querypagetableleveldescin, LevelIndex);
+SAME_FIELD(ddk_querypagetableleveldescin, wddm_dxgk_querypagetableleveldescin,
+           PhysicalAdapterIndex);
+
+typedef struct ddk_gpummucaps {
+    union {
+        struct {
+            DDK_UINT flags : 32;
+        } b;
+        DDK_UINT Value;
+    };
+    ddk_enum PageTableUpdateMode;
+    DDK_UINT VirtualAddressBitCount;
+    DDK_UINT LeafPageTableSizeFor64KPagesInBytes;
+    DDK_UINT PageTableLevelCount;
+    struct {
+        DDK_UINT SourcePageTableVaInTransfer : 1;
+        DDK_UINT Reserved : 31;
+    } LegacyBehaviors;
+} ddk_gpummucaps;
+_Static_assert(sizeof(ddk_gpummucaps) == sizeof(wddm_dxgk_gpummucaps), "GPUMMUCAPS");
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, Value);
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, PageTableUpdateMode);
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, VirtualAddressBitCount);
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, LeafPageTableSizeFor64KPagesInBytes);
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, PageTableLevelCount);
+SAME_FIELD(ddk_gpummucaps, wddm_dxgk_gpummucaps, LegacyBehaviors);
+
+typedef struct ddk_page_table_level_desc {
+    DDK_UINT PageTableIndexBitCount;
+    DDK_UINT PageTableSegmentId;
+    DDK_UINT PagingProcessPageTableSegmentId;
+    DDK_UINT PageTableSizeInBytes;
+    DDK_UINT PageTableAlignmentInBytes;
+} ddk_page_table_level_desc;
+_Static_assert(sizeof(ddk_page_table_level_desc) == sizeof(wddm_dxgk_page_table_level_desc),
+               "PAGE_TABLE_LEVEL_DESC");
+SAME_FIELD(ddk_page_table_level_desc, wddm_dxgk_page_table_level_desc, PageTableIndexBitCount);
+SAME_FIELD(ddk_page_table_level_desc, wddm_dxgk_page_table_level_desc, PageTableSegmentId);
+SAME_FIELD(ddk_page_table_level_desc, wddm_dxgk_page_table_level_desc,
+           PagingProcessPageTableSegmentId);
+SAME_FIELD(ddk_page_table_level_desc, wddm_dxgk_page_table_level_desc, PageTableSizeInBytes);
+SAME_FIELD(ddk_page_table_level_desc, wddm_dxgk_page_table_level_desc,
+           PageTableAlignmentInBytes);
+
+typedef struct ddk_pte {
+    union {
+        struct {
+            ULONGLONG Valid : 1;
+            ULONGLONG Zero : 1;
+            ULONGLONG CacheCoherent : 1;
+            ULONGLONG ReadOnly : 1;
+            ULONGLONG NoExecute : 1;
+            ULONGLONG Segment : 5;
+            ULONGLONG LargePage : 1;
+            ULONGLONG PhysicalAdapterIndex : 6;
+            ULONGLONG PageTablePageSize : 2;
+            ULONGLONG SystemReserved0 : 1;
+            ULONGLONG Reserved : 44;
+        } b;
+        ULONGLONG Flags;
+    };
+    union {
+        ULONGLONG PageAddress;
+        ULONGLONG PageTableAddress;
+    };
+} ddk_pte;
+_Static_assert(sizeof(ddk_pte) == sizeof(wddm_dxgk_pte), "DXGK_PTE");
+SAME_FIELD(ddk_pte, wddm_dxgk_pte, Flags);
+SAME_FIELD(ddk_pte, wddm_dxgk_pte, PageAddress);
+
+/* DXGK_FAULT_ERROR_CODE: a union of two one-UINT bit-field structs. */
+typedef struct ddk_fault_error_code {
+    union {
+        struct {
+            DDK_UINT IsDeviceSpecificCode : 1;
+            DDK_UINT GeneralErrorCode : 31;
+        } general;
+        struct {
+            DDK_UINT IsDeviceSpecificCode : 1;
+            DDK_UINT DeviceSpecificCode : 31;
+        } device;
+    };
+} ddk_fault_error_code;
+
+/* DXGKARGCB_NOTIFY_INTERRUPT_DATA with the DmaPageFaulted member of its union. */
+typedef struct ddk_dma_page_faulted {
+    DDK_UINT FaultedFenceId;
+    UINT64 FaultedPrimitiveAPISequenceNumber;
+    ddk_enum FaultedPipelineStage;
+    DDK_UINT FaultedBindTableEntry;
+    ddk_enum PageFaultFlags;
+    ULONGLONG FaultedVirtualAddress;
+    DDK_UINT NodeOrdinal;
+    DDK_UINT EngineOrdinal;
+    DDK_UINT PageTableLevel;
+    ddk_fault_error_code FaultErrorCode;
+    HANDLE FaultedProcessHandle;
+} ddk_dma_page_faulted;
+typedef struct ddk_notify_interrupt_data {
+    ddk_enum InterruptType;
+    union {
+        ddk_dma_page_faulted DmaPageFaulted;
+        struct {
+            DDK_UINT Reserved[16];
+        } Reserved;
+    };
+} ddk_notify_interrupt_data;
+_Static_assert(sizeof(ddk_dma_page_faulted) == sizeof(wddm_dxgk_dma_page_faulted), "DmaPF");
+_Static_assert(_Alignof(ddk_dma_page_faulted) == _Alignof(wddm_dxgk_dma_page_faulted), "align");
+_Static_assert(offsetof(ddk_notify_interrupt_data, DmaPageFaulted) == 8, "after InterruptType");
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedFenceId);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedPrimitiveAPISequenceNumber);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedPipelineStage);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedBindTableEntry);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, PageFaultFlags);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedVirtualAddress);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, NodeOrdinal);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, EngineOrdinal);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, PageTableLevel);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultErrorCode);
+SAME_FIELD(ddk_dma_page_faulted, wddm_dxgk_dma_page_faulted, FaultedProcessHandle);

@@ -11,6 +11,8 @@ typedef struct sample_adapter {
     wddm_win_layer layer; /* must not move while the library runs on `os` */
     wddm_os os;
     wddm_dev dev;
+    wddm_gpummu gpummu; /* GPU virtual addressing, when the device offers it */
+    BOOLEAN has_gpummu;
 } sample_adapter;
 
 /* DxgkDdiStartDevice: the inputs come from DXGKRNL_INTERFACE and DxgkCbGetDeviceInformation. */
@@ -50,6 +52,14 @@ NTSTATUS sample_start_device(sample_adapter *adapter, HANDLE device_handle,
     if (!NT_SUCCESS(status)) {
         wddm_dev_teardown(&adapter->dev);
         return status;
+    }
+    /* WDDM 2.x: capset 62, when offered, for DXGKQAITYPE_GPUMMUCAPS / PAGETABLELEVELDESC. No
+     * GpuMmu (WDDM_E_STATE) is a WDDM 1.3 layout; a geometry breaking a rule fails the start. */
+    wddm_result mmu = wddm_dev_read_gpummu(&adapter->dev, &adapter->gpummu, NULL);
+    adapter->has_gpummu = mmu == WDDM_OK;
+    if (mmu != WDDM_OK && mmu != WDDM_E_STATE) {
+        wddm_dev_teardown(&adapter->dev);
+        return STATUS_DEVICE_CONFIGURATION_ERROR;
     }
     if (wddm_dev_status_page_register(&adapter->dev) != WDDM_OK ||
         wddm_dev_post_events(&adapter->dev, 4) != WDDM_OK) {
@@ -125,6 +135,68 @@ NTSTATUS sample_fill_and_submit(sample_adapter *adapter, void *paging_buffer, UL
                                                               : STATUS_DEVICE_BUSY;
 }
 
+/* DxgkDdiQueryAdapterInfo(DXGKQAITYPE_GPUMMUCAPS / DXGKQAITYPE_PAGETABLELEVELDESC): the
+ * input and output are dxgkrnl's buffers, laid out as the library's mirrors. */
+NTSTATUS sample_query_gpummu(sample_adapter *adapter, ULONG type, const void *input,
+                             ULONG input_size, void *output, ULONG output_size);
+NTSTATUS sample_query_gpummu(sample_adapter *adapter, ULONG type, const void *input,
+                             ULONG input_size, void *output, ULONG output_size)
+{
+    if (!adapter->has_gpummu) {
+        return STATUS_NOT_SUPPORTED;
+    }
+    wddm_result r = WDDM_E_INVALID;
+    if (type == WDDM_DXGKQAITYPE_GPUMMUCAPS &&
+        input_size >= sizeof(wddm_dxgk_querygpummucapsin) &&
+        output_size >= sizeof(wddm_dxgk_gpummucaps)) {
+        r = wddm_gpummu_query_caps(&adapter->gpummu, input, output);
+    } else if (type == WDDM_DXGKQAITYPE_PAGETABLELEVELDESC &&
+               input_size >= sizeof(wddm_dxgk_querypagetableleveldescin) &&
+               output_size >= sizeof(wddm_dxgk_page_table_level_desc)) {
+        r = wddm_gpummu_query_level_desc(&adapter->gpummu, input, output);
+    }
+    return r == WDDM_OK ? STATUS_SUCCESS : STATUS_INVALID_PARAMETER;
+}
+
+/* DxgkDdiBuildPagingBuffer(DXGK_OPERATION_UPDATE_PAGE_TABLE), GPU_PHYSICAL: the DXGK_PTEs
+ * converted into DMA memory the device reads (`entries`, at bus address `entries_bus`), then
+ * the packet pointing at them. */
+NTSTATUS sample_update_page_table(sample_adapter *adapter, wddm_pb *pb, const wddm_dxgk_pte *ptes,
+                                  ULONG count, ULONG64 *entries, ULONG64 entries_bus,
+                                  ULONG level, ULONG segment_id, ULONG64 segment_offset,
+                                  ULONG start_index);
+NTSTATUS sample_update_page_table(sample_adapter *adapter, wddm_pb *pb, const wddm_dxgk_pte *ptes,
+                                  ULONG count, ULONG64 *entries, ULONG64 entries_bus,
+                                  ULONG level, ULONG segment_id, ULONG64 segment_offset,
+                                  ULONG start_index)
+{
+    (void)adapter;
+    if (wddm_ptes_from_dxgk(ptes, count, entries, NULL) != WDDM_OK) {
+        return STATUS_INVALID_PARAMETER;
+    }
+    wddm_op_update_page_table op = {
+        .PageTableLevel = level,
+        .SegmentId = segment_id,
+        .StartIndex = start_index,
+        .SegmentOffset = segment_offset,
+        .NumPageTableEntries = count,
+        .EntriesBus = entries_bus,
+    };
+    wddm_result r = wddm_pb_update_page_table(pb, &op);
+    return r == WDDM_OK     ? STATUS_SUCCESS
+           : r == WDDM_E_FULL ? STATUS_BUFFER_TOO_SMALL
+                              : STATUS_INVALID_PARAMETER;
+}
+
+/* The DPC's page fault: the record (from the SUBMIT_VIRTUAL answer or a PAGE_FAULT event) as
+ * DmaPageFaulted for DxgkCbNotifyInterrupt(DXGK_INTERRUPT_DMA_PAGE_FAULTED). */
+NTSTATUS sample_page_faulted(const WddmGpuPageFaultRecord *record, wddm_dxgk_dma_page_faulted *out);
+NTSTATUS sample_page_faulted(const WddmGpuPageFaultRecord *record, wddm_dxgk_dma_page_faulted *out)
+{
+    return wddm_page_fault_to_dxgk(record, out) == WDDM_OK ? STATUS_SUCCESS
+                                                           : STATUS_DEVICE_PROTOCOL_ERROR;
+}
+
 /* DxgkDdiStopDevice. */
 void sample_stop_device(sample_adapter *adapter);
 void sample_stop_device(sample_adapter *adapter)
@@ -141,10 +213,15 @@ static const struct sample_ddis {
     NTSTATUS (*query_segment3)(sample_adapter *, wddm_dxgk_querysegmentout3 *);
     NTSTATUS (*fill_and_submit)(sample_adapter *, void *, ULONG, ULONG64, const wddm_op_fill *,
                                 ULONG);
+    NTSTATUS (*query_gpummu)(sample_adapter *, ULONG, const void *, ULONG, void *, ULONG);
+    NTSTATUS (*update_page_table)(sample_adapter *, wddm_pb *, const wddm_dxgk_pte *, ULONG,
+                                  ULONG64 *, ULONG64, ULONG, ULONG, ULONG64, ULONG);
+    NTSTATUS (*page_faulted)(const WddmGpuPageFaultRecord *, wddm_dxgk_dma_page_faulted *);
     void (*stop_device)(sample_adapter *);
 } sample_ddis = {
-    sample_start_device, sample_interrupt,      sample_dpc,
-    sample_query_segment3, sample_fill_and_submit, sample_stop_device,
+    sample_start_device,   sample_interrupt,         sample_dpc,
+    sample_query_segment3, sample_fill_and_submit,   sample_query_gpummu,
+    sample_update_page_table, sample_page_faulted,   sample_stop_device,
 };
 
 NTSTATUS DriverEntry(PDRIVER_OBJECT driver, PUNICODE_STRING registry_path);
