@@ -341,20 +341,7 @@ impl Engine {
         read(position, &mut packet[..header_size as usize])?;
         let header = read_header(&packet[..])?;
         let size = header.size;
-        let reason = if size < header_size {
-            Some("smaller than the header")
-        } else if size % WDDM_GPU_PACKET_ALIGN != 0 {
-            Some("not a multiple of 8")
-        } else if size > WDDM_GPU_MAX_PACKET_SIZE {
-            Some("larger than the device maximum")
-        } else if size > available {
-            Some("runs past end_offset")
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            return Err(Fault::BadPacketHeader { size, reason });
-        }
+        check_packet_size(size, available)?;
         // `size <= available` above, so the next offset is at most `end_offset`.
         let next = offset.checked_add(size).ok_or(Fault::BadPacketHeader {
             size,
@@ -370,6 +357,23 @@ impl Engine {
         }
         Ok(PacketAt { header, size, next })
     }
+}
+
+/// The rules of a packet header's `size`, with `available` bytes left before `end_offset` (both
+/// engines read their DMA buffers packet by packet under them).
+pub(crate) fn check_packet_size(size: u32, available: u32) -> Result<(), Fault> {
+    let reason = if size < size_of_u32::<WddmGpuPacketHeader>() {
+        "smaller than the header"
+    } else if !size.is_multiple_of(WDDM_GPU_PACKET_ALIGN) {
+        "not a multiple of 8"
+    } else if size > WDDM_GPU_MAX_PACKET_SIZE {
+        "larger than the device maximum"
+    } else if size > available {
+        "runs past end_offset"
+    } else {
+        return Ok(());
+    };
+    Err(Fault::BadPacketHeader { size, reason })
 }
 
 /// A packet read from the DMA buffer: its header, its size, and the offset of the next packet.

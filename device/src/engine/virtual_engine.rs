@@ -11,14 +11,14 @@ use wddm_gpu_abi::context::{
     WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_VOP_COPY, WDDM_GPU_VOP_FILL, WDDM_GPU_VOP_SIGNAL,
 };
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
-use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE, WDDM_GPU_PACKET_ALIGN};
+use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE};
 use wddm_gpu_abi::size_of_u32;
 use wddm_gpu_abi::submit::WDDM_GPU_MAX_DMA_BUFFER_SIZE;
 use zerocopy::FromBytes;
 
 use super::access::{copy, fitting, read_location, write_location, Location};
 use super::place::{ram, segment_offset};
-use super::{DeviceMemory, Fault, Interruption, Stop, CHUNK};
+use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
 use crate::mmu::fault::Access;
 use crate::mmu::space::{AddressSpace, Run};
 use crate::mmu::tables::DeviceTables;
@@ -190,20 +190,7 @@ impl VirtualEngine {
         let (header, _) = WddmGpuPacketHeader::read_from_prefix(&packet[..])
             .map_err(|_| bad(0, "header truncated"))?;
         let size = header.size;
-        let reason = if size < header_size {
-            Some("smaller than the header")
-        } else if size % WDDM_GPU_PACKET_ALIGN != 0 {
-            Some("not a multiple of 8")
-        } else if size > WDDM_GPU_MAX_PACKET_SIZE {
-            Some("larger than the device maximum")
-        } else if size > available {
-            Some("runs past end_offset")
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            return Err(bad(size, reason).into());
-        }
+        check_packet_size(size, available)?;
         memory.read(
             address + u64::from(header_size),
             &mut packet[header_size as usize..size as usize],
@@ -270,11 +257,7 @@ impl VirtualEngine {
         }
         let mut done = 0u64;
         while done < length {
-            if done.is_multiple_of(CHUNK) {
-                if let Some(interruption) = hooks.interruption() {
-                    return Err(interruption.into());
-                }
-            }
+            interruption_point(done, hooks)?;
             let step = (length - done).min(CHUNK - done % CHUNK);
             let from = memory.translate(source + done, step, Access::Read)?;
             let to = memory.translate(destination + done, from.len, Access::Write)?;
@@ -305,11 +288,7 @@ impl VirtualEngine {
         let pattern = pattern.to_le_bytes();
         let mut done = 0u64;
         while done < length {
-            if done.is_multiple_of(CHUNK) {
-                if let Some(interruption) = hooks.interruption() {
-                    return Err(interruption.into());
-                }
-            }
+            interruption_point(done, hooks)?;
             let step = (length - done).min(CHUNK - done % CHUNK);
             let run = memory.translate(destination + done, step, Access::Write)?;
             if let Some(to) = memory.location(run)? {
@@ -349,6 +328,16 @@ impl VirtualEngine {
         }
         Ok(())
     }
+}
+
+/// Asks for an interruption at each chunk boundary of a long copy or fill.
+fn interruption_point(done: u64, hooks: &impl VirtualHooks) -> Result<(), Stop> {
+    if !done.is_multiple_of(CHUNK) {
+        return Ok(());
+    }
+    hooks
+        .interruption()
+        .map_or(Ok(()), |interruption| Err(interruption.into()))
 }
 
 /// A monitored fence signal: `value` lands at the 8-byte aligned VA `address`, then the fence

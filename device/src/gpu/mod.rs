@@ -252,15 +252,9 @@ impl PagingGpu {
                     }
                 }
             }
-            ControlCommand::GetCapsetInfo(0) => WddmGpuRespCapsetInfo {
-                hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
-                capset_id: WDDM_GPU_CAPSET_ID,
-                capset_max_version: WDDM_GPU_CAPSET_VERSION,
-                capset_max_size: MAX_CAPSET_SIZE,
-                padding: 0,
+            ControlCommand::GetCapsetInfo(0) => {
+                capset_info(WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION, MAX_CAPSET_SIZE)
             }
-            .as_bytes()
-            .to_vec(),
             ControlCommand::GetCapset { id, version }
                 if id == WDDM_GPU_CAPSET_ID && version == WDDM_GPU_CAPSET_VERSION =>
             {
@@ -268,17 +262,11 @@ impl PagingGpu {
                 response.extend(build_capset(&self.layout, &self.vram.wire_locator()));
                 response
             }
-            ControlCommand::GetCapsetInfo(1) if self.layout.gpummu.is_some() => {
-                WddmGpuRespCapsetInfo {
-                    hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
-                    capset_id: WDDM_GPU_MMU_CAPSET_ID,
-                    capset_max_version: WDDM_GPU_MMU_CAPSET_VERSION,
-                    capset_max_size: size_of_u32::<WddmGpuMmuCaps>(),
-                    padding: 0,
-                }
-                .as_bytes()
-                .to_vec()
-            }
+            ControlCommand::GetCapsetInfo(1) if self.layout.gpummu.is_some() => capset_info(
+                WDDM_GPU_MMU_CAPSET_ID,
+                WDDM_GPU_MMU_CAPSET_VERSION,
+                size_of_u32::<WddmGpuMmuCaps>(),
+            ),
             ControlCommand::GetCapset { id, version }
                 if id == WDDM_GPU_MMU_CAPSET_ID && version == WDDM_GPU_MMU_CAPSET_VERSION =>
             {
@@ -365,6 +353,19 @@ impl PagingGpu {
         self.scheduler.resume();
         self.virtual_node.resume();
     }
+}
+
+/// The GET_CAPSET_INFO answer for one capset.
+fn capset_info(id: u32, version: u32, max_size: u32) -> Vec<u8> {
+    WddmGpuRespCapsetInfo {
+        hdr: WddmGpuCtrlHdr::with_type(VIRTIO_GPU_RESP_OK_CAPSET_INFO),
+        capset_id: id,
+        capset_max_version: version,
+        capset_max_size: max_size,
+        padding: 0,
+    }
+    .as_bytes()
+    .to_vec()
 }
 
 impl Drop for PagingGpu {

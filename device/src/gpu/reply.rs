@@ -13,7 +13,9 @@ use std::collections::VecDeque;
 use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_RESP_ERR_UNSPEC, WDDM_GPU_RESP_EVENT};
 use wddm_gpu_abi::request::FenceEcho;
-use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_CANCELLED};
+use wddm_gpu_abi::status::{
+    WddmGpuRespEvent, WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_MONITORED_FENCE,
+};
 use zerocopy::IntoBytes;
 
 use crate::gpu::status_page::StatusPage;
@@ -107,6 +109,25 @@ impl Notify {
         if let Some(reply) = reply {
             reply.complete(event.as_bytes());
         }
+    }
+
+    /// A monitored fence was written (a SIGNAL packet, a SIGNAL_MONITORED_FENCE): the
+    /// MONITORED_FENCE event with its value and GPU virtual address.
+    pub fn monitored_fence<M: GuestMemoryBackend>(
+        &mut self,
+        address: u64,
+        value: u64,
+        ram: &GuestRam<'_, M>,
+    ) {
+        self.signal(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_MONITORED_FENCE,
+                fence_value: value,
+                fence_address: address,
+                ..Default::default()
+            },
+            ram,
+        );
     }
 
     /// Completes the oldest posted WAIT_EVENT with `event` if one is posted; otherwise the event

@@ -31,7 +31,7 @@ use wddm_gpu_abi::context::{
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
-    WDDM_GPU_EVENT_FENCE, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
+    WDDM_GPU_EVENT_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
@@ -269,15 +269,7 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 
     fn monitored_fence(&mut self, address: u64, value: u64) {
-        lock(self.notify).signal(
-            WddmGpuRespEvent {
-                kind: WDDM_GPU_EVENT_MONITORED_FENCE,
-                fence_value: value,
-                fence_address: address,
-                ..Default::default()
-            },
-            self.ram,
-        );
+        lock(self.notify).monitored_fence(address, value, self.ram);
     }
 }
 

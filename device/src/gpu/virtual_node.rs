@@ -22,8 +22,7 @@ use wddm_gpu_abi::context::{
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
 use wddm_gpu_abi::status::{
-    WddmGpuRespEvent, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
-    WDDM_GPU_EVENT_STALE_TRANSLATION,
+    WddmGpuRespEvent, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_EVENT_STALE_TRANSLATION,
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 use zerocopy::IntoBytes;
@@ -229,15 +228,7 @@ impl VirtualHooks for Hooks<'_, '_> {
     }
 
     fn monitored_fence(&mut self, address: u64, value: u64) {
-        lock(&self.shared.notify).signal(
-            WddmGpuRespEvent {
-                kind: WDDM_GPU_EVENT_MONITORED_FENCE,
-                fence_value: value,
-                fence_address: address,
-                ..Default::default()
-            },
-            self.ram,
-        );
+        lock(&self.shared.notify).monitored_fence(address, value, self.ram);
     }
 }
 

@@ -243,6 +243,17 @@ impl Ctx {
     }
 }
 
+/// RESET_ENGINE of the virtual node (`DxgkDdiResetEngine`), which must be answered OK.
+fn reset_virtual_node(engine: &mut Engine) -> Outcome {
+    ensure(
+        engine
+            .device
+            .control
+            .command("RESET_ENGINE", reset_engine().as_bytes())?,
+        || "RESET_ENGINE refused".into(),
+    )
+}
+
 fn expect_status(done: &WddmGpuRespSubmitVirtual, status: SubmitStatus) -> Outcome {
     ensure(done.status == status as u32, || {
         format!(
@@ -518,13 +529,7 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         &ctx.run_virtual(engine, id, &copy)?,
         SubmitStatus::NodeFaulted,
     )?;
-    ensure(
-        engine
-            .device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )?;
+    reset_virtual_node(engine)?;
 
     // A write through the read-only page.
     let mut write = DmaBufferBuilder::new();
@@ -537,13 +542,7 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
                 == WDDM_GPU_PAGE_FAULT_FLAG_WRITE | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
         || format!("read-only write gave {:?}", done.page_fault),
     )?;
-    ensure(
-        engine
-            .device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )?;
+    reset_virtual_node(engine)?;
 
     // A root bound with one entry: the destination's root index is past it.
     let root = set_root_page_table(id, tables.root(), 1);
@@ -565,13 +564,7 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
             && done.page_fault.fault.virtual_address == VA_DESTINATION,
         || format!("root overrun gave {:?}", done.page_fault),
     )?;
-    ensure(
-        engine
-            .device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )?;
+    reset_virtual_node(engine)?;
     Ctx::destroy(engine, id)
 }
 
@@ -592,13 +585,7 @@ fn paging_runs_while_faulted(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         &ctx.run_virtual(engine, id, &copy)?,
         SubmitStatus::NodeFaulted,
     )?;
-    ensure(
-        engine
-            .device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )?;
+    reset_virtual_node(engine)?;
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 7));
     expect_status(&ctx.run_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
