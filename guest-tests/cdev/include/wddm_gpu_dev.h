@@ -36,6 +36,7 @@ typedef int32_t wddm_result;
 #define WDDM_E_EMPTY (-7)   /* nothing to take (no completion, event or fault pending) */
 #define WDDM_E_RANGE (-8)   /* an address range leaves its segment or overflows 64 bits */
 #define WDDM_E_STATE (-9)   /* not possible in the device's current state */
+#define WDDM_E_REFUSED (-10) /* the device refused the request (an ERR_* answer): nothing done */
 
 /* A constant name for a result, for logs. */
 const char *wddm_result_name(wddm_result result);
@@ -562,6 +563,7 @@ typedef struct wddm_vq {
 #define WDDM_SLOTS 32          /* requests in flight on the control queue */
 #define WDDM_SLOT_SIZE 512     /* bytes of one slot: request in the first half, response after */
 #define WDDM_COMPLETION_RING 32
+#define WDDM_VIRTUAL_COMPLETION_RING 16
 #define WDDM_EVENT_RING 32
 
 typedef struct wddm_dev_config {
@@ -578,7 +580,7 @@ typedef struct wddm_slot {
     uint16_t head;  /* first descriptor */
     uint32_t used_len;
     uint32_t resp_len; /* the device-writable buffer's length: used_len may not exceed it */
-    uint32_t fence; /* submit slots: submission_fence_id */
+    uint32_t fence; /* submit and virtual-submit slots: submission_fence_id */
     uint32_t order; /* submit slots: submission sequence number */
 } wddm_slot;
 
@@ -617,6 +619,12 @@ typedef struct wddm_dev {
     uint32_t last_completed_fence;
     WddmGpuRespSubmit completions[WDDM_COMPLETION_RING];
     uint32_t completion_head, completion_count;
+
+    /* SUBMIT_VIRTUAL: posted, answered, and the answers not yet taken. */
+    uint32_t virtual_submitted;
+    uint32_t virtual_completed;
+    WddmGpuRespSubmitVirtual virtual_completions[WDDM_VIRTUAL_COMPLETION_RING];
+    uint32_t virtual_head, virtual_count;
 
     /* Events answered and not yet taken; WAIT_EVENT requests posted. */
     WddmGpuRespEvent events[WDDM_EVENT_RING];
@@ -726,6 +734,45 @@ volatile void *wddm_dev_map_segment(wddm_dev *dev, uint32_t segment_id, uint64_t
  * mark the device broken, as a bad segment capset does. `out` is filled only on WDDM_OK.
  * Synchronous: call it at PASSIVE_LEVEL (DxgkDdiStartDevice). */
 wddm_result wddm_dev_read_gpummu(wddm_dev *dev, wddm_gpummu *out, wddm_gpummu_error *error);
+
+/* ---- Contexts and the virtual node (WDDM 2.x GpuMmu; programming guide chapter 12) ----
+ *
+ * The context commands are synchronous (each waits timeout_ms for its answer, as PREEMPT and
+ * RESET do): WDDM_OK on OK_NODATA; WDDM_E_REFUSED when the device answered an ERR_* type
+ * (ERR_INVALID_PARAMETER: an id in use or past max_contexts, an unknown node or flag, no such
+ * context, a bad root; the type is logged), nothing done and the device still usable;
+ * WDDM_E_DEVICE for any other answer or a short one (the device is then broken);
+ * WDDM_E_TIMEOUT, WDDM_E_INVALID (not initialised, a reserved field set) as elsewhere. */
+
+/* DxgkDdiCreateContext with GPU virtual addressing: CREATE_CONTEXT `id` on `node`. */
+wddm_result wddm_dev_create_context(wddm_dev *dev, uint32_t id, uint32_t node, uint32_t flags);
+/* DxgkDdiDestroyContext: DESTROY_CONTEXT (answered once no submission of it runs). */
+wddm_result wddm_dev_destroy_context(wddm_dev *dev, uint32_t id);
+/* DxgkDdiSetRootPageTable: binds the root (segment 0 with a guest-physical address, or a
+ * memory segment and an offset) and its entry count to context `id`. */
+wddm_result wddm_dev_set_root_page_table(wddm_dev *dev, uint32_t id, uint32_t root_segment,
+                                         uint64_t root_address, uint32_t num_entries);
+/* DxgkDdiResetEngine: RESET_ENGINE of the virtual node (drops its queued work, clears its
+ * fault; answered once the node is idle). */
+wddm_result wddm_dev_reset_engine(wddm_dev *dev);
+
+/* DxgkDdiSubmitCommandVirtual: posts `cmd` (built by wddm_build_submit_virtual) and returns at
+ * once; the answer arrives as an interrupt and the poll (wddm_dev_poll) collects it.
+ * WDDM_E_INVALID for a command that is no SUBMIT_VIRTUAL or breaks its rules (size past
+ * WDDM_GPU_MAX_DMA_BUFFER_SIZE, offsets out of order, flags or reserved set), WDDM_E_FULL when
+ * no slot or no room for its answer is free. */
+wddm_result wddm_dev_submit_virtual(wddm_dev *dev, const WddmGpuCmdSubmitVirtual *cmd);
+/* The oldest SUBMIT_VIRTUAL answer not yet taken (after a poll); WDDM_E_EMPTY when none.
+ * Each answer is checked by the poll: type RESP_SUBMIT_VIRTUAL, the whole structure, the
+ * fence its request was posted with, a known status; a broken one breaks the device. Answers
+ * come in the order the device gives them (a refused submission may overtake running ones);
+ * match them by fence. With status PAGE_FAULT the record is for wddm_page_fault_to_dxgk. */
+wddm_result wddm_dev_next_virtual_completion(wddm_dev *dev, WddmGpuRespSubmitVirtual *out);
+/* Polls (every 200 us, at most timeout_ms) until a SUBMIT_VIRTUAL answer is there and takes
+ * it: for a caller without an interrupt (tests, a driver's synchronous paths). Sleeps. */
+wddm_result wddm_dev_wait_virtual_completion(wddm_dev *dev, WddmGpuRespSubmitVirtual *out);
+/* SUBMIT_VIRTUAL requests posted and not yet answered. */
+uint32_t wddm_dev_virtual_pending(const wddm_dev *dev);
 
 #ifdef __cplusplus
 }

@@ -90,6 +90,8 @@ static wddm_result poll_locked(wddm_dev *dev)
             wddm_submit_answered(dev, slot);
         else if (s->kind == WDDM_KIND_EVENT)
             wddm_event_answered(dev, slot);
+        else if (s->kind == WDDM_KIND_VIRTUAL)
+            wddm_virtual_answered(dev, slot);
         if (dev->broken)
             return WDDM_E_DEVICE;
     }

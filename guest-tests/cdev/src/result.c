@@ -15,6 +15,7 @@ const char *wddm_result_name(wddm_result result)
     case WDDM_E_EMPTY: return "E_EMPTY";
     case WDDM_E_RANGE: return "E_RANGE";
     case WDDM_E_STATE: return "E_STATE";
+    case WDDM_E_REFUSED: return "E_REFUSED";
     default: return "E_UNKNOWN";
     }
 }

@@ -96,6 +96,7 @@ wddm_result wddm_vq_pop(wddm_vq *vq, const wddm_os *os, uint16_t *head, uint32_t
 #define WDDM_KIND_SUBMIT 1
 #define WDDM_KIND_EVENT 2
 #define WDDM_KIND_ABANDONED 3 /* a timed-out sync request: freed when answered */
+#define WDDM_KIND_VIRTUAL 4   /* a SUBMIT_VIRTUAL */
 
 wddm_result wddm_ctrl_init(wddm_dev *dev);
 /* Under the lock: queue `req` (req_len bytes) with a response of resp_len bytes in the slot,
@@ -111,6 +112,8 @@ uint64_t wddm_slot_bus(const wddm_dev *dev, uint32_t slot);
 /* submit.c: called by the poll for answered SUBMIT and WAIT_EVENT slots (under the lock). */
 void wddm_submit_answered(wddm_dev *dev, uint32_t slot);
 void wddm_event_answered(wddm_dev *dev, uint32_t slot);
+/* context.c: called by the poll for answered SUBMIT_VIRTUAL slots (under the lock). */
+void wddm_virtual_answered(wddm_dev *dev, uint32_t slot);
 
 /* capset.c */
 wddm_result wddm_capset_read(wddm_dev *dev);

@@ -32,5 +32,6 @@ void paging_tests(void);
 void ring_tests(void);
 void timeout_tests(void);
 void gpummu_tests(void);
+void context_tests(void);
 
 #endif

@@ -340,6 +340,31 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
         memcpy((void *)resp, &out, sizeof(out));
         return sizeof(out);
     }
+    case WDDM_GPU_CMD_CREATE_CONTEXT:
+    case WDDM_GPU_CMD_DESTROY_CONTEXT:
+    case WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE:
+    case WDDM_GPU_CMD_RESET_ENGINE:
+        f->last_context_type = type;
+        memcpy(f->last_context_req, req, sizeof(f->last_context_req));
+        f->context_requests++;
+        hdr.type_ = f->context_type ? f->context_type : VIRTIO_GPU_RESP_OK_NODATA;
+        memcpy((void *)resp, &hdr, sizeof(hdr));
+        return (uint32_t)sizeof(hdr) - f->context_short;
+    case WDDM_GPU_CMD_SUBMIT_VIRTUAL: {
+        WddmGpuCmdSubmitVirtual s;
+        WddmGpuRespSubmitVirtual out = {0};
+        memcpy(&s, req, sizeof(s));
+        f->last_context_type = type;
+        memcpy(f->last_context_req, req, sizeof(f->last_context_req));
+        f->context_requests++;
+        out.hdr.type_ = f->virtual_type ? f->virtual_type : WDDM_GPU_RESP_SUBMIT_VIRTUAL;
+        out.submission_fence_id = s.submission_fence_id + f->virtual_fence_delta;
+        out.status = f->virtual_status;
+        if (out.status == WDDM_GPU_SUBMIT_STATUS_PAGE_FAULT)
+            out.page_fault = f->virtual_fault;
+        memcpy((void *)resp, &out, sizeof(out));
+        return (uint32_t)sizeof(out) - f->virtual_short;
+    }
     case WDDM_GPU_CMD_PREEMPT: {
         WddmGpuRespPreempt out = {0};
         out.hdr.type_ = WDDM_GPU_RESP_PREEMPT;

@@ -50,6 +50,18 @@ typedef struct fake {
     uint32_t held_count;
     /* When non-zero: at this clock, held requests of hold_type are answered as usual. */
     uint64_t release_at_us;
+    /* CREATE_CONTEXT, DESTROY_CONTEXT, SET_ROOT_PAGE_TABLE, RESET_ENGINE: answered with
+     * context_type (0: OK_NODATA), context_short bytes short. */
+    uint32_t context_type, context_short;
+    /* SUBMIT_VIRTUAL: answered with virtual_type (0: RESP_SUBMIT_VIRTUAL), the request's fence
+     * plus virtual_fence_delta, virtual_status, virtual_fault as the record (with status
+     * PAGE_FAULT), virtual_short bytes short. */
+    uint32_t virtual_type, virtual_fence_delta, virtual_status, virtual_short;
+    WddmGpuPageFaultRecord virtual_fault;
+    /* The last request of those five types, as received. */
+    uint32_t last_context_type;
+    uint8_t last_context_req[64];
+    uint32_t context_requests;
     /* Bookkeeping the tests check. */
     int dma_live;
     int lock_held, lock_misuse;

@@ -515,8 +515,453 @@ static void test_reset(void)
            why[0] ? ": " : "", why);
 }
 
+/* ---- gpuva mode: GPU virtual addressing through the library (wddm-cdev-suite gpuva) ----
+ * One address space laid out by hand for the geometry capset 62 gives: one table per level on
+ * a single path from the root to one leaf table, whose slots map (in pages from VA_BASE) the
+ * virtual DMA buffer, the fence page, 8 scattered DMA pages and 8 VRAM pages. Tables in system
+ * memory come from dma_alloc, those in the VRAM segment from the suite's VRAM window. */
+
+#define GV_SRC_PAGES 8
+#define GV_SLOT_DMA 0      /* leaf slots, pages from VA_BASE */
+#define GV_SLOT_FENCE 1
+#define GV_SLOT_SRC 16
+#define GV_SLOT_DST 32
+#define GV_SLOT_UNMAPPED 48
+#define GV_VRAM_TABLES 0x200000u /* VRAM window offsets: tables, then data */
+#define GV_VRAM_DATA 0x380000u
+#define GV_CONTEXT 7u
+
+typedef struct gv_table {
+    uint32_t segment; /* 0: system memory (bus address), else the VRAM segment (offset) */
+    uint64_t address;
+    uint64_t size;
+    volatile uint8_t *cpu;
+    uint32_t index; /* the slot on the path (the child's, or the leaf's first) */
+} gv_table;
+
+static struct {
+    bool ready;
+    wddm_gpummu mmu;
+    uint32_t levels;
+    gv_table table[WDDM_GPU_MAX_PAGE_TABLE_LEVELS];
+    uint64_t va_base;
+    wddm_os_dma src, dma, fence, arrays;
+    uint32_t root_entries;
+} gv;
+
+static uint64_t gv_va(uint32_t slot) { return gv.va_base + (uint64_t)slot * 4096; }
+static uint64_t gv_pte(uint32_t segment, uint64_t address)
+{
+    return WDDM_GPU_PTE_VALID |
+           (((uint64_t)segment << WDDM_GPU_PTE_SEGMENT_SHIFT) & WDDM_GPU_PTE_SEGMENT_MASK) |
+           (address & WDDM_GPU_PTE_ADDRESS_MASK);
+}
+/* Source page i of the copy: scattered over the 2 x GV_SRC_PAGES pages allocated. */
+static uint64_t gv_src_page(uint32_t i) { return (i * 5 + 3) % (2 * GV_SRC_PAGES); }
+/* Destination page i: VRAM pages in reverse order. */
+static uint64_t gv_dst_offset(uint32_t i)
+{
+    return GV_VRAM_DATA + (uint64_t)(GV_SRC_PAGES - 1 - i) * 4096;
+}
+static uint8_t gv_byte(uint64_t i) { return (uint8_t)(i * 13 + (i >> 12) * 7 + 0x5b); }
+
+static void test_gpuva_capset(void)
+{
+    char why[200] = "";
+    wddm_gpummu_error err = {0};
+    wddm_result r = wddm_dev_read_gpummu(&dev, &gv.mmu, &err);
+    if (r) {
+        snprintf(why, sizeof(why), "read_gpummu: %s (rule %s level %u have %#" PRIx64 ")",
+                 wddm_result_name(r), wddm_gpummu_rule_name(err.rule) ? wddm_gpummu_rule_name(err.rule) : "?",
+                 err.level, err.have);
+        report("gpuva_capset", 0, "%s", why);
+        return;
+    }
+    wddm_gpummu again;
+    if (wddm_gpummu_validate(&gv.mmu.caps, NULL, 0, &again, NULL) == WDDM_E_INVALID)
+        snprintf(why, sizeof(why), "validate refused its arguments");
+    wddm_dxgk_querygpummucapsin in = {0};
+    wddm_dxgk_gpummucaps caps;
+    r = wddm_gpummu_query_caps(&gv.mmu, &in, &caps);
+    if (r && !why[0])
+        snprintf(why, sizeof(why), "query_caps: %s", wddm_result_name(r));
+    if (!r)
+        printf("GPUMMU DXGK_GPUMMUCAPS Flags=%#x PageTableUpdateMode=%u VirtualAddressBitCount=%u "
+               "LeafPageTableSizeFor64KPagesInBytes=%#x PageTableLevelCount=%u\n",
+               caps.Value, caps.PageTableUpdateMode, caps.VirtualAddressBitCount,
+               caps.LeafPageTableSizeFor64KPagesInBytes, caps.PageTableLevelCount);
+    gv.levels = gv.mmu.level_count;
+    for (uint32_t level = 0; level <= gv.levels && !why[0]; level++) {
+        wddm_dxgk_querypagetableleveldescin lin = {(uint16_t)level, 0};
+        wddm_dxgk_page_table_level_desc d;
+        r = wddm_gpummu_query_level_desc(&gv.mmu, &lin, &d);
+        if (level == gv.levels) {
+            if (r != WDDM_E_INVALID)
+                snprintf(why, sizeof(why), "level %u past the count answered %s", level,
+                         wddm_result_name(r));
+            break;
+        }
+        if (r) {
+            snprintf(why, sizeof(why), "level %u: %s", level, wddm_result_name(r));
+            break;
+        }
+        printf("GPUMMU DXGK_PAGE_TABLE_LEVEL_DESC[%u] IndexBits=%u SegmentId=%u "
+               "PagingProcessSegmentId=%u SizeInBytes=%#x AlignmentInBytes=%#x (shift %u)\n",
+               level, d.PageTableIndexBitCount, d.PageTableSegmentId,
+               d.PagingProcessPageTableSegmentId, d.PageTableSizeInBytes,
+               d.PageTableAlignmentInBytes, gv.mmu.shift[level]);
+        if (d.PageTableIndexBitCount != gv.mmu.caps.levels[level].page_table_index_bit_count)
+            snprintf(why, sizeof(why), "level %u index bits disagree", level);
+    }
+    if (!why[0] && (caps.PageTableLevelCount != gv.levels ||
+                    caps.VirtualAddressBitCount != gv.mmu.caps.virtual_address_bit_count))
+        snprintf(why, sizeof(why), "DXGK caps disagree with the geometry");
+    fflush(stdout);
+    report("gpuva_capset", !why[0], "capset 62: %u levels, %u VA bits, update mode %u, "
+           "max_contexts %u%s%s", gv.levels, gv.mmu.caps.virtual_address_bit_count,
+           gv.mmu.caps.page_table_update_mode, gv.mmu.caps.max_contexts, why[0] ? ": " : "", why);
+    gv.ready = !why[0];
+}
+
+/* Where each level's table goes; the VA base from the geometry. */
+static int gv_layout(char *why, size_t n)
+{
+    uint64_t vram_next = GV_VRAM_TABLES;
+    uint32_t root = gv.levels - 1;
+    gv.va_base = 0;
+    for (uint32_t level = 0; level < gv.levels; level++) {
+        const WddmGpuPageTableLevelDesc *d = &gv.mmu.caps.levels[level];
+        gv_table *t = &gv.table[level];
+        uint64_t entries = 1ull << d->page_table_index_bit_count;
+        t->size = d->page_table_size_in_bytes;
+        if (level == root) {
+            gv.root_entries = (uint32_t)entries;
+            if (wddm_gpummu_root_table_size(&gv.mmu, entries, &t->size)) {
+                snprintf(why, n, "root table size refused");
+                return -1;
+            }
+        }
+        uint64_t align = d->page_table_alignment_in_bytes > 4096 ? d->page_table_alignment_in_bytes
+                                                                 : 4096;
+        t->segment = d->page_table_segment_id;
+        if (t->segment == 0) {
+            wddm_os_dma mem;
+            if (table.dma_alloc(table.ctx, t->size, align, &mem)) {
+                snprintf(why, n, "no DMA memory for level %u", level);
+                return -1;
+            }
+            t->address = mem.bus;
+            t->cpu = mem.cpu;
+        } else {
+            vram_next = (vram_next + align - 1) & ~(align - 1);
+            if (!vram || t->segment != vram->desc.id || vram_next + t->size > GV_VRAM_DATA) {
+                snprintf(why, n, "level %u table in segment %u: not in the VRAM window", level,
+                         t->segment);
+                return -1;
+            }
+            t->address = vram_next;
+            t->cpu = vram_cpu + vram_next;
+            vram_next += t->size;
+        }
+        /* The path: a different, non-zero slot at each level (leaf slots are per page). */
+        uint32_t slot = level == 0 ? 0 : (uint32_t)((3 + 5 * level) & (entries - 1));
+        if (level == root && slot >= gv.root_entries)
+            slot = gv.root_entries - 1;
+        t->index = slot;
+        gv.va_base |= (uint64_t)slot << gv.mmu.shift[level];
+        if (level == 0 && entries <= GV_SLOT_UNMAPPED) {
+            snprintf(why, n, "leaf of %" PRIu64 " entries is too small", entries);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Every entry the address space needs: (level, slot, entry). */
+typedef struct gv_write {
+    uint32_t level, slot;
+    uint64_t entry;
+} gv_write;
+
+static uint32_t gv_writes(gv_write *w)
+{
+    uint32_t n = 0;
+    for (uint32_t level = 1; level < gv.levels; level++) {
+        const gv_table *child = &gv.table[level - 1];
+        w[n++] = (gv_write){level, gv.table[level].index, gv_pte(child->segment, child->address)};
+    }
+    w[n++] = (gv_write){0, GV_SLOT_DMA, gv_pte(0, gv.dma.bus)};
+    w[n++] = (gv_write){0, GV_SLOT_FENCE, gv_pte(0, gv.fence.bus)};
+    for (uint32_t i = 0; i < GV_SRC_PAGES; i++)
+        w[n++] = (gv_write){0, GV_SLOT_SRC + i, gv_pte(0, gv.src.bus + gv_src_page(i) * 4096)};
+    for (uint32_t i = 0; i < GV_SRC_PAGES; i++)
+        w[n++] = (gv_write){0, GV_SLOT_DST + i, gv_pte(vram->desc.id, gv_dst_offset(i))};
+    return n;
+}
+
+/* Writes the tables: zeroed whole, then the entries; UPDATE_PAGE_TABLE packets in one paging
+ * buffer for GPU_PHYSICAL, CPU stores for CPU_VIRTUAL. */
+static int gv_write_tables(char *why, size_t n)
+{
+    gv_write w[WDDM_GPU_MAX_PAGE_TABLE_LEVELS + 2 + 2 * GV_SRC_PAGES];
+    uint32_t count = gv_writes(w);
+    if (gv.mmu.caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL) {
+        for (uint32_t level = 0; level < gv.levels; level++)
+            for (uint64_t i = 0; i < gv.table[level].size; i += 8)
+                *(volatile uint64_t *)(gv.table[level].cpu + i) = 0;
+        for (uint32_t i = 0; i < count; i++)
+            *(volatile uint64_t *)(gv.table[w[i].level].cpu + (uint64_t)w[i].slot * 8) =
+                w[i].entry;
+        table.memory_barrier(table.ctx);
+        return 0;
+    }
+    buffer b;
+    if (new_buffer(&b, 8192)) {
+        snprintf(why, n, "no paging buffer");
+        return -1;
+    }
+    uint64_t *arrays = gv.arrays.cpu;
+    wddm_result r = WDDM_OK;
+    for (uint32_t level = 0; level < gv.levels && !r; level++) {
+        const gv_table *t = &gv.table[level];
+        wddm_op_update_page_table op = {0};
+        op.PageTableLevel = level;
+        op.Flags = WDDM_GPU_UPDATE_FLAG_REPEAT;
+        op.SegmentId = t->segment;
+        op.SegmentOffset = t->address;
+        op.NumPageTableEntries = (uint32_t)(t->size / 8);
+        op.Entry = 0;
+        r = wddm_pb_update_page_table(&b.pb, &op);
+    }
+    for (uint32_t i = 0; i < count && !r; i++) {
+        const gv_table *t = &gv.table[w[i].level];
+        arrays[i] = w[i].entry;
+        wddm_op_update_page_table op = {0};
+        op.PageTableLevel = w[i].level;
+        op.SegmentId = t->segment;
+        op.SegmentOffset = t->address;
+        op.StartIndex = w[i].slot;
+        op.NumPageTableEntries = 1;
+        op.EntriesBus = gv.arrays.bus + (uint64_t)i * 8;
+        r = wddm_pb_update_page_table(&b.pb, &op);
+    }
+    if (r) {
+        snprintf(why, n, "building UPDATE_PAGE_TABLE: %s", wddm_result_name(r));
+        return -1;
+    }
+    WddmGpuRespSubmit resp;
+    const char *w2 = "";
+    long st = run(&b, &resp, &w2);
+    if (st != WDDM_GPU_SUBMIT_STATUS_OK) {
+        snprintf(why, n, "paging buffer of %u UPDATE_PAGE_TABLE: status %ld %s (packet at %#x)",
+                 b.pb.packets, st, w2, resp.fault_packet_offset);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes `packets` (size bytes) into the virtual DMA buffer, submits it in the context and
+ * waits for the answer. */
+static wddm_result gv_run(const void *packets, uint32_t size, WddmGpuRespSubmitVirtual *out,
+                          uint32_t *fence)
+{
+    memcpy(gv.dma.cpu, packets, size);
+    table.memory_barrier(table.ctx);
+    *fence = ++next_fence;
+    WddmGpuCmdSubmitVirtual c;
+    wddm_build_submit_virtual(&c, GV_CONTEXT, gv_va(GV_SLOT_DMA), size, *fence);
+    wddm_result r = wddm_dev_submit_virtual(&dev, &c);
+    if (!r)
+        r = wddm_dev_wait_virtual_completion(&dev, out);
+    if (!r && out->submission_fence_id != *fence)
+        r = WDDM_E_DEVICE;
+    return r;
+}
+
+/* A copy of `length` bytes from src VA to dst VA, then a SIGNAL of `value` at the fence. */
+static uint32_t gv_copy_signal(uint8_t *buf, uint64_t length, uint64_t src, uint64_t dst,
+                               uint64_t value)
+{
+    WddmGpuVirtualCopy copy;
+    WddmGpuVirtualSignal signal;
+    wddm_build_virtual_copy(&copy, length, src, dst);
+    wddm_build_virtual_signal(&signal, gv_va(GV_SLOT_FENCE) + 16, value);
+    memcpy(buf, &copy, sizeof(copy));
+    memcpy(buf + sizeof(copy), &signal, sizeof(signal));
+    return (uint32_t)(sizeof(copy) + sizeof(signal));
+}
+
+static void test_gpuva_copy(void)
+{
+    char why[300] = "";
+    const uint64_t length = (uint64_t)GV_SRC_PAGES * 4096;
+    const uint64_t value = 0x0123456789abcdefull;
+    WddmGpuRespSubmitVirtual done = {0};
+    if (!gv.ready || !vram_cpu) {
+        report("gpuva_copy", 0, "no geometry or no VRAM window");
+        return;
+    }
+    if (table.dma_alloc(table.ctx, 2 * GV_SRC_PAGES * 4096, 4096, &gv.src) ||
+        table.dma_alloc(table.ctx, 4096, 4096, &gv.dma) ||
+        table.dma_alloc(table.ctx, 4096, 4096, &gv.fence) ||
+        table.dma_alloc(table.ctx, 4096, 4096, &gv.arrays))
+        snprintf(why, sizeof(why), "no DMA memory");
+    if (!why[0])
+        gv_layout(why, sizeof(why));
+    if (!why[0])
+        gv_write_tables(why, sizeof(why));
+    wddm_result r = WDDM_OK;
+    if (!why[0] && (r = wddm_dev_create_context(&dev, GV_CONTEXT, WDDM_GPU_NODE_VIRTUAL, 0)))
+        snprintf(why, sizeof(why), "CREATE_CONTEXT: %s", wddm_result_name(r));
+    const gv_table *root = &gv.table[gv.levels ? gv.levels - 1 : 0];
+    if (!why[0] && (r = wddm_dev_set_root_page_table(&dev, GV_CONTEXT, root->segment,
+                                                     root->address, gv.root_entries)))
+        snprintf(why, sizeof(why), "SET_ROOT_PAGE_TABLE: %s", wddm_result_name(r));
+    uint32_t fence = 0;
+    if (!why[0]) {
+        for (uint32_t i = 0; i < GV_SRC_PAGES; i++)
+            for (uint64_t b = 0; b < 4096; b++)
+                ((uint8_t *)gv.src.cpu)[gv_src_page(i) * 4096 + b] = gv_byte(i * 4096 + b);
+        for (uint64_t b = 0; b < length; b++)
+            vram_cpu[GV_VRAM_DATA + b] = 0;
+        memset(gv.fence.cpu, 0, 4096);
+        uint8_t packets[256];
+        uint32_t size = gv_copy_signal(packets, length, gv_va(GV_SLOT_SRC), gv_va(GV_SLOT_DST),
+                                       value);
+        r = gv_run(packets, size, &done, &fence);
+        if (r)
+            snprintf(why, sizeof(why), "SUBMIT_VIRTUAL: %s", wddm_result_name(r));
+        else if (done.status != WDDM_GPU_SUBMIT_STATUS_OK)
+            snprintf(why, sizeof(why), "status %u, packets %u, fault packet %#x, fault VA %#" PRIx64
+                     " level %u kind %u", done.status, done.packets_completed,
+                     done.fault_packet_offset, done.page_fault.fault.virtual_address,
+                     done.page_fault.fault.page_table_level, done.page_fault.fault.kind);
+    }
+    for (uint32_t i = 0; i < GV_SRC_PAGES && !why[0]; i++)
+        for (uint64_t b = 0; b < 4096; b++) {
+            uint8_t got = vram_cpu[gv_dst_offset(i) + b];
+            if (got != gv_byte(i * 4096 + b)) {
+                snprintf(why, sizeof(why), "VRAM page %u byte %" PRIu64 " is %#x, want %#x", i, b,
+                         got, gv_byte(i * 4096 + b));
+                break;
+            }
+        }
+    uint64_t fv = 0;
+    if (!why[0]) {
+        memcpy(&fv, (uint8_t *)gv.fence.cpu + 16, 8);
+        if (fv != value)
+            snprintf(why, sizeof(why), "fence memory holds %#" PRIx64, fv);
+    }
+    report("gpuva_copy", !why[0], "%u-level address space (VA %#" PRIx64 ", root in segment %u, "
+           "leaf in segment %u at %#" PRIx64 ", tables %s), SUBMIT_VIRTUAL fence %u: COPY of %u "
+           "scattered DMA pages to %u VRAM pages through VAs + SIGNAL: status %u packets %u bytes %"
+           PRIu64 ", BAR read back %s, fence value %#" PRIx64 "%s%s", gv.levels, gv.va_base,
+           root->segment, gv.table[0].segment, gv.table[0].address,
+           gv.mmu.caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL
+               ? "by CPU stores" : "by UPDATE_PAGE_TABLE",
+           fence, GV_SRC_PAGES, GV_SRC_PAGES, done.status, done.packets_completed,
+           done.bytes_transferred, why[0] ? "-" : "matches", fv, why[0] ? ": " : "", why);
+    gv.ready = !why[0];
+}
+
+static void test_gpuva_page_fault(void)
+{
+    char why[300] = "";
+    if (!gv.ready) {
+        report("gpuva_page_fault", 0, "no address space (gpuva_copy failed)");
+        return;
+    }
+    uint8_t packets[256];
+    WddmGpuVirtualCopy copy;
+    const uint64_t unmapped = gv_va(GV_SLOT_UNMAPPED) + 24;
+    wddm_build_virtual_copy(&copy, 8, unmapped, gv_va(GV_SLOT_DST));
+    memcpy(packets, &copy, sizeof(copy));
+    WddmGpuRespSubmitVirtual done = {0}, again = {0}, after = {0};
+    wddm_dxgk_dma_page_faulted dxgk = {0};
+    uint32_t fence = 0, fence2 = 0, fence3 = 0;
+    wddm_result r = gv_run(packets, sizeof(copy), &done, &fence);
+    if (r)
+        snprintf(why, sizeof(why), "SUBMIT_VIRTUAL: %s", wddm_result_name(r));
+    else if (done.status != WDDM_GPU_SUBMIT_STATUS_PAGE_FAULT)
+        snprintf(why, sizeof(why), "status %u, not PAGE_FAULT", done.status);
+    else if ((r = wddm_page_fault_to_dxgk(&done.page_fault, &dxgk)))
+        snprintf(why, sizeof(why), "page_fault_to_dxgk: %s", wddm_result_name(r));
+    else {
+        printf("GPUMMU DmaPageFaulted FaultedFenceId=%u FaultedVirtualAddress=%#" PRIx64
+               " PageTableLevel=%u PageFaultFlags=%#x NodeOrdinal=%u FaultErrorCode=%#x "
+               "FaultedPrimitiveAPISequenceNumber=%#" PRIx64 " (device: kind %u, context %u, "
+               "packet at %#x)\n", dxgk.FaultedFenceId, dxgk.FaultedVirtualAddress,
+               dxgk.PageTableLevel, dxgk.PageFaultFlags, dxgk.NodeOrdinal, dxgk.FaultErrorCode,
+               dxgk.FaultedPrimitiveAPISequenceNumber, done.page_fault.fault.kind,
+               done.page_fault.context_id, done.page_fault.packet_offset);
+        fflush(stdout);
+        if (dxgk.FaultedVirtualAddress != unmapped || dxgk.PageTableLevel != 0 ||
+            dxgk.FaultedFenceId != fence || dxgk.NodeOrdinal != WDDM_GPU_NODE_VIRTUAL ||
+            !(dxgk.PageFaultFlags & WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED))
+            snprintf(why, sizeof(why), "DmaPageFaulted: VA %#" PRIx64 " level %u fence %u "
+                     "node %u flags %#x, want VA %#" PRIx64 " level 0 fence %u",
+                     dxgk.FaultedVirtualAddress, dxgk.PageTableLevel, dxgk.FaultedFenceId,
+                     dxgk.NodeOrdinal, dxgk.PageFaultFlags, unmapped, fence);
+    }
+    /* The node refuses work until RESET_ENGINE. */
+    if (!why[0]) {
+        r = gv_run(packets, sizeof(copy), &again, &fence2);
+        if (r || again.status != WDDM_GPU_SUBMIT_STATUS_NODE_FAULTED)
+            snprintf(why, sizeof(why), "second submission: %s status %u, not NODE_FAULTED",
+                     wddm_result_name(r), again.status);
+    }
+    if (!why[0] && (r = wddm_dev_reset_engine(&dev)))
+        snprintf(why, sizeof(why), "RESET_ENGINE: %s", wddm_result_name(r));
+    /* A good submission works again: 8 bytes of source page 0 to VRAM page 0, and a SIGNAL. */
+    const uint64_t value = 0xfeedface00000000ull | fence;
+    if (!why[0]) {
+        for (int b = 0; b < 8; b++)
+            vram_cpu[gv_dst_offset(0) + 100 + b] = 0;
+        uint32_t size = gv_copy_signal(packets, 8, gv_va(GV_SLOT_SRC) + 100,
+                                       gv_va(GV_SLOT_DST) + 100, value);
+        r = gv_run(packets, size, &after, &fence3);
+        uint64_t fv;
+        memcpy(&fv, (uint8_t *)gv.fence.cpu + 16, 8);
+        if (r || after.status != WDDM_GPU_SUBMIT_STATUS_OK)
+            snprintf(why, sizeof(why), "submission after RESET_ENGINE: %s status %u",
+                     wddm_result_name(r), after.status);
+        else if (fv != value)
+            snprintf(why, sizeof(why), "fence after RESET_ENGINE holds %#" PRIx64, fv);
+        for (int b = 0; b < 8 && !why[0]; b++)
+            if (vram_cpu[gv_dst_offset(0) + 100 + b] != gv_byte(100 + (uint64_t)b))
+                snprintf(why, sizeof(why), "VRAM byte %d after RESET_ENGINE differs", b);
+    }
+    if (!why[0] && (r = wddm_dev_destroy_context(&dev, GV_CONTEXT)))
+        snprintf(why, sizeof(why), "DESTROY_CONTEXT: %s", wddm_result_name(r));
+    report("gpuva_page_fault", !why[0], "COPY from unmapped VA %#" PRIx64 ": fence %u status %u, "
+           "DmaPageFaulted VA %#" PRIx64 " level %u flags %#x; fence %u NODE_FAULTED (%u); "
+           "RESET_ENGINE; fence %u status %u; DESTROY_CONTEXT%s%s", unmapped, fence, done.status,
+           dxgk.FaultedVirtualAddress, dxgk.PageTableLevel, dxgk.PageFaultFlags, fence2,
+           again.status, fence3, after.status, why[0] ? ": " : "", why);
+}
+
+static int main_gpuva(const char *bdf)
+{
+    if (linux_os_open(&los, bdf, &table)) {
+        report("device_init", 0, "no GPU function usable through sysfs");
+        return 1;
+    }
+    if (test_init()) {
+        test_segments();
+        test_gpuva_capset();
+        test_gpuva_copy();
+        test_gpuva_page_fault();
+        wddm_dev_teardown(&dev);
+    }
+    linux_os_close(&los);
+    printf("GUEST-CSUMMARY %d/%d passed\n", passed, total);
+    return passed == total ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "gpuva") == 0)
+        return main_gpuva(argc > 2 ? argv[2] : NULL);
     if (linux_os_open(&los, argc > 1 ? argv[1] : NULL, &table)) {
         report("device_init", 0, "no GPU function usable through sysfs");
         return 1;
