@@ -523,3 +523,44 @@ fn stop_cont_keeps_contexts_and_a_guest_reset_drops_them() {
         SubmitStatus::BadContext as u32
     );
 }
+
+#[test]
+fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
+    use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_ZERO;
+    use wddm_gpu_frontend_kit::harness::SLOT_ROOM;
+
+    let (mut h, mut tables) = mapped_gpu("gpummu-preempt", 0);
+    // Two 512 GiB root slots that read as zeros: a copy between them is long and touches no
+    // memory.
+    let (from, to) = (4u64 << 39, 6u64 << 39);
+    tables.set(from, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
+    tables.set(to, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
+    apply(&mut h, &mut tables, 2);
+    let mut long = DmaBufferBuilder::new();
+    long.push(&virtual_copy(256 << 30, from, to));
+    h.write_ram(DMA_PAGE, long.bytes());
+    let running = h.post(
+        submit_virtual(CONTEXT, VA_DMA, long.len(), 30).as_bytes(),
+        SLOT_ROOM,
+    );
+    let queued = h.post(
+        submit_virtual(CONTEXT, VA_DMA, long.len(), 31).as_bytes(),
+        SLOT_ROOM,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let preempt = h.post_preempt();
+    let answer = h.wait_preempt(preempt);
+    assert_eq!(answer.preempted_count, 2, "{answer:?}");
+    for (pending, fence) in [(running, 30), (queued, 31)] {
+        let done: WddmGpuRespSubmitVirtual = h.wait_reply(pending).exact();
+        assert_eq!(done.submission_fence_id, fence);
+        assert_eq!(done.status, SubmitStatus::Preempted as u32, "{done:?}");
+    }
+    // The node takes work again.
+    let mut signal = DmaBufferBuilder::new();
+    signal.push(&virtual_signal(VA_FENCE, 5));
+    assert_eq!(
+        run_virtual(&mut h, &signal, 32).status,
+        SubmitStatus::Ok as u32
+    );
+}

@@ -192,7 +192,16 @@ impl PagingGpu {
                 lock(&self.notify).events.push_back(reply);
                 return RequestOutcome::Taken;
             }
-            ControlCommand::Preempt => self.scheduler.preempt(&mem).as_bytes().to_vec(),
+            ControlCommand::Preempt => {
+                // Both nodes: the answer reports the paging node's fences, the virtual node's
+                // submissions are each answered PREEMPTED.
+                let virtual_preempted = self.virtual_node.preempt();
+                let mut paging = self.scheduler.preempt(&mem);
+                paging.preempted_count = paging
+                    .preempted_count
+                    .saturating_add(u32::try_from(virtual_preempted).unwrap_or(u32::MAX));
+                paging.as_bytes().to_vec()
+            }
             ControlCommand::Reset => {
                 self.scheduler.reset(ResetBy::Driver);
                 self.virtual_node.reset_engine();

@@ -50,6 +50,8 @@ struct Job {
 /// Who stops the node's work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stopping {
+    /// PREEMPT: work is answered PREEMPTED (it may be submitted again); a fault stays.
+    Preempt,
     /// RESET_ENGINE: work is answered RESET.
     Engine,
     /// A device reset: work is dropped unanswered.
@@ -64,6 +66,8 @@ struct State {
     paused: bool,
     stopping: Option<Stopping>,
     faulted: bool,
+    /// Running submissions a PREEMPT stopped (answered PREEMPTED), since the PREEMPT began.
+    preempted_running: usize,
     shutdown: bool,
     page_faults: u64,
 }
@@ -130,6 +134,12 @@ impl VirtualNode {
         self.shared.wake.notify_all();
     }
 
+    /// PREEMPT (`DxgkDdiPreemptCommand`): returns once the node is idle, its running and queued
+    /// work answered PREEMPTED; returns how many submissions that was.
+    pub fn preempt(&self) -> usize {
+        self.stop(Stopping::Preempt)
+    }
+
     /// RESET_ENGINE: returns once the node is idle, its work answered RESET and its fault gone.
     pub fn reset_engine(&self) {
         self.stop(Stopping::Engine);
@@ -140,29 +150,37 @@ impl VirtualNode {
         self.stop(Stopping::Device);
     }
 
-    fn stop(&self, by: Stopping) {
+    /// Stops the running submission at its next chunk and takes the queued ones; returns how
+    /// many it answered (the running one counted for PREEMPT only; none for a device reset).
+    fn stop(&self, by: Stopping) -> usize {
         let mut state = lock(&self.shared.state);
         state.stopping = Some(by);
+        state.preempted_running = 0;
         self.shared.wake.notify_all();
         while state.running && !state.shutdown {
             state = wait(&self.shared.idle, state);
         }
         let jobs: Vec<Job> = state.jobs.drain(..).collect();
-        state.faulted = false;
+        let running_preempted = std::mem::take(&mut state.preempted_running);
+        if by != Stopping::Preempt {
+            state.faulted = false;
+        }
         state.stopping = None;
         if by == Stopping::Device {
             // A device reset ends a pause, as it does for the paging node: the rings start anew.
             state.paused = false;
         }
         drop(state);
-        if by == Stopping::Engine {
-            for job in jobs {
-                answer_submit(
-                    job.reply,
-                    &response(job.cmd.submission_fence_id, SubmitStatus::Reset),
-                );
-            }
+        let status = match by {
+            Stopping::Preempt => SubmitStatus::Preempted,
+            Stopping::Engine => SubmitStatus::Reset,
+            Stopping::Device => return 0,
+        };
+        let answered = jobs.len() + running_preempted;
+        for job in jobs {
+            answer_submit(job.reply, &response(job.cmd.submission_fence_id, status));
         }
+        answered
     }
 
     /// The VM stopped: the node parks at its next chunk boundary (or stays idle).
@@ -214,6 +232,9 @@ impl VirtualHooks for Hooks<'_, '_> {
     fn interruption(&self) -> Option<Interruption> {
         let mut state = lock(&self.shared.state);
         loop {
+            if state.stopping == Some(Stopping::Preempt) {
+                return Some(Interruption::Preempted);
+            }
             if state.stopping.is_some() || state.shutdown {
                 return Some(Interruption::Reset);
             }
@@ -258,10 +279,16 @@ impl Shared {
             };
             // Answered before the node counts as idle: a RESET_ENGINE is answered after it.
             let dropped = lock(&self.state).stopping == Some(Stopping::Device);
+            let preempted = outcome
+                .as_ref()
+                .is_some_and(|o| o.status == SubmitStatus::Preempted as u32);
             if let (Some(outcome), false) = (outcome, dropped) {
                 answer_submit(job.reply, &outcome);
             }
-            lock(&self.state).running = false;
+            let mut state = lock(&self.state);
+            state.running = false;
+            state.preempted_running += usize::from(preempted);
+            drop(state);
             self.idle.notify_all();
         }
     }
