@@ -240,8 +240,14 @@ fn copy_fill_and_signal_through_gpu_virtual_addresses() {
         VA_DESTINATION + 16 * PAGE,
     ));
     packets.push(&virtual_signal(VA_FENCE + 8, 0x1234_5678_9abc));
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
     let done = run_virtual(&mut h, &packets, 77);
     assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+    // The virtual node's fence on the status page, before the answer.
+    assert_eq!(h.status_page(STATUS_PAGE).virtual_completed_fence, 77);
     assert_eq!(done.submission_fence_id, 77);
     assert_eq!(done.packets_completed, 3);
     assert_eq!(done.bytes_transferred, 20 * PAGE - 102);

@@ -2177,9 +2177,13 @@ typedef struct WddmGpuStatusPage {
    */
   uint32_t events_dropped;
   /**
+   * The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault).
+   */
+  uint32_t virtual_completed_fence;
+  /**
    * Zero.
    */
-  uint32_t reserved[7];
+  uint32_t reserved[6];
 } WddmGpuStatusPage;
 
 /**

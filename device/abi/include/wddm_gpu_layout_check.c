@@ -231,7 +231,8 @@ _Static_assert(offsetof(WddmGpuStatusPage, fault_tail) == 52, "WddmGpuStatusPage
 _Static_assert(offsetof(WddmGpuStatusPage, fault_ring_entries) == 56, "WddmGpuStatusPage.fault_ring_entries offset");
 _Static_assert(offsetof(WddmGpuStatusPage, faults_dropped) == 60, "WddmGpuStatusPage.faults_dropped offset");
 _Static_assert(offsetof(WddmGpuStatusPage, events_dropped) == 64, "WddmGpuStatusPage.events_dropped offset");
-_Static_assert(offsetof(WddmGpuStatusPage, reserved) == 68, "WddmGpuStatusPage.reserved offset");
+_Static_assert(offsetof(WddmGpuStatusPage, virtual_completed_fence) == 68, "WddmGpuStatusPage.virtual_completed_fence offset");
+_Static_assert(offsetof(WddmGpuStatusPage, reserved) == 72, "WddmGpuStatusPage.reserved offset");
 _Static_assert(sizeof(WddmGpuCmdRegisterStatusPage) == 32, "WddmGpuCmdRegisterStatusPage size");
 _Static_assert(offsetof(WddmGpuCmdRegisterStatusPage, hdr) == 0, "WddmGpuCmdRegisterStatusPage.hdr offset");
 _Static_assert(offsetof(WddmGpuCmdRegisterStatusPage, address) == 24, "WddmGpuCmdRegisterStatusPage.address offset");

@@ -109,8 +109,10 @@ pub struct WddmGpuStatusPage {
     pub faults_dropped: u32,
     /// Events not delivered because no WAIT_EVENT request was posted.
     pub events_dropped: u32,
+    /// The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault).
+    pub virtual_completed_fence: u32,
     /// Zero.
-    pub reserved: [u32; 7],
+    pub reserved: [u32; 6],
 }
 
 /// `WDDM_GPU_CMD_REGISTER_STATUS_PAGE`: `address` 0 unregisters.

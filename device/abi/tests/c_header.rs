@@ -523,6 +523,7 @@ fn c_layout_check_is_current() {
             fault_ring_entries,
             faults_dropped,
             events_dropped,
+            virtual_completed_fence,
             reserved
         }
     );

@@ -100,6 +100,11 @@ impl StatusPage {
         }
     }
 
+    /// Records a SUBMIT_VIRTUAL that completed on the virtual node.
+    pub fn complete_virtual(&mut self, fence_id: u32) {
+        self.page.virtual_completed_fence = fence_id;
+    }
+
     /// Records a preemption.
     pub fn preempted(&mut self, preempted_fence: u32, last_completed: u32) {
         self.page.preempted_fence = preempted_fence;

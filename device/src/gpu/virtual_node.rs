@@ -369,6 +369,13 @@ impl Shared {
         let mut reply = response(cmd.submission_fence_id, SubmitStatus::Ok);
         reply.packets_completed = completion.packets_completed;
         reply.bytes_transferred = completion.bytes_transferred;
+        // A submission that ran to its end or to its fault completes its fence (a preempted or
+        // reset one does not), published before the answer as the paging node does.
+        if !matches!(completion.stop, Some((_, Stop::Interrupted(_)))) {
+            let mut notify = lock(&self.notify);
+            notify.status.complete_virtual(cmd.submission_fence_id);
+            notify.status.publish(ram);
+        }
         let Some((offset, stop)) = completion.stop else {
             return Some(reply);
         };

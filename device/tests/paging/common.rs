@@ -276,7 +276,7 @@ pub fn register_status_page(h: &mut Harness) -> WddmGpuStatusPage {
         ),
         (0, 0, 0)
     );
-    assert_eq!(page.reserved, [0; 7]);
+    assert_eq!((page.virtual_completed_fence, page.reserved), (0, [0; 6]));
     let header_size = std::mem::size_of::<WddmGpuStatusPage>();
     let rest = h.read_ram(
         STATUS_PAGE + header_size as u64,
