@@ -15,6 +15,7 @@ use wddm_gpu_abi::caps::{
 };
 use wddm_gpu_abi::capset_rules::{segment_page_size, validate_capset, CapsetError};
 use wddm_gpu_abi::gpummu_rules::{validate_gpummu, GpuMmuRule, MmuGeometry};
+use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL;
 use wddm_gpu_abi::segment_flags::{
     SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK, SEGMENT_FLAGS_WDDM2_ONLY_MASK,
 };
@@ -169,6 +170,9 @@ pub enum Rule {
     Capset(CapsetError),
     /// `[gpummu]` in a WDDM 1.3 layout: GPU virtual addressing is WDDM 2.0 and later.
     GpuMmuNeedsWddm2,
+    /// `update_mode = "gpu_virtual"`: the paging node's UPDATE_PAGE_TABLE addresses tables
+    /// physically (GPU_PHYSICAL), and a CPU_VIRTUAL driver writes them itself.
+    GpuVirtualUpdatesNotOffered,
     /// The `[gpummu]` geometry breaks a rule.
     GpuMmu(GpuMmuRule),
 }
@@ -200,6 +204,7 @@ impl Rule {
             Wddm2ApertureCount(_) => "wddm, segments",
             Capset(_) => "capset",
             GpuMmuNeedsWddm2 => "wddm, gpummu",
+            GpuVirtualUpdatesNotOffered => "gpummu.update_mode",
             GpuMmu(_) => "gpummu",
             _ => "flags",
         }
@@ -254,6 +259,7 @@ impl fmt::Display for Rule {
             Capset(error) => write!(f, "the published capset would be refused: {error}"),
             GpuMmuNeedsWddm2 => write!(f, "GPU virtual addressing (DXGK_GPUMMUCAPS) exists from WDDM 2.0 on: set wddm = \"2.0\" or drop [gpummu]"),
             GpuMmu(rule) => write!(f, "{rule}"),
+            GpuVirtualUpdatesNotOffered => write!(f, "PageTableUpdateMode GPU_VIRTUAL is not offered: the paging node's UPDATE_PAGE_TABLE addresses page tables physically; use gpu_physical, or cpu_virtual"),
         }
     }
 }
@@ -576,7 +582,9 @@ fn gpummu_rules(
     wddm2: bool,
     violations: &mut Vec<Violation>,
 ) -> Option<MmuGeometry> {
-    let rule = if wddm2 {
+    let rule = if caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL {
+        Rule::GpuVirtualUpdatesNotOffered
+    } else if wddm2 {
         let flags: Vec<u32> = spec.segments.iter().map(|segment| segment.flags).collect();
         match validate_gpummu(caps, &flags) {
             Ok(geometry) => return Some(geometry),
