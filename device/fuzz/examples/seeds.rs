@@ -5,11 +5,14 @@
 //! The repository corpus (`device/fuzz/corpus/`) started from these and was minimised with
 //! `cargo fuzz cmin`; scripts/fuzz --seeds adds them again.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use vhost_user_wddm_gpu_fuzz::engine_world::{self, step, Submission};
 use vhost_user_wddm_gpu_fuzz::frontend::{header, Op, DATA, VRAM_GPA};
 use vhost_user_wddm_gpu_fuzz::input::Writer;
+use vhost_user_wddm_gpu_fuzz::walk_input::{self, translate, Header, Op as WalkOp};
+use wddm_gpu_abi::build::gpuva::pte;
 use wddm_gpu_abi::build::{self, Adl, DmaBufferBuilder, Endpoint};
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
@@ -17,6 +20,10 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
     WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
     WDDM_GPU_CMD_WAIT_EVENT,
+};
+use wddm_gpu_abi::gpuva::{
+    WDDM_GPU_PTE_LARGE_PAGE, WDDM_GPU_PTE_NO_EXECUTE, WDDM_GPU_PTE_PAGE_TABLE_64KB,
+    WDDM_GPU_PTE_READ_ONLY, WDDM_GPU_PTE_ZERO,
 };
 use wddm_gpu_abi::packet::{
     WddmGpuPacketMapAperture, WddmGpuPacketMapAperture2, WDDM_GPU_MAP_FLAG_CACHE_COHERENT,
@@ -534,4 +541,249 @@ fn main() {
     layout(dir);
     engine(dir);
     backend(dir);
+    gpummu_walk(dir);
+}
+
+/// A KMD's tables in the gpummu_walk target's image: the root at RAM page `root`, every other
+/// table on the next free RAM page, each entry written by a [`WalkOp::WriteEntry`].
+struct FakeKmd {
+    bits: Vec<u32>,
+    root: u64,
+    next: u64,
+    children: HashMap<(u64, u64), u64>,
+    ops: Vec<WalkOp>,
+}
+
+impl FakeKmd {
+    fn new(bits: &[u32], root: u64) -> Self {
+        Self {
+            bits: bits.to_vec(),
+            root,
+            next: root + 1,
+            children: HashMap::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    fn top(&self) -> u32 {
+        u32::try_from(self.bits.len()).unwrap() - 1
+    }
+
+    fn index(&self, va: u64, level: u32) -> u64 {
+        let shift = 12 + self.bits[..level as usize].iter().sum::<u32>();
+        (va >> shift) & ((1 << self.bits[level as usize]) - 1)
+    }
+
+    /// The image offset of the entry for `va` at `level`, creating the tables above it.
+    fn slot(&mut self, va: u64, level: u32) -> u64 {
+        let mut table = self.root * PAGE;
+        for at in ((level + 1)..=self.top()).rev() {
+            let index = self.index(va, at);
+            table = match self.children.get(&(table, index)) {
+                Some(&child) => child,
+                None => {
+                    let child = self.next * PAGE;
+                    self.next += 1;
+                    self.children.insert((table, index), child);
+                    self.write(table + index * 8, pte(0, child, 0));
+                    child
+                }
+            };
+        }
+        table + self.index(va, level) * 8
+    }
+
+    fn write(&mut self, offset: u64, entry: u64) {
+        self.ops.push(WalkOp::WriteEntry {
+            offset: u32::try_from(offset).unwrap(),
+            entry,
+        });
+    }
+
+    /// Writes `entry` for `va` at `level`.
+    fn set(&mut self, va: u64, level: u32, entry: u64) {
+        let slot = self.slot(va, level);
+        self.write(slot, entry);
+    }
+
+    fn op(&mut self, op: WalkOp) -> &mut Self {
+        self.ops.push(op);
+        self
+    }
+
+    fn seed(&self, header: &Header) -> Vec<u8> {
+        let mut w = Writer::new();
+        header.write(&mut w);
+        for op in &self.ops {
+            op.write(&mut w);
+        }
+        w.bytes
+    }
+}
+
+fn walk_translate(va: u64, length: u64, access: u8, flags: u8) -> WalkOp {
+    WalkOp::Translate {
+        va,
+        length,
+        access,
+        flags,
+    }
+}
+
+/// gpummu_walk inputs: a header (geometry, root), then operations.
+fn gpummu_walk(dir: &Path) {
+    const READ: u8 = 0;
+    const WRITE: u8 = 1;
+    const EXECUTE: u8 = 2;
+    let data = |page: u64| page * PAGE;
+
+    // Four 9-bit levels, the tables on RAM pages 0 to 3, data on pages 8 to 15: a run over
+    // contiguous pages, a gap, read-only and no-execute pages, a zero range, a large page that
+    // RAM cannot hold; translations, a remap without and with a flush, the checking mode.
+    let va = 0x12_3400_0000u64;
+    let mut kmd = FakeKmd::new(&[9, 9, 9, 9], 0);
+    for (i, page) in [8, 9, 10, 12].into_iter().enumerate() {
+        kmd.set(va + i as u64 * PAGE, 0, pte(0, data(page), 0));
+    }
+    kmd.set(va + 4 * PAGE, 0, pte(0, data(13), WDDM_GPU_PTE_READ_ONLY));
+    kmd.set(va + 5 * PAGE, 0, pte(0, data(14), WDDM_GPU_PTE_NO_EXECUTE));
+    kmd.set(va + (2 << 20), 1, pte(0, 0, WDDM_GPU_PTE_ZERO));
+    kmd.set(va + (4 << 20), 1, pte(0, 0, WDDM_GPU_PTE_LARGE_PAGE));
+    kmd.op(walk_translate(va + 100, 6 * PAGE, READ, translate::TWICE))
+        .op(walk_translate(va + 4 * PAGE, 8, WRITE, 0))
+        .op(walk_translate(va + 5 * PAGE, 8, EXECUTE, 0))
+        .op(walk_translate(va + 6 * PAGE, 8, READ, 0))
+        .op(walk_translate(va + (2 << 20), 1 << 22, WRITE, 0))
+        .op(walk_translate(va + (4 << 20), 64, READ, 0))
+        .op(walk_translate(u64::MAX - 4, 8, READ, 0))
+        .op(walk_translate(
+            0xdead_beef_f00d,
+            1 << 30,
+            READ,
+            translate::IN_RANGE,
+        ))
+        .op(WalkOp::Walk {
+            va: va + 3 * PAGE,
+            access: WRITE,
+            in_range: false,
+        })
+        .op(WalkOp::Checking(true));
+    // The remap a KMD forgets to flush, found by the checking mode; a range flush, then all.
+    let slot = kmd.slot(va, 0);
+    kmd.write(slot, pte(0, data(11), 0));
+    kmd.op(walk_translate(va, 2 * PAGE, READ, translate::TWICE))
+        .op(WalkOp::Flush {
+            start: va,
+            end: va + PAGE,
+        })
+        .op(walk_translate(va, 2 * PAGE, READ, 0))
+        .op(WalkOp::FlushAll)
+        .op(walk_translate(va, 16 * PAGE, WRITE, translate::TWICE));
+    write(
+        dir,
+        "gpummu_walk",
+        "four-levels",
+        &kmd.seed(&Header::for_bits(&[9, 9, 9, 9], 0, 0)),
+    );
+
+    // Six 6-bit levels over one table whose every entry points back at itself.
+    let looping: Vec<u8> = (0..64).flat_map(|_| pte(0, 0, 0).to_le_bytes()).collect();
+    let mut kmd = FakeKmd::new(&[6; 6], 0);
+    kmd.op(WalkOp::WriteBytes {
+        offset: 0,
+        bytes: looping,
+    })
+    .op(walk_translate(
+        0x1234_5678,
+        1 << 20,
+        WRITE,
+        translate::IN_RANGE,
+    ))
+    .op(WalkOp::Walk {
+        va: 0xfff_ffff_ffff,
+        access: EXECUTE,
+        in_range: true,
+    });
+    let header = Header::for_bits(&[6; 6], 0, walk_input::flag::CHECKING);
+    write(dir, "gpummu_walk", "self-loop", &kmd.seed(&header));
+
+    // Two levels, the 12-bit leaf in segment 1, a root of 4 entries: a 64 KiB leaf table
+    // mapping all of RAM as one 64 KiB page, a 4 KiB leaf, a root index past NumEntries.
+    let mut kmd = FakeKmd::new(&[12, 9], 0);
+    let leaf_64k = walk_input::RAM_BYTES; // segment 1 offset 0 in the image
+    kmd.write(0, pte(1, 0, WDDM_GPU_PTE_PAGE_TABLE_64KB));
+    kmd.write(leaf_64k, pte(0, 0, 0));
+    kmd.write(8, pte(1, 0x1000, 0));
+    kmd.write(leaf_64k + 0x1000, pte(0, data(3), WDDM_GPU_PTE_READ_ONLY));
+    kmd.write(leaf_64k + 0x1008, pte(1, 0x7000, 0));
+    kmd.op(walk_translate(0x1_0000 - 8, 0x2_0000, READ, 0))
+        .op(walk_translate(1 << 24, 0x2000, WRITE, 0))
+        .op(walk_translate(5 << 24, 8, READ, 0))
+        .op(walk_translate(0, 1 << 16, EXECUTE, translate::TWICE));
+    let mut header = Header::for_bits(&[12, 9], 0, 0);
+    header.table_segments = 1;
+    header.root_entries = 4;
+    write(dir, "gpummu_walk", "segment-tables", &kmd.seed(&header));
+
+    // Entries the walker must refuse: in the VRAM window, outside RAM, in an aperture and a
+    // segment that does not exist, reserved bits, a large page at the leaf, the 64 KiB table
+    // bit off level 1, a large page without the cap; then a root in segment 1.
+    let mut kmd = FakeKmd::new(&[9, 9, 9], 0);
+    let bad = [
+        pte(0, walk_input::VRAM_WINDOW.start, 0),
+        pte(0, 0x40_0000, 0),
+        pte(2, 0, 0),
+        pte(7, 0, 0),
+        pte(0, data(8), 0) | (1 << 60),
+        pte(0, 0, WDDM_GPU_PTE_LARGE_PAGE),
+    ];
+    for (i, &entry) in bad.iter().enumerate() {
+        kmd.set(i as u64 * PAGE, 0, entry);
+        kmd.set((i as u64 + 8) << 30, 2, entry);
+    }
+    kmd.set(1 << 29, 2, pte(0, data(4), WDDM_GPU_PTE_PAGE_TABLE_64KB));
+    kmd.set(1 << 21, 1, pte(0, 0, WDDM_GPU_PTE_LARGE_PAGE));
+    for i in 0..6u64 {
+        kmd.op(walk_translate(i * PAGE, 8, READ, 0))
+            .op(walk_translate((i + 8) << 30, 8, WRITE, 0));
+    }
+    kmd.op(walk_translate(1 << 29, 8, READ, 0))
+        .op(walk_translate(1 << 21, 8, READ, 0))
+        .op(WalkOp::SetRoot {
+            segment: 1,
+            address: 0,
+            entries: 512,
+        })
+        .op(walk_translate(0, 8, READ, 0));
+    let header = Header::for_bits(&[9, 9, 9], 0, walk_input::flag::NO_LARGE_PAGES);
+    write(dir, "gpummu_walk", "refused-entries", &kmd.seed(&header));
+
+    // Roots set_root must refuse (no entries, too many, unaligned), one it takes, and a
+    // CPU_VIRTUAL geometry.
+    let mut kmd = FakeKmd::new(&[4, 5, 6], 2);
+    kmd.set(0x4000, 0, pte(0, data(9), 0));
+    kmd.op(WalkOp::SetRoot {
+        segment: 0,
+        address: 2 * PAGE,
+        entries: 0,
+    })
+    .op(WalkOp::SetRoot {
+        segment: 0,
+        address: 2 * PAGE,
+        entries: 65,
+    })
+    .op(WalkOp::SetRoot {
+        segment: 0,
+        address: 2 * PAGE + 8,
+        entries: 64,
+    })
+    .op(WalkOp::SetRoot {
+        segment: 0,
+        address: 2 * PAGE,
+        entries: 1,
+    })
+    .op(walk_translate(0x4000, PAGE, WRITE, translate::TWICE))
+    .op(walk_translate(1 << 26, PAGE, READ, 0));
+    let header = Header::for_bits(&[4, 5, 6], 2, walk_input::flag::CPU_VIRTUAL);
+    write(dir, "gpummu_walk", "roots", &kmd.seed(&header));
 }
