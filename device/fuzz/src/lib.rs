@@ -10,4 +10,5 @@ pub mod engine_world;
 pub mod frontend;
 pub mod input;
 pub mod scratch;
+pub mod virtual_world;
 pub mod walk_input;
