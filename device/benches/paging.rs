@@ -3,8 +3,9 @@
 //! with, measured in one process on one machine in one run. See `docs/performance.md`.
 //!
 //! Each round runs a limit, then the device doing the same work, kind after kind (contiguous
-//! copy, scattered copy, aperture copy, map, unmap, submission round trip); the figures are
-//! medians over the rounds, with their spread. The first round only warms up (every page is
+//! copy, scattered copy, aperture copy, map, unmap, the scattered copy between GPU virtual
+//! addresses, page-table updates, translation in this process, submission round trip); the
+//! figures are medians over the rounds, with their spread. The first round only warms up (every page is
 //! touched by both processes) and checks that the device really did the work, byte for byte.
 //!
 //! ```text
@@ -24,6 +25,9 @@
 /// `--display`: QEMU's C vhost-user-gpu against ours on the 2D command set.
 #[path = "paging/display.rs"]
 mod display;
+/// The GPU virtual addressing figures: VA copies, page-table updates, translation cost.
+#[path = "paging/gpuva.rs"]
+mod gpuva;
 
 use std::fmt::Write as _;
 use std::os::fd::AsRawFd;
@@ -50,9 +54,10 @@ use zerocopy::{Immutable, IntoBytes};
 const MIB: u64 = 1 << 20;
 
 /// The layout: 256 MiB of CPU-visible VRAM (segment 1) and a 1 GiB aperture (segment 2), no
-/// device-only VRAM.
+/// device-only VRAM; WDDM 2.0 with the GpuMmu of `qemu-configs/layouts/gpummu.toml` (see
+/// `gpuva.rs`).
 const LAYOUT: &str = r#"# The paging benchmark's layout (written by benches/paging.rs).
-wddm = "1.3"
+wddm = "2.0"
 
 [[segments]]
 flags = ["CpuVisible"]
@@ -61,6 +66,13 @@ size = "256MiB"
 [[segments]]
 flags = ["Aperture", "CacheCoherent"]
 size = "1GiB"
+
+[gpummu]
+index_bits = [9, 9, 9, 9]
+update_mode = "gpu_physical"
+table_segments = [1, 0, 0, 0]
+paging_process_table_segments = [0, 0, 0, 0]
+max_contexts = 4
 "#;
 const VRAM_SEGMENT: u32 = 1;
 const APERTURE_SEGMENT: u32 = 2;
@@ -197,7 +209,11 @@ fn fence_packet(fence_id: u32) -> Vec<u8> {
 /// Every other frame of the pool, shuffled with a fixed seed (Fisher-Yates over xorshift): no
 /// two listed frames are adjacent in memory, so no run of them coalesces.
 fn scattered_frames() -> Vec<u64> {
-    let mut frames: Vec<u64> = (0..MAP_PAGES).map(|i| POOL / PAGE + 2 * i).collect();
+    shuffled((0..MAP_PAGES).map(|i| POOL / PAGE + 2 * i).collect())
+}
+
+/// `frames` shuffled with the fixed seed.
+fn shuffled(mut frames: Vec<u64>) -> Vec<u64> {
     let mut state = SEED;
     for i in (1..frames.len()).rev() {
         state ^= state << 13;
@@ -653,6 +669,9 @@ fn main() -> ExitCode {
     if let Some(submissions) = options.soak {
         return soak(&mut bench, submissions, options.json);
     }
+    let gpu_va = bench.setup_gpu_va();
+    bench.warm_up_and_check_gpu_va(&gpu_va);
+    let mut translation = gpuva::Translation::new();
     let echo = connect_echo(&bench);
     if let Err(why) = &echo {
         eprintln!("paging bench: {why}; the round-trip limit is missing");
@@ -671,6 +690,11 @@ fn main() -> ExitCode {
     let mut rtt_p99 = Vec::new();
     let (mut transfer_ratio, mut scattered_ratio, mut aperture_ratio, mut rtt_ratio) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut va_copy = Vec::new();
+    let mut va_copy_ratio = Vec::new();
+    let mut update = Vec::new();
+    let mut translate_miss = Vec::new();
+    let mut translate_hit = Vec::new();
 
     for round in 0..rounds {
         eprintln!("paging bench: round {}/{rounds}", round + 1);
@@ -692,6 +716,15 @@ fn main() -> ExitCode {
         // Against this round's scattered limit (the same 64 MiB each way).
         aperture_ratio.push(through / limit);
         unmap.push(MAP_PAGES as f64 / bench.device_unmap().as_secs_f64());
+
+        // The same bytes as the scattered transfers, between GPU virtual addresses, against
+        // this round's scattered transfer.
+        let through_mmu = gbps(copy_bytes, bench.device_va_copy());
+        va_copy.push(through_mmu);
+        va_copy_ratio.push(through_mmu / scattered_transfer[scattered_transfer.len() - 1]);
+        update.push(gpu_va.update_entries as f64 / bench.device_update(&gpu_va).as_secs_f64());
+        translate_miss.push(translation.miss_ns());
+        translate_hit.push(translation.hit_ns());
 
         // Echo and submission round trips alternate one by one, so both meet the same
         // placement of the two threads on the CPUs (which moves between rounds).
@@ -750,6 +783,15 @@ fn main() -> ExitCode {
         2,
     );
     push("aperture_transfer_gbps", aperture.clone(), None, 2);
+    push("va_copy_gbps", va_copy.clone(), None, 2);
+    push(
+        "update_page_table_entries_per_s",
+        update,
+        Some(Target::AtLeast(200e6)),
+        0,
+    );
+    push("translate_miss_ns_per_page", translate_miss, None, 1);
+    push("translate_hit_ns_per_page", translate_hit, None, 1);
     push("map_pages_per_s", map, Some(Target::AtLeast(50e6)), 0);
     push("unmap_pages_per_s", unmap, Some(Target::AtLeast(50e6)), 0);
     push("submit_rtt_us_p50", rtt_p50.clone(), None, 1);
@@ -778,6 +820,11 @@ fn main() -> ExitCode {
             "aperture_vs_memcpy",
             ratio(&aperture, &scattered_memcpy, aperture_ratio),
             Target::AtLeast(0.85),
+        ),
+        (
+            "va_copy_vs_scattered_transfer",
+            ratio(&va_copy, &scattered_transfer, va_copy_ratio),
+            Target::AtLeast(0.9),
         ),
     ];
     if !pingpong_p50.is_empty() {
@@ -808,6 +855,11 @@ fn main() -> ExitCode {
         "scattered_vs_memcpy",
         "aperture_transfer_gbps",
         "aperture_vs_memcpy",
+        "va_copy_gbps",
+        "va_copy_vs_scattered_transfer",
+        "update_page_table_entries_per_s",
+        "translate_miss_ns_per_page",
+        "translate_hit_ns_per_page",
         "map_pages_per_s",
         "unmap_pages_per_s",
         "pingpong_us_p50",
@@ -852,7 +904,7 @@ fn main() -> ExitCode {
         let mut table = String::new();
         let _ = writeln!(
             table,
-            "{:<26} {:>14} {:>8} {:>6}   min .. max over {rounds} rounds",
+            "{:<32} {:>14} {:>8} {:>6}   min .. max over {rounds} rounds",
             "key", "median", "target", ""
         );
         for entry in &keys {
@@ -872,7 +924,7 @@ fn main() -> ExitCode {
             };
             let _ = writeln!(
                 table,
-                "{:<26} {value:>14.d$} {target:>8} {verdict:>6}   {spread}",
+                "{:<32} {value:>14.d$} {target:>8} {verdict:>6}   {spread}",
                 key.name
             );
         }

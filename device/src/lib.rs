@@ -40,6 +40,9 @@ pub mod support;
 mod testkit;
 
 pub use engine::record::PacketRecord;
+pub use engine::virtual_engine::{
+    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory, VirtualStop,
+};
 pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;
@@ -52,7 +55,7 @@ pub use memory::vram::{BarMode, Vram, VramError};
 pub use mmu::fault::{Access, FaultKind, MmuFault};
 pub use mmu::space::{AddressSpace, RootError, Run, StaleTranslation};
 pub use mmu::tables::DeviceTables;
-pub use mmu::walk::{Root, TableAddress, TableMemory, Target};
+pub use mmu::walk::{walk, Page, Root, TableAddress, TableMemory, Target, Walk};
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;

@@ -296,16 +296,19 @@ pub struct MmuLevel {
 
 impl MmuLevel {
     /// Index bits (the level's tables hold `1 << index_bits` entries at most).
+    #[inline]
     pub fn index_bits(&self) -> u32 {
         self.index_bits
     }
 
     /// The lowest VA bit the level indexes: an entry covers `1 << shift` bytes.
+    #[inline]
     pub fn shift(&self) -> u32 {
         self.shift
     }
 
     /// Entries of one table (the most a resizable root may hold).
+    #[inline]
     pub fn entries(&self) -> u64 {
         1 << self.index_bits
     }
@@ -339,21 +342,25 @@ pub struct MmuGeometry {
 
 impl MmuGeometry {
     /// The caps it was checked from.
+    #[inline]
     pub fn caps(&self) -> &WddmGpuMmuCaps {
         &self.caps
     }
 
     /// `PageTableLevelCount`.
+    #[inline]
     pub fn level_count(&self) -> u32 {
         self.level_count
     }
 
     /// The root's level.
+    #[inline]
     pub fn root_level(&self) -> u32 {
         self.level_count - 1
     }
 
     /// Level `level` (0 = leaf); `None` past the root.
+    #[inline]
     pub fn level(&self, level: u32) -> Option<&MmuLevel> {
         self.levels[..self.level_count as usize].get(level as usize)
     }
@@ -364,6 +371,7 @@ impl MmuGeometry {
     }
 
     /// One past the highest GPU virtual address.
+    #[inline]
     pub fn address_limit(&self) -> u64 {
         1 << self.caps.virtual_address_bit_count
     }

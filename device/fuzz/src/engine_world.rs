@@ -85,6 +85,47 @@ pub fn fixed_layout(text: &str, bar_size: u64) -> SegmentLayout {
 /// clearing its GART for every input costs little.
 pub const DEFAULT_LAYOUT_APERTURE: u64 = 16 << 20;
 
+/// Where a world's memory is: guest RAM `[0, ram_low_end)` and `[ram_high, ram_high +
+/// ram_high_size)` with a hole between, the VRAM file (`vram_size` bytes) shown at `vram_gpa`,
+/// and `device_only` bytes of device-only VRAM.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    /// End of the RAM below the hole.
+    pub ram_low_end: u64,
+    /// Start of the RAM above the hole.
+    pub ram_high: u64,
+    /// Size of the RAM above the hole.
+    pub ram_high_size: u64,
+    /// Where the memory table shows the VRAM file.
+    pub vram_gpa: u64,
+    /// The VRAM file (BAR) size.
+    pub vram_size: u64,
+    /// Device-only VRAM after the BAR.
+    pub device_only: u64,
+}
+
+impl Sizes {
+    /// Every guest address inputs write lies below this (hole included).
+    pub fn ram_span(&self) -> u64 {
+        self.ram_high + self.ram_high_size
+    }
+
+    /// The RAM regions, as (start, length).
+    pub fn ram_regions(&self) -> [(u64, u64); 2] {
+        [(0, self.ram_low_end), (self.ram_high, self.ram_high_size)]
+    }
+}
+
+/// The engine target's memory.
+pub const ENGINE_SIZES: Sizes = Sizes {
+    ram_low_end: RAM_LOW_END,
+    ram_high: RAM_HIGH,
+    ram_high_size: RAM_HIGH_SIZE,
+    vram_gpa: VRAM_GPA,
+    vram_size: VRAM_SIZE,
+    device_only: DEVICE_ONLY,
+};
+
 /// The world.
 pub struct World {
     /// Guest memory: RAM with a hole, plus the VRAM window.
@@ -93,6 +134,8 @@ pub struct World {
     pub vram: Vram,
     /// Each layout with its engine, kept for the steps of one input.
     pub layouts: Vec<(SegmentLayout, Engine)>,
+    /// Where the memory is.
+    pub sizes: Sizes,
     /// The VRAM file, for clearing it.
     vram_file: File,
 }
@@ -113,11 +156,25 @@ fn discard(ptr: *mut u8, len: u64) {
 }
 
 impl World {
-    /// Creates the VRAM file and maps everything.
+    /// The engine target's world: [`ENGINE_SIZES`], the default layout (with a
+    /// [`DEFAULT_LAYOUT_APERTURE`] aperture), [`LAYOUT_MIXED`] and [`LAYOUT_WDDM2`].
     pub fn new() -> Self {
-        let path = crate::scratch::path("engine.vram");
+        let mut default = SegmentLayout::default_for_vram(VRAM_SIZE);
+        default.segments[1].size = DEFAULT_LAYOUT_APERTURE;
+        default.segments[1].commit_limit = DEFAULT_LAYOUT_APERTURE;
+        let layouts: Vec<SegmentLayout> = vec![
+            default,
+            fixed_layout(LAYOUT_MIXED, VRAM_SIZE),
+            fixed_layout(LAYOUT_WDDM2, VRAM_SIZE),
+        ];
+        Self::with("engine.vram", ENGINE_SIZES, layouts)
+    }
+
+    /// Creates the VRAM file (scratch file `name`) and maps everything.
+    pub fn with(name: &str, sizes: Sizes, layouts: Vec<SegmentLayout>) -> Self {
+        let path = crate::scratch::path(name);
         let _ = std::fs::remove_file(&path);
-        let vram = Vram::create(&path, VRAM_SIZE, DEVICE_ONLY, BarMode::Ivshmem)
+        let vram = Vram::create(&path, sizes.vram_size, sizes.device_only, BarMode::Ivshmem)
             .expect("VRAM file in the scratch directory");
         let vram_file = OpenOptions::new()
             .read(true)
@@ -128,37 +185,28 @@ impl World {
         let window = GuestRegionMmap::new(
             MmapRegion::from_file(
                 FileOffset::new(file, 0),
-                usize::try_from(VRAM_SIZE).unwrap(),
+                usize::try_from(sizes.vram_size).unwrap(),
             )
             .expect("VRAM maps"),
-            GuestAddress(VRAM_GPA),
+            GuestAddress(sizes.vram_gpa),
         )
         .expect("VRAM region");
-        let low = GuestRegionMmap::<()>::from_range(
-            GuestAddress(0),
-            usize::try_from(RAM_LOW_END).unwrap(),
-            None,
-        )
-        .expect("RAM below the hole");
-        let high = GuestRegionMmap::<()>::from_range(
-            GuestAddress(RAM_HIGH),
-            usize::try_from(RAM_HIGH_SIZE).unwrap(),
-            None,
-        )
-        .expect("RAM above the hole");
+        let [low, high] = sizes.ram_regions().map(|(start, len)| {
+            GuestRegionMmap::<()>::from_range(
+                GuestAddress(start),
+                usize::try_from(len).unwrap(),
+                None,
+            )
+            .expect("RAM region")
+        });
         let mem = GuestMemoryMmap::from_regions(vec![low, high, window]).expect("memory table");
         vram.observe_memory_table(&mem);
-        assert_eq!(vram.guest_window(), Some(VRAM_GPA..VRAM_GPA + VRAM_SIZE));
-        let mut default = SegmentLayout::default_for_vram(VRAM_SIZE);
-        default.segments[1].size = DEFAULT_LAYOUT_APERTURE;
-        default.segments[1].commit_limit = DEFAULT_LAYOUT_APERTURE;
-        let layouts: Vec<SegmentLayout> = vec![
-            default,
-            fixed_layout(LAYOUT_MIXED, VRAM_SIZE),
-            fixed_layout(LAYOUT_WDDM2, VRAM_SIZE),
-        ];
+        assert_eq!(
+            vram.guest_window(),
+            Some(sizes.vram_gpa..sizes.vram_gpa + sizes.vram_size)
+        );
         for layout in &layouts {
-            assert!(layout.device_only_vram(VRAM_SIZE) <= DEVICE_ONLY);
+            assert!(layout.device_only_vram(sizes.vram_size) <= sizes.device_only);
         }
         Self {
             mem,
@@ -170,6 +218,7 @@ impl World {
                     (layout, engine)
                 })
                 .collect(),
+            sizes,
             vram_file,
         }
     }
@@ -177,18 +226,21 @@ impl World {
     /// Back to the state `new` left: RAM and VRAM zero, every GART empty. Each input starts
     /// from here, so a crash input reproduces on its own.
     pub fn clear(&mut self) {
-        for (start, len) in [(0, RAM_LOW_END), (RAM_HIGH, RAM_HIGH_SIZE)] {
+        let sizes = self.sizes;
+        for (start, len) in sizes.ram_regions() {
             let ram = self
                 .mem
                 .get_slice(GuestAddress(start), usize::try_from(len).unwrap())
                 .expect("RAM region");
             discard(ram.ptr_guard_mut().as_ptr(), len);
         }
-        let local = self
-            .vram
-            .slice(VRAM_SIZE, usize::try_from(DEVICE_ONLY).unwrap())
-            .expect("device-only VRAM");
-        discard(local.ptr_guard_mut().as_ptr(), DEVICE_ONLY);
+        if sizes.device_only > 0 {
+            let local = self
+                .vram
+                .slice(sizes.vram_size, usize::try_from(sizes.device_only).unwrap())
+                .expect("device-only VRAM");
+            discard(local.ptr_guard_mut().as_ptr(), sizes.device_only);
+        }
         // SAFETY: fallocate on a descriptor the world owns; punching out the file's pages makes
         // them read as zero through every mapping (the backend's and the BAR window).
         let rc = unsafe {
@@ -196,7 +248,7 @@ impl World {
                 self.vram_file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 0,
-                libc::off_t::try_from(VRAM_SIZE).unwrap(),
+                libc::off_t::try_from(sizes.vram_size).unwrap(),
             )
         };
         assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());

@@ -131,10 +131,20 @@ impl AddressSpace {
         length: u64,
         access: Access,
     ) -> Result<Run, MmuFault> {
+        let empty = Run {
+            target: Target::Zero,
+            len: 0,
+        };
+        if length == 0 {
+            return Ok(empty);
+        }
         let mut run: Option<Run> = None;
         let mut cursor = address;
+        // Saturated, `end` cannot hold the byte at u64::MAX: the first page is asked for
+        // whatever `end` is, so a translation of at least one byte is a run or a fault, never
+        // empty (that address is past every geometry's range).
         let end = address.saturating_add(length);
-        while cursor < end {
+        loop {
             let page = match self.page(geometry, tables, cursor, access) {
                 Ok(page) => page,
                 Err(fault) => match run {
@@ -150,11 +160,11 @@ impl AddressSpace {
                 Some(_) => break,
             }
             cursor += step;
+            if cursor >= end {
+                break;
+            }
         }
-        Ok(run.unwrap_or(Run {
-            target: Target::Zero,
-            len: 0,
-        }))
+        Ok(run.unwrap_or(empty))
     }
 
     /// The page holding `address`, from the cache or a walk, with `access` checked.

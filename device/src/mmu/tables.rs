@@ -49,27 +49,26 @@ impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
         let size = u64::from(WDDM_GPU_PTE_SIZE);
         // The walker keeps `index` below 2^12, so the product cannot overflow.
         let offset = index * size;
-        let mut bytes = [0u8; 8];
         if table.segment == 0 {
             let address = table
                 .address
                 .checked_add(offset)
                 .ok_or(FaultKind::OutsideRam)?;
-            self.ram.read(address, &mut bytes).map_err(ram_fault)?;
-        } else {
-            let start = table
-                .address
-                .checked_add(offset)
-                .ok_or(FaultKind::BadSegment)?;
-            let vram_offset = self.segment_range(table.segment, start, size)?;
-            let slice = self
-                .vram
-                .slice(vram_offset, bytes.len())
-                .ok_or(FaultKind::BadSegment)?;
-            slice
-                .read_slice(&mut bytes, 0)
-                .map_err(|_| FaultKind::BadSegment)?;
+            return self.ram.read_u64(address).map_err(ram_fault);
         }
+        let start = table
+            .address
+            .checked_add(offset)
+            .ok_or(FaultKind::BadSegment)?;
+        let vram_offset = self.segment_range(table.segment, start, size)?;
+        let mut bytes = [0u8; 8];
+        let slice = self
+            .vram
+            .slice(vram_offset, bytes.len())
+            .ok_or(FaultKind::BadSegment)?;
+        slice
+            .read_slice(&mut bytes, 0)
+            .map_err(|_| FaultKind::BadSegment)?;
         Ok(u64::from_le_bytes(bytes))
     }
 

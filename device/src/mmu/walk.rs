@@ -46,6 +46,7 @@ pub enum Target {
 
 impl Target {
     /// The same store `bytes` further on (`None` for [`Target::Zero`] or past 64 bits).
+    #[inline]
     pub fn advanced(self, bytes: u64) -> Option<Target> {
         match self {
             Target::System(address) => address.checked_add(bytes).map(Target::System),
@@ -97,11 +98,13 @@ pub struct Page {
 
 impl Page {
     /// Bytes of the page.
+    #[inline]
     pub fn size(&self) -> u64 {
         1 << self.shift
     }
 
     /// Whether `access` is allowed; the fault names the level whose entry forbids it.
+    #[inline]
     pub fn allows(&self, address: u64, access: Access) -> Result<(), MmuFault> {
         let denied = match access {
             Access::Read => None,
@@ -121,6 +124,7 @@ impl Page {
     }
 
     /// Where `address` (inside the page) is.
+    #[inline]
     pub fn target_of(&self, address: u64) -> Target {
         let within = address - self.base;
         self.target.advanced(within).unwrap_or(Target::Zero)

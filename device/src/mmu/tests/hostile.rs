@@ -82,4 +82,12 @@ fn a_translation_of_a_huge_length_is_bounded_by_the_mapped_pages() {
         Access::Read,
     );
     assert_eq!(top.unwrap_err().kind, FaultKind::AddressRange);
+    // The last byte of the 64-bit space, which a saturated end cannot include: a fault, not
+    // an empty run (the gpummu_walk fuzz target found it).
+    for length in [1, 8, u64::MAX] {
+        let last = translate(&rig, &geometry, &mut space, u64::MAX, length, Access::Read);
+        assert_eq!(last.unwrap_err().kind, FaultKind::AddressRange, "{length}");
+    }
+    let nothing = translate(&rig, &geometry, &mut space, u64::MAX, 0, Access::Read);
+    assert_eq!(nothing.unwrap().len, 0);
 }
