@@ -40,9 +40,7 @@ pub mod support;
 mod testkit;
 
 pub use engine::record::PacketRecord;
-pub use engine::virtual_engine::{
-    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory, VirtualStop,
-};
+pub use engine::virtual_engine::{VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory};
 pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use vhost_user_wddm_gpu::{
-    AddressSpace, DeviceMemory, DeviceTables, EngineHooks, Interruption, Stop, TableAddress,
-    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory, VirtualStop,
+    AddressSpace, DeviceMemory, DeviceTables, EngineHooks, Fault, Interruption, Stop, TableAddress,
+    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
 };
 use vhost_user_wddm_gpu_fuzz::engine_world::World;
 use vhost_user_wddm_gpu_fuzz::input::Reader;
@@ -376,15 +376,15 @@ impl State {
                     "stopped at {offset:#x}: {cmd:?}"
                 );
                 match stop {
-                    VirtualStop::Interrupted(interruption) => {
+                    Stop::Interrupted(interruption) => {
                         assert!(fired, "an interruption nobody raised: {completion:?}");
                         assert_eq!(interruption, hooks.interruption);
                     }
-                    VirtualStop::Page(fault) => {
+                    Stop::Fault(Fault::Page(fault)) => {
                         assert!(!fired, "interrupted, but: {completion:?}");
                         assert!(fault.level <= self.geometry.root_level(), "{fault:?}");
                     }
-                    VirtualStop::Fault(_) => {
+                    Stop::Fault(_) => {
                         assert!(!fired, "interrupted, but: {completion:?}");
                     }
                 }
@@ -473,4 +473,11 @@ impl EngineHooks for PagingHooks {
     fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
         self.flushes.push((root, range));
     }
+
+    /// No paging context: the virtual-address paging packets are refused BAD_CONTEXT.
+    fn paging_space(&self) -> Option<std::sync::Arc<std::sync::Mutex<AddressSpace>>> {
+        None
+    }
+
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
 }
