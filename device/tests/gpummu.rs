@@ -280,6 +280,40 @@ fn copy_fill_and_signal_through_gpu_virtual_addresses() {
     );
 }
 
+#[test]
+fn a_copy_from_contiguous_pages_into_scattered_ones_moves_every_byte() {
+    let (mut h, _tables) = mapped_gpu("gpummu-scatter", 0);
+    let data = pattern(0x5ca7, 20 * PAGE_USIZE);
+    h.write_vram(0x10_0000, &data);
+    for i in 0..16 {
+        h.write_ram(data_page(i), &[0; PAGE_USIZE]);
+    }
+    // From the contiguous VRAM pages into the 16 scattered RAM pages, both ends unaligned:
+    // each destination run is shorter than the source's.
+    let length = 16 * PAGE_USIZE - 150;
+    let mut packets = DmaBufferBuilder::new();
+    packets.push(&virtual_copy(
+        length as u64,
+        VA_DESTINATION + 100,
+        VA_SOURCE + 50,
+    ));
+    let done = run_virtual(&mut h, &packets, 5);
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+    assert_eq!(done.bytes_transferred, length as u64);
+    let written: Vec<u8> = (0..16)
+        .flat_map(|i| h.read_ram(data_page(i), PAGE_USIZE))
+        .collect();
+    assert!(written[50..50 + length] == data[100..100 + length]);
+    assert!(
+        written[..50].iter().all(|&b| b == 0),
+        "written before the copy"
+    );
+    assert!(
+        written[50 + length..].iter().all(|&b| b == 0),
+        "written past the copy"
+    );
+}
+
 fn page_fault(done: &WddmGpuRespSubmitVirtual) -> WddmGpuPageFaultRecord {
     assert_eq!(done.status, SubmitStatus::PageFault as u32, "{done:?}");
     done.page_fault

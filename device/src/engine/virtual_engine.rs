@@ -14,6 +14,7 @@ use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE};
 use wddm_gpu_abi::size_of_u32;
 use wddm_gpu_abi::submit::WDDM_GPU_MAX_DMA_BUFFER_SIZE;
+use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
 use super::access::{copy, fitting, read_location, write_location, Location};
@@ -256,12 +257,18 @@ impl VirtualEngine {
                 .ok_or(Fault::LengthOverflow(length))?;
         }
         let mut done = 0u64;
+        // How far ahead the source is translated: twice what the last step moved (at least two
+        // pages), so a contiguous source copied into scattered pages is not translated to the
+        // end of its chunk again for every page, and runs that are long on both sides grow back
+        // to the chunk in a few steps. Every byte is translated as before, when it comes first.
+        let mut reach = u64::MAX;
         while done < length {
             interruption_point(done, hooks)?;
             let step = (length - done).min(CHUNK - done % CHUNK);
-            let from = memory.translate(source + done, step, Access::Read)?;
+            let from = memory.translate(source + done, step.min(reach), Access::Read)?;
             let to = memory.translate(destination + done, from.len, Access::Write)?;
             let len = from.len.min(to.len);
+            reach = len.max(WDDM_GPU_PAGE_SIZE).saturating_mul(2);
             let (from, to) = (Run { len, ..from }, Run { len, ..to });
             match (memory.location(from)?, memory.location(to)?) {
                 (Some(from), Some(to)) => copy(from, to, len, memory.mem, &mut self.bounce)?,
