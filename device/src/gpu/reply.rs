@@ -11,10 +11,12 @@
 use std::collections::VecDeque;
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
+use wddm_gpu_abi::context::WddmGpuPageFaultRecord;
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, VIRTIO_GPU_RESP_ERR_UNSPEC, WDDM_GPU_RESP_EVENT};
 use wddm_gpu_abi::request::FenceEcho;
 use wddm_gpu_abi::status::{
     WddmGpuRespEvent, WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_MONITORED_FENCE,
+    WDDM_GPU_EVENT_PAGE_FAULT,
 };
 use zerocopy::IntoBytes;
 
@@ -109,6 +111,24 @@ impl Notify {
         if let Some(reply) = reply {
             reply.complete(event.as_bytes());
         }
+    }
+
+    /// A node page-faulted: the `DmaPageFaulted` record in the node's slot of the status page,
+    /// then the PAGE_FAULT event carrying it.
+    pub fn page_fault<M: GuestMemoryBackend>(
+        &mut self,
+        record: WddmGpuPageFaultRecord,
+        ram: &GuestRam<'_, M>,
+    ) {
+        self.status.record_page_fault(&record, ram);
+        self.signal(
+            WddmGpuRespEvent {
+                kind: WDDM_GPU_EVENT_PAGE_FAULT,
+                page_fault: record,
+                ..Default::default()
+            },
+            ram,
+        );
     }
 
     /// A monitored fence was written (a SIGNAL packet, a SIGNAL_MONITORED_FENCE): the

@@ -26,12 +26,11 @@ use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::context::{
     WddmGpuPageFaultRecord, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_PAGING,
-    WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
-    WDDM_GPU_EVENT_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
+    WDDM_GPU_EVENT_FENCE,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
@@ -45,7 +44,6 @@ use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
-use crate::mmu::fault::Access;
 use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::stats::{Stats, SubmissionRecord};
@@ -719,25 +717,13 @@ impl Execution {
                     sequence,
                     fault: mmu.wire(),
                     fence_id: fence,
-                    flags: if mmu.access == Access::Write {
-                        WDDM_GPU_PAGE_FAULT_FLAG_WRITE
-                    } else {
-                        0
-                    },
+                    flags: mmu.access_flags(),
                     node_ordinal: WDDM_GPU_NODE_PAGING,
                     context_id: lock(&self.contexts).paging_context().unwrap_or(u32::MAX),
                     error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
                     packet_offset: offset,
                 };
-                notify.status.record_page_fault(&page_fault, &ram);
-                notify.signal(
-                    WddmGpuRespEvent {
-                        kind: WDDM_GPU_EVENT_PAGE_FAULT,
-                        page_fault,
-                        ..Default::default()
-                    },
-                    &ram,
-                );
+                notify.page_fault(page_fault, &ram);
             }
         }
         // A faulted submission completes too (with its error): the driver decides whether to

@@ -18,12 +18,10 @@ use log::warn;
 use wddm_gpu_abi::context::{
     WddmGpuCmdSubmitVirtual, WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual,
     WddmGpuStaleTranslation, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_VIRTUAL,
-    WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED, WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+    WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
-use wddm_gpu_abi::status::{
-    WddmGpuRespEvent, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_EVENT_STALE_TRANSLATION,
-};
+use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_STALE_TRANSLATION};
 use wddm_gpu_abi::submit::SubmitStatus;
 use zerocopy::IntoBytes;
 
@@ -36,7 +34,6 @@ use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
-use crate::mmu::fault::Access;
 use crate::mmu::space::AddressSpace;
 use crate::support::sync::{lock, wait};
 
@@ -394,16 +391,11 @@ impl Shared {
                     state.page_faults += 1;
                     state.page_faults
                 };
-                let write = if fault.access == Access::Write {
-                    WDDM_GPU_PAGE_FAULT_FLAG_WRITE
-                } else {
-                    0
-                };
                 let record = WddmGpuPageFaultRecord {
                     sequence,
                     fault: fault.wire(),
                     fence_id: cmd.submission_fence_id,
-                    flags: write | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+                    flags: fault.access_flags() | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
                     node_ordinal: WDDM_GPU_NODE_VIRTUAL,
                     context_id: cmd.context_id,
                     error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
@@ -414,16 +406,7 @@ impl Shared {
                     cmd.context_id,
                     cmd.submission_fence_id
                 );
-                let mut notify = lock(&self.notify);
-                notify.status.record_page_fault(&record, ram);
-                notify.signal(
-                    WddmGpuRespEvent {
-                        kind: WDDM_GPU_EVENT_PAGE_FAULT,
-                        page_fault: record,
-                        ..Default::default()
-                    },
-                    ram,
-                );
+                lock(&self.notify).page_fault(record, ram);
                 reply.page_fault = record;
             }
             Stop::Fault(fault) => {

@@ -1,6 +1,7 @@
 //! Why a translation failed, as the MMU reports it: one kind per attack or mistake, the level
 //! whose entry (or root) failed and the entry itself, ready for the `DmaPageFaulted` record.
 
+use wddm_gpu_abi::context::WDDM_GPU_PAGE_FAULT_FLAG_WRITE;
 use wddm_gpu_abi::gpuva::{
     WddmGpuMmuFault, WDDM_GPU_MMU_ACCESS_EXECUTE, WDDM_GPU_MMU_ACCESS_READ,
     WDDM_GPU_MMU_ACCESS_WRITE, WDDM_GPU_MMU_FAULT_ADDRESS_RANGE, WDDM_GPU_MMU_FAULT_BAD_FLAGS,
@@ -110,6 +111,15 @@ pub struct MmuFault {
 }
 
 impl MmuFault {
+    /// The `DXGK_PAGE_FAULT_FLAGS` the access itself sets: `DXGK_PAGE_FAULT_WRITE` for a write.
+    pub fn access_flags(&self) -> u32 {
+        if self.access == Access::Write {
+            WDDM_GPU_PAGE_FAULT_FLAG_WRITE
+        } else {
+            0
+        }
+    }
+
     /// The record a driver reads.
     pub fn wire(&self) -> WddmGpuMmuFault {
         WddmGpuMmuFault {
