@@ -246,6 +246,48 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
     Ok(())
 }
 
+/// Bytes of a repeated pattern written per step.
+const REPEAT_SIZE: usize = 64 << 10;
+
+/// One unit (a fill pattern, a page-table entry, a zero byte) repeated over a buffer that is kept
+/// while the unit stays the same, so repeated writes of it do not rebuild it.
+#[derive(Default)]
+pub(super) struct Repeated {
+    unit: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl Repeated {
+    /// Writes `unit` again and again over `to`, from its first byte on. `unit` is 1, 4 or 8
+    /// bytes long (it divides the buffer, so every step starts in phase).
+    pub(super) fn write<M: GuestMemoryBackend>(
+        &mut self,
+        to: Location,
+        unit: &[u8],
+        mem: &DeviceMemory<'_, M>,
+    ) -> Result<(), Fault> {
+        debug_assert!(!unit.is_empty() && REPEAT_SIZE.is_multiple_of(unit.len()));
+        if self.unit != unit {
+            self.unit.clear();
+            self.unit.extend_from_slice(unit);
+            self.bytes.clear();
+            self.bytes
+                .extend(unit.iter().copied().cycle().take(REPEAT_SIZE));
+        }
+        let mut rest = to;
+        while rest.len() > 0 {
+            let step = rest.len().min(REPEAT_SIZE as u64);
+            write_location(
+                rest.sub(0, step),
+                &self.bytes[..fitting(step, REPEAT_SIZE)],
+                mem,
+            )?;
+            rest = rest.sub(step, u64::MAX);
+        }
+        Ok(())
+    }
+}
+
 /// Writes `buf` over a run as long as it.
 pub(super) fn write_location<M: GuestMemoryBackend>(
     location: Location,

@@ -147,6 +147,8 @@ pub struct Engine {
     gart: Gart,
     /// The copy engine the virtual-address paging packets move bytes with.
     virtual_engine: virtual_engine::VirtualEngine,
+    /// The entry a Repeat UPDATE_PAGE_TABLE writes, repeated.
+    repeated: access::Repeated,
     frame_lists: [FrameList; 2],
     bounce: Vec<u8>,
     fill: Vec<u8>,
@@ -158,6 +160,7 @@ impl Engine {
         Self {
             gart: Gart::new(layout),
             virtual_engine: virtual_engine::VirtualEngine::default(),
+            repeated: access::Repeated::default(),
             frame_lists: [FrameList::new(), FrameList::new()],
             bounce: Vec::new(),
             fill: Vec::new(),

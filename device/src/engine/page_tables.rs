@@ -12,13 +12,10 @@ use wddm_gpu_abi::packet::{
     WDDM_GPU_UPDATE_FLAG_REPEAT, WDDM_GPU_UPDATE_FLAG_USE_64KB_PAGES,
 };
 
-use super::access::{copy, fitting, write_location};
+use super::access::copy;
 use super::place::{ram, segment_offset};
 use super::{DeviceMemory, Engine, EngineHooks, Fault};
 use crate::mmu::walk::TableAddress;
-
-/// Entries written per step of a Repeat update.
-const REPEAT_BATCH: usize = 512;
 
 /// The geometry, or the packet is refused: the layout has no GpuMmu.
 fn geometry<'a, M>(mem: &'a DeviceMemory<'_, M>) -> Result<&'a MmuGeometry, Fault> {
@@ -96,15 +93,8 @@ impl Engine {
             segment_offset(mem, segment, offset, length)?
         };
         if repeat {
-            let batch = [packet.entry.to_le_bytes(); REPEAT_BATCH];
-            let batch = batch.as_flattened();
-            let mut rest = table;
-            while rest.len() > 0 {
-                let step = rest.len().min(batch.len() as u64);
-                let (now, later) = (rest.sub(0, step), rest.sub(step, u64::MAX));
-                write_location(now, &batch[..fitting(now.len(), batch.len())], mem)?;
-                rest = later;
-            }
+            self.repeated
+                .write(table, &packet.entry.to_le_bytes(), mem)?;
         } else {
             let source = ram(mem, packet.entries_address, length)?;
             copy(source, table, length, mem, &mut self.bounce)?;

@@ -17,7 +17,7 @@ use wddm_gpu_abi::submit::WDDM_GPU_MAX_DMA_BUFFER_SIZE;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
-use super::access::{copy, fitting, read_location, write_location, Location};
+use super::access::{copy, read_location, write_location, Location, Repeated};
 use super::place::{ram, segment_offset};
 use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
 use crate::mmu::fault::Access;
@@ -25,9 +25,6 @@ use crate::mmu::space::{AddressSpace, Run};
 use crate::mmu::tables::DeviceTables;
 use crate::mmu::walk::Target;
 use crate::support::sync::lock;
-
-/// Bytes of zeros or pattern prepared per step.
-const STEP_BUFFER: usize = 64 << 10;
 
 /// How a virtual submission ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +53,7 @@ pub trait VirtualHooks {
 #[derive(Default)]
 pub struct VirtualEngine {
     bounce: Vec<u8>,
-    pattern: Vec<u8>,
+    repeated: Repeated,
 }
 
 /// What a submission runs against: memory, the geometry and the context's address space.
@@ -272,7 +269,7 @@ impl VirtualEngine {
             let (from, to) = (Run { len, ..from }, Run { len, ..to });
             match (memory.location(from)?, memory.location(to)?) {
                 (Some(from), Some(to)) => copy(from, to, len, memory.mem, &mut self.bounce)?,
-                (None, Some(to)) => self.write_repeated(to, &[0], memory)?,
+                (None, Some(to)) => self.repeated.write(to, &[0], memory.mem)?,
                 (_, None) => {}
             }
             done += len;
@@ -304,36 +301,11 @@ impl VirtualEngine {
                 let phase = usize::try_from(done % 4).unwrap_or(0);
                 let mut rotated = pattern;
                 rotated.rotate_left(phase);
-                self.write_repeated(to, &rotated, memory)?;
+                self.repeated.write(to, &rotated, memory.mem)?;
             }
             done += run.len;
         }
         Ok(length)
-    }
-
-    /// Writes `unit` again and again over `to`.
-    fn write_repeated<M: GuestMemoryBackend>(
-        &mut self,
-        to: Location,
-        unit: &[u8],
-        memory: &VirtualMemory<'_, '_, M>,
-    ) -> Result<(), Fault> {
-        if self.pattern.len() != STEP_BUFFER || !self.pattern.starts_with(unit) {
-            self.pattern.clear();
-            self.pattern
-                .extend(unit.iter().copied().cycle().take(STEP_BUFFER));
-        }
-        let mut rest = to;
-        while rest.len() > 0 {
-            let step = rest.len().min(STEP_BUFFER as u64);
-            write_location(
-                rest.sub(0, step),
-                &self.pattern[..fitting(step, STEP_BUFFER)],
-                memory.mem,
-            )?;
-            rest = rest.sub(step, u64::MAX);
-        }
-        Ok(())
     }
 }
 

@@ -224,3 +224,23 @@ fn without_a_paging_context_or_a_gpummu_the_packets_are_refused() {
         ))
     );
 }
+
+#[test]
+fn a_zero_page_copied_after_a_fill_writes_zeros() {
+    use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_ZERO;
+
+    let mut rig = gpummu_rig("pv-zero-after-fill");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    let zero_va = 0xc000_0000;
+    tables
+        .set(zero_va, 0, pte(0, 0, WDDM_GPU_PTE_ZERO))
+        .unwrap();
+    store(&rig, &mut tables);
+    // A fill whose pattern starts with a zero byte, then a copy from a zero page: the copy must
+    // write zeros, not the fill's bytes.
+    let mut bytes = packet_bytes(fill_virtual(0x3322_1100, 64, VA_VRAM));
+    bytes.extend(packet_bytes(transfer_virtual(64, zero_va, VA_VRAM)));
+    let completion = rig.submit_with(&bytes, &mut hooks);
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(rig.vram_read(0x20_0000, 64), vec![0; 64]);
+}
