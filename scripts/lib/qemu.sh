@@ -13,9 +13,11 @@
 #   INITRD          default target/guest/initrd.gz
 #   APPEND          kernel command line, default from guest_append:
 #                   console=ttyS0 quiet panic=-1 hugepages=$GUEST_HUGEPAGES
-#                   transparent_hugepage=never wddm.args=$WDDM_ARGS
+#                   transparent_hugepage=never wddm.args=$WDDM_ARGS [wddm.cdev=0]
 #   GUEST_HUGEPAGES 2 MiB hugepages reserved at boot, default 64
-#   WDDM_ARGS       comma-separated arguments for /bin/wddm-guest
+#   WDDM_ARGS       comma-separated arguments for /bin/wddm-guest (`cdev`: the C device
+#                   library's suite alone)
+#   GUEST_CDEV      0: no C device library suite after `suite` or `gpuva` (wddm.cdev=0)
 #   VRAM_SIZE       checked to be a power of two when set
 #   QEMU_TIMEOUT    run_guest's default timeout in seconds, default 240
 #   QEMU_LOG        run_guest's default log file, default target/guest/qemu.log
@@ -52,8 +54,10 @@ guest_append() {
     fi
     [[ "$args" =~ [[:space:]\"] ]] && die "WDDM_ARGS must not contain spaces or quotes: '${args}'"
     [[ "${GUEST_HUGEPAGES:-64}" =~ ^[0-9]+$ ]] || die "GUEST_HUGEPAGES must be a number: '${GUEST_HUGEPAGES}'"
-    printf 'console=ttyS0 quiet panic=-1 hugepages=%s transparent_hugepage=never%s\n' \
-        "${GUEST_HUGEPAGES:-64}" "${args:+ wddm.args=${args}}"
+    [[ "${GUEST_CDEV:-1}" =~ ^[01]$ ]] || die "GUEST_CDEV must be 0 or 1: '${GUEST_CDEV}'"
+    printf 'console=ttyS0 quiet panic=-1 hugepages=%s transparent_hugepage=never%s%s\n' \
+        "${GUEST_HUGEPAGES:-64}" "${args:+ wddm.args=${args}}" \
+        "$([[ "${GUEST_CDEV:-1}" == 0 ]] && echo ' wddm.cdev=0')"
 }
 
 # _size_bytes SIZE: QEMU-style size (bytes, or K/M/G/T suffix) in bytes.
