@@ -1,7 +1,8 @@
 //! One GPU virtual address space: its bound root, its translation cache, and the checking mode
 //! that notices a cached translation the tables in memory no longer agree with (the flush a
 //! KMD forgot). Translation hands out the longest run of bytes contiguous in one store, so a
-//! copy moves whole runs rather than pages.
+//! copy moves whole runs rather than pages; a walk to a leaf entry caches the valid entries of
+//! its whole line ([`super::walk::LINE_ENTRIES`]), so a run of pages walks once per line.
 
 use std::ops::Range;
 
@@ -10,7 +11,9 @@ use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::fault::{Access, MmuFault};
 use super::tlb::Tlb;
-use super::walk::{walk, walk_path, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS};
+use super::walk::{
+    walk_path, walk_to_leaf, Page, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS,
+};
 
 /// Why a root was not bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -131,14 +134,33 @@ impl AddressSpace {
         length: u64,
         access: Access,
     ) -> Result<Run, MmuFault> {
-        let empty = Run {
+        let mut run = [Run {
             target: Target::Zero,
             len: 0,
-        };
-        if length == 0 {
-            return Ok(empty);
+        }];
+        match self.translate_runs(geometry, tables, address, length, access, &mut run) {
+            (0, Some(fault)) => Err(fault),
+            _ => Ok(run[0]),
         }
-        let mut run: Option<Run> = None;
+    }
+
+    /// The successive runs from `address` over at most `length` bytes, into `runs` (each as
+    /// long as [`Self::translate`] makes it): how many were filled, and the fault at the byte
+    /// after the last one if a fault ended them. Every page is looked up once, so a copy
+    /// translates a batch of runs on each side and then moves them back to back.
+    pub fn translate_runs<T: TableMemory>(
+        &mut self,
+        geometry: &MmuGeometry,
+        tables: &T,
+        address: u64,
+        length: u64,
+        access: Access,
+        runs: &mut [Run],
+    ) -> (usize, Option<MmuFault>) {
+        if length == 0 || runs.is_empty() {
+            return (0, None);
+        }
+        let mut count = 0;
         let mut cursor = address;
         // Saturated, `end` cannot hold the byte at u64::MAX: the first page is asked for
         // whatever `end` is, so a translation of at least one byte is a run or a fault, never
@@ -147,24 +169,26 @@ impl AddressSpace {
         loop {
             let page = match self.page(geometry, tables, cursor, access) {
                 Ok(page) => page,
-                Err(fault) => match run {
-                    Some(run) => return Ok(run),
-                    None => return Err(fault),
-                },
+                Err(fault) => return (count, Some(fault)),
             };
-            let step = (page.page.base + page.page.size()).min(end) - cursor;
-            let target = page.page.target_of(cursor);
-            match &mut run {
-                None => run = Some(Run { target, len: step }),
+            let step = (page.base + page.size()).min(end) - cursor;
+            let target = page.target_of(cursor);
+            match count.checked_sub(1).and_then(|last| runs.get_mut(last)) {
                 Some(run) if run.target.advanced(run.len) == Some(target) => run.len += step,
-                Some(_) => break,
+                _ => match runs.get_mut(count) {
+                    Some(run) => {
+                        *run = Run { target, len: step };
+                        count += 1;
+                    }
+                    // Full: the next call looks this page up again.
+                    None => return (count, None),
+                },
             }
             cursor += step;
             if cursor >= end {
-                break;
+                return (count, None);
             }
         }
-        Ok(run.unwrap_or(empty))
     }
 
     /// The page holding `address`, from the cache or a walk, with `access` checked.
@@ -174,7 +198,7 @@ impl AddressSpace {
         tables: &T,
         address: u64,
         access: Access,
-    ) -> Result<Walk, MmuFault> {
+    ) -> Result<Page, MmuFault> {
         let root = self.root.ok_or(MmuFault {
             kind: super::fault::FaultKind::NoRoot,
             address,
@@ -184,8 +208,9 @@ impl AddressSpace {
         })?;
         let checking = self.checking;
         if let Some(hit) = self.tlb.lookup(address) {
-            let cached = *hit.walk;
+            let page = hit.walk.page;
             if checking && !*hit.reported {
+                let cached = *hit.walk;
                 let mut path = [0; MAX_LEVELS];
                 let fresh = walk_path(geometry, &root, address, access, tables, &mut path);
                 if let Some(stale) = disagreement(&cached, fresh.ok().as_ref(), &path, address) {
@@ -193,13 +218,19 @@ impl AddressSpace {
                     self.record_stale(stale);
                 }
             }
-            cached.page.allows(address, access)?;
-            return Ok(cached);
+            page.allows(address, access)?;
+            return Ok(page);
         }
-        let fresh = walk(geometry, &root, address, access, tables)?;
+        let (fresh, leaf) = walk_to_leaf(geometry, &root, address, access, tables)?;
         self.tlb.insert(address, fresh);
+        if let Some(leaf) = leaf {
+            let tlb = &mut self.tlb;
+            leaf.line(&fresh, tables, |neighbour| {
+                tlb.insert(neighbour.page.base, neighbour);
+            });
+        }
         fresh.page.allows(address, access)?;
-        Ok(fresh)
+        Ok(fresh.page)
     }
 
     fn record_stale(&mut self, stale: StaleTranslation) {
@@ -215,7 +246,7 @@ impl AddressSpace {
 /// `path`) disagree, if they do: the highest level whose entry changed.
 fn disagreement(
     cached: &Walk,
-    page: Option<&super::walk::Page>,
+    page: Option<&Page>,
     path: &[u64; MAX_LEVELS],
     address: u64,
 ) -> Option<StaleTranslation> {

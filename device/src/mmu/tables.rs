@@ -6,7 +6,7 @@ use vm_memory::{Bytes, GuestMemoryBackend};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
 
 use super::fault::FaultKind;
-use super::walk::{TableAddress, TableMemory, Target};
+use super::walk::{TableAddress, TableMemory, Target, LINE_ENTRIES};
 use crate::layout::{Resolved, SegmentLayout};
 use crate::memory::guest_ram::{GuestRam, RamError};
 use crate::memory::vram::Vram;
@@ -37,6 +37,10 @@ impl<M> DeviceTables<'_, M> {
     }
 }
 
+/// Bytes of the most entries read at once (a line of a leaf table).
+const LINE_BYTES: usize = 64;
+const _: () = assert!(LINE_BYTES == LINE_ENTRIES * WDDM_GPU_PTE_SIZE as usize);
+
 fn ram_fault(error: RamError) -> FaultKind {
     match error {
         RamError::InVram { .. } => FaultKind::InVramWindow,
@@ -46,30 +50,56 @@ fn ram_fault(error: RamError) -> FaultKind {
 
 impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
     fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
-        let size = u64::from(WDDM_GPU_PTE_SIZE);
-        // The walker keeps `index` below 2^12, so the product cannot overflow.
-        let offset = index * size;
+        if table.segment == 0 {
+            // The walker keeps `index` below 2^12, so the product cannot overflow.
+            let address = table
+                .address
+                .checked_add(index * u64::from(WDDM_GPU_PTE_SIZE))
+                .ok_or(FaultKind::OutsideRam)?;
+            return self.ram.read_u64(address).map_err(ram_fault);
+        }
+        let mut entry = [0];
+        self.read_entries(table, index, &mut entry)?;
+        Ok(entry[0])
+    }
+
+    fn read_entries(
+        &self,
+        table: TableAddress,
+        first: u64,
+        out: &mut [u64],
+    ) -> Result<(), FaultKind> {
+        let mut bytes = [0u8; LINE_BYTES];
+        let size = usize::try_from(WDDM_GPU_PTE_SIZE).unwrap_or(8);
+        let bytes = bytes
+            .get_mut(..out.len().saturating_mul(size))
+            .ok_or(FaultKind::BadSegment)?;
+        // The walker keeps indexes below 2^12, so the product cannot overflow.
+        let offset = first * u64::from(WDDM_GPU_PTE_SIZE);
         if table.segment == 0 {
             let address = table
                 .address
                 .checked_add(offset)
                 .ok_or(FaultKind::OutsideRam)?;
-            return self.ram.read_u64(address).map_err(ram_fault);
+            self.ram.read(address, bytes).map_err(ram_fault)?;
+        } else {
+            let start = table
+                .address
+                .checked_add(offset)
+                .ok_or(FaultKind::BadSegment)?;
+            let vram_offset = self.segment_range(table.segment, start, bytes.len() as u64)?;
+            self.vram
+                .slice(vram_offset, bytes.len())
+                .ok_or(FaultKind::BadSegment)?
+                .read_slice(bytes, 0)
+                .map_err(|_| FaultKind::BadSegment)?;
         }
-        let start = table
-            .address
-            .checked_add(offset)
-            .ok_or(FaultKind::BadSegment)?;
-        let vram_offset = self.segment_range(table.segment, start, size)?;
-        let mut bytes = [0u8; 8];
-        let slice = self
-            .vram
-            .slice(vram_offset, bytes.len())
-            .ok_or(FaultKind::BadSegment)?;
-        slice
-            .read_slice(&mut bytes, 0)
-            .map_err(|_| FaultKind::BadSegment)?;
-        Ok(u64::from_le_bytes(bytes))
+        for (entry, chunk) in out.iter_mut().zip(bytes.chunks_exact(size)) {
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(chunk);
+            *entry = u64::from_le_bytes(raw);
+        }
+        Ok(())
     }
 
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {

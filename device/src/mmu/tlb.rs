@@ -10,6 +10,7 @@ use super::walk::Walk;
 
 /// Sets for 4 KiB pages (two ways each).
 const SMALL_SETS: u64 = 512;
+const _: () = assert!(SMALL_SETS.is_power_of_two() && LARGE_SETS.is_power_of_two());
 /// Sets for 64 KiB and larger pages (two ways each).
 const LARGE_SETS: u64 = 64;
 /// Ways per set.
@@ -45,6 +46,7 @@ struct Ways {
 
 impl Ways {
     fn new(sets: u64) -> Self {
+        debug_assert!(sets.is_power_of_two());
         let sets = usize::try_from(sets).unwrap_or(1);
         Self {
             slots: vec![[None; WAYS]; sets].into_boxed_slice(),
@@ -53,11 +55,12 @@ impl Ways {
     }
 
     /// The set of frame `key`: higher bits folded in, so ranges a power-of-two apart (a copy's
-    /// source and destination) do not share a set.
+    /// source and destination) do not share a set. Set counts are powers of two: a mask, not a
+    /// division, on every lookup.
+    #[inline]
     fn set(&self, key: u64) -> usize {
-        let sets = self.slots.len() as u64;
         let folded = key ^ (key >> 9) ^ (key >> 18) ^ (key >> 27);
-        usize::try_from(folded % sets).unwrap_or(0)
+        usize::try_from(folded).unwrap_or(0) & (self.slots.len() - 1)
     }
 }
 
@@ -91,19 +94,16 @@ impl Tlb {
             })
         };
         let small_key = address >> 12;
-        let large_key = address >> LARGE_INDEX_SHIFT;
         let small_set = self.small.set(small_key);
-        let large_set = self.large.set(large_key);
         let found = if let Some(way) =
             (0..WAYS).find(|&way| live(&self.small.slots[small_set][way], small_key))
         {
             &mut self.small.slots[small_set][way]
-        } else if let Some(way) =
-            (0..WAYS).find(|&way| live(&self.large.slots[large_set][way], large_key))
-        {
-            &mut self.large.slots[large_set][way]
         } else {
-            return None;
+            let large_key = address >> LARGE_INDEX_SHIFT;
+            let large_set = self.large.set(large_key);
+            let way = (0..WAYS).find(|&way| live(&self.large.slots[large_set][way], large_key))?;
+            &mut self.large.slots[large_set][way]
         };
         found.as_mut().map(|slot| Hit {
             walk: &slot.walk,

@@ -64,6 +64,20 @@ pub trait TableMemory {
     /// entries).
     fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind>;
 
+    /// Entries `first..first + out.len()` of the table at `table`, inside the table (a line
+    /// of a leaf table, see [`Leaf::line`]); one read where the memory allows it.
+    fn read_entries(
+        &self,
+        table: TableAddress,
+        first: u64,
+        out: &mut [u64],
+    ) -> Result<(), FaultKind> {
+        for (index, entry) in (first..).zip(out.iter_mut()) {
+            *entry = self.read_entry(table, index)?;
+        }
+        Ok(())
+    }
+
     /// Whether the `size` bytes at `target` are storage a page may map.
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind>;
 }
@@ -140,6 +154,127 @@ pub struct Walk {
     pub path: [u64; MAX_LEVELS],
 }
 
+/// Entries a translation-cache fill reads from a leaf table at once: one 64-byte line, the way
+/// a GPU fetches page-table entries. The line's other entries that map a page are cached with
+/// the one walked to, so a run of pages costs one walk per line rather than one per page.
+pub const LINE_ENTRIES: usize = 8;
+
+/// Where a walk found its level-0 entry: what a fill of the rest of its line needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leaf {
+    table: TableAddress,
+    index: u64,
+    /// Entries in the leaf table.
+    entries: u64,
+    /// log2 of the bytes one entry maps.
+    shift: u32,
+    /// The highest level above the leaf whose entry is read-only, no-execute.
+    read_only: Option<u32>,
+    no_execute: Option<u32>,
+}
+
+impl Leaf {
+    /// Calls `each` with the walk every other entry of the line holding `walk`'s leaf entry
+    /// would end in (the same entries above it, read by that walk). Entries a walk would fault
+    /// on are left out, so an invalid entry is never cached, and a line that cannot be read is
+    /// no fill at all.
+    pub fn line<T: TableMemory>(&self, walk: &Walk, tables: &T, mut each: impl FnMut(Walk)) {
+        let line_entries = LINE_ENTRIES as u64;
+        let first = self.index & !(line_entries - 1);
+        let count = line_entries.min(self.entries.saturating_sub(first));
+        let mut line = [0u64; LINE_ENTRIES];
+        let Some(line) = line.get_mut(..usize::try_from(count).unwrap_or(0)) else {
+            return;
+        };
+        if tables.read_entries(self.table, first, line).is_err() {
+            return;
+        }
+        let table_base = walk.page.base - (self.index << self.shift);
+        for (index, &entry) in (first..).zip(line.iter()) {
+            if index == self.index {
+                continue;
+            }
+            let base = table_base + (index << self.shift);
+            if let Ok(page) = self.page(entry, base, tables) {
+                let mut path = walk.path;
+                path[0] = entry;
+                each(Walk { page, path });
+            }
+        }
+    }
+
+    /// The page leaf entry `entry` maps at `base`, checked as the walk checks it.
+    fn page<T: TableMemory>(&self, entry: u64, base: u64, tables: &T) -> Result<Page, FaultKind> {
+        let decoded = Entry::check(entry)?;
+        if decoded.large || decoded.table_64k {
+            return Err(FaultKind::BadFlags);
+        }
+        Ok(Page {
+            base,
+            shift: self.shift,
+            target: decoded.target(1 << self.shift, tables)?,
+            level: 0,
+            read_only: self.read_only.or(decoded.read_only.then_some(0)),
+            no_execute: self.no_execute.or(decoded.no_execute.then_some(0)),
+            entry,
+        })
+    }
+}
+
+/// One entry's fields, as every level reads them.
+struct Entry {
+    raw: u64,
+    read_only: bool,
+    no_execute: bool,
+    large: bool,
+    table_64k: bool,
+    zero: bool,
+    segment: u32,
+    address: u64,
+}
+
+impl Entry {
+    /// The entry's fields, once its reserved bits and valid bit are checked.
+    fn check(raw: u64) -> Result<Self, FaultKind> {
+        if raw & WDDM_GPU_PTE_RESERVED_MASK != 0 {
+            return Err(FaultKind::ReservedBits);
+        }
+        if raw & WDDM_GPU_PTE_VALID == 0 {
+            return Err(FaultKind::NotPresent);
+        }
+        Ok(Self {
+            raw,
+            read_only: raw & WDDM_GPU_PTE_READ_ONLY != 0,
+            no_execute: raw & WDDM_GPU_PTE_NO_EXECUTE != 0,
+            large: raw & WDDM_GPU_PTE_LARGE_PAGE != 0,
+            table_64k: raw & WDDM_GPU_PTE_PAGE_TABLE_64KB != 0,
+            zero: raw & WDDM_GPU_PTE_ZERO != 0,
+            segment: u32::try_from((raw & WDDM_GPU_PTE_SEGMENT_MASK) >> WDDM_GPU_PTE_SEGMENT_SHIFT)
+                .unwrap_or(u32::MAX),
+            address: raw & WDDM_GPU_PTE_ADDRESS_MASK,
+        })
+    }
+
+    /// Where the page of `size` bytes this entry maps is, with the storage checked.
+    fn target<T: TableMemory>(&self, size: u64, tables: &T) -> Result<Target, FaultKind> {
+        if self.zero {
+            return Ok(Target::Zero);
+        }
+        if self.address & (size - 1) != 0 {
+            return Err(FaultKind::Misaligned);
+        }
+        let target = match self.segment {
+            0 => Target::System(self.address),
+            segment => Target::Segment {
+                segment,
+                offset: self.address,
+            },
+        };
+        tables.check_page(target, size)?;
+        Ok(target)
+    }
+}
+
 /// Walks the tables under `root` for `address`. Permissions are not checked here (a cached
 /// page is checked the same way, see [`Page::allows`]); everything about the tables and the
 /// mapped storage is.
@@ -150,9 +285,24 @@ pub fn walk<T: TableMemory>(
     access: Access,
     tables: &T,
 ) -> Result<Walk, MmuFault> {
+    walk_to_leaf(geometry, root, address, access, tables).map(|(walk, _)| walk)
+}
+
+/// [`walk`], with where its level-0 entry was (`None` for a page an upper level maps), for a
+/// fill of the rest of that entry's line ([`Leaf::line`]).
+pub fn walk_to_leaf<T: TableMemory>(
+    geometry: &MmuGeometry,
+    root: &Root,
+    address: u64,
+    access: Access,
+    tables: &T,
+) -> Result<(Walk, Option<Leaf>), MmuFault> {
     let mut path = [0; MAX_LEVELS];
-    let page = walk_path(geometry, root, address, access, tables, &mut path)?;
-    Ok(Walk { page, path })
+    let mut leaf = None;
+    let page = walk_inner(
+        geometry, root, address, access, tables, &mut path, &mut leaf,
+    )?;
+    Ok((Walk { page, path }, leaf))
 }
 
 /// [`walk`], leaving every entry it read in `path` (by level) whether it succeeds or not.
@@ -163,6 +313,18 @@ pub fn walk_path<T: TableMemory>(
     access: Access,
     tables: &T,
     path: &mut [u64; MAX_LEVELS],
+) -> Result<Page, MmuFault> {
+    walk_inner(geometry, root, address, access, tables, path, &mut None)
+}
+
+fn walk_inner<T: TableMemory>(
+    geometry: &MmuGeometry,
+    root: &Root,
+    address: u64,
+    access: Access,
+    tables: &T,
+    path: &mut [u64; MAX_LEVELS],
+    leaf: &mut Option<Leaf>,
 ) -> Result<Page, MmuFault> {
     let top = geometry.root_level();
     let fault = |kind, level, entry| MmuFault {
@@ -192,63 +354,48 @@ pub fn walk_path<T: TableMemory>(
         if level == top && index >= root.entries {
             return Err(fault(FaultKind::RootOverrun, level, 0));
         }
-        let entry = tables
+        let raw = tables
             .read_entry(table, index)
             .map_err(|kind| fault(kind, level, 0))?;
-        path[level as usize] = entry;
-        if entry & WDDM_GPU_PTE_RESERVED_MASK != 0 {
-            return Err(fault(FaultKind::ReservedBits, level, entry));
-        }
-        if entry & WDDM_GPU_PTE_VALID == 0 {
-            return Err(fault(FaultKind::NotPresent, level, entry));
-        }
-        if entry & WDDM_GPU_PTE_READ_ONLY != 0 {
+        path[level as usize] = raw;
+        let entry = Entry::check(raw).map_err(|kind| fault(kind, level, raw))?;
+        let (above_read_only, above_no_execute) = (read_only, no_execute);
+        if entry.read_only {
             read_only = read_only.or(Some(level));
         }
-        if entry & WDDM_GPU_PTE_NO_EXECUTE != 0 {
+        if entry.no_execute {
             no_execute = no_execute.or(Some(level));
         }
-        let large = entry & WDDM_GPU_PTE_LARGE_PAGE != 0;
-        let table_64k = entry & WDDM_GPU_PTE_PAGE_TABLE_64KB != 0;
-        let maps_page = level == 0 || large || entry & WDDM_GPU_PTE_ZERO != 0;
-        let bad_flags = (level == 0 && (large || table_64k))
-            || (large && geometry.caps().flags & WDDM_GPU_MMU_CAP_LARGE_PAGE == 0)
-            || (table_64k && (level != 1 || large));
+        let maps_page = level == 0 || entry.large || entry.zero;
+        let bad_flags = (level == 0 && (entry.large || entry.table_64k))
+            || (entry.large && geometry.caps().flags & WDDM_GPU_MMU_CAP_LARGE_PAGE == 0)
+            || (entry.table_64k && (level != 1 || entry.large));
         if bad_flags {
-            return Err(fault(FaultKind::BadFlags, level, entry));
+            return Err(fault(FaultKind::BadFlags, level, raw));
         }
-        let segment =
-            u32::try_from((entry & WDDM_GPU_PTE_SEGMENT_MASK) >> WDDM_GPU_PTE_SEGMENT_SHIFT)
-                .unwrap_or(u32::MAX);
-        let target_address = entry & WDDM_GPU_PTE_ADDRESS_MASK;
         if !maps_page {
             table = TableAddress {
-                segment,
-                address: target_address,
+                segment: entry.segment,
+                address: entry.address,
             };
-            leaf_64k = table_64k;
+            leaf_64k = entry.table_64k;
             continue;
         }
         let shift = if level == 0 { shift } else { desc.shift() };
         let size = 1u64 << shift;
-        let target = if entry & WDDM_GPU_PTE_ZERO != 0 {
-            Target::Zero
-        } else {
-            if target_address & (size - 1) != 0 {
-                return Err(fault(FaultKind::Misaligned, level, entry));
-            }
-            let target = match segment {
-                0 => Target::System(target_address),
-                segment => Target::Segment {
-                    segment,
-                    offset: target_address,
-                },
-            };
-            tables
-                .check_page(target, size)
-                .map_err(|kind| fault(kind, level, entry))?;
-            target
-        };
+        let target = entry
+            .target(size, tables)
+            .map_err(|kind| fault(kind, level, raw))?;
+        if level == 0 && level != top {
+            *leaf = Some(Leaf {
+                table,
+                index,
+                entries: 1 << bits,
+                shift,
+                read_only: above_read_only,
+                no_execute: above_no_execute,
+            });
+        }
         let page = Page {
             base: address & !(size - 1),
             shift,
@@ -256,7 +403,7 @@ pub fn walk_path<T: TableMemory>(
             level,
             read_only,
             no_execute,
-            entry,
+            entry: entry.raw,
         };
         return Ok(page);
     }

@@ -244,3 +244,118 @@ fn a_zero_page_copied_after_a_fill_writes_zeros() {
     assert_eq!(completion.stop, None, "{completion:?}");
     assert_eq!(rig.vram_read(0x20_0000, 64), vec![0; 64]);
 }
+
+/// Pages of the copies that span several of the copy engine's batches.
+const BIG_PAGES: u64 = 150;
+const VA_BIG: u64 = 0xc000_0000;
+const VA_VRAM_BIG: u64 = 0xd000_0000;
+const VRAM_BIG: u64 = 0x28_0000;
+
+/// `VA_BIG` mapped onto [`BIG_PAGES`] scattered data pages (filled with a pattern),
+/// `VA_VRAM_BIG` onto as many VRAM pages (zeroed); the source's bytes.
+fn big_copy(rig: &Rig, tables: &mut PageTables) -> Vec<u8> {
+    let frames = crate::testkit::engine_rig::scattered(usize::try_from(BIG_PAGES).unwrap());
+    let source: Vec<u8> = (0..BIG_PAGES * PAGE)
+        .map(|i| u8::try_from((i * 7 + i / PAGE) % 251).unwrap())
+        .collect();
+    for (page, frame) in frames.iter().enumerate() {
+        let bytes = &source[page * PAGE_USIZE..(page + 1) * PAGE_USIZE];
+        rig.ram_write(frame * PAGE, bytes);
+    }
+    let entries: Vec<u64> = frames.iter().map(|frame| pte(0, frame * PAGE, 0)).collect();
+    tables.map(VA_BIG, &entries).unwrap();
+    let vram: Vec<u64> = (0..BIG_PAGES)
+        .map(|i| pte(VRAM_SEGMENT, VRAM_BIG + i * PAGE, 0))
+        .collect();
+    tables.map(VA_VRAM_BIG, &vram).unwrap();
+    store(rig, tables);
+    rig.vram_write(
+        VRAM_BIG,
+        &vec![0; usize::try_from(BIG_PAGES * PAGE).unwrap()],
+    );
+    source
+}
+
+/// FLUSH_TLB of the whole paging process, after its tables changed.
+fn flush(hooks: &Hooks) {
+    hooks
+        .paging_space
+        .as_ref()
+        .unwrap()
+        .lock()
+        .unwrap()
+        .flush(None);
+}
+
+#[test]
+fn a_copy_over_more_pages_than_a_batch_moves_every_byte() {
+    let mut rig = gpummu_rig("pv-big-copy");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    let source = big_copy(&rig, &mut tables);
+    // Unaligned on both sides, so every run is split against the other side's pages.
+    let length = (BIG_PAGES - 1) * PAGE - 100;
+    let completion = rig.submit_with(
+        &packet_bytes(transfer_virtual(length, VA_BIG + 50, VA_VRAM_BIG + 30)),
+        &mut hooks,
+    );
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(completion.bytes_transferred, length);
+    let copied = rig.vram_read(VRAM_BIG + 30, usize::try_from(length).unwrap());
+    let expected = &source[50..50 + usize::try_from(length).unwrap()];
+    let first_bad = copied.iter().zip(expected).position(|(a, b)| a != b);
+    assert_eq!(first_bad, None);
+}
+
+#[test]
+fn a_copy_that_faults_past_a_batch_copies_the_bytes_before_and_reports_the_first_fault() {
+    use wddm_gpu_abi::gpuva::{WDDM_GPU_MMU_FAULT_READ_ONLY, WDDM_GPU_PTE_READ_ONLY};
+
+    let mut rig = gpummu_rig("pv-big-copy-fault");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    let source = big_copy(&rig, &mut tables);
+    let length = BIG_PAGES * PAGE;
+    let run = |rig: &mut Rig, hooks: &mut Hooks| {
+        let completion = rig.submit_with(
+            &packet_bytes(transfer_virtual(length, VA_BIG, VA_VRAM_BIG)),
+            hooks,
+        );
+        let Some((0, Stop::Fault(Fault::Page(fault)))) = completion.stop else {
+            panic!("{completion:?}");
+        };
+        fault
+    };
+    let copied_up_to = |rig: &Rig, end: u64| {
+        let vram = rig.vram_read(VRAM_BIG, usize::try_from(length).unwrap());
+        let end = usize::try_from(end).unwrap();
+        assert!(vram[..end] == source[..end], "bytes before the fault");
+        assert!(
+            vram[end..].iter().all(|&b| b == 0),
+            "bytes from the fault on"
+        );
+    };
+
+    // The source's page 130 unmapped: 130 pages copied, a fault there.
+    tables.set(VA_BIG + 130 * PAGE, 0, 0).unwrap();
+    store(&rig, &mut tables);
+    flush(&hooks);
+    let fault = run(&mut rig, &mut hooks);
+    assert_eq!(fault.address, VA_BIG + 130 * PAGE);
+    assert_eq!(fault.kind.wire(), WDDM_GPU_MMU_FAULT_NOT_PRESENT);
+    copied_up_to(&rig, 130 * PAGE);
+
+    // The destination's page 70 read-only too: its fault comes first in copy order.
+    rig.vram_write(VRAM_BIG, &vec![0; usize::try_from(length).unwrap()]);
+    tables
+        .set(
+            VA_VRAM_BIG + 70 * PAGE,
+            0,
+            pte(VRAM_SEGMENT, VRAM_BIG + 70 * PAGE, WDDM_GPU_PTE_READ_ONLY),
+        )
+        .unwrap();
+    store(&rig, &mut tables);
+    flush(&hooks);
+    let fault = run(&mut rig, &mut hooks);
+    assert_eq!(fault.address, VA_VRAM_BIG + 70 * PAGE);
+    assert_eq!(fault.kind.wire(), WDDM_GPU_MMU_FAULT_READ_ONLY);
+    copied_up_to(&rig, 70 * PAGE);
+}

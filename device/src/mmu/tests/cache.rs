@@ -185,3 +185,103 @@ fn without_checking_mode_nothing_is_rewalked() {
     target(&rig, &geometry, &mut space, VA);
     assert_eq!(space.take_stale().1, 1);
 }
+
+#[test]
+fn a_walk_caches_the_valid_entries_of_its_line_and_no_others() {
+    let rig = Rig::new("mmu-tlb-line");
+    line_fill(&rig, PageTables::new(&rig, geometry(&[9, 9, 9]), 0));
+}
+
+#[test]
+fn a_line_of_a_leaf_table_in_vram_is_cached_alike() {
+    let rig = Rig::new("mmu-tlb-line-vram");
+    let geometry = tables_in_vram(&[9, 9, 9]);
+    let root = TableAddress {
+        segment: VRAM_SEGMENT,
+        address: 0,
+    };
+    line_fill(&rig, PageTables::at(&rig, geometry, root));
+}
+
+/// Eight pages of one leaf line and the first of the next, translated through `tables`.
+fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
+    let geometry = tables.geometry;
+    // Entries 0..8 of one leaf line: page 5 invalid, page 6 with a reserved bit; page 8 (the
+    // next line) mapped too.
+    for page in (0..9).filter(|&page| page != 5) {
+        tables.map(VA + page * PAGE, DATA + (16 + page) * PAGE, 0);
+    }
+    tables.set(VA + 6 * PAGE, 0, pte(0, DATA, 0) | 1 << 60);
+    let mut space = tables.space(false);
+    let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
+    let device = DeviceTables {
+        ram: &ram,
+        vram: &rig.vram,
+        layout: &rig.layout,
+    };
+    let counting = Counting {
+        inner: &device,
+        reads: Cell::new(0),
+    };
+    let run = |space: &mut AddressSpace, page: u64| {
+        space.translate(&geometry, &counting, VA + page * PAGE, 8, Access::Read)
+    };
+    // The walk (three levels) and one read of the line.
+    assert_eq!(
+        run(&mut space, 2).unwrap().target,
+        Target::System(DATA + 18 * PAGE)
+    );
+    assert_eq!(counting.reads.get(), 4);
+    for page in [0, 1, 3, 4, 7] {
+        assert_eq!(
+            run(&mut space, page).unwrap().target,
+            Target::System(DATA + (16 + page) * PAGE),
+            "page {page}"
+        );
+    }
+    assert_eq!(
+        counting.reads.get(),
+        4,
+        "the line's valid pages were cached"
+    );
+    // The invalid and the reserved entry were not: each is walked, and faults.
+    assert_eq!(run(&mut space, 5).unwrap_err().kind, FaultKind::NotPresent);
+    assert_eq!(
+        run(&mut space, 6).unwrap_err().kind,
+        FaultKind::ReservedBits
+    );
+    assert_eq!(counting.reads.get(), 4 + 3 + 3);
+    // Another line is another walk.
+    assert_eq!(
+        run(&mut space, 8).unwrap().target,
+        Target::System(DATA + 24 * PAGE)
+    );
+    assert_eq!(counting.reads.get(), 10 + 4);
+    // A cached neighbour is served until a flush covers it...
+    tables.map(VA + 7 * PAGE, DATA + 41 * PAGE, 0);
+    assert_eq!(
+        run(&mut space, 7).unwrap().target,
+        Target::System(DATA + 23 * PAGE)
+    );
+    space.flush(Some(VA + 7 * PAGE..VA + 8 * PAGE));
+    assert_eq!(
+        run(&mut space, 7).unwrap().target,
+        Target::System(DATA + 41 * PAGE)
+    );
+    // ...or until another walk refetches its line, as a GPU's would: mapping page 5 needs no
+    // flush (it was never cached), and its walk brings page 4's new entry along.
+    tables.map(VA + 4 * PAGE, DATA + 42 * PAGE, 0);
+    tables.map(VA + 5 * PAGE, DATA + 40 * PAGE, 0);
+    assert_eq!(
+        run(&mut space, 4).unwrap().target,
+        Target::System(DATA + 20 * PAGE)
+    );
+    assert_eq!(
+        run(&mut space, 5).unwrap().target,
+        Target::System(DATA + 40 * PAGE)
+    );
+    assert_eq!(
+        run(&mut space, 4).unwrap().target,
+        Target::System(DATA + 42 * PAGE)
+    );
+}

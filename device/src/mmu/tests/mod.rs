@@ -211,6 +211,17 @@ impl<T: TableMemory> TableMemory for Counting<'_, T> {
         self.inner.read_entry(table, index)
     }
 
+    /// One read, as the device's memory makes it.
+    fn read_entries(
+        &self,
+        table: TableAddress,
+        first: u64,
+        out: &mut [u64],
+    ) -> Result<(), FaultKind> {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.read_entries(table, first, out)
+    }
+
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {
         self.inner.check_page(target, size)
     }
