@@ -6,8 +6,8 @@
 //!   one paging submission of UPDATE_PAGE_TABLE packets rewriting the 262,144 leaf entries that
 //!   map the whole 2 GiB pool (512 leaf tables in VRAM, from entry arrays in guest RAM);
 //! - in this process, through the crate's MMU (`AddressSpace::translate` over `DeviceTables`):
-//!   the cost of translating one 4 KiB page, when the translation cache misses (a walk of four
-//!   levels) and when it hits.
+//!   the cost of translating one 4 KiB page, from a cold translation cache (a walk of four
+//!   levels for every line of 8 leaf entries) and when it hits.
 //!
 //! The tables are laid out and written as a GPU_PHYSICAL KMD does (`PageTables` of the frontend
 //! kit): four 9-bit levels, leaf tables in the CPU-visible VRAM segment, directories in system
@@ -436,8 +436,9 @@ impl Translation {
         start.elapsed().as_nanos() as f64 / count as f64
     }
 
-    /// ns per 4 KiB page when every translation misses the cache: the 16,384 pages once each,
-    /// the cache flushed first (each a walk of four levels, leaf in VRAM).
+    /// ns per 4 KiB page from a cold cache: the 16,384 pages once each, the cache flushed first
+    /// (a walk of four levels, leaf in VRAM, for the first page of each line of 8 leaf entries,
+    /// which the walk caches; a lookup for the other seven).
     pub fn miss_ns(&mut self) -> f64 {
         self.space.flush(None);
         self.per_page(T_PAGES, T_PAGES)
