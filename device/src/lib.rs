@@ -53,7 +53,7 @@ pub use memory::vram::{BarMode, Vram, VramError};
 pub use mmu::fault::{Access, FaultKind, MmuFault};
 pub use mmu::space::{AddressSpace, RootError, Run, StaleTranslation};
 pub use mmu::tables::DeviceTables;
-pub use mmu::walk::{walk, Page, Root, TableAddress, TableMemory, Target, Walk};
+pub use mmu::walk::{walk, Page, Root, TableAddress, TableMemory, Target, Walk, LINE_ENTRIES};
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;

@@ -21,7 +21,7 @@
 use libfuzzer_sys::fuzz_target;
 use vhost_user_wddm_gpu::{
     walk, Access, AddressSpace, FaultKind, MmuFault, Root, RootError, Run, TableAddress,
-    TableMemory, Target,
+    TableMemory, Target, LINE_ENTRIES,
 };
 use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vhost_user_wddm_gpu_fuzz::walk_input::{flag, translate, FakeTables, Header, Op, MAX_OPS};
@@ -35,6 +35,8 @@ use wddm_gpu_abi::segment_flags::SegmentFlags;
 
 /// A translation repeated at once is checked for new stale reports up to this length.
 const TWICE_CHECKED_BYTES: u64 = 256 << 10;
+/// Reads of a leaf line, which `FakeTables` makes an entry at a time.
+const LINE: u64 = LINE_ENTRIES as u64;
 
 /// Segment 1 memory (CPU-visible), segment 2 an aperture.
 const SEGMENTS: [u32; 2] = [
@@ -302,10 +304,11 @@ impl World {
                     "an empty run for {length} bytes"
                 );
                 // One walk (or checking walk) per page visited: the pages of the run, at least
-                // 4 KiB each, and the one that ended it; a walk to a leaf reads its line too.
+                // 4 KiB each, and the one that ended it; a walk to a leaf reads its line too
+                // (an entry at a time here).
                 let pages = run.len / 4096 + 3;
                 assert!(
-                    reads <= (levels + 1).saturating_mul(pages),
+                    reads <= (levels + LINE).saturating_mul(pages),
                     "{reads} reads for a run of {} bytes",
                     run.len
                 );
@@ -314,7 +317,7 @@ impl World {
                 self.check_fault(fault, va, access);
                 // A walk, and its line when the walk found a page the access may not use.
                 assert!(
-                    reads <= levels + 1,
+                    reads <= levels + LINE,
                     "{reads} reads for a fault on the first page"
                 );
             }

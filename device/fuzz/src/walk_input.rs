@@ -80,9 +80,9 @@ impl FakeTables {
     }
 }
 
-impl FakeTables {
-    /// Entry `index` of the table at `table`, not counted.
-    fn entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
+impl TableMemory for FakeTables {
+    fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
+        self.reads.set(self.reads.get() + 1);
         let missing = if table.segment == 0 {
             FaultKind::OutsideRam
         } else {
@@ -94,27 +94,6 @@ impl FakeTables {
             .ok_or(missing)?;
         let range = self.locate(table.segment, address, 8)?;
         Ok(u64::from_le_bytes(self.image[range].try_into().unwrap()))
-    }
-}
-
-impl TableMemory for FakeTables {
-    fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
-        self.reads.set(self.reads.get() + 1);
-        self.entry(table, index)
-    }
-
-    /// A line of entries is one read, as the device's memory makes it.
-    fn read_entries(
-        &self,
-        table: TableAddress,
-        first: u64,
-        out: &mut [u64],
-    ) -> Result<(), FaultKind> {
-        self.reads.set(self.reads.get() + 1);
-        for (index, entry) in (first..).zip(out.iter_mut()) {
-            *entry = self.entry(table, index)?;
-        }
-        Ok(())
     }
 
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {

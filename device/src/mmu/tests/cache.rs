@@ -4,7 +4,7 @@
 use super::*;
 use crate::mmu::fault::FaultKind;
 use crate::mmu::space::StaleTranslation;
-use crate::mmu::walk::Target;
+use crate::mmu::walk::{Target, LINE_ENTRIES};
 use crate::testkit::engine_rig::DATA;
 
 const VA: u64 = 0x4000_0000;
@@ -213,75 +213,68 @@ fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
     }
     tables.set(VA + 6 * PAGE, 0, pte(0, DATA, 0) | 1 << 60);
     let mut space = tables.space(false);
-    let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-    let device = DeviceTables {
-        ram: &ram,
-        vram: &rig.vram,
-        layout: &rig.layout,
-    };
-    let counting = Counting {
-        inner: &device,
-        reads: Cell::new(0),
-    };
-    let run = |space: &mut AddressSpace, page: u64| {
-        space.translate(&geometry, &counting, VA + page * PAGE, 8, Access::Read)
-    };
-    // The walk (three levels) and one read of the line.
-    assert_eq!(
-        run(&mut space, 2).unwrap().target,
-        Target::System(DATA + 18 * PAGE)
-    );
-    assert_eq!(counting.reads.get(), 4);
-    for page in [0, 1, 3, 4, 7] {
+    counting(rig, |counting| {
+        let run = |space: &mut AddressSpace, page: u64| {
+            space.translate(&geometry, counting, VA + page * PAGE, 8, Access::Read)
+        };
+        // The walk (three levels) and the line (the counting memory reads it an entry at a time).
+        let (walk, line) = (3, u32::try_from(LINE_ENTRIES).unwrap());
         assert_eq!(
-            run(&mut space, page).unwrap().target,
-            Target::System(DATA + (16 + page) * PAGE),
-            "page {page}"
+            run(&mut space, 2).unwrap().target,
+            Target::System(DATA + 18 * PAGE)
         );
-    }
-    assert_eq!(
-        counting.reads.get(),
-        4,
-        "the line's valid pages were cached"
-    );
-    // The invalid and the reserved entry were not: each is walked, and faults.
-    assert_eq!(run(&mut space, 5).unwrap_err().kind, FaultKind::NotPresent);
-    assert_eq!(
-        run(&mut space, 6).unwrap_err().kind,
-        FaultKind::ReservedBits
-    );
-    assert_eq!(counting.reads.get(), 4 + 3 + 3);
-    // Another line is another walk.
-    assert_eq!(
-        run(&mut space, 8).unwrap().target,
-        Target::System(DATA + 24 * PAGE)
-    );
-    assert_eq!(counting.reads.get(), 10 + 4);
-    // A cached neighbour is served until a flush covers it...
-    tables.map(VA + 7 * PAGE, DATA + 41 * PAGE, 0);
-    assert_eq!(
-        run(&mut space, 7).unwrap().target,
-        Target::System(DATA + 23 * PAGE)
-    );
-    space.flush(Some(VA + 7 * PAGE..VA + 8 * PAGE));
-    assert_eq!(
-        run(&mut space, 7).unwrap().target,
-        Target::System(DATA + 41 * PAGE)
-    );
-    // ...or until another walk refetches its line, as a GPU's would: mapping page 5 needs no
-    // flush (it was never cached), and its walk brings page 4's new entry along.
-    tables.map(VA + 4 * PAGE, DATA + 42 * PAGE, 0);
-    tables.map(VA + 5 * PAGE, DATA + 40 * PAGE, 0);
-    assert_eq!(
-        run(&mut space, 4).unwrap().target,
-        Target::System(DATA + 20 * PAGE)
-    );
-    assert_eq!(
-        run(&mut space, 5).unwrap().target,
-        Target::System(DATA + 40 * PAGE)
-    );
-    assert_eq!(
-        run(&mut space, 4).unwrap().target,
-        Target::System(DATA + 42 * PAGE)
-    );
+        assert_eq!(counting.reads.get(), walk + line);
+        for page in [0, 1, 3, 4, 7] {
+            assert_eq!(
+                run(&mut space, page).unwrap().target,
+                Target::System(DATA + (16 + page) * PAGE),
+                "page {page}"
+            );
+        }
+        assert_eq!(
+            counting.reads.get(),
+            walk + line,
+            "the line's valid pages were cached"
+        );
+        // The invalid and the reserved entry were not: each is walked, and faults.
+        assert_eq!(run(&mut space, 5).unwrap_err().kind, FaultKind::NotPresent);
+        assert_eq!(
+            run(&mut space, 6).unwrap_err().kind,
+            FaultKind::ReservedBits
+        );
+        assert_eq!(counting.reads.get(), 3 * walk + line);
+        // Another line is another walk.
+        assert_eq!(
+            run(&mut space, 8).unwrap().target,
+            Target::System(DATA + 24 * PAGE)
+        );
+        assert_eq!(counting.reads.get(), 4 * walk + 2 * line);
+        // A cached neighbour is served until a flush covers it...
+        tables.map(VA + 7 * PAGE, DATA + 41 * PAGE, 0);
+        assert_eq!(
+            run(&mut space, 7).unwrap().target,
+            Target::System(DATA + 23 * PAGE)
+        );
+        space.flush(Some(VA + 7 * PAGE..VA + 8 * PAGE));
+        assert_eq!(
+            run(&mut space, 7).unwrap().target,
+            Target::System(DATA + 41 * PAGE)
+        );
+        // ...or until another walk refetches its line, as a GPU's would: mapping page 5 needs no
+        // flush (it was never cached), and its walk brings page 4's new entry along.
+        tables.map(VA + 4 * PAGE, DATA + 42 * PAGE, 0);
+        tables.map(VA + 5 * PAGE, DATA + 40 * PAGE, 0);
+        assert_eq!(
+            run(&mut space, 4).unwrap().target,
+            Target::System(DATA + 20 * PAGE)
+        );
+        assert_eq!(
+            run(&mut space, 5).unwrap().target,
+            Target::System(DATA + 40 * PAGE)
+        );
+        assert_eq!(
+            run(&mut space, 4).unwrap().target,
+            Target::System(DATA + 42 * PAGE)
+        );
+    });
 }

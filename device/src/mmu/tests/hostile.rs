@@ -20,25 +20,18 @@ fn a_table_pointing_at_itself_ends_after_one_read_per_level() {
         let entry = pte(0, TABLES, 0);
         let table: Vec<u8> = (0..512).flat_map(|_| entry.to_le_bytes()).collect();
         rig.ram_write(TABLES, &table);
-        let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-        let tables = DeviceTables {
-            ram: &ram,
-            vram: &rig.vram,
-            layout: &rig.layout,
-        };
-        let counting = Counting {
-            inner: &tables,
-            reads: Cell::new(0),
-        };
         let root = Root {
             table: root,
             entries: 512,
         };
         let va = 0x1234_5678 & (geometry.address_limit() - 1);
-        let result = walk(&geometry, &root, va, Access::Read, &counting);
+        let (result, reads) = counting(&rig, |tables| {
+            let result = walk(&geometry, &root, va, Access::Read, tables);
+            (result, tables.reads.get())
+        });
         // The leaf maps the table page itself as data: a valid page, found in bounded time.
         assert_eq!(result.unwrap().page.target, Target::System(TABLES));
-        assert_eq!(counting.reads.get(), geometry.level_count(), "{bits:?}");
+        assert_eq!(reads, geometry.level_count(), "{bits:?}");
     }
 }
 

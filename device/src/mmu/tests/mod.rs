@@ -9,6 +9,7 @@ mod translate;
 
 use std::cell::Cell;
 
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::build::gpuva::{gpummu_caps, pte, with_table_segment};
 use wddm_gpu_abi::gpummu_rules::{validate_gpummu, MmuGeometry};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_PAGE_TABLE_64KB;
@@ -199,6 +200,23 @@ pub fn translate(
     space.translate(geometry, &tables, va, length, access)
 }
 
+/// Runs `f` over the rig's device tables, wrapped to count the entries read.
+pub fn counting<R>(
+    rig: &Rig,
+    f: impl FnOnce(&Counting<'_, DeviceTables<'_, GuestMemoryMmap<()>>>) -> R,
+) -> R {
+    let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
+    let tables = DeviceTables {
+        ram: &ram,
+        vram: &rig.vram,
+        layout: &rig.layout,
+    };
+    f(&Counting {
+        inner: &tables,
+        reads: Cell::new(0),
+    })
+}
+
 /// Counts the entries a walk reads.
 pub struct Counting<'a, T> {
     pub inner: &'a T,
@@ -209,17 +227,6 @@ impl<T: TableMemory> TableMemory for Counting<'_, T> {
     fn read_entry(&self, table: TableAddress, index: u64) -> Result<u64, FaultKind> {
         self.reads.set(self.reads.get() + 1);
         self.inner.read_entry(table, index)
-    }
-
-    /// One read, as the device's memory makes it.
-    fn read_entries(
-        &self,
-        table: TableAddress,
-        first: u64,
-        out: &mut [u64],
-    ) -> Result<(), FaultKind> {
-        self.reads.set(self.reads.get() + 1);
-        self.inner.read_entries(table, first, out)
     }
 
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {

@@ -95,11 +95,11 @@ proptest! {
         for table_page in 0..8 {
             rig.ram_write(TABLES + table_page * PAGE, &table);
         }
-        let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-        let tables = DeviceTables { ram: &ram, vram: &rig.vram, layout: &rig.layout };
-        let counting = Counting { inner: &tables, reads: Cell::new(0) };
         let root = Root { table: TableAddress { segment: 0, address: TABLES }, entries: 64 };
-        let _ = walk(&geometry, &root, va, Access::Write, &counting);
-        prop_assert!(counting.reads.get() <= geometry.level_count());
+        let reads = counting(&rig, |tables| {
+            let _ = walk(&geometry, &root, va, Access::Write, tables);
+            tables.reads.get()
+        });
+        prop_assert!(reads <= geometry.level_count());
     }
 }
