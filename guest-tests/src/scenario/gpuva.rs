@@ -3,25 +3,29 @@
 //! the way the layout's `PageTableUpdateMode` says (UPDATE_PAGE_TABLE packets on the paging node
 //! for GPU_PHYSICAL, CPU stores into guest RAM and through the VRAM BAR for CPU_VIRTUAL); the
 //! virtual node copies, fills and signals through two address spaces over scattered guest pages
-//! and VRAM, in 4 KiB and 64 KiB pages; faults are read back as the `DmaPageFaulted` payload an
-//! ISR would report; the checking mode catches a skipped FLUSH_TLB. Every byte moved is checked
+//! and VRAM, in 4 KiB, 64 KiB and 2 MiB pages; the paging node moves, fills and signals through the
+//! paging process's own VAs; faults are read back as the `DmaPageFaulted` payload an ISR would
+//! report; the checking mode catches a skipped FLUSH_TLB. Every byte moved is checked
 //! through the guest mapping or the BAR.
 
 use std::time::Duration;
 
 use wddm_gpu_abi::build::gpuva::{
-    create_context, destroy_context, flush_tlb, pte, reset_engine, set_root_page_table,
-    submit_virtual, virtual_copy, virtual_fill, virtual_signal,
+    create_context, destroy_context, fill_virtual, flush_tlb, pte, reset_engine,
+    set_root_page_table, signal_monitored_fence, submit_virtual, transfer_virtual, virtual_copy,
+    virtual_fill, virtual_signal,
 };
 use wddm_gpu_abi::build::page_tables::{packets, PageTables, TableWrite};
 use wddm_gpu_abi::build::DmaBufferBuilder;
 use wddm_gpu_abi::context::{
-    WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB, WDDM_GPU_NODE_VIRTUAL,
-    WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED, WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+    WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB, WDDM_GPU_NODE_PAGING,
+    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+    WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
 };
 use wddm_gpu_abi::gpuva::{
+    WddmGpuPageTableLevelDesc, WDDM_GPU_MMU_CAP_LARGE_PAGE, WDDM_GPU_MMU_FAULT_BAD_FLAGS,
     WDDM_GPU_MMU_FAULT_NOT_PRESENT, WDDM_GPU_MMU_FAULT_READ_ONLY, WDDM_GPU_MMU_FAULT_ROOT_OVERRUN,
-    WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL, WDDM_GPU_PTE_READ_ONLY,
+    WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL, WDDM_GPU_PTE_LARGE_PAGE, WDDM_GPU_PTE_READ_ONLY,
 };
 use wddm_gpu_abi::status::{
     WddmGpuRespEvent, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
@@ -49,6 +53,8 @@ const ARRAY_RAM: usize = 256 << 10;
 const VRAM_TABLES: std::ops::Range<u64> = 0x600_0000..0x680_0000;
 /// VRAM data pages.
 const VRAM_DATA: u64 = 0x700_0000;
+/// Address spaces the tests make, each with its share of the table memory.
+const SPACES: u64 = 16;
 /// Where the test VAs live (well inside 48 bits, different root slots).
 const VA_SOURCE: u64 = 0x12_3400_0000;
 const VA_DESTINATION: u64 = 0x187_0000_0000;
@@ -59,13 +65,15 @@ const VA_FENCE: u64 = 0x50_0000;
 type Test = fn(&mut Engine, &mut Ctx) -> Outcome;
 
 /// The tests, in run order.
-pub const TESTS: [(&str, Test); 7] = [
+pub const TESTS: [(&str, Test); 9] = [
     ("gpuva_capset", capset),
     ("gpuva_two_address_spaces", two_address_spaces),
     ("gpuva_64k_pages", pages_64k),
+    ("gpuva_large_pages", large_pages),
     ("gpuva_monitored_fence", monitored_fence),
     ("gpuva_page_faults", page_faults),
     ("gpuva_paging_runs_while_faulted", paging_runs_while_faulted),
+    ("gpuva_paging_process", paging_process),
     ("gpuva_skipped_flush_caught", skipped_flush_caught),
 ];
 
@@ -102,7 +110,7 @@ pub struct Ctx {
 impl Ctx {
     fn new(engine: &mut Engine) -> Outcome<Self> {
         let mmu = GpuMmu::read(&mut engine.device, &engine.layout)?;
-        engine.require_vram(VRAM_TABLES.start, VRAM_DATA + (4 << 20) - VRAM_TABLES.start)?;
+        engine.require_vram(VRAM_TABLES.start, VRAM_DATA + (6 << 20) - VRAM_TABLES.start)?;
         Ok(Self {
             mmu,
             tables: engine.arena.alloc(TABLE_RAM)?,
@@ -121,40 +129,60 @@ impl Ctx {
     /// A fresh address space's tables, in fresh memory (tables of earlier tests stay as they
     /// were: their contexts are destroyed, not their memory).
     fn page_tables(&mut self) -> Outcome<PageTables> {
+        self.tables_in(|level| level.page_table_segment_id)
+    }
+
+    /// [`Self::page_tables`] for the paging process, in its levels' segments
+    /// (`PagingProcessPageTableSegmentId`).
+    fn paging_process_tables(&mut self) -> Outcome<PageTables> {
+        self.tables_in(|level| level.paging_process_page_table_segment_id)
+    }
+
+    fn tables_in(
+        &mut self,
+        segment_of: impl Fn(&WddmGpuPageTableLevelDesc) -> u32,
+    ) -> Outcome<PageTables> {
         let caps = self.mmu.geometry.caps();
         let levels = caps.page_table_level_count as usize;
         let bits: Vec<u32> = caps.levels[..levels]
             .iter()
             .map(|l| l.page_table_index_bit_count)
             .collect();
-        let segments: Vec<u32> = caps.levels[..levels]
-            .iter()
-            .map(|l| l.page_table_segment_id)
-            .collect();
-        // Each address space gets an eighth of the table memory in RAM and 1 MiB of VRAM.
+        let segments: Vec<u32> = caps.levels[..levels].iter().map(segment_of).collect();
+        // Each address space gets a sixteenth of the table memory: 64 KiB of RAM, 512 KiB of
+        // VRAM.
         let space = self.next_space;
-        ensure(space < 8, || "out of page-table memory".into())?;
+        ensure(space < SPACES, || "out of page-table memory".into())?;
         self.next_space += 1;
-        let ram_share = TABLE_RAM as u64 / 8;
+        let ram_share = TABLE_RAM as u64 / SPACES;
         let ram_start = self.tables.phys() + space * ram_share;
         let ram = ram_start..ram_start + ram_share;
-        let vram_start = VRAM_TABLES.start + space * (1 << 20);
-        let vram = vram_start..vram_start + (1 << 20);
+        let vram_share = (VRAM_TABLES.end - VRAM_TABLES.start) / SPACES;
+        let vram_start = VRAM_TABLES.start + space * vram_share;
+        let vram = vram_start..vram_start + vram_share;
         PageTables::new(&bits, &segments, ram, vram)
             .map_err(|e| Failure(format!("page tables: {e:?}")))
     }
 
     /// A new context on the virtual node bound to `tables`' root.
     fn context(&mut self, engine: &mut Engine, tables: &PageTables, flags: u32) -> Outcome<u32> {
+        self.context_on(engine, WDDM_GPU_NODE_VIRTUAL, tables, flags)
+    }
+
+    /// A new context on `node` bound to `tables`' root.
+    fn context_on(
+        &mut self,
+        engine: &mut Engine,
+        node: u32,
+        tables: &PageTables,
+        flags: u32,
+    ) -> Outcome<u32> {
         let id = self.next_context;
         self.next_context += 1;
         let control = &mut engine.device.control;
         ensure(
-            control.command(
-                "CREATE_CONTEXT",
-                create_context(id, WDDM_GPU_NODE_VIRTUAL, flags).as_bytes(),
-            )?,
-            || format!("CREATE_CONTEXT {id} refused"),
+            control.command("CREATE_CONTEXT", create_context(id, node, flags).as_bytes())?,
+            || format!("CREATE_CONTEXT {id} on node {node} refused"),
         )?;
         let root = set_root_page_table(id, tables.root(), tables.root_entries());
         ensure(
@@ -446,6 +474,81 @@ fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     Ctx::destroy(engine, id)
 }
 
+/// A 2 MiB page: one level-1 entry with `LargePage` maps VRAM, a copy lands at an unaligned
+/// offset inside it and a fill covers all of it (`DXGK_PTE.LargePage`, honoured when the
+/// layout says `LargePageSupported`). Without that capability the same entry is a page fault
+/// (BAD_FLAGS at level 1), and the node is reset.
+fn large_pages(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
+    const LARGE: u64 = 2 << 20;
+    const SOURCE_PAGES: usize = 16;
+    const TAG: u64 = 0x2d2d;
+    let segment = engine.segment.desc.id;
+    let vram = VRAM_DATA + (4 << 20);
+    let source = scattered_pages(engine, SOURCE_PAGES)?;
+    for (index, page) in source.iter().enumerate() {
+        let mut bytes = vec![0u8; PAGE_USIZE];
+        pattern::fill(TAG, index as u64 * PAGE, &mut bytes);
+        engine.pool.write(*page, 0, &bytes);
+    }
+    let mut tables = ctx.page_tables()?;
+    let entries: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
+    tables
+        .map(VA_SOURCE, &entries)
+        .and_then(|()| {
+            tables.set(
+                VA_DESTINATION,
+                1,
+                pte(segment, vram, WDDM_GPU_PTE_LARGE_PAGE),
+            )
+        })
+        .map_err(|e| Failure(format!("page tables: {e:?}")))?;
+    ctx.map_dma_and_fence(&mut tables)?;
+    ctx.apply(engine, &mut tables)?;
+    let id = ctx.context(engine, &tables, 0)?;
+    let into = (1 << 20) + 100;
+    let length = SOURCE_PAGES as u64 * PAGE;
+    let mut work = DmaBufferBuilder::new();
+    work.push(&virtual_fill(0x1a26_e0a6, LARGE, VA_DESTINATION));
+    work.push(&virtual_copy(length, VA_SOURCE, VA_DESTINATION + into));
+    let done = ctx.run_virtual(engine, id, &work)?;
+    if ctx.mmu.geometry.caps().flags & WDDM_GPU_MMU_CAP_LARGE_PAGE == 0 {
+        expect_status(&done, SubmitStatus::PageFault)?;
+        let fault = done.page_fault.fault;
+        ensure(
+            fault.kind == WDDM_GPU_MMU_FAULT_BAD_FLAGS
+                && fault.page_table_level == 1
+                && fault.virtual_address == VA_DESTINATION,
+            || format!("without LargePageSupported: {fault:?}"),
+        )?;
+        println!(
+            "GPUMMU large page without LargePageSupported: PAGE_FAULT kind {} (BAD_FLAGS) at level {} for VA {:#x}",
+            fault.kind, fault.page_table_level, fault.virtual_address
+        );
+        reset_virtual_node(engine)?;
+        return Ctx::destroy(engine, id);
+    }
+    expect_status(&done, SubmitStatus::Ok)?;
+    engine
+        .vram
+        .check_pattern(vram + into, length, TAG, 0)
+        .map_err(|m| Failure(format!("the copy into the 2 MiB page: {m}")))?;
+    let mut filled = vec![0u8; usize::try_from(LARGE).unwrap_or(0)];
+    engine.vram.read(vram, &mut filled);
+    let fill = 0x1a26_e0a6u32.to_le_bytes();
+    let outside_copy = |at: usize| !(into..into + length).contains(&(at as u64));
+    let bad = filled
+        .chunks_exact(4)
+        .enumerate()
+        .find(|&(i, word)| outside_copy(i * 4) && outside_copy(i * 4 + 3) && word != fill);
+    ensure(bad.is_none(), || {
+        format!("the fill of the 2 MiB page left {bad:02x?}")
+    })?;
+    println!(
+        "GPUMMU large page: one level-1 entry maps 2 MiB of VRAM at {vram:#x} (VA {VA_DESTINATION:#x}); a FILL of all of it and a COPY of {length} bytes at +{into:#x} read back through the BAR"
+    );
+    Ctx::destroy(engine, id)
+}
+
 fn monitored_fence(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut tables = ctx.page_tables()?;
     ctx.map_dma_and_fence(&mut tables)?;
@@ -589,6 +692,111 @@ fn paging_runs_while_faulted(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 7));
     expect_status(&ctx.run_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
+    Ctx::destroy(engine, id)
+}
+
+/// The paging node's own GPU VAs, as a WDDM 2.x KMD's paging buffers use them for the paging
+/// process (`DXGK_BUILDPAGINGBUFFER_TRANSFERVIRTUAL`, `FILLVIRTUAL`, and the monitored fence a
+/// paging buffer signals): a context on node 0 bound to tables in the paging process's segments,
+/// one paging submission of VIRTUAL_TRANSFER (scattered guest pages into VRAM pages mapped in
+/// reverse, both ends unaligned), VIRTUAL_FILL and SIGNAL_MONITORED_FENCE, then a
+/// VIRTUAL_TRANSFER from an unmapped VA, which must stop the submission with PAGE_FAULT at its
+/// exact address while the next paging submission still runs.
+fn paging_process(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
+    const PAGES: u64 = 16;
+    const PAGES_USIZE: usize = 16;
+    const _: () = assert!(PAGES_USIZE as u64 == PAGES);
+    const TAG: u64 = 0x9a9e;
+    let segment = engine.segment.desc.id;
+    let vram = VRAM_DATA + (3 << 20) + (256 << 10);
+    let source = scattered_pages(engine, PAGES_USIZE)?;
+    for (index, page) in source.iter().enumerate() {
+        let mut bytes = vec![0u8; PAGE_USIZE];
+        pattern::fill(TAG, index as u64 * PAGE, &mut bytes);
+        engine.pool.write(*page, 0, &bytes);
+    }
+    engine.vram.write(vram, &vec![0; PAGES_USIZE * PAGE_USIZE]);
+    let mut tables = ctx.paging_process_tables()?;
+    let sources: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
+    let destinations: Vec<u64> = (0..PAGES)
+        .map(|i| pte(segment, vram + (PAGES - 1 - i) * PAGE, 0))
+        .collect();
+    tables
+        .map(VA_SOURCE, &sources)
+        .and_then(|()| tables.map(VA_DESTINATION, &destinations))
+        .map_err(|e| Failure(format!("page tables: {e:?}")))?;
+    ctx.map_dma_and_fence(&mut tables)?;
+    ctx.apply(engine, &mut tables)?;
+    let id = ctx.context_on(engine, WDDM_GPU_NODE_PAGING, &tables, 0)?;
+    let ticket = engine.device.control.post_wait_event()?;
+
+    let length = (PAGES - 1) * PAGE - 100;
+    let fence_value = 0x0bad_cafe_0000_0001;
+    let mut buffer = DmaBufferBuilder::new();
+    buffer.push(&transfer_virtual(
+        length,
+        VA_SOURCE + 50,
+        VA_DESTINATION + 30,
+    ));
+    buffer.push(&fill_virtual(
+        0x5eed_f111,
+        64,
+        VA_DESTINATION + (PAGES - 1) * PAGE,
+    ));
+    buffer.push(&signal_monitored_fence(VA_FENCE + 24, fence_value));
+    let done = engine.run(&buffer)?;
+    expect_ok(&done, length + 64)?;
+    // VA_DESTINATION's page i is VRAM page PAGES-1-i: check it page piece by page piece.
+    let mut at = 0u64;
+    while at < length {
+        let va = 30 + at;
+        let piece = (PAGE - va % PAGE).min(length - at);
+        let offset = vram + (PAGES - 1 - va / PAGE) * PAGE + va % PAGE;
+        engine
+            .vram
+            .check_pattern(offset, piece, TAG, 50 + at)
+            .map_err(|m| Failure(format!("VIRTUAL_TRANSFER byte {at}: {m}")))?;
+        at += piece;
+    }
+    let mut filled = vec![0u8; 64];
+    engine.vram.read(vram, &mut filled);
+    ensure(filled == 0x5eed_f111u32.to_le_bytes().repeat(16), || {
+        format!("VIRTUAL_FILL left {filled:02x?}")
+    })?;
+    let mut value = [0u8; 8];
+    ctx.fence.read(24, &mut value);
+    ensure(u64::from_le_bytes(value) == fence_value, || {
+        format!("fence memory holds {:#x}", u64::from_le_bytes(value))
+    })?;
+    let event = wait_event(engine, ticket)?;
+    ensure(
+        event.kind == WDDM_GPU_EVENT_MONITORED_FENCE
+            && event.fence_address == VA_FENCE + 24
+            && event.fence_value == fence_value,
+        || format!("event {event:?}"),
+    )?;
+
+    // An unmapped source page: a page fault at its exact address, nothing after it runs.
+    let unmapped = VA_SOURCE + PAGES * PAGE + 8;
+    let mut faulting = DmaBufferBuilder::new();
+    faulting.push(&transfer_virtual(16, unmapped, VA_DESTINATION));
+    faulting.push(&signal_monitored_fence(VA_FENCE + 32, 1));
+    let done = engine.run(&faulting)?;
+    ensure(
+        done.status == SubmitStatus::PageFault
+            && done.packets_completed == 0
+            && done.fault_address == unmapped,
+        || format!("expected PAGE_FAULT at {unmapped:#x}, got {done}"),
+    )?;
+    ctx.fence.read(32, &mut value);
+    ensure(u64::from_le_bytes(value) == 0, || {
+        "the SIGNAL after the fault ran".into()
+    })?;
+    engine.healthy(0x9a62)?;
+    println!(
+        "GPUMMU paging process: context {id} on node 0; one paging buffer of VIRTUAL_TRANSFER ({length} bytes, scattered pages into reversed VRAM pages), VIRTUAL_FILL, SIGNAL_MONITORED_FENCE ({fence_value:#x}, event seen); a VIRTUAL_TRANSFER from {unmapped:#x}: {} at that address, the paging node then healthy",
+        done.status.name()
+    );
     Ctx::destroy(engine, id)
 }
 
