@@ -617,6 +617,9 @@ static uint8_t gv_src_byte(const gv_space *s, uint64_t j)
 {
     return gv_byte((uint64_t)s->src_first * 4096 + j);
 }
+/* The 64 KB copy's source: page i at DMA page gv_src64_page(i) (37 is prime to 64). */
+static uint64_t gv_src64_page(uint32_t i) { return (i * 37 + 11) % GV_SRC64_PAGES; }
+static uint8_t gv_byte64(uint64_t j) { return (uint8_t)(j * 7 + (j >> 12) * 3 + 0x64); }
 
 static void test_gpuva_capset(void)
 {
@@ -1069,6 +1072,82 @@ static void test_gpuva_two_spaces(void)
            why[0] ? ": " : "", why);
 }
 
+static void test_gpuva_pages_64k(void)
+{
+    char why[300] = "";
+    gv_space *a = &gv.a;
+    const uint64_t length = (uint64_t)GV_64K_PAGES * GV_64K;
+    const uint32_t leaf_bits = gv.mmu.caps.levels[0].page_table_index_bit_count;
+    WddmGpuRespSubmitVirtual done = {0};
+    if (!a->ready) {
+        report("gpuva_pages_64k", 0, "no address space A (gpuva_copy failed)");
+        return;
+    }
+    if (gv.levels < 2 || leaf_bits < WDDM_GPU_64KB_PAGE_INDEX_BITS + 2)
+        snprintf(why, sizeof(why), "no room for %u 64 KB pages in a leaf of %u index bits",
+                 GV_64K_PAGES, leaf_bits);
+    else if (table.dma_alloc(table.ctx, GV_SRC64_PAGES * 4096, 4096, &gv.src64))
+        snprintf(why, sizeof(why), "no DMA memory");
+    /* The 64 KB leaf: the leaf's segment and alignment, the geometry's size for it. */
+    const gv_table *l1 = &a->table[1];
+    if (!why[0] &&
+        !gv_alloc_table(a, &a->leaf64, 0, gv.mmu.caps.levels[0].page_table_segment_id,
+                        gv.mmu.caps.leaf_page_table_size_for_64k_pages,
+                        gv.mmu.caps.levels[0].page_table_alignment_in_bytes, why, sizeof(why))) {
+        uint32_t l1_entries = 1u << gv.mmu.caps.levels[1].page_table_index_bit_count;
+        a->slot64 = (l1->index + 1) & (l1_entries - 1);
+        /* The 64 KB leaf's VAs: the path's, level-1 slot slot64, levels 1 and 0 from 0. */
+        uint64_t below =
+            (1ull << (gv.mmu.shift[1] + gv.mmu.caps.levels[1].page_table_index_bit_count)) - 1;
+        a->va_64k = (a->va_base & ~below) | ((uint64_t)a->slot64 << gv.mmu.shift[1]);
+        gv_write w[GV_WRITES];
+        uint32_t n = 0;
+        w[n++] = (gv_write){&a->leaf64, 0, 0, (uint32_t)(a->leaf64.size / 8), 0};
+        for (uint32_t i = 0; i < GV_64K_PAGES; i++)
+            w[n++] = (gv_write){&a->leaf64, 0, i, 1,
+                                gv_pte(vram->desc.id,
+                                       GV_VRAM_64K + (uint64_t)(GV_64K_PAGES - 1 - i) * GV_64K)};
+        w[n++] = (gv_write){l1, 1, a->slot64, 1,
+                            gv_pte(a->leaf64.segment, a->leaf64.address) |
+                                WDDM_GPU_PTE_PAGE_TABLE_64KB};
+        /* The source: 64 scattered 4 KB pages in the 4 KB leaf. */
+        for (uint32_t i = 0; i < GV_SRC64_PAGES; i++)
+            w[n++] = (gv_write){&a->table[0], 0, GV_SLOT_SRC64 + i, 1,
+                                gv_pte(0, gv.src64.bus + gv_src64_page(i) * 4096)};
+        gv_apply(w, n, why, sizeof(why));
+    }
+    if (!why[0]) {
+        for (uint32_t i = 0; i < GV_SRC64_PAGES; i++)
+            for (uint32_t k = 0; k < 4096; k++)
+                ((uint8_t *)gv.src64.cpu)[gv_src64_page(i) * 4096 + k] =
+                    gv_byte64((uint64_t)i * 4096 + k);
+        for (uint64_t k = 0; k < length; k++)
+            vram_cpu[GV_VRAM_64K + k] = 0;
+        WddmGpuVirtualCopy copy;
+        wddm_build_virtual_copy(&copy, length, gv_va(GV_SLOT_SRC64), a->va_64k);
+        gv_run_ok(a->context, &copy, sizeof(copy), &done, "COPY into the 64 KB pages", why,
+                  sizeof(why));
+    }
+    for (uint32_t i = 0; i < GV_64K_PAGES && !why[0]; i++) {
+        uint64_t at = GV_VRAM_64K + (uint64_t)(GV_64K_PAGES - 1 - i) * GV_64K;
+        for (uint32_t k = 0; k < GV_64K; k++)
+            if (vram_cpu[at + k] != gv_byte64((uint64_t)i * GV_64K + k)) {
+                snprintf(why, sizeof(why), "64 KB page %u (VRAM %#" PRIx64 ") byte %u is %#x, "
+                         "want %#x", i, at, k, vram_cpu[at + k],
+                         gv_byte64((uint64_t)i * GV_64K + k));
+                break;
+            }
+    }
+    report("gpuva_pages_64k", !why[0], "space A: level-1 slot %u -> 64 KB leaf (%" PRIu64
+           " bytes, %u entries, segment %u at %#" PRIx64 ") mapping %u VRAM 64 KB pages from %#x "
+           "in reverse; COPY of %" PRIu64 " bytes from %u scattered 4 KB DMA pages to VA %#"
+           PRIx64 ": status %u bytes %" PRIu64 ", BAR read back %s%s%s", a->slot64,
+           a->leaf64.size, 1u << (leaf_bits - WDDM_GPU_64KB_PAGE_INDEX_BITS), a->leaf64.segment,
+           a->leaf64.address, GV_64K_PAGES, GV_VRAM_64K, length, GV_SRC64_PAGES, a->va_64k,
+           done.status, done.bytes_transferred, why[0] ? "-" : "matches", why[0] ? ": " : "",
+           why);
+}
+
 static void test_gpuva_page_fault(void)
 {
     char why[300] = "";
@@ -1193,6 +1272,7 @@ static int main_gpuva(const char *bdf)
         test_gpuva_capset();
         test_gpuva_copy();
         test_gpuva_two_spaces();
+        test_gpuva_pages_64k();
         test_gpuva_page_fault();
         test_gpuva_destroy();
         wddm_dev_teardown(&dev);
