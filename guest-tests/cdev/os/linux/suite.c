@@ -901,6 +901,36 @@ static uint64_t gv_fence_value(void)
     return v;
 }
 
+/* The paging node moves bytes: a FILL of one VRAM page (a pattern of its own each time)
+ * read back through the BAR. 0, or -1 with `why` set. */
+static int gv_paging_fill(uint32_t *pattern_out, char *why, size_t n)
+{
+    const uint32_t pattern = 0x9a610000u | (next_fence & 0xffffu);
+    *pattern_out = pattern;
+    for (uint32_t i = 0; i < 4096; i++)
+        vram_cpu[GV_VRAM_PAGING + i] = 0;
+    wddm_op_fill op = {pattern, vram->desc.id, vram->desc.base_address + GV_VRAM_PAGING, 4096};
+    WddmGpuRespSubmit resp;
+    const char *w = "";
+    wddm_result r = wddm_pb_init(&gv.pb.pb, wddm_dev_layout(&dev), gv.pb.mem.cpu,
+                                 (uint32_t)gv.pb.mem.size);
+    if (!r)
+        r = wddm_pb_fill(&gv.pb.pb, &op);
+    long st = r ? -1 : run(&gv.pb, &resp, &w);
+    if (st != WDDM_GPU_SUBMIT_STATUS_OK) {
+        snprintf(why, n, "paging FILL while the virtual node is faulted: status %ld %s", st,
+                 r ? wddm_result_name(r) : w);
+        return -1;
+    }
+    for (uint32_t i = 0; i < 4096; i++)
+        if (vram_cpu[GV_VRAM_PAGING + i] != (uint8_t)(pattern >> (8 * (i % 4)))) {
+            snprintf(why, n, "paging FILL while the virtual node is faulted: byte %u is %#x",
+                     i, vram_cpu[GV_VRAM_PAGING + i]);
+            return -1;
+        }
+    return 0;
+}
+
 static void test_gpuva_copy(void)
 {
     char why[300] = "";
@@ -1226,6 +1256,177 @@ static void test_gpuva_page_fault(void)
            why[0] ? ": " : "", why);
 }
 
+/* After a fault: the fault's record against what the test expects, the paging node still
+ * moving bytes while the virtual node is faulted, RESET_ENGINE. 0, or -1 with `why` set. */
+typedef struct gv_fault_want {
+    uint64_t va;
+    uint32_t kind, level, flags;
+} gv_fault_want;
+
+static int gv_fault_then_reset(const WddmGpuRespSubmitVirtual *done, uint32_t fence,
+                               const gv_fault_want *want, wddm_dxgk_dma_page_faulted *dxgk,
+                               uint32_t *paging_pattern, char *why, size_t n)
+{
+    wddm_result r;
+    if (done->status != WDDM_GPU_SUBMIT_STATUS_PAGE_FAULT) {
+        snprintf(why, n, "fence %u status %u, not PAGE_FAULT", fence, done->status);
+        return -1;
+    }
+    if ((r = wddm_page_fault_to_dxgk(&done->page_fault, dxgk))) {
+        snprintf(why, n, "page_fault_to_dxgk: %s", wddm_result_name(r));
+        return -1;
+    }
+    const WddmGpuMmuFault *f = &done->page_fault.fault;
+    if (f->kind != want->kind || f->page_table_level != want->level ||
+        f->virtual_address != want->va || dxgk->FaultedVirtualAddress != want->va ||
+        dxgk->PageTableLevel != want->level || dxgk->PageFaultFlags != want->flags ||
+        dxgk->FaultedFenceId != fence || dxgk->NodeOrdinal != WDDM_GPU_NODE_VIRTUAL)
+        snprintf(why, n, "record: kind %u level %u VA %#" PRIx64 ", DmaPageFaulted VA %#" PRIx64
+                 " level %u flags %#x fence %u node %u; want kind %u level %u VA %#" PRIx64
+                 " flags %#x fence %u", f->kind, f->page_table_level, f->virtual_address,
+                 dxgk->FaultedVirtualAddress, dxgk->PageTableLevel, dxgk->PageFaultFlags,
+                 dxgk->FaultedFenceId, dxgk->NodeOrdinal, want->kind, want->level, want->va,
+                 want->flags, fence);
+    /* The paging node and the reset, even after a wrong record: the next test needs the node. */
+    char w2[200] = "";
+    gv_paging_fill(paging_pattern, w2, sizeof(w2));
+    if (w2[0] && !why[0])
+        snprintf(why, n, "%s", w2);
+    if ((r = wddm_dev_reset_engine(&dev)) && !why[0])
+        snprintf(why, n, "RESET_ENGINE: %s", wddm_result_name(r));
+    return why[0] ? -1 : 0;
+}
+
+static void test_gpuva_read_only(void)
+{
+    char why[300] = "";
+    gv_space *a = &gv.a;
+    if (!a->ready) {
+        report("gpuva_read_only", 0, "no address space (gpuva_copy failed)");
+        return;
+    }
+    const uint64_t va = gv_va(GV_SLOT_READ_ONLY) + 8;
+    for (uint32_t k = 0; k < 4096; k++)
+        vram_cpu[GV_VRAM_READ_ONLY + k] = 0x3c;
+    gv_write w = {&a->table[0], 0, GV_SLOT_READ_ONLY, 1,
+                  gv_pte(vram->desc.id, GV_VRAM_READ_ONLY) | WDDM_GPU_PTE_READ_ONLY};
+    WddmGpuRespSubmitVirtual done = {0}, after = {0};
+    wddm_dxgk_dma_page_faulted dxgk = {0};
+    WddmGpuRespEvent ev = {0};
+    int others = 0, got = 0;
+    uint32_t fence = 0, paging = 0;
+    wddm_result r = WDDM_OK;
+    if (!gv_apply(&w, 1, why, sizeof(why)) && (r = wddm_dev_post_events(&dev, 1)))
+        snprintf(why, sizeof(why), "WAIT_EVENT: %s", wddm_result_name(r));
+    if (!why[0]) {
+        WddmGpuVirtualFill fill;
+        wddm_build_virtual_fill(&fill, 0x11223344u, 16, va);
+        if ((r = gv_run(a->context, &fill, sizeof(fill), &done, &fence)))
+            snprintf(why, sizeof(why), "SUBMIT_VIRTUAL: %s", wddm_result_name(r));
+    }
+    /* The same record comes as a PAGE_FAULT event. */
+    if (!why[0] && done.status == WDDM_GPU_SUBMIT_STATUS_PAGE_FAULT &&
+        (!(got = wait_event(WDDM_GPU_EVENT_PAGE_FAULT, &ev, &others)) ||
+         memcmp(&ev.page_fault, &done.page_fault, sizeof(ev.page_fault)) != 0))
+        snprintf(why, sizeof(why), "PAGE_FAULT event %s (VA %#" PRIx64 " kind %u, %d others)",
+                 got ? "differs from the answer's record" : "missing",
+                 ev.page_fault.fault.virtual_address, ev.page_fault.fault.kind, others);
+    gv_fault_want want = {va, WDDM_GPU_MMU_FAULT_READ_ONLY, 0,
+                          WDDM_GPU_PAGE_FAULT_FLAG_WRITE |
+                              WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED};
+    if (!why[0])
+        gv_fault_then_reset(&done, fence, &want, &dxgk, &paging, why, sizeof(why));
+    for (uint32_t k = 0; k < 4096 && !why[0]; k++)
+        if (vram_cpu[GV_VRAM_READ_ONLY + k] != 0x3c)
+            snprintf(why, sizeof(why), "the read-only page changed at byte %u (%#x)", k,
+                     vram_cpu[GV_VRAM_READ_ONLY + k]);
+    /* Reading through the entry works: 16 bytes to space A's destination page 0. */
+    if (!why[0]) {
+        for (uint32_t k = 0; k < 16; k++)
+            vram_cpu[gv_dst_offset(a, 0) + 200 + k] = 0;
+        WddmGpuVirtualCopy copy;
+        wddm_build_virtual_copy(&copy, 16, va, gv_va(GV_SLOT_DST) + 200);
+        gv_run_ok(a->context, &copy, sizeof(copy), &after, "read through it after RESET_ENGINE",
+                  why, sizeof(why));
+        for (uint32_t k = 0; k < 16 && !why[0]; k++)
+            if (vram_cpu[gv_dst_offset(a, 0) + 200 + k] != 0x3c)
+                snprintf(why, sizeof(why), "read through the read-only entry: byte %u is %#x", k,
+                         vram_cpu[gv_dst_offset(a, 0) + 200 + k]);
+    }
+    report("gpuva_read_only", !why[0], "FILL of 16 bytes through a READ_ONLY leaf entry at VA %#"
+           PRIx64 ": fence %u status %u kind %u level %u, DmaPageFaulted VA %#" PRIx64 " level %u "
+           "flags %#x (WRITE|ENGINE_RESET_REQUIRED), PAGE_FAULT event %s; paging FILL %#x while "
+           "faulted OK; RESET_ENGINE; page unchanged, a read through it status %u%s%s", va,
+           fence, done.status, done.page_fault.fault.kind, done.page_fault.fault.page_table_level,
+           dxgk.FaultedVirtualAddress, dxgk.PageTableLevel, dxgk.PageFaultFlags,
+           got ? "the same record" : "-", paging, after.status, why[0] ? ": " : "", why);
+}
+
+static void test_gpuva_root_overrun(void)
+{
+    char why[300] = "";
+    gv_space *a = &gv.a;
+    if (!a->ready) {
+        report("gpuva_root_overrun", 0, "no address space (gpuva_copy failed)");
+        return;
+    }
+    /* The DMA buffer is fetched through the path's root slot, so the root is bound with the
+     * entries up to that slot and the FILL goes to a VA under the next slot, just past them. */
+    const uint32_t root_level = gv.levels - 1;
+    const gv_table *root = &a->table[root_level];
+    const uint32_t entries = root->index + 1;
+    const uint32_t shift = gv.mmu.shift[root_level];
+    const uint64_t va = (gv_va(GV_SLOT_DST) & ~(((uint64_t)a->root_entries - 1) << shift)) +
+                        ((uint64_t)entries << shift) + 16;
+    const uint64_t dst = gv_va(GV_SLOT_DST) + 16;
+    WddmGpuRespSubmitVirtual done = {0}, after = {0};
+    wddm_dxgk_dma_page_faulted dxgk = {0};
+    uint32_t fence = 0, paging = 0;
+    wddm_result r = WDDM_OK;
+    if (entries >= a->root_entries)
+        snprintf(why, sizeof(why), "the path uses the last root slot: no VA past NumEntries");
+    else if ((r = wddm_dev_set_root_page_table(&dev, a->context, root->segment, root->address,
+                                               entries)))
+        snprintf(why, sizeof(why), "SET_ROOT_PAGE_TABLE with %u entries: %s", entries,
+                 wddm_result_name(r));
+    if (!why[0]) {
+        WddmGpuVirtualFill fill;
+        wddm_build_virtual_fill(&fill, 0x55aa55aau, 8, va);
+        if ((r = gv_run(a->context, &fill, sizeof(fill), &done, &fence)))
+            snprintf(why, sizeof(why), "SUBMIT_VIRTUAL: %s", wddm_result_name(r));
+    }
+    gv_fault_want want = {va, WDDM_GPU_MMU_FAULT_ROOT_OVERRUN, root_level,
+                          WDDM_GPU_PAGE_FAULT_FLAG_WRITE |
+                              WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED};
+    if (!why[0])
+        gv_fault_then_reset(&done, fence, &want, &dxgk, &paging, why, sizeof(why));
+    /* The whole root again: a FILL through the path lands. */
+    if (!why[0] && (r = wddm_dev_set_root_page_table(&dev, a->context, root->segment,
+                                                     root->address, a->root_entries)))
+        snprintf(why, sizeof(why), "SET_ROOT_PAGE_TABLE with %u entries: %s", a->root_entries,
+                 wddm_result_name(r));
+    if (!why[0]) {
+        WddmGpuVirtualFill fill;
+        wddm_build_virtual_fill(&fill, 0x55aa55aau, 8, dst);
+        for (int k = 0; k < 8; k++)
+            vram_cpu[gv_dst_offset(a, 0) + 16 + k] = 0;
+        gv_run_ok(a->context, &fill, sizeof(fill), &after, "FILL with the whole root", why,
+                  sizeof(why));
+        for (int k = 0; k < 8 && !why[0]; k++)
+            if (vram_cpu[gv_dst_offset(a, 0) + 16 + k] != (uint8_t)(0x55aa55aau >> (8 * (k % 4))))
+                snprintf(why, sizeof(why), "FILL with the whole root: byte %d is %#x", k,
+                         vram_cpu[gv_dst_offset(a, 0) + 16 + k]);
+    }
+    report("gpuva_root_overrun", !why[0], "SET_ROOT_PAGE_TABLE NumEntries %u (up to the path's "
+           "root slot %u): FILL at VA %#" PRIx64 " (root slot %u): fence %u status %u kind %u "
+           "level %u, DmaPageFaulted VA %#" PRIx64 " level %u flags %#x; paging FILL %#x while "
+           "faulted OK; RESET_ENGINE; root rebound with %u entries, FILL at %#" PRIx64
+           " status %u lands%s%s", entries, root->index, va, entries, fence, done.status,
+           done.page_fault.fault.kind, done.page_fault.fault.page_table_level,
+           dxgk.FaultedVirtualAddress, dxgk.PageTableLevel, dxgk.PageFaultFlags, paging,
+           a->root_entries, dst, after.status, why[0] ? ": " : "", why);
+}
+
 /* DESTROY_CONTEXT of every context the mode created; a submission to one then ends
  * BAD_CONTEXT. */
 static void test_gpuva_destroy(void)
@@ -1274,6 +1475,8 @@ static int main_gpuva(const char *bdf)
         test_gpuva_two_spaces();
         test_gpuva_pages_64k();
         test_gpuva_page_fault();
+        test_gpuva_read_only();
+        test_gpuva_root_overrun();
         test_gpuva_destroy();
         wddm_dev_teardown(&dev);
     }
