@@ -1427,6 +1427,100 @@ static void test_gpuva_root_overrun(void)
            a->root_entries, dst, after.status, why[0] ? ": " : "", why);
 }
 
+/* Space C's destination page 0 against source page `page` (gv_byte's index). */
+static int gv_check_page(const gv_space *s, uint32_t page, const char *what, char *why, size_t n)
+{
+    for (uint32_t k = 0; k < 4096; k++) {
+        uint8_t got = vram_cpu[gv_dst_offset(s, 0) + k];
+        if (got != gv_byte((uint64_t)page * 4096 + k)) {
+            snprintf(why, n, "%s: VRAM byte %u is %#x, source page %u has %#x", what, k, got,
+                     page, gv_byte((uint64_t)page * 4096 + k));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Space C's COPY of one page, SRC to DST, into a zeroed VRAM page. */
+static int gv_copy_page(const gv_space *s, const char *what, char *why, size_t n)
+{
+    WddmGpuRespSubmitVirtual done;
+    WddmGpuVirtualCopy copy;
+    for (uint32_t k = 0; k < 4096; k++)
+        vram_cpu[gv_dst_offset(s, 0) + k] = 0;
+    wddm_build_virtual_copy(&copy, 4096, gv_va(GV_SLOT_SRC), gv_va(GV_SLOT_DST));
+    return gv_run_ok(s->context, &copy, sizeof(copy), &done, what, why, n);
+}
+
+static void test_gpuva_stale_tlb(void)
+{
+    char why[300] = "";
+    gv_space *c = &gv.c;
+    if (!gv.a.ready) {
+        report("gpuva_stale_tlb", 0, "no address space (gpuva_copy failed)");
+        return;
+    }
+    WddmGpuRespEvent ev = {0};
+    int others = 0, got = 0;
+    wddm_result r = WDDM_OK;
+    const uint64_t old_entry = gv_pte(0, gv.src.bus + gv_src_page(0) * 4096);
+    const uint64_t new_entry = gv_pte(0, gv.src.bus + gv_src_page(1) * 4096);
+    /* Space C in a context of the checking mode: SRC maps source page 0. */
+    if (!gv_space_up(c, 'C', 2, GV_CONTEXT_C, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB, 0,
+                     GV_VRAM_DATA_C, why, sizeof(why)) &&
+        !gv_copy_page(c, "first COPY", why, sizeof(why)))
+        gv_check_page(c, 0, "first COPY", why, sizeof(why));
+    /* SRC rewritten to source page 1 without FLUSH_TLB: the cached translation is served. */
+    gv_write w = {&c->table[0], 0, GV_SLOT_SRC, 1, new_entry};
+    if (!why[0] && !gv_apply(&w, 1, why, sizeof(why)) && (r = wddm_dev_post_events(&dev, 1)))
+        snprintf(why, sizeof(why), "WAIT_EVENT: %s", wddm_result_name(r));
+    if (!why[0] && !gv_copy_page(c, "COPY without FLUSH_TLB", why, sizeof(why)))
+        gv_check_page(c, 0, "COPY without FLUSH_TLB (the old page expected)", why, sizeof(why));
+    if (!why[0]) {
+        got = wait_event(WDDM_GPU_EVENT_STALE_TRANSLATION, &ev, &others);
+        printf("GPUMMU stale translation: VA %#" PRIx64 " level %u cached %#" PRIx64 " memory %#"
+               PRIx64 " (context %u)\n", ev.stale.virtual_address, ev.stale.page_table_level,
+               ev.stale.cached_entry, ev.stale.memory_entry, ev.stale.context_id);
+        fflush(stdout);
+        if (!got || ev.stale.virtual_address != gv_va(GV_SLOT_SRC) ||
+            ev.stale.page_table_level != 0 || ev.stale.cached_entry != old_entry ||
+            ev.stale.memory_entry != new_entry || ev.stale.context_id != c->context)
+            snprintf(why, sizeof(why), "STALE_TRANSLATION event %s: VA %#" PRIx64 " level %u "
+                     "cached %#" PRIx64 " memory %#" PRIx64 " context %u (%d other events); want "
+                     "VA %#" PRIx64 " level 0 cached %#" PRIx64 " memory %#" PRIx64 " context %u",
+                     got ? "wrong" : "missing", ev.stale.virtual_address,
+                     ev.stale.page_table_level, ev.stale.cached_entry, ev.stale.memory_entry,
+                     ev.stale.context_id, others, gv_va(GV_SLOT_SRC), old_entry, new_entry,
+                     c->context);
+    }
+    /* FLUSH_TLB of the page on the paging node: the new entry is used. */
+    long st = -1;
+    if (!why[0]) {
+        const gv_table *root = &c->table[gv.levels - 1];
+        wddm_op_flush_tlb op = {root->segment, 0, root->address, gv_va(GV_SLOT_SRC),
+                                gv_va(GV_SLOT_SRC) + 4096};
+        WddmGpuRespSubmit resp;
+        const char *w2 = "";
+        r = wddm_pb_init(&gv.pb.pb, wddm_dev_layout(&dev), gv.pb.mem.cpu,
+                         (uint32_t)gv.pb.mem.size);
+        if (!r)
+            r = wddm_pb_flush_tlb(&gv.pb.pb, &op);
+        st = r ? -1 : run(&gv.pb, &resp, &w2);
+        if (st != WDDM_GPU_SUBMIT_STATUS_OK)
+            snprintf(why, sizeof(why), "FLUSH_TLB: status %ld %s", st,
+                     r ? wddm_result_name(r) : w2);
+    }
+    if (!why[0] && !gv_copy_page(c, "COPY after FLUSH_TLB", why, sizeof(why)))
+        gv_check_page(c, 1, "COPY after FLUSH_TLB (the new page expected)", why, sizeof(why));
+    report("gpuva_stale_tlb", !why[0], "space C, context %u with CHECK_TLB: COPY of a page; its "
+           "source entry rewritten (%#" PRIx64 " -> %#" PRIx64 ") without FLUSH_TLB: the next "
+           "COPY still reads the old page, STALE_TRANSLATION event %s (VA %#" PRIx64 " level %u "
+           "context %u); FLUSH_TLB of the page status %ld; the COPY then reads the new page%s%s",
+           c->context, old_entry, new_entry, got ? "received" : "missing",
+           ev.stale.virtual_address, ev.stale.page_table_level, ev.stale.context_id, st,
+           why[0] ? ": " : "", why);
+}
+
 /* DESTROY_CONTEXT of every context the mode created; a submission to one then ends
  * BAD_CONTEXT. */
 static void test_gpuva_destroy(void)
@@ -1477,6 +1571,7 @@ static int main_gpuva(const char *bdf)
         test_gpuva_page_fault();
         test_gpuva_read_only();
         test_gpuva_root_overrun();
+        test_gpuva_stale_tlb();
         test_gpuva_destroy();
         wddm_dev_teardown(&dev);
     }
