@@ -694,7 +694,8 @@ uint32_t wddm_dev_pending(const wddm_dev *dev);
 uint32_t wddm_dev_last_completed_fence(const wddm_dev *dev);
 
 /* Events: keeps `count` WAIT_EVENT requests posted in total; next_event takes the oldest
- * answered one (its kind checked), WDDM_E_EMPTY when none. */
+ * answered one (its kind checked: FAULT to STALE_TRANSLATION, the GpuMmu kinds PAGE_FAULT,
+ * MONITORED_FENCE and STALE_TRANSLATION included), WDDM_E_EMPTY when none. */
 wddm_result wddm_dev_post_events(wddm_dev *dev, uint32_t count);
 wddm_result wddm_dev_next_event(wddm_dev *dev, WddmGpuRespEvent *out);
 uint32_t wddm_dev_events_posted(const wddm_dev *dev);

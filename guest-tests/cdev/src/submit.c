@@ -143,7 +143,7 @@ void wddm_event_answered(wddm_dev *dev, uint32_t slot)
     const wddm_slot *s = take_answer(dev, slot, &ev, sizeof(ev));
     dev->events_posted--;
     if (s->used_len < sizeof(WddmGpuCtrlHdr) + 8 || ev.hdr.type_ != WDDM_GPU_RESP_EVENT ||
-        ev.kind < WDDM_GPU_EVENT_FAULT || ev.kind > WDDM_GPU_EVENT_VBLANK) {
+        ev.kind < WDDM_GPU_EVENT_FAULT || ev.kind > WDDM_GPU_EVENT_STALE_TRANSLATION) {
         wddm_broken(dev, "WAIT_EVENT answer (type, kind)", ev.hdr.type_, ev.kind);
         return;
     }
