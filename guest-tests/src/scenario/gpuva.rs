@@ -302,6 +302,18 @@ fn scattered_pages(engine: &mut Engine, count: usize) -> Outcome<Vec<Piece>> {
     Ok(pieces)
 }
 
+/// `count` scattered guest pages holding pattern `tag`, in order: page `i` holds its bytes
+/// from `i * PAGE` on (what [`check_pages`] and `check_pattern` expect).
+fn patterned_pages(engine: &mut Engine, count: usize, tag: u64) -> Outcome<Vec<Piece>> {
+    let pages = scattered_pages(engine, count)?;
+    for (index, page) in pages.iter().enumerate() {
+        let mut bytes = vec![0u8; PAGE_USIZE];
+        pattern::fill(tag, index as u64 * PAGE, &mut bytes);
+        engine.pool.write(*page, 0, &bytes);
+    }
+    Ok(pages)
+}
+
 fn check_pages(engine: &Engine, pages: &[Piece], tag: u64, skip: u64) -> Outcome {
     for (index, page) in pages.iter().enumerate() {
         let mut bytes = vec![0u8; PAGE_USIZE];
@@ -365,16 +377,9 @@ fn capset(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 
 fn two_address_spaces(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     const PAGES: usize = 16;
-    let source_a = scattered_pages(engine, PAGES)?;
-    let source_b = scattered_pages(engine, PAGES)?;
     let (tag_a, tag_b) = (0xa11ce, 0xb0b);
-    for (pages, tag) in [(&source_a, tag_a), (&source_b, tag_b)] {
-        for (index, page) in pages.iter().enumerate() {
-            let mut bytes = vec![0u8; PAGE_USIZE];
-            pattern::fill(tag, index as u64 * PAGE, &mut bytes);
-            engine.pool.write(*page, 0, &bytes);
-        }
-    }
+    let source_a = patterned_pages(engine, PAGES, tag_a)?;
+    let source_b = patterned_pages(engine, PAGES, tag_b)?;
     // The same VAs in both spaces, backed by different pages and different VRAM.
     let vram_a = VRAM_DATA;
     let vram_b = VRAM_DATA + (1 << 20);
@@ -443,12 +448,7 @@ fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let large: Vec<u64> = (0..4u64)
         .map(|i| pte(segment, VRAM_DATA + (2 << 20) + (3 - i) * LARGE, 0))
         .collect();
-    let source = scattered_pages(engine, 64)?;
-    for (index, page) in source.iter().enumerate() {
-        let mut bytes = vec![0u8; PAGE_USIZE];
-        pattern::fill(0x64, index as u64 * PAGE, &mut bytes);
-        engine.pool.write(*page, 0, &bytes);
-    }
+    let source = patterned_pages(engine, 64, 0x64)?;
     let entries: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
     tables
         .map_64k(VA_DESTINATION, &large)
@@ -484,12 +484,7 @@ fn large_pages(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     const TAG: u64 = 0x2d2d;
     let segment = engine.segment.desc.id;
     let vram = VRAM_DATA + (4 << 20);
-    let source = scattered_pages(engine, SOURCE_PAGES)?;
-    for (index, page) in source.iter().enumerate() {
-        let mut bytes = vec![0u8; PAGE_USIZE];
-        pattern::fill(TAG, index as u64 * PAGE, &mut bytes);
-        engine.pool.write(*page, 0, &bytes);
-    }
+    let source = patterned_pages(engine, SOURCE_PAGES, TAG)?;
     let mut tables = ctx.page_tables()?;
     let entries: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
     tables
@@ -709,12 +704,7 @@ fn paging_process(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     const TAG: u64 = 0x9a9e;
     let segment = engine.segment.desc.id;
     let vram = VRAM_DATA + (3 << 20) + (256 << 10);
-    let source = scattered_pages(engine, PAGES_USIZE)?;
-    for (index, page) in source.iter().enumerate() {
-        let mut bytes = vec![0u8; PAGE_USIZE];
-        pattern::fill(TAG, index as u64 * PAGE, &mut bytes);
-        engine.pool.write(*page, 0, &bytes);
-    }
+    let source = patterned_pages(engine, PAGES_USIZE, TAG)?;
     engine.vram.write(vram, &vec![0; PAGES_USIZE * PAGE_USIZE]);
     let mut tables = ctx.paging_process_tables()?;
     let sources: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
