@@ -3,10 +3,10 @@
 //! the way the layout's `PageTableUpdateMode` says (UPDATE_PAGE_TABLE packets on the paging node
 //! for GPU_PHYSICAL, CPU stores into guest RAM and through the VRAM BAR for CPU_VIRTUAL); the
 //! virtual node copies, fills and signals through two address spaces over scattered guest pages
-//! and VRAM, in 4 KiB, 64 KiB and 2 MiB pages; the paging node moves, fills and signals through the
-//! paging process's own VAs; faults are read back as the `DmaPageFaulted` payload an ISR would
-//! report; the checking mode catches a skipped FLUSH_TLB. Every byte moved is checked
-//! through the guest mapping or the BAR.
+//! and VRAM, in 4 KiB, 64 KiB (VRAM and guest RAM) and 2 MiB pages; the paging node moves, fills
+//! and signals through the paging process's own VAs; faults are read back as the
+//! `DmaPageFaulted` payload an ISR would report; the checking mode catches a skipped FLUSH_TLB.
+//! Every byte moved is checked through the guest mapping or the BAR.
 
 use std::time::Duration;
 
@@ -442,13 +442,20 @@ fn two_address_spaces(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 
 fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     const LARGE: u64 = 64 << 10;
+    const LARGE_USIZE: usize = 64 << 10;
     let segment = engine.segment.desc.id;
     let mut tables = ctx.page_tables()?;
-    // Four 64 KiB VRAM pages, mapped in reverse order, and the source in 4 KiB guest pages.
-    let large: Vec<u64> = (0..4u64)
+    // Four 64 KiB VRAM pages, mapped in reverse order, then a 64 KiB page of guest RAM
+    // (`SysMem64KBPageSupported`: 64 KiB aligned and contiguous, inside one hugepage of the
+    // arena); the source in 4 KiB guest pages.
+    let system = engine.arena.alloc(2 * LARGE_USIZE)?;
+    let system_offset = (LARGE - system.phys() % LARGE) % LARGE;
+    let system_page = system.phys() + system_offset;
+    let mut large: Vec<u64> = (0..4u64)
         .map(|i| pte(segment, VRAM_DATA + (2 << 20) + (3 - i) * LARGE, 0))
         .collect();
-    let source = patterned_pages(engine, 64, 0x64)?;
+    large.push(pte(0, system_page, 0));
+    let source = patterned_pages(engine, 80, 0x64)?;
     let entries: Vec<u64> = source.iter().map(|p| pte(0, p.phys, 0)).collect();
     tables
         .map_64k(VA_DESTINATION, &large)
@@ -458,8 +465,15 @@ fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     ctx.apply(engine, &mut tables)?;
     let id = ctx.context(engine, &tables, 0)?;
     let mut copy = DmaBufferBuilder::new();
-    copy.push(&virtual_copy(4 * LARGE, VA_SOURCE, VA_DESTINATION));
+    copy.push(&virtual_copy(5 * LARGE, VA_SOURCE, VA_DESTINATION));
     expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
+    let mut in_ram = vec![0u8; LARGE_USIZE];
+    system.read(usize::try_from(system_offset).unwrap_or(0), &mut in_ram);
+    if let Some(at) = pattern::first_mismatch(0x64, 4 * LARGE, &in_ram) {
+        return Err(Failure(format!(
+            "the 64 KiB page of guest RAM at {system_page:#x} differs at byte {at}"
+        )));
+    }
     for i in 0..4u64 {
         engine
             .vram
