@@ -15,17 +15,10 @@
 
 #![no_main]
 
-use std::sync::OnceLock;
-
 use libfuzzer_sys::fuzz_target;
+use vhost_user_wddm_gpu_fuzz::debug;
 use vhost_user_wddm_gpu_fuzz::frontend::{Frontend, Op, MAX_OPS};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
-
-/// `WDDM_FUZZ_DEBUG=1`: print every operation, and the used rings at the end.
-fn debug() -> bool {
-    static DEBUG: OnceLock<bool> = OnceLock::new();
-    *DEBUG.get_or_init(|| std::env::var_os("WDDM_FUZZ_DEBUG").is_some())
-}
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Reader::new(data);

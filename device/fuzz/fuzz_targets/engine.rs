@@ -13,7 +13,7 @@
 #![no_main]
 
 use std::cell::Cell;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
@@ -22,6 +22,7 @@ use vhost_user_wddm_gpu::PacketRecord;
 use vhost_user_wddm_gpu::Resolved;
 use vhost_user_wddm_gpu::{AddressSpace, TableAddress};
 use vhost_user_wddm_gpu::{Completion, DeviceMemory, EngineHooks, Fault, Interruption, Stop};
+use vhost_user_wddm_gpu_fuzz::debug;
 use vhost_user_wddm_gpu_fuzz::engine_world::{step, World, DEVICE_ONLY, DMA, RAM_SPAN, VRAM_SIZE};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vm_memory::{Bytes, GuestAddress};
@@ -43,12 +44,6 @@ const MAX_RESUMES: u32 = 64;
 const INPUT_DEADLINE: Duration = Duration::from_secs(1);
 
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
-
-/// `WDDM_FUZZ_DEBUG=1`: print every command and its completion (to see what a seed does).
-fn debug() -> bool {
-    static DEBUG: OnceLock<bool> = OnceLock::new();
-    *DEBUG.get_or_init(|| std::env::var_os("WDDM_FUZZ_DEBUG").is_some())
-}
 
 fuzz_target!(|data: &[u8]| {
     let mut world = WORLD

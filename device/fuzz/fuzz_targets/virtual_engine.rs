@@ -22,7 +22,7 @@
 
 use std::cell::Cell;
 use std::ops::Range;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
@@ -30,6 +30,7 @@ use vhost_user_wddm_gpu::{
     AddressSpace, DeviceMemory, DeviceTables, EngineHooks, Fault, Interruption, Stop, TableAddress,
     VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
 };
+use vhost_user_wddm_gpu_fuzz::debug;
 use vhost_user_wddm_gpu_fuzz::engine_world::World;
 use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vhost_user_wddm_gpu_fuzz::virtual_world::{
@@ -58,12 +59,6 @@ const CONTEXT: u32 = 1;
 
 /// The world and the snapshot buffers, made once per process.
 static WORLD: Mutex<Option<(World, Snapshot)>> = Mutex::new(None);
-
-/// `WDDM_FUZZ_DEBUG=1`: print every submission and its completion.
-fn debug() -> bool {
-    static DEBUG: OnceLock<bool> = OnceLock::new();
-    *DEBUG.get_or_init(|| std::env::var_os("WDDM_FUZZ_DEBUG").is_some())
-}
 
 fuzz_target!(|data: &[u8]| {
     let mut world = WORLD

@@ -12,3 +12,10 @@ pub mod input;
 pub mod scratch;
 pub mod virtual_world;
 pub mod walk_input;
+
+/// `WDDM_FUZZ_DEBUG=1` in the environment: the targets print what each input does (to see what a
+/// seed does); read once.
+pub fn debug() -> bool {
+    static DEBUG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEBUG.get_or_init(|| std::env::var_os("WDDM_FUZZ_DEBUG").is_some())
+}
