@@ -63,9 +63,7 @@ pub struct VirtualEngine {
     repeated: Repeated,
     /// A copy's batch: the runs of its source and of its destination.
     sources: [Run; BATCH],
-    source_count: usize,
     destinations: [Run; BATCH],
-    destination_count: usize,
 }
 
 impl Default for VirtualEngine {
@@ -74,15 +72,16 @@ impl Default for VirtualEngine {
             bounce: Vec::new(),
             repeated: Repeated::default(),
             sources: [NO_RUN; BATCH],
-            source_count: 0,
             destinations: [NO_RUN; BATCH],
-            destination_count: 0,
         }
     }
 }
 
 /// What a batch's translation covered.
 struct Batch {
+    /// Runs in the engine's source and destination arrays.
+    sources: usize,
+    destinations: usize,
     /// Bytes from the start translated on both sides.
     covered: u64,
     /// The fault right after them, if one ended the batch.
@@ -334,7 +333,7 @@ impl VirtualEngine {
                 .min(CHUNK - done % CHUNK)
                 .min(BATCH as u64 * WDDM_GPU_PAGE_SIZE);
             let batch = self.translate_batch(source + done, destination + done, step, memory);
-            let moved = self.copy_batch(batch.covered, memory)?;
+            let moved = self.copy_batch(&batch, memory)?;
             done += moved;
             match batch.fault {
                 Some(fault) => return Err(fault.into()),
@@ -360,7 +359,6 @@ impl VirtualEngine {
         let mut space = lock(memory.space);
         let (sources, source_fault) =
             memory.translate_runs(&mut space, source, length, Access::Read, &mut self.sources);
-        self.source_count = sources;
         let readable = total(&self.sources[..sources]);
         let (destinations, destination_fault) = memory.translate_runs(
             &mut space,
@@ -369,7 +367,6 @@ impl VirtualEngine {
             Access::Write,
             &mut self.destinations,
         );
-        self.destination_count = destinations;
         let writable = total(&self.destinations[..destinations]);
         let fault = if destination_fault.is_some() {
             destination_fault
@@ -379,19 +376,22 @@ impl VirtualEngine {
             None
         };
         Batch {
+            sources,
+            destinations,
             covered: writable,
             fault,
         }
     }
 
-    /// Copies the first `length` bytes the batch translated; returns them.
+    /// Copies the bytes `batch` covered; returns them.
     fn copy_batch<M: GuestMemoryBackend>(
         &mut self,
-        length: u64,
+        batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
     ) -> Result<u64, Fault> {
-        let mut sources = self.sources[..self.source_count].iter().copied();
-        let mut destinations = self.destinations[..self.destination_count].iter().copied();
+        let length = batch.covered;
+        let mut sources = self.sources[..batch.sources].iter().copied();
+        let mut destinations = self.destinations[..batch.destinations].iter().copied();
         let (mut from, mut to) = (sources.next(), destinations.next());
         let mut moved = 0u64;
         while moved < length {
