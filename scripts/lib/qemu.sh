@@ -17,7 +17,8 @@
 #   GUEST_HUGEPAGES 2 MiB hugepages reserved at boot, default 64
 #   WDDM_ARGS       comma-separated arguments for /bin/wddm-guest (`cdev`: the C device
 #                   library's suite alone)
-#   GUEST_CDEV      0: no C device library suite after `suite` or `gpuva` (wddm.cdev=0)
+#   GUEST_CDEV      0: no C device library suite after `suite` or `gpuva` (wddm.cdev=0); the
+#                   default with QEMU 11.1 and the shared-memory BAR, 1 elsewhere
 #   VRAM_SIZE       checked to be a power of two when set
 #   QEMU_TIMEOUT    run_guest's default timeout in seconds, default 240
 #   QEMU_LOG        run_guest's default log file, default target/guest/qemu.log
@@ -54,10 +55,16 @@ guest_append() {
     fi
     [[ "$args" =~ [[:space:]\"] ]] && die "WDDM_ARGS must not contain spaces or quotes: '${args}'"
     [[ "${GUEST_HUGEPAGES:-64}" =~ ^[0-9]+$ ]] || die "GUEST_HUGEPAGES must be a number: '${GUEST_HUGEPAGES}'"
-    [[ "${GUEST_CDEV:-1}" =~ ^[01]$ ]] || die "GUEST_CDEV must be 0 or 1: '${GUEST_CDEV}'"
+    # QEMU 11.1.3 with the shared-memory BAR can crash when a second driver resets the device
+    # the first one started (docs/lifecycle.md): there the C suite does not follow the Rust one
+    # unless asked (GUEST_CDEV=1); the command `cdev` runs it alone.
+    local cdev=1
+    [[ "${GPU_QEMU:-10}" == 11.1 && "${GPU_BAR_MODE:-}" == shmem ]] && cdev=0
+    cdev="${GUEST_CDEV:-$cdev}"
+    [[ "$cdev" =~ ^[01]$ ]] || die "GUEST_CDEV must be 0 or 1: '${cdev}'"
     printf 'console=ttyS0 quiet panic=-1 hugepages=%s transparent_hugepage=never%s%s\n' \
         "${GUEST_HUGEPAGES:-64}" "${args:+ wddm.args=${args}}" \
-        "$([[ "${GUEST_CDEV:-1}" == 0 ]] && echo ' wddm.cdev=0')"
+        "$([[ "$cdev" == 0 ]] && echo ' wddm.cdev=0')"
 }
 
 # _size_bytes SIZE: QEMU-style size (bytes, or K/M/G/T suffix) in bytes.
