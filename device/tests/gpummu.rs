@@ -314,6 +314,55 @@ fn a_copy_from_contiguous_pages_into_scattered_ones_moves_every_byte() {
     );
 }
 
+#[test]
+fn runs_across_two_memory_table_regions_that_touch_are_moved_a_region_at_a_time() {
+    let (mut h, mut tables) = mapped_gpu("gpummu-regions", 0);
+    // Guest RAM announced as two regions meeting inside eight contiguous pages, which the MMU
+    // hands out as one run.
+    let first = DATA_PAGES + 0x10_0000;
+    let split = first + 3 * PAGE;
+    let vram_gpa = h.vram_gpa.expect("the harness maps the VRAM BAR");
+    h.set_mem_table_split_ram(split, vram_gpa);
+    let contiguous: Vec<u64> = (0..8).map(|i| pte(0, first + i * PAGE, 0)).collect();
+    let va_contiguous = VA_SOURCE + 0x100_0000;
+    tables.map(va_contiguous, &contiguous).unwrap();
+    apply(&mut h, &mut tables, 2);
+    let data = pattern(0x2e61, 8 * PAGE_USIZE);
+    h.write_ram(first, &data);
+    let mut packets = DmaBufferBuilder::new();
+    // Out across the split into VRAM, a fill across it, then back from VRAM across it.
+    packets.push(&virtual_copy(
+        8 * PAGE - 10,
+        va_contiguous + 10,
+        VA_DESTINATION,
+    ));
+    packets.push(&virtual_fill(
+        0x0102_0304,
+        2 * PAGE,
+        va_contiguous + 2 * PAGE,
+    ));
+    packets.push(&virtual_copy(
+        PAGE,
+        VA_DESTINATION,
+        va_contiguous + 5 * PAGE + 8,
+    ));
+    let done = run_virtual(&mut h, &packets, 9);
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+    assert_eq!(done.bytes_transferred, 11 * PAGE - 10);
+    assert_eq!(h.read_vram(0x10_0000, 8 * PAGE_USIZE - 10), &data[10..]);
+    let after = h.read_ram(first, 8 * PAGE_USIZE);
+    let mut want = data.clone();
+    for (i, byte) in want[2 * PAGE_USIZE..4 * PAGE_USIZE].iter_mut().enumerate() {
+        *byte = 0x0102_0304u32.to_le_bytes()[i % 4];
+    }
+    let back = 5 * PAGE_USIZE + 8;
+    want[back..back + PAGE_USIZE].copy_from_slice(&data[10..10 + PAGE_USIZE]);
+    assert!(
+        after == want,
+        "RAM across the split differs from the expected bytes"
+    );
+}
+
 fn page_fault(done: &WddmGpuRespSubmitVirtual) -> WddmGpuPageFaultRecord {
     assert_eq!(done.status, SubmitStatus::PageFault as u32, "{done:?}");
     done.page_fault

@@ -37,6 +37,18 @@ pub fn memory_region(
     gpa: u64,
     size: u64,
 ) -> VhostUserMemoryRegionInfo {
+    memory_region_part(memory, 0, gpa, size)
+}
+
+/// The memory-table entry announcing `size` bytes of the file-backed `memory` from `offset` on
+/// at `gpa`: one of several entries a frontend may split one backing into (QEMU does, where
+/// memory sections meet).
+pub fn memory_region_part(
+    memory: &GuestMemoryMmap<()>,
+    offset: u64,
+    gpa: u64,
+    size: u64,
+) -> VhostUserMemoryRegionInfo {
     let region = memory.find_region(GuestAddress(0)).unwrap();
     let fd = vm_memory::GuestMemoryRegion::file_offset(region)
         .unwrap()
@@ -45,8 +57,8 @@ pub fn memory_region(
     VhostUserMemoryRegionInfo {
         guest_phys_addr: gpa,
         memory_size: size,
-        userspace_addr: memory.get_host_address(GuestAddress(0)).unwrap() as u64,
-        mmap_offset: 0,
+        userspace_addr: memory.get_host_address(GuestAddress(offset)).unwrap() as u64,
+        mmap_offset: offset,
         mmap_handle: fd,
     }
 }

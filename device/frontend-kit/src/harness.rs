@@ -46,7 +46,7 @@ use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::backend_process::{BackendProcess, SpawnOptions, TIMEOUT};
-use crate::guest_memory::{map_file, memfd, memory_region};
+use crate::guest_memory::{map_file, memfd, memory_region, memory_region_part};
 use crate::requests::submit_command;
 use crate::split_ring::{Descriptor, SplitRing, UsedEntry, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 
@@ -350,6 +350,19 @@ impl Harness {
         regions.extend(vram_gpa.map(|gpa| self.vram_region(gpa)));
         self.frontend.set_mem_table(&regions).unwrap();
         self.vram_gpa = vram_gpa;
+    }
+
+    /// SET_MEM_TABLE with guest RAM as two adjacent regions that meet at `split` (as a frontend
+    /// announces memory sections that touch), and the VRAM BAR at `vram_gpa`.
+    pub fn set_mem_table_split_ram(&mut self, split: u64, vram_gpa: u64) {
+        assert!(split > 0 && split < self.ram_size, "split inside RAM");
+        let regions = [
+            memory_region_part(&self.ram, 0, 0, split),
+            memory_region_part(&self.ram, split, split, self.ram_size - split),
+            self.vram_region(vram_gpa),
+        ];
+        self.frontend.set_mem_table(&regions).unwrap();
+        self.vram_gpa = Some(vram_gpa);
     }
 
     /// REM_MEM_REG of the VRAM BAR region.

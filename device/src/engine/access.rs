@@ -184,10 +184,50 @@ pub(super) fn copy<M: GuestMemoryBackend>(
 ) -> Result<(), Fault> {
     // Slices are usize long.
     usize::try_from(length).map_err(|_| Fault::LengthOverflow(length))?;
-    let (src, dst) = (src.sub(0, length), dst.sub(0, length));
+    let (mut src, mut dst) = (src.sub(0, length), dst.sub(0, length));
     if src.overlaps(dst) {
         return copy_overlapping(src, dst, mem, bounce);
     }
+    // Both ends are `length` long: the loop ends when either does.
+    while src.len() > 0 && dst.len() > 0 {
+        let len = in_one_slice(src, mem)?
+            .len()
+            .min(in_one_slice(dst, mem)?.len());
+        copy_in_one_slice(src.sub(0, len), dst.sub(0, len), mem)?;
+        src.advance(len);
+        dst.advance(len);
+    }
+    Ok(())
+}
+
+/// The head of `location` one slice reaches: all of it, but for guest bytes that run on into
+/// another memory-table region (QEMU announces sections that touch as separate regions). Regions
+/// are whole pages, so only a range longer than the rest of its first page pays for a lookup.
+fn in_one_slice<M: GuestMemoryBackend>(
+    location: Location,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<Location, Fault> {
+    let Location::Guest(range) = location else {
+        return Ok(location);
+    };
+    let address = range.start();
+    let in_page_room = WDDM_GPU_PAGE_SIZE - (address & (WDDM_GPU_PAGE_SIZE - 1));
+    if range.len() <= in_page_room {
+        return Ok(location);
+    }
+    match mem.ram.contiguous_len(address) {
+        // No longer RAM: the memory table changed since the range was checked.
+        0 => Err(Fault::FrameNotInRam { address }),
+        len => Ok(Location::Guest(range.head(len))),
+    }
+}
+
+/// Copies `src` over `dst`, as long and each inside one slice.
+fn copy_in_one_slice<M: GuestMemoryBackend>(
+    src: Location,
+    dst: Location,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<(), Fault> {
     match (src, dst) {
         (Location::Vram(s), Location::Vram(d)) => {
             copy_slices(vram_slice(mem, s)?, vram_slice(mem, d)?)
@@ -239,10 +279,17 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     debug_assert_eq!(location.len(), buf.len() as u64);
-    match location {
-        Location::Vram(range) => vram_slice(mem, range)?.copy_to(buf),
-        Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_to(buf),
-    };
+    let (mut location, mut buf) = (location, buf);
+    while !buf.is_empty() && location.len() > 0 {
+        let piece = in_one_slice(location, mem)?;
+        let (head, tail) = buf.split_at_mut(fitting(piece.len(), buf.len()));
+        match piece {
+            Location::Vram(range) => vram_slice(mem, range)?.copy_to(head),
+            Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_to(head),
+        };
+        location.advance(piece.len());
+        buf = tail;
+    }
     Ok(())
 }
 
@@ -295,9 +342,16 @@ pub(super) fn write_location<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     debug_assert_eq!(location.len(), buf.len() as u64);
-    match location {
-        Location::Vram(range) => vram_slice(mem, range)?.copy_from(buf),
-        Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_from(buf),
+    let (mut location, mut buf) = (location, buf);
+    while !buf.is_empty() && location.len() > 0 {
+        let piece = in_one_slice(location, mem)?;
+        let (head, tail) = buf.split_at(fitting(piece.len(), buf.len()));
+        match piece {
+            Location::Vram(range) => vram_slice(mem, range)?.copy_from(head),
+            Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_from(head),
+        };
+        location.advance(piece.len());
+        buf = tail;
     }
     Ok(())
 }
