@@ -50,6 +50,11 @@ pub struct Config {
     pub bar_mode: BarModeRequest,
     /// The stats endpoint; default: the socket path with `.stats` appended.
     pub stats_socket: Option<PathBuf>,
+    /// The control socket (fault injection, live inspection); default: the socket path with
+    /// `.ctl` appended.
+    pub control_socket: Option<PathBuf>,
+    /// Fault injections armed at start, one per line.
+    pub inject_plan: Option<PathBuf>,
     /// The `--trace` timeline file.
     pub trace: Option<PathBuf>,
     /// Where the timeline stops growing.
@@ -71,6 +76,10 @@ pub enum StartError {
     Daemon(String),
     #[error("--trace {0}: {1}")]
     Trace(PathBuf, std::io::Error),
+    #[error("--inject-plan {0}: {1}")]
+    InjectPlan(PathBuf, String),
+    #[error("control socket {0}: {1}")]
+    ControlSocket(PathBuf, std::io::Error),
     #[error("stats socket {0}: {1}")]
     StatsSocket(PathBuf, std::io::Error),
 }
@@ -152,6 +161,20 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     };
     let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace, args.display)
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
+    if let Some(path) = &args.inject_plan {
+        let plan = std::fs::read_to_string(path)
+            .map_err(|error| StartError::InjectPlan(path.clone(), error.to_string()))?;
+        let armed = gpu
+            .injector()
+            .arm_plan(&plan)
+            .map_err(|error| StartError::InjectPlan(path.clone(), error.to_string()))?;
+        info!(
+            "injection plan {}: {} injection(s) armed",
+            path.display(),
+            armed.len()
+        );
+    }
+    let control = Arc::new(gpu.control());
     let backend = WddmGpuBackend::new(gpu, args.bar_mode);
     let echo = backend.echo_port();
     let mut daemon = VhostUserDaemon::new(
@@ -186,6 +209,18 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
                 .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
             Some(server)
         }
+        None => None,
+    };
+    let control_path = args.control_socket.clone().or_else(|| {
+        args.socket_path
+            .as_deref()
+            .map(endpoint::default_control_path)
+    });
+    let _control_server = match control_path {
+        Some(path) => Some(
+            endpoint::start_control(&path, control)
+                .map_err(|e| StartError::ControlSocket(path.clone(), e))?,
+        ),
         None => None,
     };
     info!("waiting for the frontend");

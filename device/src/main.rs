@@ -67,6 +67,15 @@ struct RunArgs {
     /// reads it); default: the --socket-path with `.stats` appended (none with --fd).
     #[arg(long)]
     stats_socket: Option<PathBuf>,
+    /// Serve fault injection and live inspection on this Unix socket, for this user only
+    /// (`vhost-user-wddm-gpu ctl` talks to it); default: the --socket-path with `.ctl`
+    /// appended (none with --fd).
+    #[arg(long)]
+    ctl_socket: Option<PathBuf>,
+    /// Arm the fault injections this file lists (one per line, `#` comments), for a repeatable
+    /// run; see docs/fault-injection.md.
+    #[arg(long)]
+    inject_plan: Option<PathBuf>,
     /// Write every submission and packet to this file as a Chrome trace-event timeline
     /// (open it in Perfetto or chrome://tracing).
     #[arg(long)]
@@ -107,6 +116,8 @@ impl RunArgs {
             bench_echo: self.bench_echo,
             bar_mode: self.bar_mode,
             stats_socket: self.stats_socket.clone(),
+            control_socket: self.ctl_socket.clone(),
+            inject_plan: self.inject_plan.clone(),
             trace: self.trace.clone(),
             trace_max_size: self.trace_max_size,
             display: DisplayConfig {
@@ -164,6 +175,17 @@ enum Command {
         #[arg(long, value_name = "SECS", value_parser = parse_interval)]
         watch: Option<Duration>,
     },
+    /// Arm and list fault injections and inspect a running backend: `ctl SOCKET arm hang
+    /// fence=7`, `ctl SOCKET list`, `ctl SOCKET node --json`, `ctl SOCKET vram 0x1000 256`
+    /// (`ctl SOCKET help` lists every request).
+    Ctl {
+        /// The control socket, or the backend's --socket-path (its `.ctl` socket is used when
+        /// that exists).
+        socket: PathBuf,
+        /// The request's words.
+        #[arg(required = true, allow_hyphen_values = true, trailing_var_arg = true)]
+        request: Vec<String>,
+    },
 }
 
 /// Exit code for invalid input (bad layout, bad value): the same as clap's usage errors.
@@ -201,7 +223,38 @@ fn main() -> ExitCode {
             };
             stats_command(&socket, request, watch)
         }
+        Some(Command::Ctl { socket, request }) => ctl_command(&socket, &request.join(" ")),
         None => serve(&cli.run),
+    }
+}
+
+/// `ctl SOCKET WORDS...`: one request to the control socket, its answer on standard output.
+fn ctl_command(socket: &Path, request: &str) -> ExitCode {
+    let companion = endpoint::default_control_path(socket);
+    let path = if std::fs::symlink_metadata(&companion).is_ok() {
+        companion
+    } else {
+        socket.to_owned()
+    };
+    match endpoint::query_bytes(&path, request) {
+        Ok(answer) => {
+            let mut stdout = std::io::stdout().lock();
+            // A closed pipe (e.g. `| head`) is not an error of the request.
+            let _ = stdout.write_all(&answer).and_then(|()| stdout.flush());
+            ExitCode::SUCCESS
+        }
+        Err(error) if error.kind() == ErrorKind::InvalidInput => {
+            eprintln!("vhost-user-wddm-gpu: ctl: {error}");
+            ExitCode::from(EXIT_INVALID)
+        }
+        Err(error) => {
+            eprintln!(
+                "vhost-user-wddm-gpu: error: no control endpoint at {}: {error} (is the backend \
+                 running? it serves --ctl-socket, by default its --socket-path with .ctl appended)",
+                path.display()
+            );
+            ExitCode::from(EXIT_INVALID)
+        }
     }
 }
 

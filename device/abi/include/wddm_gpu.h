@@ -291,6 +291,19 @@
 #define WDDM_GPU_CMD_RESET_ENGINE 32779
 
 /**
+ * A node's progress (`DxgkDdiQueryEngineStatus`, `DxgkDdiQueryCurrentFence`,
+ * [`crate::status::WddmGpuCmdQueryEngineStatus`]); answered with
+ * [`crate::status::WddmGpuRespEngineStatus`]. Asking also releases the submission answers a
+ * lost interrupt withheld.
+ */
+#define WDDM_GPU_CMD_QUERY_ENGINE_STATUS 32780
+
+/**
+ * Response type of QUERY_ENGINE_STATUS.
+ */
+#define WDDM_GPU_RESP_ENGINE_STATUS 36869
+
+/**
  * Response type of SUBMIT_VIRTUAL ([`crate::context::WddmGpuRespSubmitVirtual`]).
  */
 #define WDDM_GPU_RESP_SUBMIT_VIRTUAL 36868
@@ -1323,6 +1336,16 @@
  * Offset of the fault ring in the status page.
  */
 #define WDDM_GPU_FAULT_RING_OFFSET 128
+
+/**
+ * `DXGK_ENGINESTATUS.Responsive`: the node is making progress (clear while it is hung).
+ */
+#define WDDM_GPU_ENGINE_STATUS_RESPONSIVE 1
+
+/**
+ * The frontend has the device paused (a VM stop): the node is not hung, only stopped.
+ */
+#define WDDM_GPU_ENGINE_STATUS_PAUSED 2
 
 /**
  * `flags` bit: this is a paging submission (`DXGK_SUBMITCOMMANDFLAGS.Paging`).
@@ -2954,6 +2977,61 @@ typedef struct WddmGpuCmdResetEngine {
    */
   uint32_t reserved;
 } WddmGpuCmdResetEngine;
+
+/**
+ * `WDDM_GPU_CMD_QUERY_ENGINE_STATUS`: how a node is doing, asked when the driver's timeout
+ * ran out (`DxgkDdiQueryEngineStatus` before an engine reset, `DxgkDdiQueryCurrentFence` for an
+ * interrupt that may have been lost).
+ */
+typedef struct WddmGpuCmdQueryEngineStatus {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * `NodeOrdinal`: the paging node (0).
+   */
+  uint32_t node_ordinal;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} WddmGpuCmdQueryEngineStatus;
+
+/**
+ * Completion of `WDDM_GPU_CMD_QUERY_ENGINE_STATUS` (type `WDDM_GPU_RESP_ENGINE_STATUS`).
+ */
+typedef struct WddmGpuRespEngineStatus {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * The node asked about.
+   */
+  uint32_t node_ordinal;
+  /**
+   * `WDDM_GPU_ENGINE_STATUS_*`.
+   */
+  uint32_t flags;
+  /**
+   * `CurrentFence`: the last completed submission fence.
+   */
+  uint32_t current_fence;
+  /**
+   * The running submission's fence (0 when none runs).
+   */
+  uint32_t running_fence;
+  /**
+   * Submissions waiting behind it.
+   */
+  uint32_t queued;
+  /**
+   * Submission answers this query released (their completions were withheld: an
+   * interrupt lost); each is answered before this response.
+   */
+  uint32_t released;
+} WddmGpuRespEngineStatus;
 
 /**
  * Completion of `SUBMIT_VIRTUAL` (type `WDDM_GPU_RESP_SUBMIT_VIRTUAL`).

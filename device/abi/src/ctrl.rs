@@ -55,6 +55,13 @@ pub const WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE: u32 = 0x8009;
 pub const WDDM_GPU_CMD_SUBMIT_VIRTUAL: u32 = 0x800a;
 /// Reset a node ([`crate::context::WddmGpuCmdResetEngine`]).
 pub const WDDM_GPU_CMD_RESET_ENGINE: u32 = 0x800b;
+/// A node's progress (`DxgkDdiQueryEngineStatus`, `DxgkDdiQueryCurrentFence`,
+/// [`crate::status::WddmGpuCmdQueryEngineStatus`]); answered with
+/// [`crate::status::WddmGpuRespEngineStatus`]. Asking also releases the submission answers a
+/// lost interrupt withheld.
+pub const WDDM_GPU_CMD_QUERY_ENGINE_STATUS: u32 = 0x800c;
+/// Response type of QUERY_ENGINE_STATUS.
+pub const WDDM_GPU_RESP_ENGINE_STATUS: u32 = 0x9005;
 /// Response type of SUBMIT_VIRTUAL ([`crate::context::WddmGpuRespSubmitVirtual`]).
 pub const WDDM_GPU_RESP_SUBMIT_VIRTUAL: u32 = 0x9004;
 /// Response type of a completed WAIT_EVENT.

@@ -19,10 +19,10 @@ use crate::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
     VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_FLAG_INFO_RING_IDX, WDDM_GPU_CMD_CREATE_CONTEXT,
-    WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
-    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE,
-    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL,
-    WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE,
+    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT,
+    WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use crate::display::{
     WddmGpuGetEdid, WddmGpuMemEntry, WddmGpuRect, WddmGpuResourceAttachBacking,
@@ -33,7 +33,7 @@ use crate::display::{
     VIRTIO_GPU_CMD_RESOURCE_FLUSH, VIRTIO_GPU_CMD_RESOURCE_UNREF, VIRTIO_GPU_CMD_SET_SCANOUT,
     VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D, VIRTIO_GPU_CMD_UPDATE_CURSOR, WDDM_GPU_MAX_BACKING_ENTRIES,
 };
-use crate::status::WddmGpuCmdRegisterStatusPage;
+use crate::status::{WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage};
 use crate::submit::WddmGpuCmdSubmit;
 
 /// Largest request the device reads from a descriptor chain: an ATTACH_BACKING with its most
@@ -169,6 +169,8 @@ pub enum ControlCommand {
     SubmitVirtual(WddmGpuCmdSubmitVirtual),
     /// Reset a node (`DxgkDdiResetEngine`).
     ResetEngine(WddmGpuCmdResetEngine),
+    /// How a node is doing (`DxgkDdiQueryEngineStatus`, `DxgkDdiQueryCurrentFence`).
+    QueryEngineStatus(WddmGpuCmdQueryEngineStatus),
     /// Any other type.
     Unknown(u32),
 }
@@ -306,6 +308,7 @@ fn control_command(type_: u32, bytes: &[u8]) -> Result<ControlCommand, DecodeErr
         WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE => ControlCommand::SetRootPageTable(body(type_, bytes)?),
         WDDM_GPU_CMD_SUBMIT_VIRTUAL => ControlCommand::SubmitVirtual(body(type_, bytes)?),
         WDDM_GPU_CMD_RESET_ENGINE => ControlCommand::ResetEngine(body(type_, bytes)?),
+        WDDM_GPU_CMD_QUERY_ENGINE_STATUS => ControlCommand::QueryEngineStatus(body(type_, bytes)?),
         other => ControlCommand::Unknown(other),
     })
 }

@@ -166,6 +166,50 @@ pub struct WddmGpuRespEvent {
     pub stale: WddmGpuStaleTranslation,
 }
 
+/// `WDDM_GPU_CMD_QUERY_ENGINE_STATUS`: how a node is doing, asked when the driver's timeout
+/// ran out (`DxgkDdiQueryEngineStatus` before an engine reset, `DxgkDdiQueryCurrentFence` for an
+/// interrupt that may have been lost).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCmdQueryEngineStatus {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// `NodeOrdinal`: the paging node (0).
+    pub node_ordinal: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// `DXGK_ENGINESTATUS.Responsive`: the node is making progress (clear while it is hung).
+pub const WDDM_GPU_ENGINE_STATUS_RESPONSIVE: u32 = 0x1;
+/// The frontend has the device paused (a VM stop): the node is not hung, only stopped.
+pub const WDDM_GPU_ENGINE_STATUS_PAUSED: u32 = 0x2;
+
+/// Completion of `WDDM_GPU_CMD_QUERY_ENGINE_STATUS` (type `WDDM_GPU_RESP_ENGINE_STATUS`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuRespEngineStatus {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// The node asked about.
+    pub node_ordinal: u32,
+    /// `WDDM_GPU_ENGINE_STATUS_*`.
+    pub flags: u32,
+    /// `CurrentFence`: the last completed submission fence.
+    pub current_fence: u32,
+    /// The running submission's fence (0 when none runs).
+    pub running_fence: u32,
+    /// Submissions waiting behind it.
+    pub queued: u32,
+    /// Submission answers this query released (their completions were withheld: an
+    /// interrupt lost); each is answered before this response.
+    pub released: u32,
+}
+
 /// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
 /// `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
 #[repr(C)]

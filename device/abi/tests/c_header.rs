@@ -33,7 +33,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 66] = [
+const EXPORTED_TYPES: [&str; 68] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -85,6 +85,8 @@ const EXPORTED_TYPES: [&str; 66] = [
     "WddmGpuCmdSetRootPageTable",
     "WddmGpuCmdSubmitVirtual",
     "WddmGpuCmdResetEngine",
+    "WddmGpuCmdQueryEngineStatus",
+    "WddmGpuRespEngineStatus",
     "WddmGpuPageFaultRecord",
     "WddmGpuStaleTranslation",
     "WddmGpuRespSubmitVirtual",

@@ -236,6 +236,13 @@ impl BackendProcess {
         PathBuf::from(path)
     }
 
+    /// The control socket the backend serves by default: the vhost-user socket path + `.ctl`.
+    pub fn control_socket(&self) -> PathBuf {
+        let mut path = self.socket.clone().into_os_string();
+        path.push(".ctl");
+        PathBuf::from(path)
+    }
+
     /// A `VmRSS`-style field of `/proc/PID/status` (e.g. `RssAnon`), in bytes.
     pub fn status_kib_field(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;

@@ -33,14 +33,15 @@ use wddm_gpu_abi::caps::{
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_RESP_OK_CAPSET,
-    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
-    WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT,
-    WDDM_GPU_RESP_SUBMIT,
+    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
 use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{
-    WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt,
-    WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord,
+    WddmGpuRespEngineStatus, WddmGpuRespEvent, WddmGpuRespPreempt, WddmGpuStatusPage,
+    WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
 };
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{FromBytes, IntoBytes};
@@ -987,6 +988,18 @@ impl Harness {
     /// Waits for the answer to a PREEMPT (a PREEMPT response of exactly its size).
     pub fn wait_preempt(&mut self, pending: Pending) -> WddmGpuRespPreempt {
         self.wait_typed(pending, WDDM_GPU_RESP_PREEMPT)
+    }
+
+    /// QUERY_ENGINE_STATUS of `node`, and its answer (an ENGINE_STATUS response of exactly its
+    /// size).
+    pub fn query_engine_status(&mut self, node: u32) -> WddmGpuRespEngineStatus {
+        let request = WddmGpuCmdQueryEngineStatus {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_QUERY_ENGINE_STATUS),
+            node_ordinal: node,
+            reserved: 0,
+        };
+        let pending = self.post(request.as_bytes(), SLOT_ROOM);
+        self.wait_typed(pending, WDDM_GPU_RESP_ENGINE_STATUS)
     }
 
     /// Posts a RESET (the driver's, `DxgkDdiResetFromTimeout`).

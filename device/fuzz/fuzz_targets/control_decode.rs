@@ -15,9 +15,9 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCmdSetScanoutVram, WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
     WDDM_GPU_CMD_CREATE_CONTEXT, WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE,
-    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_QUERY_ENGINE_STATUS, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
+    WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
+    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::display::{
     VIRTIO_GPU_CMD_GET_EDID, VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
@@ -26,7 +26,7 @@ use wddm_gpu_abi::display::{
 use wddm_gpu_abi::request::{
     decode_control, ControlCommand, ControlRequest, DecodeError, FenceEcho, MAX_REQUEST_SIZE,
 };
-use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
+use wddm_gpu_abi::status::{WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage};
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -66,6 +66,7 @@ fuzz_target!(|data: &[u8]| {
         WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE => std::mem::size_of::<WddmGpuCmdSetRootPageTable>(),
         WDDM_GPU_CMD_SUBMIT_VIRTUAL => std::mem::size_of::<WddmGpuCmdSubmitVirtual>(),
         WDDM_GPU_CMD_RESET_ENGINE => std::mem::size_of::<WddmGpuCmdResetEngine>(),
+        WDDM_GPU_CMD_QUERY_ENGINE_STATUS => std::mem::size_of::<WddmGpuCmdQueryEngineStatus>(),
         _ => hdr_size,
     };
     let request = match decoded {
@@ -144,6 +145,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(type_, WDDM_GPU_CMD_RESET_ENGINE);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
         }
+        ControlCommand::QueryEngineStatus(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_QUERY_ENGINE_STATUS);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
         ControlCommand::WaitEvent => assert_eq!(type_, WDDM_GPU_CMD_WAIT_EVENT),
         ControlCommand::Preempt => assert_eq!(type_, WDDM_GPU_CMD_PREEMPT),
         ControlCommand::Reset => assert_eq!(type_, WDDM_GPU_CMD_RESET),
@@ -165,6 +170,7 @@ fuzz_target!(|data: &[u8]| {
                     WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE,
                     WDDM_GPU_CMD_SUBMIT_VIRTUAL,
                     WDDM_GPU_CMD_RESET_ENGINE,
+                    WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
                 ]
                 .contains(&unknown)
                     && !is_display_command(unknown)

@@ -94,6 +94,9 @@ pub enum Fault {
     /// The context the packet needs does not exist.
     #[error("bad context: {0}")]
     BadContext(&'static str),
+    /// A fault injection made the packet fault with this status (the packet did not run).
+    #[error("injected fault ({})", .0.name())]
+    Injected(SubmitStatus),
 }
 
 /// The device stopping a running submission from outside, between chunks and packets.
@@ -157,6 +160,7 @@ impl Fault {
             Fault::WrongSegmentKind(_) => SubmitStatus::WrongSegmentKind,
             Fault::Page(_) => SubmitStatus::PageFault,
             Fault::BadContext(_) => SubmitStatus::BadContext,
+            Fault::Injected(status) => *status,
         }
     }
 

@@ -104,6 +104,12 @@ pub trait EngineHooks {
         false
     }
 
+    /// Asked before packet `index` (0 = the first of this run) runs: `Some` faults it instead
+    /// (fault injection; see `crate::gpu::inject`).
+    fn injected_fault(&mut self, _index: u32) -> Option<Fault> {
+        None
+    }
+
     /// A packet ran (completely, or up to its fault).
     fn packet(&mut self, _record: &PacketRecord) {}
 
@@ -223,7 +229,10 @@ impl Engine {
                 break;
             }
             let start = Instant::now();
-            let result = self.execute_packet(Packet::checked(&header, body), mem, hooks);
+            let result = match hooks.injected_fault(completion.packets_completed) {
+                Some(fault) => Err(fault.into()),
+                None => self.execute_packet(Packet::checked(&header, body), mem, hooks),
+            };
             hooks.packet(&PacketRecord {
                 opcode: declared.opcode,
                 dma_offset: offset,

@@ -6,7 +6,9 @@
 //! now or later.
 
 pub mod contexts;
+pub mod control;
 pub mod engine_state;
+pub mod inject;
 pub mod reply;
 pub mod scheduler;
 pub mod status_page;
@@ -14,26 +16,35 @@ pub mod virtual_node;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use log::info;
 use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
-use wddm_gpu_abi::context::{WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_VIRTUAL};
+use wddm_gpu_abi::context::{
+    WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL,
+};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
-    VIRTIO_GPU_RESP_OK_NODATA,
+    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_ENGINE_STATUS,
 };
 use wddm_gpu_abi::gpuva::{WddmGpuMmuCaps, WDDM_GPU_MMU_CAPSET_ID, WDDM_GPU_MMU_CAPSET_VERSION};
 use wddm_gpu_abi::request::ControlCommand;
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
+use wddm_gpu_abi::status::{
+    WddmGpuRespEngineStatus, WddmGpuRespEvent, WDDM_GPU_ENGINE_STATUS_PAUSED,
+    WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_BAR_CHANGED,
+};
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
 use self::contexts::{ContextError, Contexts};
+use self::control::GpuControl;
+use self::inject::spec::Action;
+use self::inject::Injector;
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
-use self::scheduler::{Paused, ResetBy, Scheduler};
+use self::scheduler::{NodeState, Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
 use self::virtual_node::VirtualNode;
 use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
@@ -52,6 +63,7 @@ pub struct PagingGpu {
     contexts: Arc<Mutex<Contexts>>,
     scheduler: Scheduler,
     virtual_node: VirtualNode,
+    injector: Arc<Injector>,
 }
 
 impl PagingGpu {
@@ -68,13 +80,16 @@ impl PagingGpu {
             events: VecDeque::new(),
         }));
         let contexts = Arc::new(Mutex::new(Contexts::new(layout.gpummu)));
+        let trace = trace.map(Arc::new);
+        let injector = Arc::new(Injector::new(stats.clone(), trace.clone()));
         let scheduler = Scheduler::start(
             layout.clone(),
             vram.clone(),
             notify.clone(),
             contexts.clone(),
             stats,
-            trace.map(Arc::new),
+            trace,
+            injector.clone(),
         )?;
         let virtual_node = VirtualNode::start(
             layout.clone(),
@@ -89,7 +104,23 @@ impl PagingGpu {
             contexts,
             scheduler,
             virtual_node,
+            injector,
         })
+    }
+
+    /// The fault injections (armed from the control socket or a plan, never by the guest).
+    pub fn injector(&self) -> Arc<Injector> {
+        self.injector.clone()
+    }
+
+    /// What the control socket serves: injections and live inspection.
+    pub fn control(&self) -> GpuControl {
+        GpuControl::new(
+            self.injector.clone(),
+            self.scheduler.probe(),
+            self.vram.clone(),
+            self.notify.clone(),
+        )
     }
 
     /// Capability sets the GPU offers (the config space's `num_capsets`): the segment layout,
@@ -193,14 +224,38 @@ impl PagingGpu {
                 return RequestOutcome::Taken;
             }
             ControlCommand::Preempt => {
-                // Both nodes: the answer reports the paging node's fences, the virtual node's
-                // submissions are each answered PREEMPTED.
-                let virtual_preempted = self.virtual_node.preempt();
-                let mut paging = self.scheduler.preempt(&mem);
-                paging.preempted_count = paging
-                    .preempted_count
-                    .saturating_add(u32::try_from(virtual_preempted).unwrap_or(u32::MAX));
+                let injection = self.injector.on_preempt();
+                let paging = if injection == Some(Action::RefusePreempt) {
+                    self.scheduler.preempted_nothing()
+                } else {
+                    // Both nodes: the answer reports the paging node's fences, the virtual
+                    // node's submissions are each answered PREEMPTED.
+                    let virtual_preempted = self.virtual_node.preempt();
+                    let mut paging = self.scheduler.preempt(&mem);
+                    paging.preempted_count = paging
+                        .preempted_count
+                        .saturating_add(u32::try_from(virtual_preempted).unwrap_or(u32::MAX));
+                    paging
+                };
+                if let Some(Action::SlowPreempt(delay)) = injection {
+                    // Done now, told late: the driver sees its preemption take `delay`.
+                    return answer_later(reply, paging.as_bytes().to_vec(), delay);
+                }
                 paging.as_bytes().to_vec()
+            }
+            ControlCommand::QueryEngineStatus(cmd) => {
+                if cmd.node_ordinal != WDDM_GPU_NODE_PAGING || cmd.reserved != 0 {
+                    crate::guest_warn!(
+                        "QUERY_ENGINE_STATUS for node {}: the paging node (0) reports its status",
+                        cmd.node_ordinal
+                    );
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                }
+                // Released first, so the driver holds every completion when it reads this.
+                let released = self.scheduler.release_held();
+                engine_status(&self.scheduler.node_state(), released)
+                    .as_bytes()
+                    .to_vec()
             }
             ControlCommand::Reset => {
                 self.scheduler.reset(ResetBy::Driver);
@@ -361,6 +416,42 @@ impl PagingGpu {
         }
         self.scheduler.resume();
         self.virtual_node.resume();
+    }
+}
+
+/// Answers `reply` with `response` after `delay`, from a thread of its own (an injected slow
+/// preemption: the control queue goes on meanwhile).
+fn answer_later(reply: Box<dyn Reply>, response: Vec<u8>, delay: Duration) -> RequestOutcome {
+    let spawned = std::thread::Builder::new()
+        .name("wddm-gpu-late-answer".into())
+        .spawn(move || {
+            std::thread::sleep(delay);
+            answer(reply, &response);
+        });
+    if let Err(error) = spawned {
+        // The reply went with the closure: the request stays unanswered, as a lost one would.
+        log::warn!("injection: cannot start the late answer's thread: {error}");
+    }
+    RequestOutcome::Taken
+}
+
+/// The QUERY_ENGINE_STATUS answer for the paging node.
+fn engine_status(node: &NodeState, released: u32) -> WddmGpuRespEngineStatus {
+    let mut flags = 0;
+    if !node.hung {
+        flags |= WDDM_GPU_ENGINE_STATUS_RESPONSIVE;
+    }
+    if node.paused {
+        flags |= WDDM_GPU_ENGINE_STATUS_PAUSED;
+    }
+    WddmGpuRespEngineStatus {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_ENGINE_STATUS),
+        node_ordinal: WDDM_GPU_NODE_PAGING,
+        flags,
+        current_fence: node.last_completed,
+        running_fence: node.running.unwrap_or(0),
+        queued: u32::try_from(node.queued).unwrap_or(u32::MAX),
+        released,
     }
 }
 

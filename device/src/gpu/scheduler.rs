@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::context::{
@@ -39,6 +39,8 @@ use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
+use crate::gpu::inject::spec::Action;
+use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
@@ -48,7 +50,7 @@ use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
-use crate::support::sync::{lock, wait};
+use crate::support::sync::{lock, wait, wait_timeout};
 
 /// What a reset does with the requests it drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +112,14 @@ struct Job {
     queued: Instant,
     /// What ran before it was deferred to the engine thread.
     before: Option<Partial>,
+    /// The fault injection it was taken with.
+    injection: Option<Action>,
+}
+
+/// Whether an injection keeps its submission off the control-queue thread: waiting there would
+/// hold the whole control queue.
+fn waits(injection: Option<Action>) -> bool {
+    matches!(injection, Some(Action::Hang | Action::Slow(_)))
 }
 
 /// The part of a submission that ran on the control-queue thread.
@@ -126,6 +136,8 @@ struct SubmitAnswer {
     reply: Box<dyn Reply>,
     response: WddmGpuRespSubmit,
     record: SubmissionRecord,
+    /// A lost interrupt: the answer waits until the driver asks ([`Scheduler::release_held`]).
+    held: bool,
 }
 
 /// How one run of a submission ended.
@@ -145,8 +157,10 @@ struct Queue {
     preempted_running: Option<u32>,
     /// Paused: nothing new starts, and the running submission parks at its next chunk.
     paused: bool,
-    /// The running submission is parked (it waits for `unpark`).
+    /// The running submission is parked (it waits for `unpark`), or waits out an injected delay.
     parked: bool,
+    /// The running submission is hung (an injection): it ends only at a reset.
+    hung: bool,
     shutdown: bool,
 }
 
@@ -178,6 +192,26 @@ struct Execution {
     page_faults: AtomicU64,
     stats: Arc<Stats>,
     trace: Option<Arc<Trace>>,
+    injector: Arc<Injector>,
+    /// Answers a lost-interrupt injection holds, in completion order.
+    held: Mutex<Vec<SubmitAnswer>>,
+}
+
+/// The paging node at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    /// The last completed submission fence.
+    pub last_completed: u32,
+    /// The fence of the running submission.
+    pub running: Option<u32>,
+    /// Submissions waiting behind it.
+    pub queued: usize,
+    /// The running submission is hung (an injection).
+    pub hung: bool,
+    /// The frontend paused the device.
+    pub paused: bool,
+    /// Answers a lost interrupt holds.
+    pub held: usize,
 }
 
 /// What a pause stopped.
@@ -208,6 +242,10 @@ struct Hooks<'a, 'm> {
     trace: Option<&'a Trace>,
     /// Declared work still allowed on this thread; `None` on the engine thread (no limit).
     inline_budget: Option<InlineBudget>,
+    /// An injected fault: the packet index in the submission, and its status.
+    fault_at: Option<(u32, SubmitStatus)>,
+    /// Packets of the submission run before this run (on the control-queue thread).
+    packets_before: u32,
 }
 
 impl EngineHooks for Hooks<'_, '_> {
@@ -246,6 +284,11 @@ impl EngineHooks for Hooks<'_, '_> {
             }
             None => false,
         }
+    }
+
+    fn injected_fault(&mut self, index: u32) -> Option<Fault> {
+        let (at, status) = self.fault_at?;
+        (self.packets_before.checked_add(index) == Some(at)).then_some(Fault::Injected(status))
     }
 
     fn packet(&mut self, record: &PacketRecord) {
@@ -289,6 +332,7 @@ impl Scheduler {
         contexts: Arc<Mutex<Contexts>>,
         stats: Arc<Stats>,
         trace: Option<Arc<Trace>>,
+        injector: Arc<Injector>,
     ) -> std::io::Result<Self> {
         let execution = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
@@ -305,6 +349,8 @@ impl Scheduler {
             page_faults: AtomicU64::new(0),
             stats,
             trace,
+            injector,
+            held: Mutex::new(Vec::new()),
         });
         let thread_shared = execution.clone();
         let worker = std::thread::Builder::new()
@@ -327,6 +373,8 @@ impl Scheduler {
     /// engine is idle; on the engine thread otherwise (or for the rest, past the budget).
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
         let execution = &self.execution;
+        let fence = cmd.submission_fence_id;
+        let injection = execution.injector.on_submission(fence);
         let job = Job {
             cmd,
             reply,
@@ -336,8 +384,8 @@ impl Scheduler {
             window: self.execution.vram.guest_window(),
             queued: Instant::now(),
             before: None,
+            injection,
         };
-        let fence = cmd.submission_fence_id;
         let mut budget = Some(*lock(&self.kick_budget));
         {
             let mut queue = lock(&execution.queue);
@@ -345,6 +393,7 @@ impl Scheduler {
                 && queue.running.is_none()
                 && !queue.paused
                 && !queue.shutdown
+                && !waits(injection)
                 && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
@@ -399,6 +448,10 @@ impl Scheduler {
     /// needs.
     pub fn preempt(&self, mem: &Mem) -> WddmGpuRespPreempt {
         let execution = &self.execution;
+        if lock(&execution.queue).hung {
+            // A hung engine does not preempt: nothing stops, the driver's timeout runs out.
+            return self.preempted_nothing();
+        }
         let drained = execution.stop(EngineState::Preempt);
         let running = lock(&execution.queue).preempted_running.take();
         execution.interrupt.store(EngineState::Run);
@@ -431,10 +484,51 @@ impl Scheduler {
         }
     }
 
+    /// A PREEMPT that stopped nothing (a hung engine, or an injected refusal): the answer
+    /// reports no preempted submission and the last completed fence.
+    pub fn preempted_nothing(&self) -> WddmGpuRespPreempt {
+        WddmGpuRespPreempt {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
+            preempted_fence: 0,
+            last_completed_fence: self.execution.last_completed.load(Ordering::Acquire),
+            preempted_count: 0,
+            reserved: 0,
+        }
+    }
+
+    /// Answers the submissions a lost-interrupt injection holds (the driver asked); returns
+    /// how many.
+    pub fn release_held(&self) -> u32 {
+        let held = std::mem::take(&mut *lock(&self.execution.held));
+        let count = u32::try_from(held.len()).unwrap_or(u32::MAX);
+        for finished in held {
+            answer(finished.reply, finished.response.as_bytes());
+        }
+        count
+    }
+
+    /// What the paging node is doing, for QUERY_ENGINE_STATUS.
+    pub fn node_state(&self) -> NodeState {
+        self.execution.node_state()
+    }
+
+    /// A handle that reads the node's state from another thread (live inspection).
+    pub fn probe(&self) -> NodeProbe {
+        NodeProbe(self.execution.clone())
+    }
+
     /// Drops all work, clears the GART and the status-page registration; VRAM is kept.
     /// `by` says whether the dropped requests are answered.
     pub fn reset(&self, by: ResetBy) {
         let execution = &self.execution;
+        // Answers a lost interrupt held are given first (the driver's RESET asks for every
+        // completion), or dropped with the rings (the frontend's).
+        match by {
+            ResetBy::Driver => {
+                self.release_held();
+            }
+            ResetBy::Frontend => lock(&execution.held).clear(),
+        }
         let drained = execution.stop(EngineState::Reset);
         lock(&execution.engine).reset();
         {
@@ -470,11 +564,11 @@ impl Scheduler {
         execution
             .interrupt
             .replace(EngineState::Run, EngineState::Pause);
-        while queue.running.is_some() && !queue.parked {
+        while queue.running.is_some() && !queue.parked && !queue.hung {
             queue = wait(&execution.idle, queue);
         }
         Paused {
-            parked: queue.running.filter(|_| queue.parked),
+            parked: queue.running.filter(|_| queue.parked || queue.hung),
             queued: queue.pending.len(),
         }
     }
@@ -507,7 +601,32 @@ impl Scheduler {
     }
 }
 
+/// Reads the paging node's state without holding the scheduler (the control socket's thread).
+#[derive(Clone)]
+pub struct NodeProbe(Arc<Execution>);
+
+impl NodeProbe {
+    /// What the paging node is doing now.
+    pub fn state(&self) -> NodeState {
+        self.0.node_state()
+    }
+}
+
 impl Execution {
+    /// What the paging node is doing (two short locks, never the engine's).
+    fn node_state(&self) -> NodeState {
+        let held = lock(&self.held).len();
+        let queue = lock(&self.queue);
+        NodeState {
+            last_completed: self.last_completed.load(Ordering::Acquire),
+            running: queue.running,
+            queued: queue.pending.len(),
+            hung: queue.hung,
+            paused: queue.paused,
+            held,
+        }
+    }
+
     /// Parks the running submission at a chunk boundary until the pause ends; then says whether
     /// it goes on (`None`) or stops (the pause ended in a reset or a shutdown).
     fn park(&self) -> Option<Interruption> {
@@ -531,10 +650,55 @@ impl Execution {
         // A parked submission wakes up to the new flag and stops.
         self.unpark.notify_all();
         let drained: Vec<Job> = queue.pending.drain(..).collect();
-        while queue.running.is_some() {
+        // A hung submission does not stop for a PREEMPT: the PREEMPT takes what was queued.
+        while queue.running.is_some() && !(queue.hung && interrupt == EngineState::Preempt) {
             queue = wait(&self.idle, queue);
         }
         drained
+    }
+
+    /// A hung submission: waits, not touching memory, until a reset (the driver's, the
+    /// frontend's, or shutdown) ends it.
+    fn hang(&self) -> Interruption {
+        let mut queue = lock(&self.queue);
+        queue.hung = true;
+        self.idle.notify_all();
+        while self.interrupt.load() != EngineState::Reset {
+            queue = wait(&self.unpark, queue);
+        }
+        queue.hung = false;
+        Interruption::Reset
+    }
+
+    /// An injected delay before a submission starts; a PREEMPT or a reset cuts it short and
+    /// stops the submission (returned). Counts as parked, so a pause does not wait for it.
+    fn delay(&self, delay: Duration) -> Option<Interruption> {
+        let deadline = Instant::now() + delay;
+        let mut queue = lock(&self.queue);
+        queue.parked = true;
+        self.idle.notify_all();
+        let stopped = loop {
+            if let Some(interruption) = self.interrupt.load().interruption() {
+                break Some(interruption);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            queue = wait_timeout(&self.unpark, queue, left);
+        };
+        queue.parked = false;
+        stopped
+    }
+
+    /// What an injection taken with `job` does before it runs: a hang or a delay, which may
+    /// end the submission unrun.
+    fn injected_wait(&self, job: &Job) -> Option<Interruption> {
+        match job.injection {
+            Some(Action::Hang) => Some(self.hang()),
+            Some(Action::Slow(delay)) => self.delay(delay),
+            _ => None,
+        }
     }
 
     /// The engine thread.
@@ -558,6 +722,13 @@ impl Execution {
                 }
             };
             let fence = job.cmd.submission_fence_id;
+            if let Some(interruption) = self.injected_wait(&job) {
+                let answer = self.stop_deferred(job, interruption);
+                let status = answer.status;
+                self.answer(answer);
+                self.finished(fence, status);
+                continue;
+            }
             let answer = match self.run(job, &mut None) {
                 Ran::Finished(answer) => answer,
                 // Only inline runs have a budget.
@@ -632,6 +803,11 @@ impl Execution {
             stats: &self.stats,
             trace: self.trace.as_deref(),
             inline_budget: *inline_budget,
+            fault_at: match job.injection {
+                Some(Action::Fault { packet, status }) => Some((packet, status)),
+                _ => None,
+            },
+            packets_before: job.before.map_or(0, |before| before.packets_completed),
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
@@ -666,6 +842,7 @@ impl Execution {
         runner: Runner,
     ) -> SubmitAnswer {
         let ram = GuestRam::new(&*job.mem, job.window.clone());
+        let lost_interrupt = job.injection == Some(Action::LostInterrupt);
         // Inline: the whole submission ran on the control-queue thread.
         let inline = runner == Runner::ControlQueue && job.before.is_none();
         let start = match job.before {
@@ -758,6 +935,9 @@ impl Execution {
             reply: job.reply,
             response,
             record,
+            // Only a completion is an interrupt to lose.
+            held: lost_interrupt
+                && !matches!(status, SubmitStatus::Preempted | SubmitStatus::Reset),
         }
     }
 
@@ -766,6 +946,10 @@ impl Execution {
     fn answer(&self, finished: SubmitAnswer) {
         if let Some(trace) = &self.trace {
             trace.submission(&finished.record);
+        }
+        if finished.held {
+            lock(&self.held).push(finished);
+            return;
         }
         answer(finished.reply, finished.response.as_bytes());
     }

@@ -2,6 +2,7 @@
 //! RAM, fault records first, then a release fence, then the header whose counters a reader
 //! checks, so a driver that sees a new `fault_head` or `completed_fence` also sees what it covers.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use vm_memory::GuestMemoryBackend;
@@ -45,7 +46,15 @@ pub struct StatusPage {
     suspended: bool,
     /// Something changed while suspended.
     stale: bool,
+    /// The latest faults, kept on the device side for live inspection (`ctl faults`): the ring
+    /// in guest RAM belongs to the driver.
+    recent: VecDeque<WddmGpuFaultRecord>,
+    /// The latest page fault of each node, likewise.
+    recent_page_faults: [Option<WddmGpuPageFaultRecord>; WDDM_GPU_NODE_COUNT as usize],
 }
+
+/// Faults [`StatusPage::recent_faults`] keeps.
+pub const RECENT_FAULTS: usize = 32;
 
 impl StatusPage {
     /// Registers the page at `address` (0 unregisters) and writes its initial state.
@@ -124,6 +133,10 @@ impl StatusPage {
         ram: &GuestRam<'_, M>,
     ) -> WddmGpuFaultRecord {
         record.sequence = u64::from(self.page.fault_head);
+        if self.recent.len() == RECENT_FAULTS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(record);
         let Some(address) = self.address else {
             return record;
         };
@@ -156,14 +169,26 @@ impl StatusPage {
         record: &WddmGpuPageFaultRecord,
         ram: &GuestRam<'_, M>,
     ) {
+        let node = record.node_ordinal.min(WDDM_GPU_NODE_COUNT - 1);
+        if let Some(kept) = self.recent_page_faults.get_mut(node as usize) {
+            *kept = Some(*record);
+        }
         let Some(address) = self.address else {
             return;
         };
-        let slot = u64::from(record.node_ordinal.min(WDDM_GPU_NODE_COUNT - 1));
+        let slot = u64::from(node);
         let slot_address = address
             + u64::from(WDDM_GPU_PAGE_FAULT_OFFSET)
             + slot * std::mem::size_of::<WddmGpuPageFaultRecord>() as u64;
         let _ = ram.write(slot_address, record.as_bytes());
+    }
+
+    /// The latest faults (oldest first) and each node's latest page fault, as recorded.
+    pub fn recent_faults(&self) -> (Vec<WddmGpuFaultRecord>, Vec<WddmGpuPageFaultRecord>) {
+        (
+            self.recent.iter().copied().collect(),
+            self.recent_page_faults.iter().flatten().copied().collect(),
+        )
     }
 
     /// Stops writing to guest RAM until [`Self::resume`]; changes are kept.

@@ -16,6 +16,8 @@ use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_VBLANK};
 use crate::display::sink::DisplaySink;
 use crate::display::vblank::VblankTimer;
 use crate::display::{Display, DisplayConfig};
+use crate::gpu::control::GpuControl;
+use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, echoing, refuse, Mem, Notify, Reply};
 use crate::gpu::scheduler::Paused;
 use crate::gpu::PagingGpu;
@@ -93,6 +95,16 @@ impl Gpu {
     /// The paging-path measurements.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// What the control socket serves (fault injection, live inspection).
+    pub fn control(&self) -> GpuControl {
+        self.paging.control()
+    }
+
+    /// The fault injections, for a plan given at start.
+    pub fn injector(&self) -> Arc<Injector> {
+        self.paging.injector()
     }
 
     /// The VRAM.

@@ -117,23 +117,115 @@ pub fn start(
     stats: Arc<Stats>,
     echo: Arc<EchoPort>,
 ) -> io::Result<StatsServer> {
+    let server = serve(path, mode, "wddm-gpu-stats", move |stream| {
+        serve_client(stream, &stats, &echo)
+    })?;
+    info!("stats endpoint: {}", path.display());
+    Ok(server)
+}
+
+/// What the control socket's requests are answered by (the GPU's injections and inspection,
+/// above this layer).
+pub trait ControlHandler: Send + Sync + 'static {
+    /// The answer to one request line: the bytes to send, or the reason it was refused.
+    fn handle(&self, request: &str) -> Result<Vec<u8>, String>;
+}
+
+/// Binds the control socket at `path`, readable and writable by this process's user only
+/// (whatever `--file-mode` says: it changes what the device does), and starts serving
+/// `handler`. A client of another user is refused even if it reaches the socket.
+pub fn start_control(path: &Path, handler: Arc<dyn ControlHandler>) -> io::Result<StatsServer> {
+    let server = serve(path, 0o600, "wddm-gpu-ctl", move |stream| {
+        serve_control(stream, &*handler)
+    })?;
+    info!("control endpoint: {}", path.display());
+    Ok(server)
+}
+
+/// Claims `path`, binds it with `mode` and serves each connection with `serve` on a thread of
+/// its own (the accept thread is named `name`).
+fn serve(
+    path: &Path,
+    mode: u32,
+    name: &str,
+    serve: impl Fn(UnixStream) + Send + Sync + 'static,
+) -> io::Result<StatsServer> {
     socket_path::claim(path)?;
     let listener = bind_ready(path, mode)?;
     let accepting = listener.try_clone()?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = stop.clone();
+        let serve = Arc::new(serve);
+        let client_name = format!("{name}-client");
         std::thread::Builder::new()
-            .name("wddm-gpu-stats".to_string())
-            .spawn(move || accept_loop(&accepting, &stats, &echo, &stop))?
+            .name(name.to_string())
+            .spawn(move || accept_loop(&accepting, &client_name, &serve, &stop))?
     };
-    info!("stats endpoint: {}", path.display());
     Ok(StatsServer {
         path: path.to_owned(),
         stop,
         listener,
         thread: Some(thread),
     })
+}
+
+/// The control socket that belongs to a vhost-user socket path: `.ctl` appended.
+pub fn default_control_path(vhost_user_socket: &Path) -> PathBuf {
+    let mut path = OsString::from(vhost_user_socket.as_os_str());
+    path.push(".ctl");
+    PathBuf::from(path)
+}
+
+/// Whether the peer of `stream` runs as this process's effective user.
+fn same_user(stream: &UnixStream) -> bool {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    // 12 bytes: fits; a length of 0 would only make the call fail (and the client refused).
+    let mut length = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).unwrap_or(0);
+    // SAFETY: SO_PEERCRED fills a `ucred` of the length given, which is exactly its size.
+    let got = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(credentials).cast(),
+            &mut length,
+        )
+    };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    got == 0 && credentials.uid == unsafe { libc::geteuid() }
+}
+
+/// Serves one control connection: one request line, one answer (`error: ...` when refused).
+fn serve_control(stream: UnixStream, handler: &dyn ControlHandler) {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let refusal = |why: &dyn std::fmt::Display| format!("error: {why}\n").into_bytes();
+    let answer = if !same_user(&stream) {
+        warn!("control endpoint: refused a client of another user");
+        refusal(&"the control socket serves its owner only")
+    } else {
+        match read_request(&stream) {
+            Ok((line, fds)) if fds.is_empty() => match request_line(&line) {
+                Ok(request) => handler.handle(request).unwrap_or_else(|why| refusal(&why)),
+                Err(error) => refusal(&error),
+            },
+            Ok(_) => refusal(&RequestError::UnexpectedDescriptors),
+            Err(error) => {
+                debug!("control endpoint: reading a request: {error}");
+                return;
+            }
+        }
+    };
+    if let Err(error) = (&stream).write_all(&answer) {
+        debug!("control endpoint: writing an answer: {error}");
+        return;
+    }
+    linger(&stream);
 }
 
 /// Binds a listening socket that appears at `path` only once it accepts, with permission bits
@@ -208,8 +300,8 @@ impl Drop for ClientSlot {
 
 fn accept_loop(
     listener: &UnixListener,
-    stats: &Arc<Stats>,
-    echo: &Arc<EchoPort>,
+    client_name: &str,
+    serve: &Arc<impl Fn(UnixStream) + Send + Sync + 'static>,
     stop: &AtomicBool,
 ) {
     let clients = Arc::new(AtomicUsize::new(0));
@@ -233,13 +325,12 @@ fn accept_loop(
             continue;
         }
         let slot = ClientSlot(clients.clone());
-        let stats = stats.clone();
-        let echo = echo.clone();
+        let serve = serve.clone();
         let spawned = std::thread::Builder::new()
-            .name("wddm-gpu-stats-client".to_string())
+            .name(client_name.to_string())
             .spawn(move || {
                 let _slot = slot;
-                serve_client(stream, &stats, &echo);
+                serve(stream);
             });
         if let Err(error) = spawned {
             warn!("stats endpoint: cannot start a client thread: {error}");
@@ -379,7 +470,8 @@ fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
     order != 1 && order != 2
 }
 
-fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestError> {
+/// The request line of what a client sent, trimmed.
+fn request_line(bytes: &[u8]) -> Result<&str, RequestError> {
     if bytes.is_empty() {
         return Err(RequestError::Empty);
     }
@@ -389,9 +481,13 @@ fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestErro
         // A client may close its side instead of ending the line.
         None => bytes,
     };
-    let line = std::str::from_utf8(line)
+    Ok(std::str::from_utf8(line)
         .map_err(|_| RequestError::NotText)?
-        .trim();
+        .trim())
+}
+
+fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestError> {
+    let line = request_line(bytes)?;
     let request = match line {
         "table" => Request::Table,
         "prometheus" => Request::Prometheus,
@@ -430,16 +526,22 @@ fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestErro
 /// Asks the stats endpoint at `path` for one rendering (`table`, `prometheus` or `json`). An
 /// `error: ...` answer comes back as an error of kind `InvalidInput` with that message.
 pub fn query(path: &Path, request: &str) -> io::Result<String> {
+    let answer = query_bytes(path, request)?;
+    String::from_utf8(answer).map_err(|_| io::Error::new(ErrorKind::InvalidData, "not text"))
+}
+
+/// [`query`] for an answer that may be bytes (the control socket's `vram ... raw`).
+pub fn query_bytes(path: &Path, request: &str) -> io::Result<Vec<u8>> {
     let mut stream = UnixStream::connect(path)?;
     stream.set_read_timeout(Some(QUERY_TIMEOUT))?;
     stream.set_write_timeout(Some(QUERY_TIMEOUT))?;
     stream.write_all(format!("{request}\n").as_bytes())?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    match answer.strip_prefix("error: ") {
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    match answer.strip_prefix(b"error: ") {
         Some(message) => Err(io::Error::new(
             ErrorKind::InvalidInput,
-            message.trim_end().to_string(),
+            String::from_utf8_lossy(message).trim_end().to_string(),
         )),
         None => Ok(answer),
     }

@@ -243,6 +243,8 @@ struct Inner {
     unknown_segment: Bytes,
     requests: u64,
     refused: u64,
+    /// Fault injections fired, by action name, in first-fired order.
+    injections: Vec<(&'static str, u64)>,
 }
 
 /// What became of one control request, as the request counters see it.
@@ -325,6 +327,7 @@ impl Stats {
                 unknown_segment: Bytes::default(),
                 requests: 0,
                 refused: 0,
+                injections: Vec::new(),
             }),
             display: Arc::default(),
         }
@@ -409,6 +412,19 @@ impl Stats {
     pub fn preempted(&self, count: u64) {
         let mut inner = self.lock();
         inner.submissions.preemptions = inner.submissions.preemptions.saturating_add(count);
+    }
+
+    /// A fault injection fired (`action` is its name).
+    pub fn injected(&self, action: &'static str) {
+        let mut inner = self.lock();
+        match inner
+            .injections
+            .iter_mut()
+            .find(|(name, _)| *name == action)
+        {
+            Some((_, count)) => *count = count.saturating_add(1),
+            None => inner.injections.push((action, 1)),
+        }
     }
 
     /// A control request was taken: answered, or (for submissions and events) to be answered.
@@ -520,8 +536,25 @@ impl Stats {
                 written_bytes: inner.unknown_segment.written,
             },
             display: self.display.snapshot(),
+            injections: inner
+                .injections
+                .iter()
+                .map(|&(action, count)| InjectionCount {
+                    action: action.to_string(),
+                    count,
+                })
+                .collect(),
         }
     }
+}
+
+/// Firings of one fault-injection action.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InjectionCount {
+    /// The action's name (`hang`, `slow`, ...).
+    pub action: String,
+    /// Times it fired.
+    pub count: u64,
 }
 
 /// A latency distribution; quantiles and maximum are `None` before the first sample.
@@ -668,6 +701,8 @@ pub struct StatsSnapshot {
     pub unknown_segment: TrafficBytes,
     /// What the display sent to QEMU.
     pub display: DisplaySnapshot,
+    /// Fault injections fired, by action (only those that fired).
+    pub injections: Vec<InjectionCount>,
 }
 
 #[cfg(test)]

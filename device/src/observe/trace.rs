@@ -50,8 +50,30 @@ pub const QUEUE_RECORDS: usize = 16 * 1024;
 enum Record {
     Packet(PacketRecord),
     Submission(SubmissionRecord),
+    Mark(Mark),
     /// Answered once everything sent before it is in the file (tests).
     Sync(SyncSender<()>),
+}
+
+/// A moment on the timeline: a fault injection firing, shown as an instant event on the
+/// engine's track.
+#[derive(Clone, Copy, Debug)]
+pub struct Mark {
+    /// When.
+    pub at: Instant,
+    /// The injection's action.
+    pub name: &'static str,
+    /// The submission it fired on, if any.
+    pub fence: Option<u32>,
+    /// The injection's id.
+    pub id: u32,
+}
+
+#[derive(Serialize)]
+struct MarkArgs {
+    injection: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fence: Option<u32>,
 }
 
 /// The file side, owned by the writer thread.
@@ -246,6 +268,11 @@ impl Trace {
         self.record(Record::Submission(*submission));
     }
 
+    /// A fault injection fired.
+    pub fn mark(&self, mark: Mark) {
+        self.record(Record::Mark(mark));
+    }
+
     /// Waits until everything recorded so far is in the file.
     pub fn sync(&self) {
         let (done, wait) = sync_channel(1);
@@ -278,6 +305,17 @@ impl Writer {
             match record {
                 Record::Packet(packet) => self.packet(&packet),
                 Record::Submission(submission) => self.submission(&submission),
+                Record::Mark(mark) => self.write_event(
+                    format_args!("inject {}", mark.name),
+                    "injection",
+                    mark.at,
+                    None,
+                    MarkArgs {
+                        injection: mark.id,
+                        fence: mark.fence,
+                    },
+                    true,
+                ),
                 Record::Sync(done) => {
                     let _ = self.out.flush();
                     let _ = done.send(());
@@ -314,13 +352,14 @@ impl Writer {
         Ok(())
     }
 
-    /// Appends one complete event; a write error is logged once and ends the trace.
+    /// Appends one complete event (`"X"`), or an instant one (`"i"`) when it has no duration;
+    /// a write error is logged once and ends the trace.
     fn write_event<N: Display, A: Serialize>(
         &mut self,
         name: N,
         cat: &'static str,
         start: Instant,
-        duration: Duration,
+        duration: Option<Duration>,
         args: A,
         flush: bool,
     ) {
@@ -330,9 +369,9 @@ impl Writer {
         let event = Event {
             name,
             cat,
-            ph: "X",
+            ph: if duration.is_some() { "X" } else { "i" },
             ts: Some(micros(start.saturating_duration_since(self.base))),
-            dur: Some(micros(duration)),
+            dur: duration.map(micros),
             pid: self.pid,
             tid: ENGINE_TRACK,
             args,
@@ -389,7 +428,7 @@ impl Writer {
             stats::kind_name(packet.opcode),
             "packet",
             packet.start,
-            packet.duration,
+            Some(packet.duration),
             args,
             false,
         );
@@ -412,7 +451,7 @@ impl Writer {
             SubmissionName(submission.fence),
             "submission",
             submission.start,
-            submission.duration,
+            Some(submission.duration),
             args,
             true,
         );

@@ -5,6 +5,8 @@
 //! - [`dma_buffer`]: DMA buffers in segments (VRAM, the aperture).
 //! - [`faults`]: one test per fault status the device can report, with the status page's fault
 //!   ring and the FAULT event.
+//! - [`injection`]: fault injection armed through `ctl` and a plan file, and the driver's
+//!   recovery from each (RESET, QUERY_ENGINE_STATUS).
 //! - [`preemption`]: PREEMPT and RESET in the middle of a long submission, a virtio reset by the
 //!   frontend.
 //! - [`vm_lifecycle`]: a ring stop is a pause, not a reset.
@@ -18,6 +20,7 @@ mod place;
 
 mod dma_buffer;
 mod faults;
+mod injection;
 mod ops;
 mod preemption;
 mod vm_lifecycle;

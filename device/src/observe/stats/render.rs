@@ -150,6 +150,14 @@ impl StatsSnapshot {
         if !statuses.is_empty() {
             let _ = writeln!(out, "  status: {}", statuses.join(", "));
         }
+        if !self.injections.is_empty() {
+            let fired: Vec<String> = self
+                .injections
+                .iter()
+                .map(|injection| format!("{} {}", injection.action, injection.count))
+                .collect();
+            let _ = writeln!(out, "  injections fired: {}", fired.join(", "));
+        }
 
         let q = &self.queue_depth;
         let depth = |value: Option<u64>| value.map_or("-".to_string(), |v| v.to_string());
@@ -360,6 +368,15 @@ impl StatsSnapshot {
             "Submissions PREEMPT took back.",
             COUNTER,
             vec![counter(&[], s.preemptions)],
+        );
+        add(
+            "injections_total",
+            "Fault injections fired, by action.",
+            COUNTER,
+            self.injections
+                .iter()
+                .map(|injection| counter(&[("action", &injection.action)], injection.count))
+                .collect(),
         );
         add(
             "submission_latency_seconds",

@@ -1,0 +1,408 @@
+//! The control socket's requests (`vhost-user-wddm-gpu ctl SOCKET ...`): fault injections armed,
+//! listed and disarmed, and read-only inspection of the device while the guest runs. Each
+//! request takes a few short locks (never the engine's, never for a copy of guest data) and
+//! answers with a table, or JSON with `--json`.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use wddm_gpu_abi::context::WddmGpuPageFaultRecord;
+use wddm_gpu_abi::status::WddmGpuFaultRecord;
+use wddm_gpu_abi::submit::SubmitStatus;
+
+use super::inject::{Injector, Listing};
+use super::reply::Notify;
+use super::scheduler::{NodeProbe, NodeState};
+use crate::memory::vram::Vram;
+use crate::observe::endpoint::ControlHandler;
+use crate::support::sync::lock;
+
+/// Most VRAM bytes one `vram` request shows.
+pub const MAX_VRAM_DUMP: u64 = 64 << 10;
+
+/// The requests, for `help` and refusals.
+const USAGE: &str = "\
+requests (add --json for JSON):
+  arm SPEC            arm a fault injection (see docs/fault-injection.md), e.g. `arm hang fence=7`
+  disarm ID|all       disarm one injection, or all
+  list                armed injections and the latest firings
+  node                the paging node: last completed fence, running, queued, hung, held answers
+  faults              the latest fault records and each node's latest page fault
+  vram OFFSET LENGTH [raw]
+                      VRAM bytes (at most 64 KiB) as a hexdump, or raw bytes
+  help                this text
+";
+
+/// What the control socket reaches.
+pub struct GpuControl {
+    injector: Arc<Injector>,
+    node: NodeProbe,
+    vram: Arc<Vram>,
+    notify: Arc<Mutex<Notify>>,
+}
+
+#[derive(Serialize)]
+struct NodeView {
+    node: u32,
+    last_completed_fence: u32,
+    running_fence: Option<u32>,
+    queued: usize,
+    hung: bool,
+    paused: bool,
+    held_answers: usize,
+}
+
+impl From<NodeState> for NodeView {
+    fn from(state: NodeState) -> Self {
+        Self {
+            node: 0,
+            last_completed_fence: state.last_completed,
+            running_fence: state.running,
+            queued: state.queued,
+            hung: state.hung,
+            paused: state.paused,
+            held_answers: state.held,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct FaultView {
+    sequence: u64,
+    fence: u32,
+    packet_offset: u32,
+    opcode: u32,
+    status: String,
+    address: u64,
+}
+
+impl From<&WddmGpuFaultRecord> for FaultView {
+    fn from(record: &WddmGpuFaultRecord) -> Self {
+        Self {
+            sequence: record.sequence,
+            fence: record.fence_id,
+            packet_offset: record.packet_offset,
+            opcode: record.opcode,
+            status: SubmitStatus::from_raw(record.status)
+                .map_or_else(|| record.status.to_string(), |status| status.name().into()),
+            address: record.address,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PageFaultView {
+    node: u32,
+    sequence: u64,
+    fence: u32,
+    context: u32,
+    virtual_address: u64,
+    level: u32,
+    kind: u32,
+    flags: u32,
+}
+
+impl From<&WddmGpuPageFaultRecord> for PageFaultView {
+    fn from(record: &WddmGpuPageFaultRecord) -> Self {
+        Self {
+            node: record.node_ordinal,
+            sequence: record.sequence,
+            fence: record.fence_id,
+            context: record.context_id,
+            virtual_address: record.fault.virtual_address,
+            level: record.fault.page_table_level,
+            kind: record.fault.kind,
+            flags: record.flags,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct FaultsView {
+    faults: Vec<FaultView>,
+    page_faults: Vec<PageFaultView>,
+}
+
+fn json(value: &impl Serialize) -> Result<Vec<u8>, String> {
+    serde_json::to_vec_pretty(value)
+        .map(|mut text| {
+            text.push(b'\n');
+            text
+        })
+        .map_err(|error| error.to_string())
+}
+
+/// A number in decimal or with a `0x` prefix.
+fn number(word: &str, what: &str) -> Result<u64, String> {
+    let parsed = match word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => word.parse(),
+    };
+    parsed.map_err(|_| format!("{what} {word:?} is not a number (decimal or 0x hex)"))
+}
+
+impl GpuControl {
+    /// The control of a GPU's injector, paging node, VRAM and status page.
+    pub fn new(
+        injector: Arc<Injector>,
+        node: NodeProbe,
+        vram: Arc<Vram>,
+        notify: Arc<Mutex<Notify>>,
+    ) -> Self {
+        Self {
+            injector,
+            node,
+            vram,
+            notify,
+        }
+    }
+
+    fn arm(&self, spec: &str) -> Result<Vec<u8>, String> {
+        let id = self.injector.arm(spec).map_err(|error| error.to_string())?;
+        Ok(format!("armed injection {id}: {spec}\n").into_bytes())
+    }
+
+    fn disarm(&self, which: &str) -> Result<Vec<u8>, String> {
+        if which == "all" {
+            let count = self.injector.disarm_all();
+            return Ok(format!("disarmed {count} injection(s)\n").into_bytes());
+        }
+        let id = u32::try_from(number(which, "injection id")?)
+            .map_err(|_| format!("no injection {which}"))?;
+        if self.injector.disarm(id) {
+            Ok(format!("disarmed injection {id}\n").into_bytes())
+        } else {
+            Err(format!("no injection {id} is armed (see `list`)"))
+        }
+    }
+
+    fn list(&self, as_json: bool) -> Result<Vec<u8>, String> {
+        let listing = self.injector.listing();
+        if as_json {
+            return json(&listing);
+        }
+        Ok(listing_table(&listing).into_bytes())
+    }
+
+    fn node(&self, as_json: bool) -> Result<Vec<u8>, String> {
+        let view = NodeView::from(self.node.state());
+        if as_json {
+            return json(&view);
+        }
+        let running = view
+            .running_fence
+            .map_or("none".to_string(), |fence| fence.to_string());
+        let mut state = Vec::new();
+        if view.hung {
+            state.push("HUNG");
+        }
+        if view.paused {
+            state.push("paused");
+        }
+        if state.is_empty() {
+            state.push("running");
+        }
+        Ok(format!(
+            "node 0 (paging): {}\n  last completed fence {}\n  running fence {running}\n  queued {}\n  answers held by a lost interrupt {}\n",
+            state.join(", "),
+            view.last_completed_fence,
+            view.queued,
+            view.held_answers
+        )
+        .into_bytes())
+    }
+
+    fn faults(&self, as_json: bool) -> Result<Vec<u8>, String> {
+        let (faults, page_faults) = lock(&self.notify).status.recent_faults();
+        let view = FaultsView {
+            faults: faults.iter().map(FaultView::from).collect(),
+            page_faults: page_faults.iter().map(PageFaultView::from).collect(),
+        };
+        if as_json {
+            return json(&view);
+        }
+        let mut out = String::new();
+        let _ = writeln!(out, "faults (latest {}):", view.faults.len());
+        for fault in &view.faults {
+            let _ = writeln!(
+                out,
+                "  #{} fence {} packet offset {:#x} opcode {} status {} address {:#x}",
+                fault.sequence,
+                fault.fence,
+                fault.packet_offset,
+                fault.opcode,
+                fault.status,
+                fault.address
+            );
+        }
+        let _ = writeln!(out, "page faults (latest per node):");
+        for fault in &view.page_faults {
+            let _ = writeln!(
+                out,
+                "  node {} #{} fence {} context {} VA {:#x} level {} kind {} flags {:#x}",
+                fault.node,
+                fault.sequence,
+                fault.fence,
+                fault.context,
+                fault.virtual_address,
+                fault.level,
+                fault.kind,
+                fault.flags
+            );
+        }
+        Ok(out.into_bytes())
+    }
+
+    fn vram(&self, words: &[&str], as_json: bool) -> Result<Vec<u8>, String> {
+        let (offset, length, raw) = match words {
+            [offset, length] => (offset, length, false),
+            [offset, length, "raw"] => (offset, length, true),
+            _ => return Err("vram OFFSET LENGTH [raw]".to_string()),
+        };
+        let offset = number(offset, "offset")?;
+        let length = number(length, "length")?;
+        if length == 0 || length > MAX_VRAM_DUMP {
+            return Err(format!("length must be 1..={MAX_VRAM_DUMP}"));
+        }
+        let range = self.vram.range(offset, length).ok_or_else(|| {
+            format!(
+                "{offset:#x}+{length:#x} is outside the VRAM ({:#x} bytes)",
+                self.vram.total_size()
+            )
+        })?;
+        let slice = self
+            .vram
+            .range_slice(range)
+            .ok_or_else(|| format!("{offset:#x}+{length:#x} straddles the BAR's end"))?;
+        let mut bytes = vec![0u8; usize::try_from(length).unwrap_or(0)];
+        slice.copy_to(&mut bytes[..]);
+        if raw {
+            return Ok(bytes);
+        }
+        if as_json {
+            #[derive(Serialize)]
+            struct Dump {
+                offset: u64,
+                hex: String,
+            }
+            let hex = bytes.iter().fold(String::new(), |mut hex, byte| {
+                let _ = write!(hex, "{byte:02x}");
+                hex
+            });
+            return json(&Dump { offset, hex });
+        }
+        Ok(hexdump(offset, &bytes).into_bytes())
+    }
+}
+
+/// `list`'s table.
+fn listing_table(listing: &Listing) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "armed ({}):", listing.armed.len());
+    for armed in &listing.armed {
+        let _ = writeln!(
+            out,
+            "  {:>3}  {}  (seen {}, fired {})",
+            armed.id, armed.spec, armed.seen, armed.fired
+        );
+    }
+    let _ = writeln!(
+        out,
+        "fired ({} in all, latest {}):",
+        listing.fired_total,
+        listing.fired.len()
+    );
+    for fired in &listing.fired {
+        let on = fired
+            .fence
+            .map_or("a PREEMPT".to_string(), |fence| format!("fence {fence}"));
+        let _ = writeln!(
+            out,
+            "  {:>8} ms  injection {} {} on {on}",
+            fired.at_ms, fired.id, fired.action
+        );
+    }
+    out
+}
+
+/// `hexdump -C`'s layout: offset, 16 bytes in hex, the printable ones.
+fn hexdump(base: u64, bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for (row, chunk) in (0u64..).zip(bytes.chunks(16)) {
+        let _ = write!(out, "{:010x}  ", base + row * 16);
+        for column in 0..16 {
+            match chunk.get(column) {
+                Some(byte) => {
+                    let _ = write!(out, "{byte:02x} ");
+                }
+                None => out.push_str("   "),
+            }
+            if column == 7 {
+                out.push(' ');
+            }
+        }
+        out.push_str(" |");
+        out.extend(chunk.iter().map(|&byte| {
+            if byte.is_ascii_graphic() || byte == b' ' {
+                char::from(byte)
+            } else {
+                '.'
+            }
+        }));
+        out.push_str("|\n");
+    }
+    out
+}
+
+impl ControlHandler for GpuControl {
+    fn handle(&self, request: &str) -> Result<Vec<u8>, String> {
+        let mut words: Vec<&str> = request.split_whitespace().collect();
+        let as_json = match words.iter().position(|&word| word == "--json") {
+            Some(at) => {
+                words.remove(at);
+                true
+            }
+            None => false,
+        };
+        match words.as_slice() {
+            ["arm", spec @ ..] if !spec.is_empty() => self.arm(&spec.join(" ")),
+            ["disarm", which] => self.disarm(which),
+            ["list"] => self.list(as_json),
+            ["node"] => self.node(as_json),
+            ["faults"] => self.faults(as_json),
+            ["vram", rest @ ..] => self.vram(rest, as_json),
+            ["help"] | [] => Ok(USAGE.as_bytes().to_vec()),
+            _ => Err(format!("unknown request {request:?}\n{USAGE}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hexdump_rows_show_offsets_bytes_and_text() {
+        let dump = hexdump(0x1000, b"WDDM\x00\x01 gpu\xff0123456789");
+        let mut rows = dump.lines();
+        assert_eq!(
+            rows.next(),
+            Some(
+                "0000001000  57 44 44 4d 00 01 20 67  70 75 ff 30 31 32 33 34  |WDDM.. gpu.01234|"
+            )
+        );
+        assert_eq!(
+            rows.next(),
+            Some("0000001010  35 36 37 38 39                                    |56789|")
+        );
+        assert_eq!(rows.next(), None);
+    }
+
+    #[test]
+    fn numbers_take_decimal_and_hex() {
+        assert_eq!(number("4096", "offset"), Ok(4096));
+        assert_eq!(number("0x1000", "offset"), Ok(4096));
+        assert!(number("ten", "offset").is_err());
+    }
+}

@@ -1,0 +1,321 @@
+//! Fault injection: the device misbehaving when told, in a chosen and repeatable way, so a
+//! KMD's TDR and recovery paths run on demand. Injections are armed from the owner-only
+//! control socket or a plan file given at start (one [`spec::Spec`] each), never by the guest;
+//! the scheduler asks [`Injector::on_submission`] as each paging submission is taken and
+//! [`Injector::on_preempt`] at each PREEMPT. Every firing is logged, counted in the statistics,
+//! marked on the trace timeline and kept (the latest [`FIRED_KEPT`]) for `ctl fired`.
+//!
+//! With nothing armed a submission pays one relaxed atomic load.
+
+pub mod spec;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use log::info;
+use serde::Serialize;
+
+use self::spec::{Action, Spec, SpecError, Trigger};
+use crate::observe::stats::Stats;
+use crate::observe::trace::{Mark, Trace};
+use crate::support::sync::lock;
+
+/// Firings kept for `ctl fired`; older ones are counted only.
+pub const FIRED_KEPT: usize = 256;
+
+/// Injections armed at once, at most (a plan is a test's script, not a log).
+pub const MAX_ARMED: usize = 64;
+
+/// One armed injection.
+struct Armed {
+    id: u32,
+    spec: Spec,
+    /// The words it was armed with, for listings.
+    text: String,
+    /// Submissions (or PREEMPTs) it has seen since it was armed.
+    seen: u64,
+    fired: u64,
+    /// The seeded generator of a random trigger.
+    random: Option<fastrand::Rng>,
+}
+
+impl Armed {
+    /// Whether it fires on this submission (counted as seen) with this fence.
+    fn fires(&mut self, fence: Option<u32>) -> bool {
+        self.seen += 1;
+        match self.spec.trigger {
+            Trigger::Next => true,
+            Trigger::Fence(wanted) => fence == Some(wanted),
+            Trigger::Nth(nth) => self.seen == nth,
+            Trigger::Random { probability, .. } => self
+                .random
+                .as_mut()
+                .is_some_and(|random| random.f64() < probability),
+        }
+    }
+}
+
+/// An injection as `ctl list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ArmedView {
+    /// Its id (for `ctl disarm`).
+    pub id: u32,
+    /// The words it was armed with.
+    pub spec: String,
+    /// Submissions or PREEMPTs it has seen.
+    pub seen: u64,
+    /// Times it fired.
+    pub fired: u64,
+}
+
+/// One firing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Fired {
+    /// The injection's id.
+    pub id: u32,
+    /// Its action's name.
+    pub action: &'static str,
+    /// The words it was armed with.
+    pub spec: String,
+    /// The submission it fired on (none for a PREEMPT).
+    pub fence: Option<u32>,
+    /// Milliseconds since the backend started.
+    pub at_ms: u64,
+}
+
+/// What `ctl list` and `ctl fired` report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    /// Armed now, in arming order.
+    pub armed: Vec<ArmedView>,
+    /// The latest firings, oldest first.
+    pub fired: Vec<Fired>,
+    /// Firings in all.
+    pub fired_total: u64,
+}
+
+struct State {
+    next_id: u32,
+    armed: Vec<Armed>,
+    fired: VecDeque<Fired>,
+    fired_total: u64,
+}
+
+/// The device's injections.
+pub struct Injector {
+    /// Armed injections: 0 spares the submission path the lock.
+    armed: AtomicUsize,
+    state: Mutex<State>,
+    started: Instant,
+    stats: Arc<Stats>,
+    trace: Option<Arc<Trace>>,
+}
+
+/// Why an injection was not armed.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ArmError {
+    /// The words do not make an injection.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// [`MAX_ARMED`] are armed already.
+    #[error("{MAX_ARMED} injections are armed already (disarm some first)")]
+    Full,
+}
+
+impl Injector {
+    /// Nothing armed; firings count into `stats` and are marked on `trace`.
+    pub fn new(stats: Arc<Stats>, trace: Option<Arc<Trace>>) -> Self {
+        Self {
+            armed: AtomicUsize::new(0),
+            state: Mutex::new(State {
+                next_id: 1,
+                armed: Vec::new(),
+                fired: VecDeque::new(),
+                fired_total: 0,
+            }),
+            started: Instant::now(),
+            stats,
+            trace,
+        }
+    }
+
+    /// Arms the injection `text` says; returns its id.
+    pub fn arm(&self, text: &str) -> Result<u32, ArmError> {
+        let spec: Spec = text.parse()?;
+        let mut state = lock(&self.state);
+        if state.armed.len() >= MAX_ARMED {
+            return Err(ArmError::Full);
+        }
+        let id = state.next_id;
+        state.next_id = state.next_id.wrapping_add(1).max(1);
+        let random = match spec.trigger {
+            Trigger::Random { seed, .. } => Some(fastrand::Rng::with_seed(seed)),
+            _ => None,
+        };
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        info!("injection {id} armed: {text}");
+        state.armed.push(Armed {
+            id,
+            spec,
+            text,
+            seen: 0,
+            fired: 0,
+            random,
+        });
+        self.armed.store(state.armed.len(), Ordering::Release);
+        Ok(id)
+    }
+
+    /// Disarms injection `id`; false when none has that id.
+    pub fn disarm(&self, id: u32) -> bool {
+        let mut state = lock(&self.state);
+        let before = state.armed.len();
+        state.armed.retain(|armed| armed.id != id);
+        self.armed.store(state.armed.len(), Ordering::Release);
+        state.armed.len() < before
+    }
+
+    /// Disarms everything; returns how many were armed.
+    pub fn disarm_all(&self) -> usize {
+        let mut state = lock(&self.state);
+        let count = state.armed.len();
+        state.armed.clear();
+        self.armed.store(0, Ordering::Release);
+        count
+    }
+
+    /// The injection a paging submission with this fence is taken with, if one fires.
+    #[inline]
+    pub fn on_submission(&self, fence: u32) -> Option<Action> {
+        if self.armed.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.fire(false, Some(fence))
+    }
+
+    /// The injection a PREEMPT is handled with, if one fires.
+    pub fn on_preempt(&self) -> Option<Action> {
+        if self.armed.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.fire(true, None)
+    }
+
+    /// Every armed injection of the kind (on PREEMPT or on submissions) sees the event; the
+    /// first, in arming order, that fires is the one returned (the others only count it).
+    fn fire(&self, preempt: bool, fence: Option<u32>) -> Option<Action> {
+        let mut state = lock(&self.state);
+        let mut chosen = None;
+        for armed in state.armed.iter_mut() {
+            if armed.spec.action.on_preempt() != preempt {
+                continue;
+            }
+            if armed.fires(fence) && chosen.is_none() {
+                armed.fired += 1;
+                chosen = Some((armed.id, armed.spec, armed.text.clone()));
+            }
+        }
+        let (id, spec, text) = chosen?;
+        if !spec.standing {
+            state.armed.retain(|armed| armed.id != id);
+            self.armed.store(state.armed.len(), Ordering::Release);
+        }
+        let at = self.started.elapsed();
+        let action = spec.action.name();
+        match fence {
+            Some(fence) => info!("injection {id} fired on submission fence {fence}: {text}"),
+            None => info!("injection {id} fired on a PREEMPT: {text}"),
+        }
+        if state.fired.len() == FIRED_KEPT {
+            state.fired.pop_front();
+        }
+        state.fired.push_back(Fired {
+            id,
+            action,
+            spec: text,
+            fence,
+            at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+        });
+        state.fired_total += 1;
+        drop(state);
+        self.stats.injected(action);
+        if let Some(trace) = &self.trace {
+            trace.mark(Mark {
+                at: Instant::now(),
+                name: action,
+                fence,
+                id,
+            });
+        }
+        Some(spec.action)
+    }
+
+    /// What is armed and what fired.
+    pub fn listing(&self) -> Listing {
+        let state = lock(&self.state);
+        Listing {
+            armed: state
+                .armed
+                .iter()
+                .map(|armed| ArmedView {
+                    id: armed.id,
+                    spec: armed.text.clone(),
+                    seen: armed.seen,
+                    fired: armed.fired,
+                })
+                .collect(),
+            fired: state.fired.iter().cloned().collect(),
+            fired_total: state.fired_total,
+        }
+    }
+
+    /// Arms every injection of a plan file's text (one per line; `#` starts a comment). The
+    /// whole plan is checked first: a bad line is refused with its number, and then nothing of
+    /// the plan is armed.
+    pub fn arm_plan(&self, plan: &str) -> Result<Vec<u32>, PlanError> {
+        let lines: Vec<(usize, &str)> = plan
+            .lines()
+            .enumerate()
+            .map(|(index, line)| (index + 1, line.split('#').next().unwrap_or("").trim()))
+            .filter(|(_, line)| !line.is_empty())
+            .collect();
+        for &(line, text) in &lines {
+            text.parse::<Spec>()
+                .map_err(|error| PlanError::Line { line, error })?;
+        }
+        let room = MAX_ARMED.saturating_sub(self.armed.load(Ordering::Acquire));
+        if let Some(&(line, _)) = lines.get(room) {
+            return Err(PlanError::TooMany { line });
+        }
+        lines
+            .iter()
+            .map(|&(line, text)| {
+                self.arm(text).map_err(|error| match error {
+                    ArmError::Spec(error) => PlanError::Line { line, error },
+                    ArmError::Full => PlanError::TooMany { line },
+                })
+            })
+            .collect()
+    }
+}
+
+/// Why a plan was refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// A line that is not an injection.
+    #[error("line {line}: {error}")]
+    Line {
+        /// 1-based.
+        line: usize,
+        /// Why.
+        error: SpecError,
+    },
+    /// More injections than may be armed at once.
+    #[error("line {line}: more than {MAX_ARMED} injections")]
+    TooMany {
+        /// The first line over the limit.
+        line: usize,
+    },
+}

@@ -1,0 +1,363 @@
+//! Fault injection on the paging node, armed through the real `ctl` command and a plan file:
+//! a hang that only a RESET ends, a slow start, a lost interrupt the driver recovers by asking
+//! (QUERY_ENGINE_STATUS), a chosen packet's fault, a refused and a slow PREEMPT; and each one
+//! counted in the statistics and listed by `ctl`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use wddm_gpu_abi::build::fill;
+use wddm_gpu_abi::context::WDDM_GPU_NODE_PAGING;
+use wddm_gpu_abi::status::{WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_FAULT};
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
+use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
+use wddm_gpu_frontend_kit::harness::{Harness, DMA_BUFFER, STATUS_PAGE};
+use wddm_gpu_frontend_kit::requests::{segment, submit_command};
+
+use crate::common::*;
+
+/// `vhost-user-wddm-gpu ctl SOCKET words...`.
+fn ctl(socket: &Path, words: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("ctl")
+        .arg(socket)
+        .args(words.split_whitespace())
+        .output()
+        .expect("run ctl")
+}
+
+/// `ctl`, which must succeed; its standard output.
+#[track_caller]
+fn ctl_ok(h: &Harness, words: &str) -> String {
+    let output = ctl(&h.backend.control_socket(), words);
+    assert!(
+        output.status.success(),
+        "ctl {words}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("ctl prints text")
+}
+
+/// `vhost-user-wddm-gpu stats SOCKET`: the statistics table.
+fn stats_table(h: &Harness) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("stats")
+        .arg(&h.backend.socket)
+        .output()
+        .expect("run stats");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("a table is text")
+}
+
+/// A DMA buffer of three FILLs of 0x100 bytes into VRAM from `at`.
+fn three_fills(at: u64) -> Dma {
+    let mut dma = Dma::default();
+    for i in 0..3u64 {
+        dma.push(&fill(
+            0x0101_0101,
+            0x100,
+            segment(VRAM_SEGMENT, at + i * 0x100),
+        ));
+    }
+    dma
+}
+
+/// Posts `dma` (written at `gpa`) with `fence`.
+fn post(
+    h: &mut Harness,
+    dma: &Dma,
+    gpa: u64,
+    fence: u32,
+) -> wddm_gpu_frontend_kit::harness::Pending {
+    h.write_ram(gpa, dma.bytes());
+    h.post_submit(&submit_command(gpa, dma.len(), fence))
+}
+
+/// Waits (bounded) until the status page's completed fence is `fence`.
+fn wait_completed(h: &Harness, fence: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.status_page(STATUS_PAGE).completed_fence != fence {
+        assert!(Instant::now() < deadline, "fence {fence} never completed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn ctl_arms_lists_and_disarms_and_refuses_what_is_not_an_injection() {
+    let h = ready("inject-ctl");
+    assert_eq!(
+        ctl_ok(&h, "arm hang fence=5"),
+        "armed injection 1: hang fence=5\n"
+    );
+    assert_eq!(
+        ctl_ok(&h, "arm lost-interrupt probability=0.5 seed=9 standing"),
+        "armed injection 2: lost-interrupt probability=0.5 seed=9 standing\n"
+    );
+    let listing = ctl_ok(&h, "list");
+    assert!(listing.contains("armed (2):"), "{listing}");
+    assert!(
+        listing.contains("1  hang fence=5  (seen 0, fired 0)"),
+        "{listing}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ctl_ok(&h, "list --json")).unwrap();
+    assert_eq!(
+        json["armed"][1]["spec"],
+        "lost-interrupt probability=0.5 seed=9 standing"
+    );
+
+    let refused = ctl(&h.backend.control_socket(), "arm explode fence=1");
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("unknown action \"explode\""), "{stderr}");
+    let refused = ctl(&h.backend.control_socket(), "arm hang fence=1 nth=2");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("at most one of fence=, nth="),
+        "{refused:?}"
+    );
+
+    assert_eq!(ctl_ok(&h, "disarm 1"), "disarmed injection 1\n");
+    assert!(!ctl(&h.backend.control_socket(), "disarm 1")
+        .status
+        .success());
+    assert_eq!(ctl_ok(&h, "disarm all"), "disarmed 1 injection(s)\n");
+    assert!(ctl_ok(&h, "list").contains("armed (0):"));
+    // Through the vhost-user socket's path too: `.ctl` is appended.
+    let output = ctl(&h.backend.socket, "node");
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("node 0 (paging): running"));
+}
+
+#[test]
+fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
+    let mut h = ready("inject-hang");
+    register_status_page(&mut h);
+    assert_next_submission_works(&mut h, 10, true);
+    ctl_ok(&h, "arm hang fence=11");
+    let hung = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 11);
+    let queued = post(&mut h, &three_fills(0x2000), DMA_BUFFER + 0x1000, 12);
+    std::thread::sleep(Duration::from_millis(200));
+    h.assert_still_serving();
+    assert!(!h.is_answered(&hung), "a hung submission was answered");
+    assert!(!h.is_answered(&queued), "a submission ran past a hung one");
+
+    // What DxgkDdiQueryEngineStatus would see: not responsive, fence 11 running.
+    let status = h.query_engine_status(WDDM_GPU_NODE_PAGING);
+    assert_eq!(
+        status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
+        0,
+        "{status:?}"
+    );
+    assert_eq!(
+        (status.current_fence, status.running_fence),
+        (10, 11),
+        "{status:?}"
+    );
+    assert!(ctl_ok(&h, "node").contains("HUNG"));
+    // A hung engine does not preempt.
+    let preempt = h.post_preempt();
+    let preempted = h.wait_preempt(preempt);
+    assert_eq!(preempted.preempted_count, 0, "{preempted:?}");
+    assert_eq!(preempted.last_completed_fence, 10, "{preempted:?}");
+    assert!(!h.is_answered(&hung));
+
+    // DxgkDdiResetFromTimeout: both come back RESET, and the engine works again.
+    let reset = h.post_reset();
+    h.wait_reset(reset);
+    for (pending, fence) in [(hung, 11), (queued, 12)] {
+        let response: WddmGpuRespSubmit = h.wait_reply(pending).exact();
+        assert_stopped(&response, fence, SubmitStatus::Reset);
+    }
+    register_status_page(&mut h);
+    assert_next_submission_works(&mut h, 13, true);
+    let status = h.query_engine_status(WDDM_GPU_NODE_PAGING);
+    assert_ne!(
+        status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
+        0,
+        "{status:?}"
+    );
+    let listing = ctl_ok(&h, "list");
+    assert!(
+        listing.contains("injection 1 hang on fence 11"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("armed (0):"),
+        "a one-shot stays armed: {listing}"
+    );
+    let stats = stats_table(&h);
+    assert!(stats.contains("injections fired: hang 1"), "{stats}");
+}
+
+#[test]
+fn a_slow_submission_starts_late_and_a_preempt_cuts_the_wait_short() {
+    let mut h = ready("inject-slow");
+    ctl_ok(&h, "arm slow 300ms nth=2");
+    submit_ok(&mut h, &three_fills(0x1000), 20);
+    let sent = Instant::now();
+    submit_ok(&mut h, &three_fills(0x1000), 21);
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "answered after {took:?}"
+    );
+
+    ctl_ok(&h, "arm slow 60s");
+    let slow = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 22);
+    std::thread::sleep(Duration::from_millis(100));
+    let preempt = h.post_preempt();
+    let preempted = h.wait_preempt(preempt);
+    assert_eq!(
+        (preempted.preempted_fence, preempted.preempted_count),
+        (22, 1),
+        "{preempted:?}"
+    );
+    let response: WddmGpuRespSubmit = h.wait_reply(slow).exact();
+    assert_stopped(&response, 22, SubmitStatus::Preempted);
+    // Resubmitted, it runs (the injection was a one-shot).
+    submit_ok(&mut h, &three_fills(0x1000), 22);
+}
+
+#[test]
+fn a_lost_interrupt_completes_on_the_status_page_and_is_answered_when_the_driver_asks() {
+    let mut h = ready("inject-lost");
+    register_status_page(&mut h);
+    ctl_ok(&h, "arm lost-interrupt fence=31");
+    h.write_vram(0x1000, &[0; 0x300]);
+    let lost = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 31);
+    wait_completed(&h, 31);
+    assert_eq!(
+        h.read_vram(0x1000, 0x300),
+        vec![1; 0x300],
+        "the work was done"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!h.is_answered(&lost), "the lost completion was answered");
+    assert!(ctl_ok(&h, "node").contains("answers held by a lost interrupt 1"));
+
+    // DxgkDdiQueryCurrentFence: the fence is 31, and the held answer comes first.
+    let engine = h.query_engine_status(WDDM_GPU_NODE_PAGING);
+    assert_eq!(
+        (engine.current_fence, engine.released),
+        (31, 1),
+        "{engine:?}"
+    );
+    let response: WddmGpuRespSubmit = h.wait_reply(lost).exact();
+    assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
+    assert_eq!(response.packets_completed, 3);
+    let again = h.query_engine_status(WDDM_GPU_NODE_PAGING);
+    assert_eq!(again.released, 0, "{again:?}");
+}
+
+#[test]
+fn an_injected_fault_stops_the_chosen_packet_with_the_chosen_status() {
+    let mut h = ready("inject-fault");
+    register_status_page(&mut h);
+    let event = h.post_wait_event();
+    ctl_ok(&h, "arm fault packet=1 status=segment_range fence=41");
+    h.write_vram(0x1000, &[0; 0x300]);
+    let dma = three_fills(0x1000);
+    let response = submit_dma(&mut h, &dma, 41);
+    assert_eq!(
+        status(&response),
+        Some(SubmitStatus::SegmentRange),
+        "{response:?}"
+    );
+    assert_eq!(response.packets_completed, 1);
+    assert_eq!(
+        response.fault_packet_offset,
+        dma.len() / 3,
+        "the second packet"
+    );
+    let vram = h.read_vram(0x1000, 0x300);
+    assert_eq!(&vram[..0x100], &[1; 0x100][..], "the first packet ran");
+    assert_eq!(
+        &vram[0x100..],
+        &[0; 0x200][..],
+        "the faulted packet and the rest did not"
+    );
+    // Recorded as any fault is: the ring, the event, and `ctl faults`.
+    let signalled = h.wait_event(event);
+    assert_eq!(signalled.kind, WDDM_GPU_EVENT_FAULT);
+    assert_eq!(signalled.fault.fence_id, 41);
+    assert_eq!(
+        h.status_page(STATUS_PAGE).fault_head,
+        1,
+        "one record in the ring"
+    );
+    let faults = ctl_ok(&h, "faults");
+    assert!(faults.contains("fence 41"), "{faults}");
+    assert!(faults.contains("status segment_range"), "{faults}");
+}
+
+#[test]
+fn a_refused_preempt_stops_nothing_and_a_slow_one_is_answered_late() {
+    let mut h = ready_with_vram("inject-preempt", BIG_VRAM);
+    let long = long_submission(&mut h, LONG_DMA, 50, None);
+    wait_until_running(&h);
+    ctl_ok(&h, "arm preempt-refuse");
+    let preempt = h.post_preempt();
+    let refused = h.wait_preempt(preempt);
+    assert_eq!(refused.preempted_count, 0, "{refused:?}");
+    assert!(
+        !h.is_answered(&long),
+        "a refused PREEMPT stopped the submission"
+    );
+
+    ctl_ok(&h, "arm preempt-slow 300ms");
+    let sent = Instant::now();
+    let preempt = h.post_preempt();
+    let late = h.wait_preempt(preempt);
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "answered after {took:?}"
+    );
+    assert_eq!(
+        (late.preempted_fence, late.preempted_count),
+        (50, 1),
+        "{late:?}"
+    );
+    let response: WddmGpuRespSubmit = h.wait_reply(long).exact();
+    assert_stopped_part_way(&response, 50, SubmitStatus::Preempted);
+    let stats = stats_table(&h);
+    assert!(
+        stats.contains("injections fired: preempt-refuse 1, preempt-slow 1"),
+        "{stats}"
+    );
+}
+
+#[test]
+fn a_plan_file_arms_its_injections_at_start_and_a_bad_line_stops_the_start() {
+    let dir = std::env::temp_dir().join(format!("wddm-inject-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.txt");
+    std::fs::write(
+        &plan,
+        "# a TDR test\nhang nth=3\n\nlost-interrupt fence=9 # the ninth\n",
+    )
+    .unwrap();
+    let options = SpawnOptions {
+        args: vec!["--inject-plan".into(), plan.clone().into_os_string()],
+        ..SpawnOptions::default()
+    };
+    let mut h = Harness::ready_with_options("inject-plan", &options);
+    let listing = ctl_ok(&h, "list");
+    assert!(listing.contains("1  hang nth=3"), "{listing}");
+    assert!(listing.contains("2  lost-interrupt fence=9"), "{listing}");
+    submit_ok(&mut h, &three_fills(0x1000), 1);
+    assert!(ctl_ok(&h, "list").contains("1  hang nth=3  (seen 1, fired 0)"));
+    drop(h);
+
+    std::fs::write(&plan, "hang\nslow fast\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("--socket-path")
+        .arg(dir.join("bad.sock"))
+        .arg("--inject-plan")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("line 2: duration \"fast\""), "{stderr}");
+}
