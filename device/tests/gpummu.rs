@@ -460,6 +460,79 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     assert_eq!(record.fault.virtual_address, VA_DESTINATION);
 }
 
+/// `vhost-user-wddm-gpu ctl SOCKET words...`, which must succeed.
+fn ctl(h: &Harness, words: &str) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("ctl")
+        .arg(&h.backend.socket)
+        .args(words.split_whitespace())
+        .output()
+        .expect("run ctl");
+    assert!(output.status.success(), "ctl {words}: {output:?}");
+    String::from_utf8(output.stdout).expect("ctl prints text")
+}
+
+#[test]
+fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_hang_ends_at_reset_engine(
+) {
+    let (mut h, _tables) = mapped_gpu("gpummu-inject", 0);
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(0x0202_0202, 16, VA_DESTINATION));
+
+    ctl(&h, "arm page-fault va=0x4321000 write fence=60");
+    let event = h.post_wait_event();
+    let record = page_fault(&run_virtual(&mut h, &fill, 60));
+    assert_eq!(record.fault.virtual_address, 0x432_1000);
+    assert_eq!(record.fault.kind, WDDM_GPU_MMU_FAULT_NOT_PRESENT);
+    assert_eq!(record.fault.access, WDDM_GPU_MMU_ACCESS_WRITE);
+    assert_eq!(
+        record.flags,
+        WDDM_GPU_PAGE_FAULT_FLAG_WRITE | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED
+    );
+    assert_eq!(h.wait_event(event).page_fault, record);
+    assert_eq!(
+        run_virtual(&mut h, &fill, 61).status,
+        SubmitStatus::NodeFaulted as u32
+    );
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    assert_eq!(
+        run_virtual(&mut h, &fill, 62).status,
+        SubmitStatus::Ok as u32
+    );
+    assert!(ctl(&h, "faults").contains("node 1 #1 fence 60"));
+
+    // A hang: the paging node goes on, a PREEMPT stops nothing, RESET_ENGINE ends it.
+    ctl(&h, "arm hang node=1 fence=63");
+    h.write_ram(DMA_PAGE, fill.bytes());
+    let cmd = submit_virtual(CONTEXT, VA_DMA, fill.len(), 63);
+    let hung = h.post(cmd.as_bytes(), wddm_gpu_frontend_kit::harness::SLOT_ROOM);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!h.is_answered(&hung), "a hung submission was answered");
+    let preempt = h.post_preempt();
+    assert_eq!(h.wait_preempt(preempt).preempted_count, 0);
+    assert!(!h.is_answered(&hung), "a PREEMPT stopped a hung submission");
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
+    assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");
+    assert_eq!(
+        run_virtual(&mut h, &fill, 64).status,
+        SubmitStatus::Ok as u32
+    );
+    let listing = ctl(&h, "list");
+    assert!(
+        listing.contains("injection 1 page-fault on fence 60"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("injection 2 hang on fence 63"),
+        "{listing}"
+    );
+}
+
 #[test]
 fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     let (mut h, mut tables) = mapped_gpu("gpummu-checking", WDDM_GPU_CONTEXT_FLAG_CHECK_TLB);

@@ -186,13 +186,13 @@ impl Injector {
         count
     }
 
-    /// The injection a paging submission with this fence is taken with, if one fires.
+    /// The injection a submission on `node` with this fence is taken with, if one fires.
     #[inline]
-    pub fn on_submission(&self, fence: u32) -> Option<Action> {
+    pub fn on_submission(&self, node: u32, fence: u32) -> Option<Action> {
         if self.armed.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.fire(false, Some(fence))
+        self.fire(Some(node), Some(fence))
     }
 
     /// The injection a PREEMPT is handled with, if one fires.
@@ -200,16 +200,21 @@ impl Injector {
         if self.armed.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.fire(true, None)
+        self.fire(None, None)
     }
 
-    /// Every armed injection of the kind (on PREEMPT or on submissions) sees the event; the
-    /// first, in arming order, that fires is the one returned (the others only count it).
-    fn fire(&self, preempt: bool, fence: Option<u32>) -> Option<Action> {
+    /// Every armed injection of the kind (on PREEMPT, or on `node`'s submissions) sees the
+    /// event; the first, in arming order, that fires is the one returned (the others only
+    /// count it).
+    fn fire(&self, node: Option<u32>, fence: Option<u32>) -> Option<Action> {
         let mut state = lock(&self.state);
         let mut chosen = None;
         for armed in state.armed.iter_mut() {
-            if armed.spec.action.on_preempt() != preempt {
+            let sees = match node {
+                Some(node) => !armed.spec.action.on_preempt() && armed.spec.node == node,
+                None => armed.spec.action.on_preempt(),
+            };
+            if !sees {
                 continue;
             }
             if armed.fires(fence) && chosen.is_none() {
@@ -224,9 +229,11 @@ impl Injector {
         }
         let at = self.started.elapsed();
         let action = spec.action.name();
-        match fence {
-            Some(fence) => info!("injection {id} fired on submission fence {fence}: {text}"),
-            None => info!("injection {id} fired on a PREEMPT: {text}"),
+        match (node, fence) {
+            (Some(node), Some(fence)) => {
+                info!("injection {id} fired on node {node} submission fence {fence}: {text}")
+            }
+            _ => info!("injection {id} fired on a PREEMPT: {text}"),
         }
         if state.fired.len() == FIRED_KEPT {
             state.fired.pop_front();

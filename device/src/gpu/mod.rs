@@ -96,6 +96,7 @@ impl PagingGpu {
             vram.clone(),
             notify.clone(),
             contexts.clone(),
+            injector.clone(),
         )?;
         Ok(Self {
             layout,

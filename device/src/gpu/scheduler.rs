@@ -374,7 +374,9 @@ impl Scheduler {
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
         let execution = &self.execution;
         let fence = cmd.submission_fence_id;
-        let injection = execution.injector.on_submission(fence);
+        let injection = execution
+            .injector
+            .on_submission(WDDM_GPU_NODE_PAGING, fence);
         let job = Job {
             cmd,
             reply,

@@ -9,10 +9,14 @@
 //!   ones RESET, clears the fault, and is answered once the node is idle.
 //! - A pause (the VM stops) parks the node at its next chunk; a device reset drops its work
 //!   unanswered (the rings are being reset) and forgets the fault.
+//! - Fault injection (`crate::gpu::inject`): a hung submission ends only at RESET_ENGINE or a
+//!   reset (a PREEMPT stops nothing), a slow one starts late, an injected page fault is
+//!   reported as a real one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use log::warn;
 use wddm_gpu_abi::context::{
@@ -30,12 +34,15 @@ use crate::engine::virtual_engine::{
 };
 use crate::engine::{DeviceMemory, Fault, Interruption, Stop};
 use crate::gpu::contexts::Contexts;
+use crate::gpu::inject::spec::Action;
+use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::fault::{Access, FaultKind, MmuFault};
 use crate::mmu::space::AddressSpace;
-use crate::support::sync::{lock, wait};
+use crate::support::sync::{lock, wait, wait_timeout};
 
 /// A queued submission.
 struct Job {
@@ -61,6 +68,8 @@ struct State {
     running: bool,
     parked: bool,
     paused: bool,
+    /// The running submission is hung (an injection): only RESET_ENGINE or a reset ends it.
+    hung: bool,
     stopping: Option<Stopping>,
     faulted: bool,
     /// Running submissions a PREEMPT stopped (answered PREEMPTED), since the PREEMPT began.
@@ -74,6 +83,7 @@ struct Shared {
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
     contexts: Arc<Mutex<Contexts>>,
+    injector: Arc<Injector>,
     state: Mutex<State>,
     /// Work queued, a pause ended, a stop or shutdown began.
     wake: Condvar,
@@ -103,12 +113,14 @@ impl VirtualNode {
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
         contexts: Arc<Mutex<Contexts>>,
+        injector: Arc<Injector>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             layout,
             vram,
             notify,
             contexts,
+            injector,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -154,7 +166,8 @@ impl VirtualNode {
         state.stopping = Some(by);
         state.preempted_running = 0;
         self.shared.wake.notify_all();
-        while state.running && !state.shutdown {
+        // A hung submission does not stop for a PREEMPT, which takes only what was queued.
+        while state.running && !state.shutdown && !(state.hung && by == Stopping::Preempt) {
             state = wait(&self.shared.idle, state);
         }
         let jobs: Vec<Job> = state.jobs.drain(..).collect();
@@ -184,7 +197,7 @@ impl VirtualNode {
     pub fn pause(&self) {
         let mut state = lock(&self.shared.state);
         state.paused = true;
-        while state.running && !state.parked && !state.shutdown {
+        while state.running && !state.parked && !state.hung && !state.shutdown {
             state = wait(&self.shared.idle, state);
         }
     }
@@ -212,6 +225,15 @@ impl VirtualNode {
 impl Drop for VirtualNode {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// The answer of a submission a stop ended before it ran; `None` for a device reset's drop.
+fn stopped_answer(fence: u32, by: Stopping) -> Option<WddmGpuRespSubmitVirtual> {
+    match by {
+        Stopping::Preempt => Some(response(fence, SubmitStatus::Preempted)),
+        Stopping::Engine => Some(response(fence, SubmitStatus::Reset)),
+        Stopping::Device => None,
     }
 }
 
@@ -272,7 +294,17 @@ impl Shared {
             let outcome = if faulted {
                 Some(response(fence, SubmitStatus::NodeFaulted))
             } else {
-                self.run(&job)
+                match self.injector.on_submission(WDDM_GPU_NODE_VIRTUAL, fence) {
+                    Some(Action::Hang) => stopped_answer(fence, self.hang()),
+                    Some(Action::Slow(delay)) => match self.delay(delay) {
+                        Some(by) => stopped_answer(fence, by),
+                        None => self.run(&job),
+                    },
+                    Some(Action::PageFault { address, write }) => {
+                        self.injected_page_fault(&job, address, write)
+                    }
+                    _ => self.run(&job),
+                }
             };
             // Answered before the node counts as idle: a RESET_ENGINE is answered after it.
             let dropped = lock(&self.state).stopping == Some(Stopping::Device);
@@ -288,6 +320,75 @@ impl Shared {
             drop(state);
             self.idle.notify_all();
         }
+    }
+
+    /// An injected hang: waits, touching nothing, until RESET_ENGINE, a reset or shutdown
+    /// (not a PREEMPT: a hung engine does not preempt); returns which.
+    fn hang(&self) -> Stopping {
+        let mut state = lock(&self.state);
+        state.hung = true;
+        self.idle.notify_all();
+        let by = loop {
+            if state.shutdown {
+                break Stopping::Device;
+            }
+            if let Some(by @ (Stopping::Engine | Stopping::Device)) = state.stopping {
+                break by;
+            }
+            state = wait(&self.wake, state);
+        };
+        state.hung = false;
+        by
+    }
+
+    /// An injected delay before the submission starts; returns the stop that cut it short, if
+    /// one did (the submission then does not run).
+    fn delay(&self, delay: Duration) -> Option<Stopping> {
+        let deadline = Instant::now() + delay;
+        let mut state = lock(&self.state);
+        // Waiting touches nothing: a pause need not wait for it.
+        state.parked = true;
+        self.idle.notify_all();
+        let stopped = loop {
+            if let Some(by) = state.stopping {
+                break Some(by);
+            }
+            if state.shutdown {
+                break Some(Stopping::Device);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            state = wait_timeout(&self.wake, state, left);
+        };
+        state.parked = false;
+        stopped
+    }
+
+    /// An injected page fault at `address`: the submission stops at its first packet and the
+    /// fault is reported as a translation's would be.
+    fn injected_page_fault(
+        &self,
+        job: &Job,
+        address: u64,
+        write: bool,
+    ) -> Option<WddmGpuRespSubmitVirtual> {
+        let fault = MmuFault {
+            kind: FaultKind::NotPresent,
+            address,
+            level: 0,
+            access: if write { Access::Write } else { Access::Read },
+            entry: 0,
+        };
+        let completion = VirtualCompletion {
+            fence_id: job.cmd.submission_fence_id,
+            packets_completed: 0,
+            bytes_transferred: 0,
+            stop: Some((job.cmd.start_offset, Stop::Fault(Fault::Page(fault)))),
+        };
+        let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
+        self.finish(&job.cmd, &completion, &ram)
     }
 
     /// Runs one submission; `None` when a device reset dropped it.

@@ -2,17 +2,18 @@
 //! line): an action, then `key=value` targets and flags.
 //!
 //! ```text
-//! hang                          [node=0] [fence=F | nth=N | probability=P seed=S] [standing]
-//! slow DURATION                 ...
-//! lost-interrupt                ...
-//! fault packet=I status=NAME    ...
+//! hang                          [node=0|1] [fence=F | nth=N | probability=P seed=S] [standing]
+//! slow DURATION                 [node=0|1] ...
+//! lost-interrupt                ...                       (paging node)
+//! fault packet=I status=NAME    ...                       (paging node)
+//! page-fault va=VA [write]      ...                       (virtual node)
 //! preempt-refuse                [standing]
 //! preempt-slow DURATION         [standing]
 //! ```
 
 use std::time::Duration;
 
-use wddm_gpu_abi::context::WDDM_GPU_NODE_PAGING;
+use wddm_gpu_abi::context::{WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 /// Longest delay a `slow` or `preempt-slow` may ask for: a test wants a TDR, not a stuck VM.
@@ -37,6 +38,15 @@ pub enum Action {
         /// The status the fault reports.
         status: SubmitStatus,
     },
+    /// The virtual node's submission takes a page fault at GPU VA `address` at its first
+    /// packet, as if that address did not translate (`NOT_PRESENT` at the leaf level): the
+    /// node stops until RESET_ENGINE, as for a real page fault.
+    PageFault {
+        /// The faulting GPU VA.
+        address: u64,
+        /// A write access (a read otherwise).
+        write: bool,
+    },
     /// A PREEMPT stops nothing: the answer says nothing was preempted.
     RefusePreempt,
     /// A PREEMPT takes effect at once, but its answer comes this much later.
@@ -56,17 +66,19 @@ impl Action {
             Action::Slow(_) => "slow",
             Action::LostInterrupt => "lost-interrupt",
             Action::Fault { .. } => "fault",
+            Action::PageFault { .. } => "page-fault",
             Action::RefusePreempt => "preempt-refuse",
             Action::SlowPreempt(_) => "preempt-slow",
         }
     }
 
     /// Every action name, in the order the statistics list them.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "hang",
         "slow",
         "lost-interrupt",
         "fault",
+        "page-fault",
         "preempt-refuse",
         "preempt-slow",
     ];
@@ -125,7 +137,7 @@ pub enum SpecError {
         why: String,
     },
     /// A word that is not `key=value` or `standing`.
-    #[error("{0:?} is not key=value or standing")]
+    #[error("{0:?} is not key=value or standing (or write, for page-fault)")]
     NotKeyValue(String),
     /// A key this action does not take.
     #[error("{action} does not take {key}=")]
@@ -157,9 +169,19 @@ pub enum SpecError {
     /// `fault` without its packet or status.
     #[error("fault needs packet=I and status=NAME")]
     FaultIncomplete,
-    /// A node the injection cannot reach.
-    #[error("node={0}: submissions are injected on the paging node (0) only")]
-    Node(u32),
+    /// A node the action does not apply to.
+    #[error("{action} node={node}: {why}")]
+    Node {
+        /// The action.
+        action: &'static str,
+        /// The node given.
+        node: u32,
+        /// Which nodes it applies to.
+        why: &'static str,
+    },
+    /// `page-fault` without its address.
+    #[error("page-fault needs va=ADDRESS (decimal or 0x hex)")]
+    PageFaultIncomplete,
 }
 
 /// Statuses a `fault` may report: the ones a packet's fault reports (not OK, not the
@@ -209,6 +231,8 @@ fn number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T, Spe
 struct Keys<'a> {
     pairs: Vec<(&'a str, &'a str)>,
     standing: bool,
+    /// `write` (page-fault).
+    write: bool,
 }
 
 impl<'a> Keys<'a> {
@@ -217,6 +241,10 @@ impl<'a> Keys<'a> {
         for word in words {
             if word == "standing" {
                 keys.standing = true;
+                continue;
+            }
+            if word == "write" {
+                keys.write = true;
                 continue;
             }
             let (key, value) = word
@@ -251,11 +279,22 @@ impl std::str::FromStr for Spec {
                 packet: 0,
                 status: SubmitStatus::Ok,
             },
+            "page-fault" => Action::PageFault {
+                address: 0,
+                write: false,
+            },
             "preempt-refuse" => Action::RefusePreempt,
             "preempt-slow" => Action::SlowPreempt(duration("preempt-slow", words.next())?),
             other => return Err(SpecError::UnknownAction(other.to_string())),
         };
         let mut keys = Keys::parse(words)?;
+        if let Action::PageFault { address, write } = &mut action {
+            let va = keys.take("va").ok_or(SpecError::PageFaultIncomplete)?;
+            *address = address_value("va", va)?;
+            *write = keys.write;
+        } else if keys.write {
+            return Err(SpecError::NotKeyValue("write".to_string()));
+        }
         if let Action::Fault { packet, status } = &mut action {
             let (index, name) = (keys.take("packet"), keys.take("status"));
             let (Some(index), Some(name)) = (index, name) else {
@@ -269,13 +308,15 @@ impl std::str::FromStr for Spec {
                       unmapped_aperture, frame_not_in_ram, bad_packet_header)",
             })?;
         }
+        let default_node = match action {
+            Action::PageFault { .. } => WDDM_GPU_NODE_VIRTUAL,
+            _ => WDDM_GPU_NODE_PAGING,
+        };
         let node = match keys.take("node") {
             Some(value) => number("node", value)?,
-            None => WDDM_GPU_NODE_PAGING,
+            None => default_node,
         };
-        if node != WDDM_GPU_NODE_PAGING {
-            return Err(SpecError::Node(node));
-        }
+        check_node(action, node)?;
         let trigger = trigger(&mut keys)?;
         if let Some((key, _)) = keys.pairs.first() {
             return Err(SpecError::UnknownKey {
@@ -296,6 +337,49 @@ impl std::str::FromStr for Spec {
             standing: keys.standing,
         })
     }
+}
+
+/// Which nodes each action reaches.
+fn check_node(action: Action, node: u32) -> Result<(), SpecError> {
+    let refuse = |why| {
+        Err(SpecError::Node {
+            action: action.name(),
+            node,
+            why,
+        })
+    };
+    match action {
+        Action::Hang | Action::Slow(_) if node > WDDM_GPU_NODE_VIRTUAL => {
+            refuse("the device has nodes 0 (paging) and 1 (virtual)")
+        }
+        Action::Hang | Action::Slow(_) => Ok(()),
+        Action::PageFault { .. } if node != WDDM_GPU_NODE_VIRTUAL => {
+            refuse("page faults are the virtual node's (1)")
+        }
+        Action::LostInterrupt | Action::Fault { .. } if node != WDDM_GPU_NODE_PAGING => {
+            refuse("injected on the paging node (0) only")
+        }
+        Action::RefusePreempt | Action::SlowPreempt(_) if node != WDDM_GPU_NODE_PAGING => {
+            refuse("PREEMPT is one command for both nodes: give no node=")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An address in decimal or with a `0x` prefix.
+fn address_value(key: &'static str, value: &str) -> Result<u64, SpecError> {
+    let parsed = match value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+    {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => value.parse().ok(),
+    };
+    parsed.ok_or_else(|| SpecError::Value {
+        key,
+        value: value.to_string(),
+        why: "not an address (decimal or 0x hex)",
+    })
 }
 
 fn trigger(keys: &mut Keys<'_>) -> Result<Trigger, SpecError> {
@@ -386,6 +470,19 @@ mod tests {
             }
         );
         assert_eq!(spec("preempt-refuse").action, Action::RefusePreempt);
+        let fault = spec("page-fault va=0x1234000 write fence=3");
+        assert_eq!(
+            (fault.action, fault.node, fault.trigger),
+            (
+                Action::PageFault {
+                    address: 0x123_4000,
+                    write: true
+                },
+                1,
+                Trigger::Fence(3)
+            )
+        );
+        assert_eq!(spec("hang node=1").node, 1);
         assert_eq!(
             spec("preempt-slow 300ms").action,
             Action::SlowPreempt(Duration::from_millis(300))
@@ -438,7 +535,28 @@ mod tests {
             refused("preempt-refuse fence=3"),
             SpecError::UnknownKey { .. }
         ));
-        assert_eq!(refused("hang node=1"), SpecError::Node(1));
+        assert!(matches!(
+            refused("hang node=2"),
+            SpecError::Node { node: 2, .. }
+        ));
+        assert!(matches!(
+            refused("lost-interrupt node=1"),
+            SpecError::Node { .. }
+        ));
+        assert!(matches!(
+            refused("page-fault va=0x1000 node=0"),
+            SpecError::Node { .. }
+        ));
+        assert!(matches!(
+            refused("preempt-refuse node=1"),
+            SpecError::Node { .. }
+        ));
+        assert_eq!(refused("page-fault"), SpecError::PageFaultIncomplete);
+        assert!(matches!(
+            refused("page-fault va=zz"),
+            SpecError::Value { key: "va", .. }
+        ));
+        assert!(matches!(refused("hang write"), SpecError::NotKeyValue(_)));
     }
 
     #[test]
@@ -450,6 +568,10 @@ mod tests {
             Action::Fault {
                 packet: 0,
                 status: SubmitStatus::BadSegment,
+            },
+            Action::PageFault {
+                address: 0,
+                write: false,
             },
             Action::RefusePreempt,
             Action::SlowPreempt(Duration::ZERO),
