@@ -55,6 +55,8 @@ pub struct Config {
     pub control_socket: Option<PathBuf>,
     /// Fault injections armed at start, one per line.
     pub inject_plan: Option<PathBuf>,
+    /// The checker: warnings for what is legal but almost always a KMD bug.
+    pub check: bool,
     /// The `--trace` timeline file.
     pub trace: Option<PathBuf>,
     /// Where the timeline stops growing.
@@ -173,6 +175,9 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
             path.display(),
             armed.len()
         );
+    }
+    if args.check {
+        gpu.enable_checker();
     }
     let control = Arc::new(gpu.control());
     let backend = WddmGpuBackend::new(gpu, args.bar_mode);

@@ -76,6 +76,12 @@ struct RunArgs {
     /// run; see docs/fault-injection.md.
     #[arg(long)]
     inject_plan: Option<PathBuf>,
+    /// Warn (log, stats, trace, `ctl warnings`) about what the device accepts but is almost
+    /// always a driver bug: an aperture page mapped over a live mapping, an unmapped page used,
+    /// a fence that goes backwards, device-only VRAM read before it was written, no status page
+    /// after RESET, a missing FLUSH_TLB; a summary at exit. Off by default.
+    #[arg(long)]
+    check: bool,
     /// Write every submission and packet to this file as a Chrome trace-event timeline
     /// (open it in Perfetto or chrome://tracing).
     #[arg(long)]
@@ -118,6 +124,7 @@ impl RunArgs {
             stats_socket: self.stats_socket.clone(),
             control_socket: self.ctl_socket.clone(),
             inject_plan: self.inject_plan.clone(),
+            check: self.check,
             trace: self.trace.clone(),
             trace_max_size: self.trace_max_size,
             display: DisplayConfig {

@@ -110,6 +110,9 @@ pub trait EngineHooks {
         None
     }
 
+    /// A packet at `offset` of submission `fence` completed (the checker looks at it).
+    fn ran(&mut self, _fence: u32, _offset: u32, _packet: &Packet) {}
+
     /// A packet ran (completely, or up to its fault).
     fn packet(&mut self, _record: &PacketRecord) {}
 
@@ -229,10 +232,14 @@ impl Engine {
                 break;
             }
             let start = Instant::now();
+            let packet = Packet::checked(&header, body);
             let result = match hooks.injected_fault(completion.packets_completed) {
                 Some(fault) => Err(fault.into()),
-                None => self.execute_packet(Packet::checked(&header, body), mem, hooks),
+                None => self.execute_packet(packet, mem, hooks),
             };
+            if let (Ok(_), Ok(packet)) = (&result, &packet) {
+                hooks.ran(cmd.submission_fence_id, offset, packet);
+            }
             hooks.packet(&PacketRecord {
                 opcode: declared.opcode,
                 dma_offset: offset,

@@ -65,6 +65,8 @@ pub enum ContextError {
 pub struct Contexts {
     geometry: Option<MmuGeometry>,
     slots: Vec<Option<Context>>,
+    /// The checker runs: every context checks its cached translations, asked or not.
+    check_all: bool,
 }
 
 impl Contexts {
@@ -74,6 +76,15 @@ impl Contexts {
         Self {
             geometry,
             slots: (0..max).map(|_| None).collect(),
+            check_all: false,
+        }
+    }
+
+    /// Turns the GpuMmu checking mode on for every context, existing and new (the checker).
+    pub fn check_every_context(&mut self) {
+        self.check_all = true;
+        for context in self.slots.iter().flatten() {
+            lock(&context.space).set_checking(true);
         }
     }
 
@@ -111,11 +122,11 @@ impl Contexts {
                 return Err(ContextError::SecondPagingContext(existing));
             }
         }
+        let checking = self.check_all || cmd.flags & WDDM_GPU_CONTEXT_FLAG_CHECK_TLB != 0;
         let slot = self.slot(cmd.context_id)?;
         if slot.is_some() {
             return Err(ContextError::InUse(cmd.context_id));
         }
-        let checking = cmd.flags & WDDM_GPU_CONTEXT_FLAG_CHECK_TLB != 0;
         *slot = Some(Context {
             node: cmd.node_ordinal,
             space: Arc::new(Mutex::new(AddressSpace::new(checking))),

@@ -11,6 +11,7 @@ use wddm_gpu_abi::context::WddmGpuPageFaultRecord;
 use wddm_gpu_abi::status::WddmGpuFaultRecord;
 use wddm_gpu_abi::submit::SubmitStatus;
 
+use super::checker::Checker;
 use super::inject::{Injector, Listing};
 use super::reply::Notify;
 use super::scheduler::{NodeProbe, NodeState};
@@ -29,6 +30,7 @@ requests (add --json for JSON):
   list                armed injections and the latest firings
   node                the paging node: last completed fence, running, queued, hung, held answers
   faults              the latest fault records and each node's latest page fault
+  warnings            what the checker (--check) found: counts and the latest warnings
   vram OFFSET LENGTH [raw]
                       VRAM bytes (at most 64 KiB) as a hexdump, or raw bytes
   help                this text
@@ -40,6 +42,7 @@ pub struct GpuControl {
     node: NodeProbe,
     vram: Arc<Vram>,
     notify: Arc<Mutex<Notify>>,
+    checker: Arc<Checker>,
 }
 
 #[derive(Serialize)]
@@ -149,13 +152,36 @@ impl GpuControl {
         node: NodeProbe,
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
+        checker: Arc<Checker>,
     ) -> Self {
         Self {
             injector,
             node,
             vram,
             notify,
+            checker,
         }
+    }
+
+    fn warnings(&self, as_json: bool) -> Result<Vec<u8>, String> {
+        let view = self.checker.view();
+        if as_json {
+            return json(&view);
+        }
+        let mut out = String::new();
+        if !view.enabled {
+            out.push_str("the checker is off (start the backend with --check)\n");
+        }
+        let counts: Vec<String> = view
+            .counts
+            .iter()
+            .map(|(name, count)| format!("{name} {count}"))
+            .collect();
+        let _ = writeln!(out, "warnings: {}", counts.join(", "));
+        for warning in &view.latest {
+            let _ = writeln!(out, "  {warning}");
+        }
+        Ok(out.into_bytes())
     }
 
     fn arm(&self, spec: &str) -> Result<Vec<u8>, String> {
@@ -371,6 +397,7 @@ impl ControlHandler for GpuControl {
             ["list"] => self.list(as_json),
             ["node"] => self.node(as_json),
             ["faults"] => self.faults(as_json),
+            ["warnings"] => self.warnings(as_json),
             ["vram", rest @ ..] => self.vram(rest, as_json),
             ["help"] | [] => Ok(USAGE.as_bytes().to_vec()),
             _ => Err(format!("unknown request {request:?}\n{USAGE}")),

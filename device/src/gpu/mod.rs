@@ -5,6 +5,7 @@
 //! (`crate::model::router`) does not send to the display, with a [`Reply`] to answer through,
 //! now or later.
 
+pub mod checker;
 pub mod contexts;
 pub mod control;
 pub mod engine_state;
@@ -39,12 +40,13 @@ use wddm_gpu_abi::status::{
 use wddm_gpu_abi::submit::WddmGpuRespSubmit;
 use zerocopy::IntoBytes;
 
+use self::checker::Checker;
 use self::contexts::{ContextError, Contexts};
 use self::control::GpuControl;
 use self::inject::spec::Action;
 use self::inject::Injector;
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
-use self::scheduler::{NodeState, Paused, ResetBy, Scheduler};
+use self::scheduler::{Instruments, NodeState, Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
 use self::virtual_node::VirtualNode;
 use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
@@ -64,6 +66,7 @@ pub struct PagingGpu {
     scheduler: Scheduler,
     virtual_node: VirtualNode,
     injector: Arc<Injector>,
+    checker: Arc<Checker>,
 }
 
 impl PagingGpu {
@@ -82,14 +85,24 @@ impl PagingGpu {
         let contexts = Arc::new(Mutex::new(Contexts::new(layout.gpummu)));
         let trace = trace.map(Arc::new);
         let injector = Arc::new(Injector::new(stats.clone(), trace.clone()));
+        let checker = Arc::new(Checker::new(
+            layout.clone(),
+            vram.size(),
+            vram.total_size(),
+            stats.clone(),
+            trace.clone(),
+        ));
         let scheduler = Scheduler::start(
             layout.clone(),
             vram.clone(),
             notify.clone(),
             contexts.clone(),
-            stats,
-            trace,
-            injector.clone(),
+            Instruments {
+                stats,
+                trace,
+                injector: injector.clone(),
+                checker: checker.clone(),
+            },
         )?;
         let virtual_node = VirtualNode::start(
             layout.clone(),
@@ -97,6 +110,7 @@ impl PagingGpu {
             notify.clone(),
             contexts.clone(),
             injector.clone(),
+            checker.clone(),
         )?;
         Ok(Self {
             layout,
@@ -106,7 +120,15 @@ impl PagingGpu {
             scheduler,
             virtual_node,
             injector,
+            checker,
         })
+    }
+
+    /// Turns the checker on (`--check`): warnings for what is legal but almost always a KMD
+    /// bug, and the GpuMmu checking mode for every context.
+    pub fn enable_checker(&self) {
+        self.checker.enable();
+        lock(&self.contexts).check_every_context();
     }
 
     /// The fault injections (armed from the control socket or a plan, never by the guest).
@@ -121,6 +143,7 @@ impl PagingGpu {
             self.scheduler.probe(),
             self.vram.clone(),
             self.notify.clone(),
+            self.checker.clone(),
         )
     }
 
@@ -472,6 +495,9 @@ fn capset_info(id: u32, version: u32, max_size: u32) -> Vec<u8> {
 impl Drop for PagingGpu {
     fn drop(&mut self) {
         self.scheduler.shutdown();
+        if self.checker.enabled() {
+            log::warn!("{}", self.checker.summary());
+        }
     }
 }
 

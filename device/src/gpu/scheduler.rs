@@ -28,6 +28,7 @@ use wddm_gpu_abi::context::{
     WddmGpuPageFaultRecord, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_PAGING,
 };
 use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT};
+use wddm_gpu_abi::decode::Packet;
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEvent, WddmGpuRespPreempt, WDDM_GPU_EVENT_FAULT,
     WDDM_GPU_EVENT_FENCE,
@@ -37,6 +38,7 @@ use zerocopy::IntoBytes;
 
 use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
+use crate::gpu::checker::Checker;
 use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::inject::spec::Action;
@@ -193,8 +195,23 @@ struct Execution {
     stats: Arc<Stats>,
     trace: Option<Arc<Trace>>,
     injector: Arc<Injector>,
+    checker: Arc<Checker>,
     /// Answers a lost-interrupt injection holds, in completion order.
     held: Mutex<Vec<SubmitAnswer>>,
+}
+
+/// What watches and steers the engine from outside the guest: the counters, the timeline, fault
+/// injection and the checker.
+#[derive(Clone)]
+pub struct Instruments {
+    /// Counters and latencies.
+    pub stats: Arc<Stats>,
+    /// The `--trace` timeline.
+    pub trace: Option<Arc<Trace>>,
+    /// Fault injection.
+    pub injector: Arc<Injector>,
+    /// The `--check` checker.
+    pub checker: Arc<Checker>,
 }
 
 /// The paging node at one moment.
@@ -246,6 +263,8 @@ struct Hooks<'a, 'm> {
     fault_at: Option<(u32, SubmitStatus)>,
     /// Packets of the submission run before this run (on the control-queue thread).
     packets_before: u32,
+    /// The checker, while it runs.
+    checker: Option<&'a Checker>,
 }
 
 impl EngineHooks for Hooks<'_, '_> {
@@ -291,6 +310,12 @@ impl EngineHooks for Hooks<'_, '_> {
         (self.packets_before.checked_add(index) == Some(at)).then_some(Fault::Injected(status))
     }
 
+    fn ran(&mut self, fence: u32, offset: u32, packet: &Packet) {
+        if let Some(checker) = self.checker {
+            checker.packet(fence, offset, packet);
+        }
+    }
+
     fn packet(&mut self, record: &PacketRecord) {
         self.stats.record_packet(record);
         if let Some(trace) = self.trace {
@@ -330,10 +355,14 @@ impl Scheduler {
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
         contexts: Arc<Mutex<Contexts>>,
-        stats: Arc<Stats>,
-        trace: Option<Arc<Trace>>,
-        injector: Arc<Injector>,
+        instruments: Instruments,
     ) -> std::io::Result<Self> {
+        let Instruments {
+            stats,
+            trace,
+            injector,
+            checker,
+        } = instruments;
         let execution = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
             layout,
@@ -350,6 +379,7 @@ impl Scheduler {
             stats,
             trace,
             injector,
+            checker,
             held: Mutex::new(Vec::new()),
         });
         let thread_shared = execution.clone();
@@ -377,6 +407,10 @@ impl Scheduler {
         let injection = execution
             .injector
             .on_submission(WDDM_GPU_NODE_PAGING, fence);
+        if execution.checker.enabled() {
+            let registered = lock(&execution.notify).status.registered();
+            execution.checker.submission(fence, registered);
+        }
         let job = Job {
             cmd,
             reply,
@@ -533,6 +567,7 @@ impl Scheduler {
         }
         let drained = execution.stop(EngineState::Reset);
         lock(&execution.engine).reset();
+        execution.checker.reset();
         {
             let mut notify = lock(&execution.notify);
             notify.status.unregister();
@@ -810,6 +845,7 @@ impl Execution {
                 _ => None,
             },
             packets_before: job.before.map_or(0, |before| before.packets_completed),
+            checker: Some(&*self.checker).filter(|checker| checker.enabled()),
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);

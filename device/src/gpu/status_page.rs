@@ -183,6 +183,11 @@ impl StatusPage {
         let _ = ram.write(slot_address, record.as_bytes());
     }
 
+    /// Whether the driver has a page registered.
+    pub fn registered(&self) -> bool {
+        self.address.is_some()
+    }
+
     /// The latest faults (oldest first) and each node's latest page fault, as recorded.
     pub fn recent_faults(&self) -> (Vec<WddmGpuFaultRecord>, Vec<WddmGpuPageFaultRecord>) {
         (

@@ -33,6 +33,7 @@ use crate::engine::virtual_engine::{
     VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
 };
 use crate::engine::{DeviceMemory, Fault, Interruption, Stop};
+use crate::gpu::checker::Checker;
 use crate::gpu::contexts::Contexts;
 use crate::gpu::inject::spec::Action;
 use crate::gpu::inject::Injector;
@@ -84,6 +85,7 @@ struct Shared {
     notify: Arc<Mutex<Notify>>,
     contexts: Arc<Mutex<Contexts>>,
     injector: Arc<Injector>,
+    checker: Arc<Checker>,
     state: Mutex<State>,
     /// Work queued, a pause ended, a stop or shutdown began.
     wake: Condvar,
@@ -114,6 +116,7 @@ impl VirtualNode {
         notify: Arc<Mutex<Notify>>,
         contexts: Arc<Mutex<Contexts>>,
         injector: Arc<Injector>,
+        checker: Arc<Checker>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             layout,
@@ -121,6 +124,7 @@ impl VirtualNode {
             notify,
             contexts,
             injector,
+            checker,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -441,6 +445,14 @@ impl Shared {
                 "context {}: stale translation served for GPU VA {:#x}: level {} entry was {:#x} when cached, is {:#x} in memory (a missing FLUSH_TLB; {total} found so far)",
                 cmd.context_id, found.address, found.level, found.cached, found.memory
             );
+            if self.checker.enabled() {
+                self.checker.stale(
+                    cmd.submission_fence_id,
+                    cmd.context_id,
+                    found.address,
+                    found.level,
+                );
+            }
             lock(&self.notify).signal(
                 WddmGpuRespEvent {
                     kind: WDDM_GPU_EVENT_STALE_TRANSLATION,

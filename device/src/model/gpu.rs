@@ -102,6 +102,11 @@ impl Gpu {
         self.paging.control()
     }
 
+    /// Turns the checker on (`--check`).
+    pub fn enable_checker(&self) {
+        self.paging.enable_checker();
+    }
+
     /// The fault injections, for a plan given at start.
     pub fn injector(&self) -> Arc<Injector> {
         self.paging.injector()

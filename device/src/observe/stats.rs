@@ -245,6 +245,8 @@ struct Inner {
     refused: u64,
     /// Fault injections fired, by action name, in first-fired order.
     injections: Vec<(&'static str, u64)>,
+    /// Checker warnings, by kind, in first-found order.
+    warnings: Vec<(&'static str, u64)>,
 }
 
 /// What became of one control request, as the request counters see it.
@@ -328,6 +330,7 @@ impl Stats {
                 requests: 0,
                 refused: 0,
                 injections: Vec::new(),
+                warnings: Vec::new(),
             }),
             display: Arc::default(),
         }
@@ -416,15 +419,12 @@ impl Stats {
 
     /// A fault injection fired (`action` is its name).
     pub fn injected(&self, action: &'static str) {
-        let mut inner = self.lock();
-        match inner
-            .injections
-            .iter_mut()
-            .find(|(name, _)| *name == action)
-        {
-            Some((_, count)) => *count = count.saturating_add(1),
-            None => inner.injections.push((action, 1)),
-        }
+        count_named(&mut self.lock().injections, action);
+    }
+
+    /// The checker warned (`kind` is the warning's name).
+    pub fn checker_warning(&self, kind: &'static str) {
+        count_named(&mut self.lock().warnings, kind);
     }
 
     /// A control request was taken: answered, or (for submissions and events) to be answered.
@@ -536,24 +536,36 @@ impl Stats {
                 written_bytes: inner.unknown_segment.written,
             },
             display: self.display.snapshot(),
-            injections: inner
-                .injections
-                .iter()
-                .map(|&(action, count)| InjectionCount {
-                    action: action.to_string(),
-                    count,
-                })
-                .collect(),
+            injections: named_counts(&inner.injections),
+            checker_warnings: named_counts(&inner.warnings),
         }
     }
 }
 
-/// Firings of one fault-injection action.
+/// Adds one to `name`'s count.
+fn count_named(counts: &mut Vec<(&'static str, u64)>, name: &'static str) {
+    match counts.iter_mut().find(|(seen, _)| *seen == name) {
+        Some((_, count)) => *count = count.saturating_add(1),
+        None => counts.push((name, 1)),
+    }
+}
+
+fn named_counts(counts: &[(&'static str, u64)]) -> Vec<NamedCount> {
+    counts
+        .iter()
+        .map(|&(name, count)| NamedCount {
+            name: name.to_string(),
+            count,
+        })
+        .collect()
+}
+
+/// How often one named thing happened: a fault-injection action fired, a checker warning.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct InjectionCount {
-    /// The action's name (`hang`, `slow`, ...).
-    pub action: String,
-    /// Times it fired.
+pub struct NamedCount {
+    /// The name (`hang`, `map-over-live`, ...).
+    pub name: String,
+    /// Times.
     pub count: u64,
 }
 
@@ -702,7 +714,9 @@ pub struct StatsSnapshot {
     /// What the display sent to QEMU.
     pub display: DisplaySnapshot,
     /// Fault injections fired, by action (only those that fired).
-    pub injections: Vec<InjectionCount>,
+    pub injections: Vec<NamedCount>,
+    /// Checker warnings, by kind (only those found).
+    pub checker_warnings: Vec<NamedCount>,
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! - [`dma_buffer`]: DMA buffers in segments (VRAM, the aperture).
 //! - [`faults`]: one test per fault status the device can report, with the status page's fault
 //!   ring and the FAULT event.
+//! - [`checker`]: the `--check` warnings, each provoked by a sloppy driver.
 //! - [`injection`]: fault injection armed through `ctl` and a plan file, and the driver's
 //!   recovery from each (RESET, QUERY_ENGINE_STATUS).
 //! - [`preemption`]: PREEMPT and RESET in the middle of a long submission, a virtio reset by the
@@ -18,6 +19,7 @@
 mod common;
 mod place;
 
+mod checker;
 mod dma_buffer;
 mod faults;
 mod injection;

@@ -13,7 +13,7 @@ use wddm_gpu_frontend_kit::{
 use crate::common::*;
 
 /// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3).
-const DEVICE_ONLY_LAYOUT: &str = r#"
+pub const DEVICE_ONLY_LAYOUT: &str = r#"
 wddm = "1.3"
 
 [[segments]]
@@ -28,7 +28,7 @@ size = "16MiB"
 flags = ["Aperture", "CacheCoherent"]
 size = "16MiB"
 "#;
-const DEVICE_ONLY_SEGMENT: u32 = 2;
+pub const DEVICE_ONLY_SEGMENT: u32 = 2;
 
 /// Writes a pattern into device-only VRAM (through a CPU-visible staging area), restarts the
 /// backend with `keep` as `--device-vram-path` (or none) and returns what device-only VRAM holds

@@ -150,13 +150,17 @@ impl StatsSnapshot {
         if !statuses.is_empty() {
             let _ = writeln!(out, "  status: {}", statuses.join(", "));
         }
-        if !self.injections.is_empty() {
-            let fired: Vec<String> = self
-                .injections
-                .iter()
-                .map(|injection| format!("{} {}", injection.action, injection.count))
-                .collect();
-            let _ = writeln!(out, "  injections fired: {}", fired.join(", "));
+        for (what, counts) in [
+            ("injections fired", &self.injections),
+            ("checker warnings", &self.checker_warnings),
+        ] {
+            if !counts.is_empty() {
+                let listed: Vec<String> = counts
+                    .iter()
+                    .map(|named| format!("{} {}", named.name, named.count))
+                    .collect();
+                let _ = writeln!(out, "  {what}: {}", listed.join(", "));
+            }
         }
 
         let q = &self.queue_depth;
@@ -375,7 +379,16 @@ impl StatsSnapshot {
             COUNTER,
             self.injections
                 .iter()
-                .map(|injection| counter(&[("action", &injection.action)], injection.count))
+                .map(|named| counter(&[("action", &named.name)], named.count))
+                .collect(),
+        );
+        add(
+            "checker_warnings_total",
+            "Checker warnings (--check), by kind.",
+            COUNTER,
+            self.checker_warnings
+                .iter()
+                .map(|named| counter(&[("kind", &named.name)], named.count))
                 .collect(),
         );
         add(

@@ -1,0 +1,155 @@
+//! The device-side checker (`--check`) on a deliberately sloppy driver: each warning provoked
+//! once, listed by `ctl warnings`, counted in the statistics and summed up when the backend
+//! exits; and silent without `--check`.
+
+use std::process::Command;
+
+use wddm_gpu_abi::build::{self, fill, transfer};
+use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
+use wddm_gpu_frontend_kit::backend_process::TIMEOUT;
+use wddm_gpu_frontend_kit::harness::{Harness, FRAME_LISTS, PAGE};
+use wddm_gpu_frontend_kit::requests::segment;
+
+use crate::common::*;
+use crate::vram::{DEVICE_ONLY_LAYOUT, DEVICE_ONLY_SEGMENT};
+
+/// The aperture of [`DEVICE_ONLY_LAYOUT`].
+const APERTURE: u32 = 3;
+
+fn ctl(h: &Harness, words: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("ctl")
+        .arg(&h.backend.socket)
+        .args(words.split_whitespace())
+        .output()
+        .expect("run ctl");
+    assert!(output.status.success(), "ctl {words}: {output:?}");
+    String::from_utf8(output.stdout).expect("ctl prints text")
+}
+
+/// A backend with [`DEVICE_ONLY_LAYOUT`] and `extra` arguments.
+fn backend(name: &str, extra: &[&str]) -> Harness {
+    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layout = dir.join("layout.toml");
+    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
+    let mut args = vec!["--layout".into(), layout.into_os_string()];
+    args.extend(extra.iter().map(|arg| (*arg).into()));
+    Harness::ready_with_options(
+        name,
+        &SpawnOptions {
+            args,
+            ..SpawnOptions::default()
+        },
+    )
+}
+
+/// The sloppy driver: every mistake the checker knows of, once, each a legal submission.
+fn sloppy_driver(h: &mut Harness) {
+    // Work before any status page is registered.
+    submit_one_ok(h, &fill(0x11, 0x100, segment(VRAM_SEGMENT, 0)), 1);
+    register_status_page(h);
+    h.write_frame_list(FRAME_LISTS, &scattered(0, 4));
+    let map = |first, count| build::map_aperture(APERTURE, 0, first, count, FRAME_LISTS, 4, 0);
+    submit_one_ok(h, &map(0, 2), 2);
+    // Pages 0 and 1 are still mapped: mapped over.
+    submit_one_ok(h, &map(1, 2), 3);
+    submit_one_ok(
+        h,
+        &build::unmap_aperture(APERTURE, 0, 4, frame(100) * PAGE),
+        4,
+    );
+    // Through an unmapped page: the dummy page.
+    submit_one_ok(
+        h,
+        &transfer(
+            0x10,
+            segment(APERTURE, 0x1000),
+            segment(VRAM_SEGMENT, 0x1000),
+        ),
+        5,
+    );
+    // The same fence again.
+    submit_one_ok(h, &fill(0x22, 0x100, segment(VRAM_SEGMENT, 0)), 5);
+    // Device-only VRAM nothing wrote, read; then a page written first and read: no warning.
+    submit_one_ok(
+        h,
+        &transfer(
+            0x40,
+            segment(DEVICE_ONLY_SEGMENT, 0x5000),
+            segment(VRAM_SEGMENT, 0x2000),
+        ),
+        6,
+    );
+    submit_one_ok(
+        h,
+        &fill(0x33, 0x1000, segment(DEVICE_ONLY_SEGMENT, 0x8000)),
+        7,
+    );
+    submit_one_ok(
+        h,
+        &transfer(
+            0x1000,
+            segment(DEVICE_ONLY_SEGMENT, 0x8000),
+            segment(VRAM_SEGMENT, 0x3000),
+        ),
+        8,
+    );
+}
+
+#[test]
+fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
+    let mut h = backend("checker-sloppy", &["--check"]);
+    sloppy_driver(&mut h);
+    let warnings = ctl(&h, "warnings");
+    assert!(
+        warnings.contains(
+            "warnings: map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1, no-status-page 1, stale-translation 0"
+        ),
+        "{warnings}"
+    );
+    for expected in [
+        "no-status-page: submission fence 1: no status page is registered",
+        "map-over-live: submission fence 3, packet at 0x0: aperture segment 3: 1 of pages 0x1+0x2 were mapped",
+        "dummy-page-access: submission fence 5, packet at 0x0: reads aperture segment 3 page 0x1, unmapped",
+        "fence-backwards: submission fence 5: the previous submission's fence was 5",
+        "unwritten-vram-read: submission fence 6, packet at 0x0: reads device-only VRAM at offset 0x1005000",
+    ] {
+        assert!(warnings.contains(expected), "missing {expected:?} in:\n{warnings}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&ctl(&h, "warnings --json")).unwrap();
+    assert_eq!(json["latest"].as_array().map(Vec::len), Some(5), "{json}");
+    let stats = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .arg("stats")
+        .arg(&h.backend.socket)
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        stats.contains("checker warnings: no-status-page 1, map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1"),
+        "{stats}"
+    );
+    let mut backend = h.disconnect();
+    backend.assert_exits_cleanly(TIMEOUT);
+    let log = backend.log();
+    assert!(
+        log.contains("checker summary: 5 warning(s): map-over-live 1, dummy-page-access 1"),
+        "{log}"
+    );
+}
+
+#[test]
+fn without_check_the_same_driver_gets_no_warning() {
+    let mut h = backend("checker-off", &[]);
+    sloppy_driver(&mut h);
+    let warnings = ctl(&h, "warnings");
+    assert!(warnings.starts_with("the checker is off"), "{warnings}");
+    assert!(warnings.contains("map-over-live 0"), "{warnings}");
+    let mut backend = h.disconnect();
+    backend.assert_exits_cleanly(TIMEOUT);
+    let log = backend.log();
+    assert!(
+        !log.contains("checker:") && !log.contains("checker summary"),
+        "{log}"
+    );
+}
