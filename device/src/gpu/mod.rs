@@ -40,6 +40,7 @@ use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
+use crate::observe::recording::Recorder;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
@@ -56,12 +57,14 @@ pub struct PagingGpu {
 
 impl PagingGpu {
     /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
-    /// writing every submission and packet to `trace`; starts its engine thread.
+    /// writing every submission and packet to `trace` and every paging submission with what it
+    /// read to `recorder`; starts its engine thread.
     pub fn start(
         layout: Arc<SegmentLayout>,
         vram: Arc<Vram>,
         stats: Arc<Stats>,
         trace: Option<Trace>,
+        recorder: Option<Recorder>,
     ) -> std::io::Result<Self> {
         let notify = Arc::new(Mutex::new(Notify {
             status: StatusPage::default(),
@@ -75,6 +78,7 @@ impl PagingGpu {
             contexts.clone(),
             stats,
             trace.map(Arc::new),
+            recorder.map(Arc::new),
         )?;
         let virtual_node = VirtualNode::start(
             layout.clone(),
