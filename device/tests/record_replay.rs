@@ -342,3 +342,58 @@ fn a_metadata_recording_replays_with_the_same_counts_and_tampering_is_caught() {
     assert!(stderr.contains("the file ends inside field"), "{stderr}");
     assert!(stderr.contains("entry "), "{stderr}");
 }
+
+#[test]
+fn a_preempted_submission_replays_stopped_where_it_was() {
+    let dir = Dir::new("preempt");
+    let record = dir.join("session.wgpurec");
+    let mut h = Harness::ready_with_options(
+        "record-preempt",
+        &SpawnOptions {
+            vram_size: 64 << 20,
+            args: vec!["--record".into(), record.clone().into()],
+            ..SpawnOptions::default()
+        },
+    );
+    // Hundreds of 16 MiB VRAM -> VRAM packets: seconds of copying unless preempted.
+    let mut dma = DmaBufferBuilder::new();
+    for _ in 0..400 {
+        dma.push(&transfer(
+            16 << 20,
+            segment(VRAM_SEGMENT, 0),
+            segment(VRAM_SEGMENT, 32 << 20),
+        ));
+    }
+    let long_dma = 0x300_0000;
+    h.write_ram(long_dma, dma.bytes());
+    let long = h.post_submit(&submit_command(long_dma, dma.len(), 1));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let preempt = h.post_preempt();
+    h.wait_preempt(preempt);
+    let long = h.wait_submit(long);
+    expect(&long, SubmitStatus::Preempted);
+    assert!(long.packets_completed < 400, "{long:?}");
+    let mut dma = DmaBufferBuilder::new();
+    dma.push(&fill(1, PAGE, segment(VRAM_SEGMENT, 0x100_0000)));
+    expect(&submit(&mut h, &dma, 2).1, SubmitStatus::Ok);
+    let output = binary()
+        .args(["stats", "--json"])
+        .arg(&h.backend.socket)
+        .output()
+        .unwrap();
+    let live: Json = serde_json::from_str(&text(&output).0).unwrap();
+    let mut backend = h.disconnect();
+    assert!(backend.wait_exit(TIMEOUT).success());
+
+    let output = replay(&record, &["--json"]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}\n{stdout}");
+    let replayed: Json = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(counters(&replayed), counters(&live));
+    assert_eq!(
+        replayed["submissions"]["preemptions"], live["submissions"]["preemptions"],
+        "{replayed}"
+    );
+    assert_eq!(replayed["replay"]["preempts"], 1);
+    assert_eq!(replayed["replay"]["mismatches"], serde_json::json!([]));
+}
