@@ -15,7 +15,7 @@ use vmm_sys_util::epoll::EventSet;
 use wddm_gpu_abi::size_of_u32;
 
 use crate::display::DisplayConfig;
-use crate::layout::file::read_layout;
+use crate::layout::file::parse_layout;
 use crate::layout::report::LayoutReport;
 use crate::layout::rules::validate;
 use crate::layout::SegmentLayout;
@@ -23,6 +23,8 @@ use crate::memory::vram::{BarMode, Vram, VramError};
 use crate::model::gpu::Gpu;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
 use crate::observe::endpoint;
+use crate::observe::recording::format::Header;
+use crate::observe::recording::Recorder;
 use crate::observe::stats::Stats;
 use crate::observe::trace::Trace;
 use crate::support::socket_path::{self, SocketPathError};
@@ -61,6 +63,12 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// Where the timeline stops growing.
     pub trace_max_size: u64,
+    /// The `--record` file of every paging submission.
+    pub record: Option<PathBuf>,
+    /// Whether the recording keeps the bytes copies read too (`--record-data`).
+    pub record_data: bool,
+    /// The `--layout` file's text, for the recording (`None`: the default layout).
+    pub layout_text: Option<String>,
     /// Scanouts, their preferred size and the host memory of 2D resources.
     pub display: DisplayConfig,
 }
@@ -82,28 +90,41 @@ pub enum StartError {
     InjectPlan(PathBuf, String),
     #[error("control socket {0}: {1}")]
     ControlSocket(PathBuf, std::io::Error),
+    #[error("--record {0}: {1}")]
+    Record(PathBuf, std::io::Error),
     #[error("stats socket {0}: {1}")]
     StatsSocket(PathBuf, std::io::Error),
 }
 
 /// Reads and validates a layout (or builds the default); errors come back one line each.
 pub fn load_layout(path: Option<&Path>, vram_size: u64) -> Result<SegmentLayout, Vec<String>> {
+    load_layout_with_text(path, vram_size).map(|(layout, _)| layout)
+}
+
+/// [`load_layout`], and the text of the layout file it read (`None` for the default layout),
+/// which a recording keeps so a replay rebuilds the same layout.
+pub fn load_layout_with_text(
+    path: Option<&Path>,
+    vram_size: u64,
+) -> Result<(SegmentLayout, Option<String>), Vec<String>> {
     if !vram_size.is_power_of_two() {
         return Err(vec![format!(
             "--vram-size {vram_size:#x} must be a power of two (QEMU requires power-of-two BARs)"
         )]);
     }
     let Some(path) = path else {
-        return Ok(SegmentLayout::default_for_vram(vram_size));
+        return Ok((SegmentLayout::default_for_vram(vram_size), None));
     };
     let at = path.display();
-    let spec = read_layout(path).map_err(|error| vec![format!("{at}: {error}")])?;
-    validate(&spec, vram_size).map_err(|violations| {
+    let text = std::fs::read_to_string(path).map_err(|error| vec![format!("{at}: {error}")])?;
+    let spec = parse_layout(&text).map_err(|error| vec![format!("{at}: {error}")])?;
+    let layout = validate(&spec, vram_size).map_err(|violations| {
         violations
             .iter()
             .map(|violation| format!("{at}: {violation}"))
-            .collect()
-    })
+            .collect::<Vec<_>>()
+    })?;
+    Ok((layout, Some(text)))
 }
 
 /// Serves one frontend session with `layout`: creates the VRAM, the GPU and its endpoints, waits
@@ -161,7 +182,29 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         }
         None => None,
     };
-    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace, args.display)
+    let recorder = match &args.record {
+        Some(path) => {
+            let header = Header {
+                data: args.record_data,
+                vram_size: args.vram_size,
+                layout: args.layout_text.clone(),
+            };
+            let recorder =
+                Recorder::create(path, &header).map_err(|e| StartError::Record(path.clone(), e))?;
+            info!(
+                "record: writing every paging submission to {}{}",
+                path.display(),
+                if args.record_data {
+                    ", with the bytes copies read"
+                } else {
+                    ""
+                }
+            );
+            Some(recorder)
+        }
+        None => None,
+    };
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace, recorder, args.display)
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
     if let Some(path) = &args.inject_plan {
         let plan = std::fs::read_to_string(path)

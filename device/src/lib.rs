@@ -15,6 +15,7 @@
 //! - [`display`] and `gpu`, two sibling devices that do not import each other: the standard
 //!   virtio-gpu 2D device with the VRAM scanouts, and the paging GPU (submissions, the
 //!   scheduler of the engine thread, the status page, events, how answers go out).
+//! - `replay`: running a `--record` file again offline against the engine, beside `gpu`.
 //! - `model`: the GPU the transport drives ([`Gpu`]), the router sending each request to one of
 //!   the two, and a kick's hold of the display's output.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
@@ -31,6 +32,7 @@ mod memory;
 mod mmu;
 mod model;
 mod observe;
+mod replay;
 mod transport;
 
 pub mod daemon;
@@ -57,7 +59,9 @@ pub use mmu::walk::{walk, Page, Root, TableAddress, TableMemory, Target, Walk, L
 pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;
+pub use observe::recording::format::Outcome as RecordedOutcome;
 pub use observe::stats::Stats;
 pub use observe::trace::Trace;
+pub use replay::{replay, Mismatch, ReplayError, ReplayOptions, ReplayReport};
 pub use transport::backend::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
 pub use transport::fd_relay;

@@ -10,7 +10,10 @@ use vhost_user_wddm_gpu::daemon::{self, Config};
 use vhost_user_wddm_gpu::display::edid::MAX_EDID_DIMENSION;
 use vhost_user_wddm_gpu::display::DisplayConfig;
 use vhost_user_wddm_gpu::support::size::parse_size;
-use vhost_user_wddm_gpu::{dxgk_values, endpoint, BarModeRequest, LayoutReport};
+use vhost_user_wddm_gpu::{
+    dxgk_values, endpoint, replay, BarModeRequest, LayoutReport, ReplayError, ReplayOptions,
+    ReplayReport,
+};
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
 #[derive(Debug, Parser)]
@@ -90,6 +93,15 @@ struct RunArgs {
     /// decides how many packets there are.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     trace_max_size: u64,
+    /// Record every paging submission (its command, the packets, frame lists and page arrays
+    /// it read, how it ran and its answer) and every RESET and PREEMPT to this file, for
+    /// `vhost-user-wddm-gpu replay`.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// With --record: keep the bytes copies read (TRANSFER sources) too, so a replay
+    /// reproduces VRAM contents exactly; the file then grows by every byte moved.
+    #[arg(long, requires = "record")]
+    record_data: bool,
     /// Scanouts (displays) of the standard virtio-gpu 2D device, 1 to 16. QEMU shows as many
     /// as its `max_outputs` property allows (1 by default).
     #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
@@ -127,6 +139,9 @@ impl RunArgs {
             check: self.check,
             trace: self.trace.clone(),
             trace_max_size: self.trace_max_size,
+            record: self.record.clone(),
+            record_data: self.record_data,
+            layout_text: None,
             display: DisplayConfig {
                 scanouts: self.scanouts,
                 width: self.display_size.0,
@@ -193,10 +208,29 @@ enum Command {
         #[arg(required = true, allow_hyphen_values = true, trailing_var_arg = true)]
         request: Vec<String>,
     },
+    /// Run a --record file again, offline, against this build's paging engine: print the
+    /// statistics `stats` prints and check every answer against the recorded one (exit code 3
+    /// when one differs).
+    Replay {
+        /// The recording.
+        file: PathBuf,
+        /// Print one JSON object: the `stats --json` object with a `replay` member.
+        #[arg(long)]
+        json: bool,
+        /// Write the replay's timeline to this file, as --trace does.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Write the replayed VRAM BAR's bytes to this file at the end.
+        #[arg(long, value_name = "FILE")]
+        dump_vram: Option<PathBuf>,
+    },
 }
 
 /// Exit code for invalid input (bad layout, bad value): the same as clap's usage errors.
 const EXIT_INVALID: u8 = 2;
+
+/// Exit code of a replay in which some answer differs from the recorded one.
+const EXIT_MISMATCH: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -231,6 +265,12 @@ fn main() -> ExitCode {
             stats_command(&socket, request, watch)
         }
         Some(Command::Ctl { socket, request }) => ctl_command(&socket, &request.join(" ")),
+        Some(Command::Replay {
+            file,
+            json,
+            trace,
+            dump_vram,
+        }) => replay_command(&file, json, ReplayOptions { trace, dump_vram }),
         None => serve(&cli.run),
     }
 }
@@ -294,16 +334,21 @@ fn serve(args: &RunArgs) -> ExitCode {
             )
             .exit();
     }
-    let layout = match daemon::load_layout(args.layout.as_deref(), args.vram_size) {
-        Ok(layout) => layout,
-        Err(lines) => {
-            for line in lines {
-                eprintln!("vhost-user-wddm-gpu: error: {line}");
+    let (layout, layout_text) =
+        match daemon::load_layout_with_text(args.layout.as_deref(), args.vram_size) {
+            Ok(loaded) => loaded,
+            Err(lines) => {
+                for line in lines {
+                    eprintln!("vhost-user-wddm-gpu: error: {line}");
+                }
+                return ExitCode::from(EXIT_INVALID);
             }
-            return ExitCode::from(EXIT_INVALID);
-        }
+        };
+    let config = Config {
+        layout_text,
+        ..args.config()
     };
-    match daemon::run(&args.config(), layout) {
+    match daemon::run(&config, layout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("vhost-user-wddm-gpu: error: {error}");
@@ -431,4 +476,100 @@ fn stats_command(socket: &Path, request: &str, watch: Option<Duration>) -> ExitC
         std::thread::sleep(interval);
         separator = "\n";
     }
+}
+
+fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
+    let report = match replay(file, &options) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("vhost-user-wddm-gpu: error: {}: {error}", file.display());
+            return ExitCode::from(match error {
+                ReplayError::Format(_) | ReplayError::Layout(_) => EXIT_INVALID,
+                _ => 1,
+            });
+        }
+    };
+    for mismatch in &report.mismatches {
+        eprintln!(
+            "vhost-user-wddm-gpu: replay: entry {} (fence {}) answered differently:\n  recorded {:?}\n  replayed {:?}",
+            mismatch.entry, mismatch.fence, mismatch.recorded, mismatch.replayed
+        );
+    }
+    let printed = if json {
+        replay_json(&report)
+    } else {
+        Ok(format!(
+            "{}\n{}\n",
+            report.stats.snapshot().to_table(),
+            replay_summary(&report)
+        ))
+    };
+    match printed {
+        Ok(text) => print!("{text}"),
+        Err(error) => {
+            eprintln!("vhost-user-wddm-gpu: error: {error}");
+            return ExitCode::from(1);
+        }
+    }
+    if report.mismatches.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_MISMATCH)
+    }
+}
+
+/// The lines under the replay's table: what was replayed and whether the answers matched.
+fn replay_summary(report: &ReplayReport) -> String {
+    let verdict = match report.mismatches.len() {
+        0 => "every answer matched the recording".to_owned(),
+        n => format!("{n} answer(s) differ from the recording"),
+    };
+    let data = match (report.header.data, report.data_dropped) {
+        (false, _) => "metadata only".to_owned(),
+        (true, 0) => "with data".to_owned(),
+        (true, dropped) => format!("with data ({dropped} bytes over the limit left out)"),
+    };
+    format!(
+        "replay: {} submissions, {} resets, {} preempts ({data}); execution {:.3} ms recorded, {:.3} ms replayed; {verdict}",
+        report.submissions,
+        report.resets,
+        report.preempts,
+        report.recorded_ns as f64 / 1e6,
+        report.replayed_ns as f64 / 1e6,
+    )
+}
+
+/// The `stats --json` object of the replay, with a `replay` member.
+fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(report.stats.snapshot())?;
+    let mismatches: Vec<serde_json::Value> = report
+        .mismatches
+        .iter()
+        .map(|mismatch| {
+            serde_json::json!({
+                "entry": mismatch.entry,
+                "fence": mismatch.fence,
+                "recorded": format!("{:?}", mismatch.recorded),
+                "replayed": format!("{:?}", mismatch.replayed),
+            })
+        })
+        .collect();
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "replay".into(),
+            serde_json::json!({
+                "submissions": report.submissions,
+                "resets": report.resets,
+                "preempts": report.preempts,
+                "data": report.header.data,
+                "data_dropped": report.data_dropped,
+                "recorded_ns": report.recorded_ns,
+                "replayed_ns": report.replayed_ns,
+                "mismatches": mismatches,
+            }),
+        );
+    }
+    let mut text = serde_json::to_string_pretty(&value)?;
+    text.push('\n');
+    Ok(text)
 }

@@ -15,7 +15,7 @@ const LAYERS: [&[&str]; 10] = [
     &["mmu"],
     &["engine"],
     &["observe"],
-    &["display", "gpu"],
+    &["display", "gpu", "replay"],
     &["model"],
     &["transport"],
     &["daemon"],

@@ -9,6 +9,7 @@ use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::{DeviceMemory, Fault};
 use crate::layout::SegmentRange;
+use crate::memory::capture::{ReadKind, Store};
 use crate::memory::frames::FrameList;
 use crate::memory::gart::Gart;
 use crate::memory::guest_ram::RamRange;
@@ -175,10 +176,13 @@ fn slice_of_checked_ram<'a, M: GuestMemoryBackend>(
 }
 
 /// Copies the first `length` bytes of `src` to `dst`; overlapping ranges behave as memmove.
+/// `kind` says what the source bytes are to a recording (data, or entries that steer the
+/// device).
 pub(super) fn copy<M: GuestMemoryBackend>(
     src: Location,
     dst: Location,
     length: u64,
+    kind: ReadKind,
     mem: &DeviceMemory<'_, M>,
     bounce: &mut Vec<u8>,
 ) -> Result<(), Fault> {
@@ -186,14 +190,14 @@ pub(super) fn copy<M: GuestMemoryBackend>(
     usize::try_from(length).map_err(|_| Fault::LengthOverflow(length))?;
     let (mut src, mut dst) = (src.sub(0, length), dst.sub(0, length));
     if src.overlaps(dst) {
-        return copy_overlapping(src, dst, mem, bounce);
+        return copy_overlapping(src, dst, kind, mem, bounce);
     }
     // Both ends are `length` long: the loop ends when either does.
     while src.len() > 0 && dst.len() > 0 {
         let len = in_one_slice(src, mem)?
             .len()
             .min(in_one_slice(dst, mem)?.len());
-        copy_in_one_slice(src.sub(0, len), dst.sub(0, len), mem)?;
+        copy_in_one_slice(src.sub(0, len), dst.sub(0, len), kind, mem)?;
         src.advance(len);
         dst.advance(len);
     }
@@ -222,25 +226,57 @@ fn in_one_slice<M: GuestMemoryBackend>(
     }
 }
 
+/// Hands a source slice's bytes to the recording, when there is one and it keeps `kind`.
+#[inline]
+fn capture_source<M: GuestMemoryBackend, B: BitmapSlice>(
+    mem: &DeviceMemory<'_, M>,
+    location: Location,
+    kind: ReadKind,
+    slice: &VolatileSlice<'_, B>,
+) {
+    let Some(capture) = mem.ram.capture() else {
+        return;
+    };
+    let (store, address) = match location {
+        Location::Vram(range) => (Store::Vram, range.start()),
+        Location::Guest(range) => (Store::Ram, range.start()),
+    };
+    capture.slice(store, kind, address, slice);
+}
+
+/// A source slice of `location`, its bytes captured when recording.
+macro_rules! source_slice {
+    ($mem:expr, $location:expr, $slice:expr, $kind:expr) => {{
+        let slice = $slice;
+        capture_source($mem, $location, $kind, &slice);
+        slice
+    }};
+}
+
 /// Copies `src` over `dst`, as long and each inside one slice.
 fn copy_in_one_slice<M: GuestMemoryBackend>(
     src: Location,
     dst: Location,
+    kind: ReadKind,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     match (src, dst) {
-        (Location::Vram(s), Location::Vram(d)) => {
-            copy_slices(vram_slice(mem, s)?, vram_slice(mem, d)?)
-        }
-        (Location::Vram(s), Location::Guest(d)) => {
-            copy_slices(vram_slice(mem, s)?, slice_of_checked_ram(mem, d)?)
-        }
-        (Location::Guest(s), Location::Vram(d)) => {
-            copy_slices(slice_of_checked_ram(mem, s)?, vram_slice(mem, d)?)
-        }
-        (Location::Guest(s), Location::Guest(d)) => {
-            copy_slices(slice_of_checked_ram(mem, s)?, slice_of_checked_ram(mem, d)?)
-        }
+        (Location::Vram(s), Location::Vram(d)) => copy_slices(
+            source_slice!(mem, src, vram_slice(mem, s)?, kind),
+            vram_slice(mem, d)?,
+        ),
+        (Location::Vram(s), Location::Guest(d)) => copy_slices(
+            source_slice!(mem, src, vram_slice(mem, s)?, kind),
+            slice_of_checked_ram(mem, d)?,
+        ),
+        (Location::Guest(s), Location::Vram(d)) => copy_slices(
+            source_slice!(mem, src, slice_of_checked_ram(mem, s)?, kind),
+            vram_slice(mem, d)?,
+        ),
+        (Location::Guest(s), Location::Guest(d)) => copy_slices(
+            source_slice!(mem, src, slice_of_checked_ram(mem, s)?, kind),
+            slice_of_checked_ram(mem, d)?,
+        ),
     }
     Ok(())
 }
@@ -254,6 +290,7 @@ pub(super) fn fitting(len: u64, cap: usize) -> usize {
 fn copy_overlapping<M: GuestMemoryBackend>(
     src: Location,
     dst: Location,
+    kind: ReadKind,
     mem: &DeviceMemory<'_, M>,
     bounce: &mut Vec<u8>,
 ) -> Result<(), Fault> {
@@ -265,17 +302,19 @@ fn copy_overlapping<M: GuestMemoryBackend>(
         let (src_piece, src_rest) = src.take(chunk, from_back);
         let (dst_piece, dst_rest) = dst.take(chunk, from_back);
         let buf = &mut bounce[..fitting(src_piece.len(), BOUNCE_SIZE)];
-        read_location(src_piece, buf, mem)?;
+        read_location(src_piece, buf, kind, mem)?;
         write_location(dst_piece, buf, mem)?;
         (src, dst) = (src_rest, dst_rest);
     }
     Ok(())
 }
 
-/// Reads a run into `buf`, which is as long as the run.
+/// Reads a run into `buf`, which is as long as the run; `kind` is what the bytes are to a
+/// recording.
 pub(super) fn read_location<M: GuestMemoryBackend>(
     location: Location,
     buf: &mut [u8],
+    kind: ReadKind,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     debug_assert_eq!(location.len(), buf.len() as u64);
@@ -283,10 +322,20 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
     while !buf.is_empty() && location.len() > 0 {
         let piece = in_one_slice(location, mem)?;
         let (head, tail) = buf.split_at_mut(fitting(piece.len(), buf.len()));
-        match piece {
-            Location::Vram(range) => vram_slice(mem, range)?.copy_to(head),
-            Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_to(head),
+        let store = match piece {
+            Location::Vram(range) => {
+                vram_slice(mem, range)?.copy_to(head);
+                Store::Vram
+            }
+            Location::Guest(range) => {
+                slice_of_checked_ram(mem, range)?.copy_to(head);
+                Store::Ram
+            }
         };
+        // The bytes as read, not read again: what the engine goes on with is what is kept.
+        if let Some(capture) = mem.ram.capture() {
+            capture.bytes(store, kind, piece.start(), head);
+        }
         location.advance(piece.len());
         buf = tail;
     }
@@ -372,7 +421,7 @@ pub(super) fn read_vram<M: GuestMemoryBackend>(
             address: offset,
             length: buf.len() as u64,
         })?;
-    read_location(Location::Vram(range), buf, mem)
+    read_location(Location::Vram(range), buf, ReadKind::Metadata, mem)
 }
 
 /// Reads `buf.len()` bytes of `side` from `position` on, run by run.
@@ -388,7 +437,7 @@ pub(super) fn read_side<M: GuestMemoryBackend>(
     while !rest.is_empty() {
         let run = run_at(side, at, rest.len() as u64, frame_lists, gart, mem)?;
         let (now, later) = rest.split_at_mut(fitting(run.len(), rest.len()));
-        read_location(run.sub(0, now.len() as u64), now, mem)?;
+        read_location(run.sub(0, now.len() as u64), now, ReadKind::Metadata, mem)?;
         at = at
             .checked_add(now.len() as u64)
             .ok_or(Fault::LengthOverflow(position))?;

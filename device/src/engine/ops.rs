@@ -9,6 +9,7 @@ use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 use super::access::{copy, fitting, run_at, Location, Side};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
+use crate::memory::capture::ReadKind;
 use crate::memory::frames::{FrameError, FrameListError, FrameRun};
 use crate::memory::gart::AperturePages;
 use crate::memory::guest_ram::RamError;
@@ -79,6 +80,7 @@ impl Engine {
                         Location::Vram(from_last),
                         Location::Vram(to_last),
                         from_last.len(),
+                        ReadKind::Data,
                         mem,
                         &mut self.bounce,
                     )?;
@@ -106,7 +108,7 @@ impl Engine {
                 )?;
             }
             let step = src.len().min(dst.len()).min(progress.chunk_left());
-            copy(src, dst, step, mem, &mut self.bounce)?;
+            copy(src, dst, step, ReadKind::Data, mem, &mut self.bounce)?;
             src.advance(step);
             dst.advance(step);
             progress.advance(step);

@@ -15,6 +15,7 @@ use wddm_gpu_abi::packet::{
 use super::access::copy;
 use super::place::{ram, segment_offset};
 use super::{DeviceMemory, Engine, EngineHooks, Fault};
+use crate::memory::capture::ReadKind;
 use crate::mmu::walk::TableAddress;
 
 /// The geometry, or the packet is refused: the layout has no GpuMmu.
@@ -97,7 +98,15 @@ impl Engine {
                 .write(table, &packet.entry.to_le_bytes(), mem)?;
         } else {
             let source = ram(mem, packet.entries_address, length)?;
-            copy(source, table, length, mem, &mut self.bounce)?;
+            // The entries steer the MMU: kept by a recording as metadata.
+            copy(
+                source,
+                table,
+                length,
+                ReadKind::Metadata,
+                mem,
+                &mut self.bounce,
+            )?;
         }
         Ok(length)
     }

@@ -20,6 +20,7 @@ use zerocopy::FromBytes;
 use super::access::{copy, read_location, write_location, Location, Repeated};
 use super::place::{ram, segment_offset};
 use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
+use crate::memory::capture::ReadKind;
 use crate::mmu::fault::Access;
 use crate::mmu::space::{AddressSpace, Run};
 use crate::mmu::tables::DeviceTables;
@@ -173,7 +174,12 @@ impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
                 .min(buf.len() - done);
             let piece = &mut buf[done..done + len];
             match self.location(run)? {
-                Some(location) => read_location(location.sub(0, len as u64), piece, self.mem)?,
+                Some(location) => read_location(
+                    location.sub(0, len as u64),
+                    piece,
+                    ReadKind::Metadata,
+                    self.mem,
+                )?,
                 None => piece.fill(0),
             }
             done += len;
@@ -401,7 +407,9 @@ impl VirtualEngine {
             let len = f.len.min(t.len).min(length - moved);
             let (piece_from, piece_to) = (Run { len, ..f }, Run { len, ..t });
             match (memory.location(piece_from)?, memory.location(piece_to)?) {
-                (Some(f), Some(t)) => copy(f, t, len, memory.mem, &mut self.bounce)?,
+                (Some(f), Some(t)) => {
+                    copy(f, t, len, ReadKind::Data, memory.mem, &mut self.bounce)?
+                }
                 (None, Some(t)) => self.repeated.write(t, &[0], memory.mem)?,
                 (_, None) => {}
             }

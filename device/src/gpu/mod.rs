@@ -53,6 +53,7 @@ use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
+use crate::observe::recording::Recorder;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
@@ -71,12 +72,14 @@ pub struct PagingGpu {
 
 impl PagingGpu {
     /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
-    /// writing every submission and packet to `trace`; starts its engine thread.
+    /// writing every submission and packet to `trace` and every paging submission with what it
+    /// read to `recorder`; starts its engine thread.
     pub fn start(
         layout: Arc<SegmentLayout>,
         vram: Arc<Vram>,
         stats: Arc<Stats>,
         trace: Option<Trace>,
+        recorder: Option<Recorder>,
     ) -> std::io::Result<Self> {
         let notify = Arc::new(Mutex::new(Notify {
             status: StatusPage::default(),
@@ -102,6 +105,7 @@ impl PagingGpu {
                 trace,
                 injector: injector.clone(),
                 checker: checker.clone(),
+                recorder: recorder.map(Arc::new),
             },
         )?;
         let virtual_node = VirtualNode::start(

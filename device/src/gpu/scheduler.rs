@@ -16,6 +16,7 @@
 //! new from the queue; [`Scheduler::resume`] lets it go on where it stood, and a reset ends the
 //! parked submission as a reset.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -23,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use wddm_gpu_abi::context::{
     WddmGpuPageFaultRecord, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_PAGING,
 };
@@ -50,6 +51,8 @@ use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
+use crate::observe::recording::format::{self, Outcome, Run, RunEnd};
+use crate::observe::recording::{Recorder, Tape};
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::Trace;
 use crate::support::sync::{lock, wait, wait_timeout};
@@ -116,6 +119,8 @@ struct Job {
     before: Option<Partial>,
     /// The fault injection it was taken with.
     injection: Option<Action>,
+    /// What it read and how its runs ended, with `--record`.
+    tape: Option<Box<Tape>>,
 }
 
 /// Whether an injection keeps its submission off the control-queue thread: waiting there would
@@ -127,9 +132,29 @@ fn waits(injection: Option<Action>) -> bool {
 /// The part of a submission that ran on the control-queue thread.
 #[derive(Clone, Copy)]
 struct Partial {
+    /// The command's own start offset (the job's now says where the rest starts).
+    start_offset: u32,
     start: Instant,
     packets_completed: u32,
     bytes_transferred: u64,
+}
+
+impl Job {
+    /// The command as the driver sent it (a deferred job's start offset is where its rest
+    /// starts).
+    fn cmd_as_sent(&self) -> WddmGpuCmdSubmit {
+        WddmGpuCmdSubmit {
+            start_offset: self
+                .before
+                .map_or(self.cmd.start_offset, |before| before.start_offset),
+            ..self.cmd
+        }
+    }
+}
+
+/// Nanoseconds of a duration, saturated.
+fn nanos(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A finished submission's answer, not yet given.
@@ -198,10 +223,11 @@ struct Execution {
     checker: Arc<Checker>,
     /// Answers a lost-interrupt injection holds, in completion order.
     held: Mutex<Vec<SubmitAnswer>>,
+    recorder: Option<Arc<Recorder>>,
 }
 
 /// What watches and steers the engine from outside the guest: the counters, the timeline, fault
-/// injection and the checker.
+/// injection, the checker and the recording.
 #[derive(Clone)]
 pub struct Instruments {
     /// Counters and latencies.
@@ -212,6 +238,8 @@ pub struct Instruments {
     pub injector: Arc<Injector>,
     /// The `--check` checker.
     pub checker: Arc<Checker>,
+    /// The `--record` file.
+    pub recorder: Option<Arc<Recorder>>,
 }
 
 /// The paging node at one moment.
@@ -265,14 +293,21 @@ struct Hooks<'a, 'm> {
     packets_before: u32,
     /// The checker, while it runs.
     checker: Option<&'a Checker>,
+    /// Interruption checks answered "go on" (a recording says at which check a PREEMPT or
+    /// RESET stopped a run).
+    checks: Cell<u32>,
 }
 
 impl EngineHooks for Hooks<'_, '_> {
     fn interruption(&self) -> Option<Interruption> {
-        match self.interrupt.load() {
+        let interruption = match self.interrupt.load() {
             EngineState::Pause => self.execution.park(),
             state => state.interruption(),
+        };
+        if interruption.is_none() {
+            self.checks.set(self.checks.get().wrapping_add(1));
         }
+        interruption
     }
 
     /// Reported when the packet executes, while the rest of the buffer still runs. (The engine
@@ -362,6 +397,7 @@ impl Scheduler {
             trace,
             injector,
             checker,
+            recorder,
         } = instruments;
         let execution = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
@@ -381,6 +417,7 @@ impl Scheduler {
             injector,
             checker,
             held: Mutex::new(Vec::new()),
+            recorder,
         });
         let thread_shared = execution.clone();
         let worker = std::thread::Builder::new()
@@ -421,6 +458,10 @@ impl Scheduler {
             queued: Instant::now(),
             before: None,
             injection,
+            tape: execution
+                .recorder
+                .as_ref()
+                .map(|recorder| Box::new(recorder.tape())),
         };
         let mut budget = Some(*lock(&self.kick_budget));
         {
@@ -508,6 +549,9 @@ impl Scheduler {
                     .publish(&GuestRam::new(&**mem, execution.vram.guest_window()));
             }
         }
+        if let Some(recorder) = &execution.recorder {
+            recorder.preempt(preempted_count);
+        }
         for job in drained {
             execution.answer_drained(job, Interruption::Preempted);
         }
@@ -588,6 +632,14 @@ impl Scheduler {
             for job in drained {
                 execution.answer_drained(job, Interruption::Reset);
             }
+        }
+        // After the drained submissions: one whose first part ran before the reset is
+        // recorded as it is answered, just above, and must replay before the GART is cleared.
+        if let Some(recorder) = &execution.recorder {
+            recorder.reset(match by {
+                ResetBy::Driver => format::ResetBy::Driver,
+                ResetBy::Frontend => format::ResetBy::Frontend,
+            });
         }
     }
 
@@ -808,7 +860,17 @@ impl Execution {
     }
 
     /// Answers a deferred job that a PREEMPT or RESET caught between its two runs.
-    fn stop_deferred(&self, job: Job, interruption: Interruption) -> SubmitAnswer {
+    fn stop_deferred(&self, mut job: Job, interruption: Interruption) -> SubmitAnswer {
+        if let Some(tape) = &mut job.tape {
+            // What an engine run stopped at its first check would do.
+            tape.runs.push(Run {
+                packets: 0,
+                end: RunEnd::Interrupted {
+                    by: interruption,
+                    checks: 0,
+                },
+            });
+        }
         let completion = Completion {
             fence_id: job.cmd.submission_fence_id,
             packets_completed: 0,
@@ -825,8 +887,9 @@ impl Execution {
     /// settles it unless it was deferred.
     /// `inline_budget` is left with what the run did not use.
     fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>) -> Ran {
+        let capture = job.tape.as_deref().map(|tape| &tape.capture);
         let memory = DeviceMemory {
-            ram: GuestRam::new(&*job.mem, job.window.clone()),
+            ram: GuestRam::new(&*job.mem, job.window.clone()).recording(capture),
             vram: &self.vram,
             layout: &self.layout,
         };
@@ -846,6 +909,7 @@ impl Execution {
             },
             packets_before: job.before.map_or(0, |before| before.packets_completed),
             checker: Some(&*self.checker).filter(|checker| checker.enabled()),
+            checks: Cell::new(0),
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
@@ -856,8 +920,21 @@ impl Execution {
             Runner::Engine
         };
         *inline_budget = hooks.inline_budget;
+        let checks = hooks.checks.get();
+        if let Some(tape) = &mut job.tape {
+            let end = match (completion.deferred, completion.stop) {
+                (Some(_), _) => RunEnd::Deferred,
+                (None, Some((_, Stop::Interrupted(by)))) => RunEnd::Interrupted { by, checks },
+                (None, _) => RunEnd::Finished,
+            };
+            tape.runs.push(Run {
+                packets: completion.packets_completed,
+                end,
+            });
+        }
         if let Some(offset) = completion.deferred {
             let before = job.before.get_or_insert(Partial {
+                start_offset: job.cmd.start_offset,
                 start,
                 packets_completed: 0,
                 bytes_transferred: 0,
@@ -968,6 +1045,32 @@ impl Execution {
             inline,
         };
         self.stats.record_submission(&record);
+        let cmd_as_sent = job.cmd_as_sent();
+        if let (Some(recorder), Some(tape)) = (&self.recorder, job.tape) {
+            let Tape { capture, runs } = *tape;
+            let submission = format::Submission {
+                at_ns: recorder.since_start(job.queued),
+                queue_wait_ns: nanos(record.start.saturating_duration_since(job.queued)),
+                duration_ns: nanos(record.duration),
+                inline,
+                cmd: cmd_as_sent,
+                runs,
+                outcome: Outcome {
+                    status: response.status,
+                    packets_completed: response.packets_completed,
+                    bytes_transferred: response.bytes_transferred,
+                    fault_packet_offset: response.fault_packet_offset,
+                    fault_address: response.fault_address,
+                    fault_opcode: completion.fault_opcode,
+                },
+                captured: capture.take(),
+            };
+            let regions = job.mem.iter().map(|region| {
+                let start = region.start_addr().0;
+                start..start.saturating_add(region.len())
+            });
+            recorder.submission(regions, job.window.clone(), submission);
+        }
         SubmitAnswer {
             status,
             reply: job.reply,

@@ -9,6 +9,7 @@ use vm_memory::{
     VolatileMemory, VolatileSlice,
 };
 
+use super::capture::{ReadCapture, ReadKind, Store};
 use crate::support::span::Span;
 
 /// Why a guest range is not usable as system memory.
@@ -62,12 +63,30 @@ impl RamRange {
 pub struct GuestRam<'a, M> {
     mem: &'a M,
     vram_window: Option<Range<u64>>,
+    /// Where the engine's reads are kept with `--record`; `None` otherwise (one branch a read).
+    capture: Option<&'a ReadCapture>,
 }
 
 impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
     /// Wraps a memory table; `vram_window` is where the VRAM file appears in it.
     pub fn new(mem: &'a M, vram_window: Option<Range<u64>>) -> Self {
-        Self { mem, vram_window }
+        Self {
+            mem,
+            vram_window,
+            capture: None,
+        }
+    }
+
+    /// The same RAM, keeping what [`Self::read`] and [`Self::read_u64`] read (and what the
+    /// engine reads through slices and from VRAM, which it hands over itself) in `capture`.
+    pub fn recording(self, capture: Option<&'a ReadCapture>) -> Self {
+        Self { capture, ..self }
+    }
+
+    /// Where reads are kept, when recording.
+    #[inline]
+    pub fn capture(&self) -> Option<&'a ReadCapture> {
+        self.capture
     }
 
     /// Checks that `[address, address + length)` is entirely guest RAM.
@@ -136,7 +155,11 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         self.check(address, buf.len() as u64)?;
         self.mem
             .read_slice(buf, GuestAddress(address))
-            .map_err(|_| RamError::NotRam { address })
+            .map_err(|_| RamError::NotRam { address })?;
+        if let Some(capture) = self.capture {
+            capture.bytes(Store::Ram, ReadKind::Metadata, address, buf);
+        }
+        Ok(())
     }
 
     /// Reads the little-endian u64 at `address` (a page-table entry) as [`Self::read`] would,
@@ -149,7 +172,17 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
             .and_then(|(region, offset)| region.get_slice(offset, 8).ok())
             .and_then(|slice| slice.get_ref::<u64>(0).ok().map(|value| value.load()));
         match in_one_region {
-            Some(value) => Ok(u64::from_le(value)),
+            Some(value) => {
+                if let Some(capture) = self.capture {
+                    capture.bytes(
+                        Store::Ram,
+                        ReadKind::Metadata,
+                        address,
+                        &value.to_ne_bytes(),
+                    );
+                }
+                Ok(u64::from_le(value))
+            }
             None => {
                 let mut bytes = [0u8; 8];
                 self.read(address, &mut bytes)?;

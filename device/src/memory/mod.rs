@@ -6,6 +6,7 @@
 //! [`gart::AperturePages`]): their arithmetic needs no overflow checks because the check proved
 //! it fits.
 
+pub mod capture;
 pub mod frames;
 pub mod gart;
 pub mod guest_ram;

@@ -128,7 +128,8 @@ pub enum BarChange {
 pub struct Vram {
     path: PathBuf,
     size: u64,
-    identity: (u64, u64),
+    /// Device and inode of the BAR file (`None` for anonymous VRAM, which no table maps).
+    identity: Option<(u64, u64)>,
     mapping: MmapRegion<()>,
     local: Option<MmapRegion<()>>,
     local_size: u64,
@@ -181,7 +182,7 @@ impl Vram {
                 path: path.to_owned(),
                 source,
             })?;
-        let identity = (metadata.dev(), metadata.ino());
+        let identity = Some((metadata.dev(), metadata.ino()));
         let local = match (local_size, local_path) {
             (0, _) => None,
             (_, Some(local_path)) => Some(map_file(local_path, local_size, file_mode)?),
@@ -202,6 +203,40 @@ impl Vram {
             bar: Mutex::new(BarState {
                 locator: BarLocator {
                     mode,
+                    address: None,
+                    generation: 0,
+                },
+                guest_window: None,
+            }),
+        })
+    }
+
+    /// VRAM in anonymous memory, touched lazily, that no guest maps: what `replay` runs
+    /// recorded submissions against.
+    pub fn anonymous(size: u64, local_size: u64) -> Result<Self, VramError> {
+        if !size.is_power_of_two() || size < (1 << 20) {
+            return Err(VramError::BadSize(size));
+        }
+        let anonymous = |len: u64| {
+            usize::try_from(len)
+                .ok()
+                .and_then(|len| MmapRegion::new(len).ok())
+        };
+        let mapping = anonymous(size).ok_or(VramError::BadSize(size))?;
+        let local = match local_size {
+            0 => None,
+            _ => Some(anonymous(local_size).ok_or(VramError::Local(local_size))?),
+        };
+        Ok(Self {
+            path: PathBuf::new(),
+            size,
+            identity: None,
+            mapping,
+            local,
+            local_size,
+            bar: Mutex::new(BarState {
+                locator: BarLocator {
+                    mode: BarMode::Ivshmem,
                     address: None,
                     generation: 0,
                 },
@@ -310,7 +345,7 @@ impl Vram {
 
     fn is_our_file(&self, file: &File) -> bool {
         file.metadata()
-            .map(|m| (m.dev(), m.ino()) == self.identity)
+            .map(|m| Some((m.dev(), m.ino())) == self.identity)
             .unwrap_or(false)
     }
 

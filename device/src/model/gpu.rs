@@ -26,6 +26,7 @@ use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::model::kick::Kick;
 use crate::model::router::{route, DisplayRequest, Route};
+use crate::observe::recording::Recorder;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
 use crate::support::sync::lock;
@@ -49,19 +50,27 @@ impl Gpu {
     /// starts its engine thread.
     pub fn new(layout: SegmentLayout, vram: Vram) -> std::io::Result<Self> {
         let stats = Arc::new(Stats::new(&layout));
-        Self::with_telemetry(layout, vram, stats, None, DisplayConfig::default())
+        Self::with_telemetry(layout, vram, stats, None, None, DisplayConfig::default())
     }
 
     /// A GPU recording into `stats` and, when given, writing every submission and packet to
-    /// `trace`, with the scanouts and 2D memory of `display`; starts its engine thread.
+    /// `trace` and every paging submission with what it read to `recorder`, with the scanouts
+    /// and 2D memory of `display`; starts its engine thread.
     pub fn with_telemetry(
         layout: SegmentLayout,
         vram: Vram,
         stats: Arc<Stats>,
         trace: Option<Trace>,
+        recorder: Option<Recorder>,
         display: DisplayConfig,
     ) -> std::io::Result<Self> {
-        let paging = PagingGpu::start(Arc::new(layout), Arc::new(vram), stats.clone(), trace)?;
+        let paging = PagingGpu::start(
+            Arc::new(layout),
+            Arc::new(vram),
+            stats.clone(),
+            trace,
+            recorder,
+        )?;
         let vblank_hz = display.vblank_hz;
         let display = Display::new(display);
         let scanouts = display.scanout_count();

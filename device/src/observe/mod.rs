@@ -1,7 +1,9 @@
 //! Measurement: counters and latency histograms of the paging path, the `--trace` timeline, the
-//! stats endpoint that serves them, and the benchmark's eventfd echo.
+//! `--record` file of every paging submission, the stats endpoint that serves them, and the
+//! benchmark's eventfd echo.
 
 pub mod echo;
 pub mod endpoint;
+pub mod recording;
 pub mod stats;
 pub mod trace;

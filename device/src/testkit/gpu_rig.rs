@@ -47,7 +47,7 @@ pub fn gpu_without_vblanks(file: &ScratchFile, vram_size: u64) -> (Gpu, Arc<Stat
         vblank_hz: 0,
         ..DisplayConfig::default()
     };
-    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), None, display).unwrap();
+    let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), None, None, display).unwrap();
     (gpu, stats)
 }
 

@@ -1,0 +1,411 @@
+//! The `--record` file, version [`VERSION`]: what it holds and how each entry is written. Every
+//! number is little-endian; `docs/record-replay.md` lists the fields in order.
+//!
+//! ```text
+//! header   magic "WGPUREC\n", version u32, flags u32, vram_size u64, layout_len u32, layout text
+//! entry    tag u8, payload_len u64, payload (one of the entries below, nothing after it)
+//! ```
+//!
+//! The file is a host file that may come from another machine: the reader ([`super::read`])
+//! checks every length, count and address against the caps declared here.
+
+use std::ops::Range;
+
+use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use zerocopy::IntoBytes;
+
+use crate::engine::Interruption;
+use crate::memory::capture::{Captured, ReadKind, Store};
+
+/// The first eight bytes of every recording.
+pub const MAGIC: [u8; 8] = *b"WGPUREC\n";
+
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Header flag: the bytes copies read (`--record-data`) are in the file, not only metadata.
+pub const FLAG_DATA: u32 = 1;
+
+/// Flags this version knows.
+pub const FLAGS_KNOWN: u32 = FLAG_DATA;
+
+/// Longest layout text (a layout file is a few KiB).
+pub const MAX_LAYOUT_TEXT: u32 = 1 << 20;
+
+/// Largest VRAM BAR a recording may ask the replay for (anonymous memory, touched lazily).
+pub const MAX_VRAM_SIZE: u64 = 1 << 40;
+
+/// Longest entry payload: a submission's metadata with its data reads (the recorder keeps at
+/// most [`super::DATA_LIMIT`] data bytes per submission).
+pub const MAX_PAYLOAD: u64 = 1 << 30;
+
+/// Most memory-table regions (vhost-user allows far fewer).
+pub const MAX_REGIONS: u32 = 1024;
+
+/// Highest guest-physical address a region may reach: the replay backs RAM with a sparse file
+/// at guest-physical offsets.
+pub const MAX_GUEST_ADDRESS: u64 = 1 << 48;
+
+/// Most runs of one submission: one on the control-queue thread, the rest on the engine thread.
+pub const MAX_RUNS: u8 = 2;
+
+/// Entry tags.
+pub const TAG_MEMORY_TABLE: u8 = 1;
+/// A submission and what it read.
+pub const TAG_SUBMISSION: u8 = 2;
+/// A RESET (or a virtio reset): the GART is cleared.
+pub const TAG_RESET: u8 = 3;
+/// A PREEMPT.
+pub const TAG_PREEMPT: u8 = 4;
+
+/// What the file starts with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Whether copies' source bytes are recorded.
+    pub data: bool,
+    /// The VRAM BAR size the backend ran with.
+    pub vram_size: u64,
+    /// The `--layout` file's text; `None` for the default layout of `vram_size`.
+    pub layout: Option<String>,
+}
+
+/// The guest memory a submission ran over: RAM regions and where the VRAM BAR was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryTable {
+    /// Where the VRAM BAR appeared in guest-physical memory, if it did.
+    pub vram_window: Option<Range<u64>>,
+    /// The memory table's regions other than the VRAM BAR, as `start..end`.
+    pub regions: Vec<Range<u64>>,
+}
+
+/// How one run of a submission ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// It ran to its end or to a fault.
+    Finished,
+    /// The control-queue thread's budget ended it; the engine thread ran the rest.
+    Deferred,
+    /// A PREEMPT or a reset stopped it at the interruption check after `checks` that let it go on.
+    Interrupted {
+        /// Which.
+        by: Interruption,
+        /// Interruption checks answered "go on" in this run before the one that stopped it.
+        checks: u32,
+    },
+}
+
+/// One run of a submission: the packets it completed and how it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Packets completed in this run.
+    pub packets: u32,
+    /// How it ended.
+    pub end: RunEnd,
+}
+
+/// How a submission was answered (the fields of its response, and the faulting opcode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// `SubmitStatus` as on the wire.
+    pub status: u32,
+    /// Packets completed.
+    pub packets_completed: u32,
+    /// Bytes moved or written.
+    pub bytes_transferred: u64,
+    /// DMA-buffer offset where it stopped (0 when it did not).
+    pub fault_packet_offset: u32,
+    /// The address the fault names (0 for none).
+    pub fault_address: u64,
+    /// Opcode of the faulting packet (0 for none).
+    pub fault_opcode: u16,
+}
+
+/// One paging submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    /// Nanoseconds from the start of the recording to when the control queue handed it over.
+    pub at_ns: u64,
+    /// Nanoseconds it waited before it started.
+    pub queue_wait_ns: u64,
+    /// Nanoseconds it executed.
+    pub duration_ns: u64,
+    /// Whether it ran wholly on the control-queue thread.
+    pub inline: bool,
+    /// The command as the driver sent it.
+    pub cmd: WddmGpuCmdSubmit,
+    /// Its runs, in order (one or two).
+    pub runs: Vec<Run>,
+    /// Its answer.
+    pub outcome: Outcome,
+    /// What it read.
+    pub captured: Captured,
+}
+
+/// Who reset the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetBy {
+    /// The driver's RESET command.
+    Driver,
+    /// A virtio reset by the frontend.
+    Frontend,
+}
+
+/// One entry after the header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// The guest memory the following submissions ran over (written when it changes).
+    MemoryTable(MemoryTable),
+    /// A submission.
+    Submission(Submission),
+    /// A reset, `at_ns` from the start of the recording.
+    Reset {
+        /// When.
+        at_ns: u64,
+        /// By whom.
+        by: ResetBy,
+    },
+    /// A PREEMPT that stopped `count` submissions.
+    Preempt {
+        /// When.
+        at_ns: u64,
+        /// Submissions it stopped (running and queued).
+        count: u32,
+    },
+}
+
+impl Entry {
+    /// The entry's name in messages.
+    pub fn name(&self) -> &'static str {
+        tag_name(self.tag())
+    }
+
+    fn tag(&self) -> u8 {
+        match self {
+            Entry::MemoryTable(_) => TAG_MEMORY_TABLE,
+            Entry::Submission(_) => TAG_SUBMISSION,
+            Entry::Reset { .. } => TAG_RESET,
+            Entry::Preempt { .. } => TAG_PREEMPT,
+        }
+    }
+}
+
+/// The name of an entry tag in messages.
+pub fn tag_name(tag: u8) -> &'static str {
+    match tag {
+        TAG_MEMORY_TABLE => "memory table",
+        TAG_SUBMISSION => "submission",
+        TAG_RESET => "reset",
+        TAG_PREEMPT => "preempt",
+        _ => "unknown",
+    }
+}
+
+/// Wire values of the small enumerations.
+pub(super) mod code {
+    use super::{Interruption, ReadKind, ResetBy, RunEnd, Store};
+
+    pub const STORE_RAM: u8 = 0;
+    pub const STORE_VRAM: u8 = 1;
+    pub const KIND_METADATA: u8 = 0;
+    pub const KIND_DATA: u8 = 1;
+    pub const END_FINISHED: u8 = 0;
+    pub const END_DEFERRED: u8 = 1;
+    pub const END_PREEMPTED: u8 = 2;
+    pub const END_RESET: u8 = 3;
+    pub const RESET_DRIVER: u8 = 0;
+    pub const RESET_FRONTEND: u8 = 1;
+
+    pub fn store(store: Store) -> u8 {
+        match store {
+            Store::Ram => STORE_RAM,
+            Store::Vram => STORE_VRAM,
+        }
+    }
+
+    pub fn kind(kind: ReadKind) -> u8 {
+        match kind {
+            ReadKind::Metadata => KIND_METADATA,
+            ReadKind::Data => KIND_DATA,
+        }
+    }
+
+    pub fn end(end: RunEnd) -> u8 {
+        match end {
+            RunEnd::Finished => END_FINISHED,
+            RunEnd::Deferred => END_DEFERRED,
+            RunEnd::Interrupted {
+                by: Interruption::Preempted,
+                ..
+            } => END_PREEMPTED,
+            RunEnd::Interrupted {
+                by: Interruption::Reset,
+                ..
+            } => END_RESET,
+        }
+    }
+
+    pub fn reset_by(by: ResetBy) -> u8 {
+        match by {
+            ResetBy::Driver => RESET_DRIVER,
+            ResetBy::Frontend => RESET_FRONTEND,
+        }
+    }
+}
+
+/// Appends little-endian fields to a buffer.
+struct Out<'a>(&'a mut Vec<u8>);
+
+impl Out<'_> {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+    fn u16(&mut self, value: u16) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+/// Why something could not be written in this format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// A count or length past what the format (or its reader) takes.
+    #[error("{field} is {value}, more than the format takes ({max})")]
+    TooLarge {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The most the format takes.
+        max: u64,
+    },
+}
+
+fn fits(field: &'static str, value: u64, max: u64) -> Result<(), EncodeError> {
+    if value > max {
+        return Err(EncodeError::TooLarge { field, value, max });
+    }
+    Ok(())
+}
+
+/// The header's bytes.
+pub fn encode_header(header: &Header, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let layout = header.layout.as_deref().unwrap_or("").as_bytes();
+    fits(
+        "layout text",
+        layout.len() as u64,
+        u64::from(MAX_LAYOUT_TEXT),
+    )?;
+    let mut out = Out(out);
+    out.bytes(&MAGIC);
+    out.u32(VERSION);
+    out.u32(if header.data { FLAG_DATA } else { 0 });
+    out.u64(header.vram_size);
+    // Checked just above against a u32 cap.
+    out.u32(u32::try_from(layout.len()).unwrap_or(u32::MAX));
+    out.bytes(layout);
+    Ok(())
+}
+
+/// An entry's bytes (tag, length, payload) appended to `out`.
+pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.push(entry.tag());
+    out.extend_from_slice(&[0; 8]);
+    let payload_start = out.len();
+    let mut o = Out(out);
+    match entry {
+        Entry::MemoryTable(table) => {
+            fits(
+                "regions",
+                table.regions.len() as u64,
+                u64::from(MAX_REGIONS),
+            )?;
+            match &table.vram_window {
+                Some(window) => {
+                    o.u8(1);
+                    o.u64(window.start);
+                    o.u64(window.end);
+                }
+                None => {
+                    o.u8(0);
+                    o.u64(0);
+                    o.u64(0);
+                }
+            }
+            o.u32(u32::try_from(table.regions.len()).unwrap_or(u32::MAX));
+            for region in &table.regions {
+                o.u64(region.start);
+                o.u64(region.end);
+            }
+        }
+        Entry::Submission(submission) => encode_submission(submission, &mut o)?,
+        Entry::Reset { at_ns, by } => {
+            o.u64(*at_ns);
+            o.u8(code::reset_by(*by));
+        }
+        Entry::Preempt { at_ns, count } => {
+            o.u64(*at_ns);
+            o.u32(*count);
+        }
+    }
+    let payload = (out.len() - payload_start) as u64;
+    if let Err(error) = fits("payload", payload, MAX_PAYLOAD) {
+        out.truncate(start);
+        return Err(error);
+    }
+    out[start + 1..payload_start].copy_from_slice(&payload.to_le_bytes());
+    Ok(())
+}
+
+fn encode_submission(submission: &Submission, o: &mut Out<'_>) -> Result<(), EncodeError> {
+    let Submission {
+        at_ns,
+        queue_wait_ns,
+        duration_ns,
+        inline,
+        cmd,
+        runs,
+        outcome,
+        captured,
+    } = submission;
+    fits("runs", runs.len() as u64, u64::from(MAX_RUNS))?;
+    fits("reads", captured.reads.len() as u64, u64::from(u32::MAX))?;
+    o.u64(*at_ns);
+    o.u64(*queue_wait_ns);
+    o.u64(*duration_ns);
+    o.u8(u8::from(*inline));
+    o.bytes(cmd.as_bytes());
+    o.u8(u8::try_from(runs.len()).unwrap_or(u8::MAX));
+    for run in runs {
+        o.u32(run.packets);
+        o.u8(code::end(run.end));
+        o.u32(match run.end {
+            RunEnd::Interrupted { checks, .. } => checks,
+            _ => 0,
+        });
+    }
+    o.u32(outcome.status);
+    o.u32(outcome.packets_completed);
+    o.u64(outcome.bytes_transferred);
+    o.u32(outcome.fault_packet_offset);
+    o.u64(outcome.fault_address);
+    o.u16(outcome.fault_opcode);
+    o.u64(captured.data_dropped);
+    o.u32(u32::try_from(captured.reads.len()).unwrap_or(u32::MAX));
+    for read in &captured.reads {
+        o.u8(code::store(read.store));
+        o.u8(code::kind(read.kind));
+        o.u64(read.address);
+        o.u64(read.length);
+    }
+    o.bytes(&captured.bytes);
+    Ok(())
+}

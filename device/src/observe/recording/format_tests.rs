@@ -1,0 +1,309 @@
+//! The recording format: written and read back, through the recorder's writer thread too; and
+//! every cut of a file and corrupted fields refused with the entry and field named.
+
+use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+
+use super::format::*;
+use super::read::{read_header, EntryReader, Place, ReadError};
+use super::Recorder;
+use crate::engine::Interruption;
+use crate::memory::capture::{Captured, CapturedRead, ReadKind, Store};
+use crate::testkit::scratch::ScratchDir;
+
+fn header() -> Header {
+    Header {
+        data: true,
+        vram_size: 16 << 20,
+        layout: Some("# a layout\n".into()),
+    }
+}
+
+fn submission() -> Submission {
+    Submission {
+        at_ns: 1_000,
+        queue_wait_ns: 20,
+        duration_ns: 300,
+        inline: true,
+        cmd: WddmGpuCmdSubmit {
+            dma_buffer_address: 0x10_0000,
+            dma_buffer_size: 64,
+            end_offset: 64,
+            submission_fence_id: 7,
+            ..Default::default()
+        },
+        runs: vec![
+            Run {
+                packets: 2,
+                end: RunEnd::Deferred,
+            },
+            Run {
+                packets: 1,
+                end: RunEnd::Interrupted {
+                    by: Interruption::Preempted,
+                    checks: 5,
+                },
+            },
+        ],
+        outcome: Outcome {
+            status: 15,
+            packets_completed: 3,
+            bytes_transferred: 8192,
+            fault_packet_offset: 48,
+            fault_address: 0,
+            fault_opcode: 0,
+        },
+        captured: Captured {
+            reads: vec![
+                CapturedRead {
+                    store: Store::Ram,
+                    kind: ReadKind::Metadata,
+                    address: 0x10_0000,
+                    length: 3,
+                },
+                CapturedRead {
+                    store: Store::Vram,
+                    kind: ReadKind::Data,
+                    address: 0x2000,
+                    length: 2,
+                },
+            ],
+            bytes: vec![1, 2, 3, 4, 5],
+            data_dropped: 9,
+        },
+    }
+}
+
+fn entries() -> Vec<Entry> {
+    vec![
+        Entry::MemoryTable(MemoryTable {
+            vram_window: Some(0xe000_0000..0xe100_0000),
+            regions: vec![0..0x400_0000, 0x1_0000_0000..0x1_1000_0000],
+        }),
+        Entry::Submission(submission()),
+        Entry::Reset {
+            at_ns: 2_000,
+            by: ResetBy::Driver,
+        },
+        Entry::Preempt {
+            at_ns: 3_000,
+            count: 2,
+        },
+        Entry::Reset {
+            at_ns: 4_000,
+            by: ResetBy::Frontend,
+        },
+    ]
+}
+
+fn file(header: &Header, entries: &[Entry]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    encode_header(header, &mut bytes).unwrap();
+    for entry in entries {
+        encode_entry(entry, &mut bytes).unwrap();
+    }
+    bytes
+}
+
+/// Reads a whole file: its header and every entry.
+fn parse(mut bytes: &[u8]) -> Result<(Header, Vec<Entry>), ReadError> {
+    let header = read_header(&mut bytes)?;
+    let mut reader = EntryReader::new(bytes);
+    let mut entries = Vec::new();
+    while let Some(entry) = reader.next_entry()? {
+        entries.push(entry);
+    }
+    Ok((header, entries))
+}
+
+#[test]
+fn a_file_reads_back_as_written() {
+    let bytes = file(&header(), &entries());
+    assert_eq!(&bytes[..8], b"WGPUREC\n");
+    assert_eq!(bytes[8..12], VERSION.to_le_bytes());
+    assert_eq!(parse(&bytes).unwrap(), (header(), entries()));
+    // The default layout and a recording without data.
+    let plain = Header {
+        data: false,
+        vram_size: 1 << 30,
+        layout: None,
+    };
+    assert_eq!(parse(&file(&plain, &[])).unwrap(), (plain, Vec::new()));
+}
+
+#[test]
+fn every_cut_of_a_file_is_an_error_naming_its_place() {
+    let bytes = file(&header(), &entries());
+    let header_len = file(&header(), &[]).len();
+    // Cuts at entry boundaries are whole files with fewer entries.
+    let mut boundaries = vec![header_len];
+    for count in 1..=entries().len() {
+        boundaries.push(file(&header(), &entries()[..count]).len());
+    }
+    for cut in 0..bytes.len() {
+        let result = parse(&bytes[..cut]);
+        if boundaries.contains(&cut) {
+            assert!(result.is_ok(), "cut at {cut}: {result:?}");
+            continue;
+        }
+        match result {
+            Err(ReadError::BadMagic) => assert!(cut < 8, "cut at {cut}"),
+            Err(ReadError::Truncated { at, field }) => {
+                assert_eq!(
+                    at == Place::Header,
+                    cut < header_len,
+                    "cut at {cut}: {field}"
+                );
+                let message = ReadError::Truncated { at, field }.to_string();
+                assert!(message.contains(field), "{message}");
+            }
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+}
+
+/// The file with one byte changed at `at`.
+fn corrupted(at: usize, value: u8) -> Vec<u8> {
+    let mut bytes = file(&header(), &entries());
+    bytes[at] = value;
+    bytes
+}
+
+fn field_error(bytes: &[u8]) -> (Place, &'static str) {
+    match parse(bytes) {
+        Err(ReadError::BadField { at, field, .. }) => (at, field),
+        Err(ReadError::Truncated { at, field }) => (at, field),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn corrupt_fields_are_refused_by_name() {
+    let header_len = file(&header(), &[]).len();
+    let table_len = file(&header(), &entries()[..1]).len() - header_len;
+    let first = Place::Entry { index: 0, tag: 1 };
+    let second = Place::Entry { index: 1, tag: 2 };
+
+    assert!(matches!(
+        parse(&corrupted(0, b'X')),
+        Err(ReadError::BadMagic)
+    ));
+    assert!(matches!(
+        parse(&corrupted(8, 9)),
+        Err(ReadError::Version { found: 9 })
+    ));
+    assert_eq!(field_error(&corrupted(12, 0x80)), (Place::Header, "flags"));
+    // vram_size 16 MiB + 1: not a power of two.
+    assert_eq!(field_error(&corrupted(16, 1)), (Place::Header, "vram_size"));
+    // A layout length past its cap.
+    assert_eq!(
+        field_error(&corrupted(27, 0xff)),
+        (Place::Header, "layout_len")
+    );
+    // An unknown tag.
+    let tag_error = field_error(&corrupted(header_len, 9));
+    assert_eq!(tag_error.1, "tag");
+    // A payload length past the cap, and one the file does not hold.
+    assert_eq!(
+        field_error(&corrupted(header_len + 8, 0xff)).1,
+        "payload_len"
+    );
+    assert_eq!(
+        field_error(&corrupted(header_len + 3, 1)),
+        (first, "payload")
+    );
+    // The window flag, then a region start that is not page aligned.
+    assert_eq!(
+        field_error(&corrupted(header_len + 9, 2)),
+        (first, "has_vram_window")
+    );
+    assert_eq!(
+        field_error(&corrupted(header_len + 9 + 17 + 4, 1)),
+        (first, "region.start")
+    );
+    // In the submission: inline not a boolean, a run count of 3, a run end past 3.
+    let submission = header_len + table_len + 9;
+    assert_eq!(
+        field_error(&corrupted(submission + 24, 2)),
+        (second, "inline")
+    );
+    let cmd_len = size_of::<WddmGpuCmdSubmit>();
+    let runs = submission + 25 + cmd_len;
+    assert_eq!(field_error(&corrupted(runs, 3)), (second, "run_count"));
+    assert_eq!(
+        field_error(&corrupted(runs + 1 + 4, 7)),
+        (second, "run.end")
+    );
+    // The last run marked deferred.
+    assert_eq!(
+        field_error(&corrupted(runs + 1 + 9 + 4, 1)),
+        (second, "run.end")
+    );
+    // A read count the entry cannot hold, and a read length that does not add up.
+    let reads = runs + 1 + 18 + 30 + 8;
+    assert_eq!(
+        field_error(&corrupted(reads + 3, 0x10)),
+        (second, "read_count")
+    );
+    assert_eq!(
+        field_error(&corrupted(reads + 4, 7)),
+        (second, "read.store")
+    );
+    assert_eq!(
+        field_error(&corrupted(reads + 4 + 10, 4)),
+        (second, "read bytes")
+    );
+    // A read running past 64 bits.
+    let mut bytes = file(&header(), &entries());
+    bytes[reads + 4 + 2..reads + 4 + 10].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert_eq!(field_error(&bytes), (second, "read.length"));
+}
+
+#[test]
+fn an_entry_with_bytes_after_its_fields_is_refused() {
+    let mut bytes = file(&header(), &[]);
+    let mut entry = Vec::new();
+    encode_entry(&Entry::Preempt { at_ns: 1, count: 1 }, &mut entry).unwrap();
+    entry.push(0);
+    entry[1..9].copy_from_slice(&13u64.to_le_bytes());
+    bytes.extend_from_slice(&entry);
+    assert!(matches!(
+        parse(&bytes),
+        Err(ReadError::Trailing { extra: 1, .. })
+    ));
+}
+
+#[test]
+fn a_recorder_writes_what_it_is_handed_in_order() {
+    let dir = ScratchDir::new("recording");
+    let path = dir.join("run.wgpurec");
+    let recorder = Recorder::create(&path, &header()).unwrap();
+    let regions = [0..0x400_0000u64, 0xe000_0000..0xe100_0000];
+    let window = Some(0xe000_0000..0xe100_0000);
+    // The same table twice: written once, without the VRAM window's region.
+    recorder.submission(regions.iter().cloned(), window.clone(), submission());
+    recorder.reset(ResetBy::Driver);
+    recorder.submission(regions.iter().cloned(), window.clone(), submission());
+    recorder.preempt(1);
+    recorder.finish().unwrap();
+    let (read_header, entries) = parse(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(read_header, header());
+    let names: Vec<&str> = entries.iter().map(Entry::name).collect();
+    assert_eq!(
+        names,
+        [
+            "memory table",
+            "submission",
+            "reset",
+            "submission",
+            "preempt"
+        ]
+    );
+    assert_eq!(
+        entries[0],
+        Entry::MemoryTable(MemoryTable {
+            vram_window: window,
+            regions: Vec::from_iter(std::iter::once(0..0x400_0000)),
+        })
+    );
+    assert_eq!(entries[1], Entry::Submission(submission()));
+}

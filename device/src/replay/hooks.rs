@@ -1,0 +1,74 @@
+//! What the engine is told while it runs one recorded run again: it is deferred after the
+//! packets the recorded run completed when that run was deferred, interrupted at the recorded
+//! interruption check when it was interrupted, and every packet goes to the statistics and the
+//! trace as it does in the backend.
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use crate::engine::record::PacketRecord;
+use crate::engine::{EngineHooks, Interruption};
+use crate::mmu::space::AddressSpace;
+use crate::mmu::walk::TableAddress;
+use crate::observe::recording::format::{Run, RunEnd};
+use crate::observe::stats::Stats;
+use crate::observe::trace::Trace;
+
+/// The hooks of one replayed run.
+pub struct ReplayHooks<'a> {
+    run: Run,
+    /// Packets asked about so far (each asks once, before it runs).
+    asked: u32,
+    /// Interruption checks answered "go on".
+    checks: Cell<u32>,
+    stats: &'a Stats,
+    trace: Option<&'a Trace>,
+}
+
+impl<'a> ReplayHooks<'a> {
+    /// Hooks that end the run as `run` ended.
+    pub fn new(run: Run, stats: &'a Stats, trace: Option<&'a Trace>) -> Self {
+        Self {
+            run,
+            asked: 0,
+            checks: Cell::new(0),
+            stats,
+            trace,
+        }
+    }
+}
+
+impl EngineHooks for ReplayHooks<'_> {
+    fn interruption(&self) -> Option<Interruption> {
+        if let RunEnd::Interrupted { by, checks } = self.run.end {
+            if self.checks.get() == checks {
+                return Some(by);
+            }
+        }
+        self.checks.set(self.checks.get().saturating_add(1));
+        None
+    }
+
+    fn defer(&mut self, _work: u64) -> bool {
+        self.asked = self.asked.saturating_add(1);
+        self.run.end == RunEnd::Deferred && self.asked > self.run.packets
+    }
+
+    fn packet(&mut self, record: &PacketRecord) {
+        self.stats.record_packet(record);
+        if let Some(trace) = self.trace {
+            trace.packet(record);
+        }
+    }
+
+    // The paging node's GPU virtual addressing (contexts, roots, their caches) is not
+    // recorded: nothing to flush, no paging process.
+    fn flush_tlb(&mut self, _root: TableAddress, _range: Option<Range<u64>>) {}
+
+    fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        None
+    }
+
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
+}
