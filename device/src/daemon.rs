@@ -253,7 +253,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         .or_else(|| args.socket_path.as_deref().map(endpoint::default_path));
     let _stats_server = match stats_path {
         Some(path) => {
-            let server = endpoint::start(&path, args.file_mode, stats, echo)
+            let server = endpoint::start(&path, args.file_mode, stats.clone(), echo)
                 .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
             Some(server)
         }
@@ -275,7 +275,11 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     daemon
         .start(&mut listener)
         .map_err(|e| StartError::Daemon(e.to_string()))?;
-    match daemon.wait() {
+    let ended = daemon.wait();
+    if let Some(path) = &args.record {
+        write_live_stats(path, &stats);
+    }
+    match ended {
         // A frontend hanging up is the normal end of a session, as the crate's own serve() has it.
         Ok(())
         | Err(vhost_user_backend::Error::HandleRequest(
@@ -285,6 +289,23 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
             Ok(())
         }
         Err(error) => Err(StartError::Daemon(error.to_string())),
+    }
+}
+
+/// Beside a `--record` file, the session's statistics as `stats --json` prints them
+/// (`FILE.stats.json`), so a replay's counts can be compared with the live ones.
+fn write_live_stats(record: &Path, stats: &Stats) {
+    let mut path = record.as_os_str().to_owned();
+    path.push(".stats.json");
+    let written = serde_json::to_string_pretty(&stats.snapshot())
+        .map_err(std::io::Error::other)
+        .and_then(|text| std::fs::write(&path, text + "\n"));
+    match written {
+        Ok(()) => info!(
+            "record: the session's statistics in {}",
+            Path::new(&path).display()
+        ),
+        Err(error) => log::warn!("record: {}: {error}", Path::new(&path).display()),
     }
 }
 

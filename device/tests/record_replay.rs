@@ -256,6 +256,11 @@ fn a_recorded_session_replays_with_the_same_counts_answers_and_vram() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
     let replayed: Json = serde_json::from_str(&stdout).unwrap();
     assert_eq!(counters(&replayed), counters(&live.stats));
+    // The backend left its statistics at exit beside the recording, the same counts.
+    let mut at_exit = record.clone().into_os_string();
+    at_exit.push(".stats.json");
+    let at_exit: Json = serde_json::from_slice(&std::fs::read(&at_exit).unwrap()).unwrap();
+    assert_eq!(counters(&at_exit), counters(&live.stats));
     assert_eq!(replayed["submissions"]["count"], 7, "{replayed}");
     assert_eq!(replayed["submissions"]["faults"], 2, "{replayed}");
     assert!(replayed["submissions"]["engine"].as_u64().unwrap() >= 1);

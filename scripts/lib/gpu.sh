@@ -102,9 +102,16 @@ gpu_start_backend() {
     [[ -n "${LAYOUT:-}" ]] && layout=(--layout "$LAYOUT")
     local trace=()
     [[ -n "${TRACE:-}" ]] && trace=(--trace "$TRACE")
+    # RECORD=1: record every paging submission (docs/record-replay.md) into RECORD_FILE.
+    local record=()
+    RECORD_FILE=""
+    if [[ -n "${RECORD:-}" ]]; then
+        RECORD_FILE="${GPU_RUN_DIR}/session.wgpurec"
+        record=(--record "$RECORD_FILE")
+    fi
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
         --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" --bar-mode "${BACKEND_BAR_MODE:-${GPU_BAR_MODE:-ivshmem}}" \
-        "${layout[@]}" "${trace[@]}" >"$BACKEND_LOG" 2>&1 &
+        "${layout[@]}" "${trace[@]}" "${record[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
     BACKEND_PID=$pid
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"

@@ -9,6 +9,9 @@ error (None when it passed) and a command:
       (the ratios against the C backend are printed, never judged)
   python3 -m gpuhost.checks soak JSON            scripts/bench --soak 1000000 --json: every
       submission done and the backend's RSS flat
+  python3 -m gpuhost.checks replay LIVE REPLAYED  a recorded guest run replayed: the replay's
+      counts (`replay --json`) equal the live ones the backend left (FILE.stats.json), and
+      every answer matched
 
 Exit 0 when the check passed; otherwise its error on stderr and exit 1. Standard library only.
 """
@@ -85,6 +88,39 @@ def soak(figures):
     return None
 
 
+def replay_counts(stats):
+    """The counts a replay must reproduce: per packet kind, per submission status, traffic."""
+    submissions = stats["submissions"]
+    return {
+        "packets": [(k["kind"], k["count"], k["faults"], k["bytes"], k["pages"])
+                    for k in stats["packets"]],
+        "submissions": (submissions["count"], submissions["faults"], submissions["bytes"],
+                        submissions["packets"]),
+        "by_status": [(s["status"], s["count"]) for s in submissions["by_status"]],
+        "segments": stats["segments"],
+    }
+
+
+def replay(live, replayed, out=print):
+    """The replay answered every submission as recorded, with the live run's counts; prints
+    (out) the submissions and packets compared."""
+    mismatches = replayed.get("replay", {}).get("mismatches")
+    if mismatches:
+        return f"replay: {len(mismatches)} answer(s) differ: {mismatches[:3]}"
+    if mismatches is None:
+        return "replay: no replay summary in the output"
+    want, got = replay_counts(live), replay_counts(replayed)
+    differing = [key for key in want if want[key] != got[key]]
+    if differing:
+        return "; ".join(f"replay: {key}: live {want[key]}, replayed {got[key]}"
+                         for key in differing)
+    if want["submissions"][0] == 0:
+        return "replay: the live run made no submission"
+    out(f"replay: {want['submissions'][0]} submissions, {want['submissions'][3]} packets, "
+        f"{want['submissions'][2]} bytes: the same counts as the live run")
+    return None
+
+
 def main(argv):
     if len(argv) == 3 and argv[0] == "msrv":
         with open(argv[1]) as f:
@@ -98,6 +134,12 @@ def main(argv):
         error = display_bench(json.loads(argv[1]))
     elif len(argv) == 2 and argv[0] == "soak":
         error = soak(json.loads(argv[1]))
+    elif len(argv) == 3 and argv[0] == "replay":
+        with open(argv[1]) as f:
+            live = json.load(f)
+        with open(argv[2]) as f:
+            replayed = json.load(f)
+        error = replay(live, replayed)
     else:
         sys.exit(__doc__)
     if error:

@@ -48,6 +48,10 @@ fn mib(count: u64) -> String {
 }
 
 /// One row of the packet and submission tables (fixed columns).
+/// The name column of the packet and submission rows: the longest packet kind
+/// (`update_context_allocation`) and a space.
+const NAME_WIDTH: usize = 26;
+
 fn row(
     out: &mut String,
     name: &str,
@@ -67,7 +71,7 @@ fn row(
     };
     let _ = writeln!(
         out,
-        "{name:<16}{count:>10}{faults:>8}{bytes:>12}{pages:>10}{p50:>11}{p99:>11}{max:>11}"
+        "{name:<NAME_WIDTH$}{count:>10}{faults:>8}{bytes:>12}{pages:>10}{p50:>11}{p99:>11}{max:>11}"
     );
 }
 

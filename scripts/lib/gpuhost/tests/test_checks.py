@@ -103,3 +103,39 @@ class MainTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def stats(submissions=3, fill_count=2, mismatches=()):
+    return {
+        "packets": [{"kind": "fill", "count": fill_count, "faults": 0, "bytes": 64, "pages": 0}],
+        "submissions": {"count": submissions, "faults": 0, "bytes": 64, "packets": fill_count,
+                        "by_status": [{"status": "ok", "count": submissions}]},
+        "segments": [{"segment": 1, "read_bytes": 0, "written_bytes": 64}],
+        "replay": {"mismatches": list(mismatches)},
+    }
+
+
+class ReplayTest(unittest.TestCase):
+    def test_the_same_counts_pass_and_are_printed(self):
+        printed = []
+        self.assertIsNone(checks.replay(stats(), stats(), out=printed.append))
+        self.assertEqual(printed, ["replay: 3 submissions, 2 packets, 64 bytes: the same counts "
+                                   "as the live run"])
+
+    def test_different_counts_name_what_differs(self):
+        error = checks.replay(stats(), stats(fill_count=1), out=lambda _: None)
+        self.assertIn("replay: packets: live [('fill', 2, 0, 64, 0)], replayed [('fill', 1, 0, "
+                      "64, 0)]", error)
+
+    def test_a_mismatched_answer_fails(self):
+        error = checks.replay(stats(), stats(mismatches=[{"fence": 7}]), out=lambda _: None)
+        self.assertEqual(error, "replay: 1 answer(s) differ: [{'fence': 7}]")
+
+    def test_no_summary_or_no_work_fails(self):
+        replayed = stats()
+        del replayed["replay"]
+        self.assertEqual(checks.replay(stats(), replayed, out=lambda _: None),
+                         "replay: no replay summary in the output")
+        self.assertEqual(checks.replay(stats(submissions=0), stats(submissions=0),
+                                       out=lambda _: None),
+                         "replay: the live run made no submission")
