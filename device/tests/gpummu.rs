@@ -534,6 +534,65 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
 }
 
 #[test]
+fn ctl_walk_shows_each_level_of_a_translation_and_where_a_walk_faults() {
+    let (h, _tables) = mapped_gpu("gpummu-walk", 0);
+    let walk = ctl(
+        &h,
+        &format!("walk {CONTEXT} {:#x}", VA_SOURCE + PAGE + 0x234),
+    );
+    let lines: Vec<&str> = walk.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!(
+            "context {CONTEXT} (node 1) VA {:#x}: root at GPA ",
+            VA_SOURCE + PAGE + 0x234
+        )),
+        "{walk}"
+    );
+    assert_eq!(
+        lines.len(),
+        6,
+        "the root line, four levels and the page:\n{walk}"
+    );
+    assert!(lines[1].starts_with("  level 3 index "), "{walk}");
+    assert!(
+        lines[4].starts_with("  level 0 index 0x1: entry "),
+        "{walk}"
+    );
+    assert_eq!(
+        lines[5],
+        format!(
+            "  -> page {:#x} (0x1000 bytes, mapped at level 0) in system memory GPA {:#x}",
+            VA_SOURCE + PAGE,
+            data_page(1)
+        )
+    );
+    let json: serde_json::Value = serde_json::from_str(&ctl(
+        &h,
+        &format!("walk {CONTEXT} {:#x} --json", VA_SOURCE + PAGE),
+    ))
+    .unwrap();
+    assert_eq!(json["levels"].as_array().map(Vec::len), Some(4), "{json}");
+    assert_eq!(
+        json["levels"][3]["entry"],
+        pte(0, data_page(1), 0),
+        "{json}"
+    );
+    // Page 16 of the source range was never mapped.
+    let walk = ctl(&h, &format!("walk {CONTEXT} {:#x}", VA_SOURCE + 16 * PAGE));
+    assert!(walk.contains("-> fault at level 0: "), "{walk}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .args(["ctl"])
+        .arg(&h.backend.socket)
+        .args(["walk", "9", "0x1000"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no context 9"),
+        "{output:?}"
+    );
+}
+
+#[test]
 fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     let (mut h, mut tables) = mapped_gpu("gpummu-checking", WDDM_GPU_CONTEXT_FLAG_CHECK_TLB);
     let old = pattern(1, PAGE_USIZE);

@@ -168,6 +168,12 @@ impl Contexts {
         (context.node == node).then(|| context.space.clone())
     }
 
+    /// Context `id`'s node and address space, whatever its node (live inspection).
+    pub fn any_space(&self, id: u32) -> Option<(u32, Arc<Mutex<AddressSpace>>)> {
+        let context = self.slots.get(usize::try_from(id).ok()?)?.as_ref()?;
+        Some((context.node, context.space.clone()))
+    }
+
     /// The paging node's context, if created.
     pub fn paging_context(&self) -> Option<u32> {
         (0u32..)

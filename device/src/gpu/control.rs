@@ -5,17 +5,27 @@
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::context::WddmGpuPageFaultRecord;
 use wddm_gpu_abi::status::WddmGpuFaultRecord;
 use wddm_gpu_abi::submit::SubmitStatus;
+use wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT;
 
 use super::checker::Checker;
+use super::contexts::Contexts;
 use super::inject::{Injector, Listing};
 use super::reply::Notify;
 use super::scheduler::{NodeProbe, NodeState};
+use crate::layout::SegmentLayout;
+use crate::memory::gart::MappedRun;
+use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::fault::Access;
+use crate::mmu::tables::DeviceTables;
+use crate::mmu::walk::{walk_path, Target, MAX_LEVELS};
 use crate::observe::endpoint::ControlHandler;
 use crate::support::sync::lock;
 
@@ -31,6 +41,8 @@ requests (add --json for JSON):
   node                the paging node: last completed fence, running, queued, hung, held answers
   faults              the latest fault records and each node's latest page fault
   warnings            what the checker (--check) found: counts and the latest warnings
+  gart                the aperture mappings: runs of pages on consecutive guest frames
+  walk CONTEXT VA     a GPU VA's walk through the context's page tables, level by level
   vram OFFSET LENGTH [raw]
                       VRAM bytes (at most 64 KiB) as a hexdump, or raw bytes
   help                this text
@@ -38,12 +50,22 @@ requests (add --json for JSON):
 
 /// What the control socket reaches.
 pub struct GpuControl {
-    injector: Arc<Injector>,
-    node: NodeProbe,
-    vram: Arc<Vram>,
-    notify: Arc<Mutex<Notify>>,
-    checker: Arc<Checker>,
+    pub(super) injector: Arc<Injector>,
+    pub(super) node: NodeProbe,
+    pub(super) layout: Arc<SegmentLayout>,
+    pub(super) vram: Arc<Vram>,
+    pub(super) notify: Arc<Mutex<Notify>>,
+    pub(super) contexts: Arc<Mutex<Contexts>>,
+    pub(super) checker: Arc<Checker>,
+    /// The latest memory table the frontend sent (`None` before the first).
+    pub(super) memory: Arc<Mutex<Option<GuestMemoryMmap>>>,
 }
+
+/// Most GART runs one `gart` request lists.
+pub const MAX_GART_RUNS: usize = 4096;
+
+/// How long `gart` waits for the engine to be between submissions.
+const GART_PATIENCE: Duration = Duration::from_millis(500);
 
 #[derive(Serialize)]
 struct NodeView {
@@ -122,6 +144,41 @@ impl From<&WddmGpuPageFaultRecord> for PageFaultView {
 }
 
 #[derive(Serialize)]
+struct LevelView {
+    level: u32,
+    index: u64,
+    entry: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum WalkResult {
+    Page {
+        base: u64,
+        size: u64,
+        level: u32,
+        target: String,
+        read_only: bool,
+        no_execute: bool,
+    },
+    Fault {
+        reason: String,
+        level: u32,
+    },
+}
+
+#[derive(Serialize)]
+struct WalkView {
+    context: u32,
+    node: u32,
+    address: u64,
+    root: u64,
+    root_segment: u32,
+    levels: Vec<LevelView>,
+    result: WalkResult,
+}
+
+#[derive(Serialize)]
 struct FaultsView {
     faults: Vec<FaultView>,
     page_faults: Vec<PageFaultView>,
@@ -146,21 +203,161 @@ fn number(word: &str, what: &str) -> Result<u64, String> {
 }
 
 impl GpuControl {
-    /// The control of a GPU's injector, paging node, VRAM and status page.
-    pub fn new(
-        injector: Arc<Injector>,
-        node: NodeProbe,
-        vram: Arc<Vram>,
-        notify: Arc<Mutex<Notify>>,
-        checker: Arc<Checker>,
-    ) -> Self {
-        Self {
-            injector,
-            node,
-            vram,
-            notify,
-            checker,
+    fn gart(&self, as_json: bool) -> Result<Vec<u8>, String> {
+        let (runs, left_out) = self
+            .node
+            .gart_runs(MAX_GART_RUNS, GART_PATIENCE)
+            .ok_or("the engine stayed busy (a long submission is running); ask again")?;
+        if as_json {
+            #[derive(Serialize)]
+            struct Gart {
+                runs: Vec<MappedRun>,
+                left_out: usize,
+            }
+            return json(&Gart { runs, left_out });
         }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "aperture mappings ({} runs{}):",
+            runs.len(),
+            if left_out > 0 {
+                format!(", {left_out} more left out")
+            } else {
+                String::new()
+            }
+        );
+        for run in &runs {
+            let _ = writeln!(
+                out,
+                "  segment {} pages {:#x}..{:#x} ({} page{}) -> guest frames {:#x}..{:#x} (GPA {:#x})",
+                run.segment,
+                run.first_page,
+                run.first_page + run.pages,
+                run.pages,
+                if run.pages == 1 { "" } else { "s" },
+                run.first_frame,
+                run.first_frame + run.pages,
+                run.first_frame << WDDM_GPU_PAGE_SHIFT
+            );
+        }
+        Ok(out.into_bytes())
+    }
+
+    fn walk(&self, words: &[&str], as_json: bool) -> Result<Vec<u8>, String> {
+        let [context, address] = words else {
+            return Err("walk CONTEXT VA".to_string());
+        };
+        let context = u32::try_from(number(context, "context")?)
+            .map_err(|_| format!("no context {context}"))?;
+        let address = number(address, "VA")?;
+        let (node, space, geometry) = {
+            let contexts = lock(&self.contexts);
+            let (node, space) = contexts
+                .any_space(context)
+                .ok_or_else(|| format!("no context {context}"))?;
+            let geometry = contexts
+                .geometry()
+                .copied()
+                .ok_or("the layout has no GpuMmu")?;
+            (node, space, geometry)
+        };
+        let root = lock(&space)
+            .root()
+            .ok_or_else(|| format!("context {context} has no root page table"))?;
+        let memory = lock(&self.memory)
+            .clone()
+            .ok_or("no memory table yet (the guest has not started the device)")?;
+        let ram = GuestRam::new(&memory, self.vram.guest_window());
+        let tables = DeviceTables {
+            ram: &ram,
+            vram: &self.vram,
+            layout: &self.layout,
+        };
+        let mut path = [0; MAX_LEVELS];
+        let walked = walk_path(&geometry, &root, address, Access::Read, &tables, &mut path);
+        let levels: Vec<LevelView> = (0..=geometry.root_level())
+            .rev()
+            .filter_map(|level| {
+                let desc = geometry.level(level)?;
+                let index = (address >> desc.shift()) & (desc.entries() - 1);
+                Some(LevelView {
+                    level,
+                    index,
+                    entry: path.get(usize::try_from(level).ok()?).copied()?,
+                })
+            })
+            .collect();
+        let view = WalkView {
+            context,
+            node,
+            address,
+            root: root.table.address,
+            root_segment: root.table.segment,
+            levels,
+            result: match &walked {
+                Ok(page) => WalkResult::Page {
+                    base: page.base,
+                    size: page.size(),
+                    level: page.level,
+                    target: match page.target {
+                        Target::System(address) => format!("system memory GPA {address:#x}"),
+                        Target::Segment { segment, offset } => {
+                            format!("segment {segment} offset {offset:#x}")
+                        }
+                        Target::Zero => "the zero page".to_string(),
+                    },
+                    read_only: page.read_only.is_some(),
+                    no_execute: page.no_execute.is_some(),
+                },
+                Err(fault) => WalkResult::Fault {
+                    reason: fault.to_string(),
+                    level: fault.level,
+                },
+            },
+        };
+        if as_json {
+            return json(&view);
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "context {context} (node {node}) VA {address:#x}: root at {}{:#x}",
+            if view.root_segment == 0 {
+                "GPA ".to_string()
+            } else {
+                format!("segment {} offset ", view.root_segment)
+            },
+            view.root
+        );
+        for level in &view.levels {
+            let _ = writeln!(
+                out,
+                "  level {} index {:#x}: entry {:#018x}",
+                level.level, level.index, level.entry
+            );
+        }
+        match &view.result {
+            WalkResult::Page {
+                base,
+                size,
+                level,
+                target,
+                read_only,
+                no_execute,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "  -> page {base:#x} ({size:#x} bytes, mapped at level {level}) in {target}{}{}",
+                    if *read_only { ", read-only" } else { "" },
+                    if *no_execute { ", no-execute" } else { "" }
+                );
+            }
+            WalkResult::Fault { reason, level } => {
+                let _ = writeln!(out, "  -> fault at level {level}: {reason}");
+            }
+        }
+        Ok(out.into_bytes())
     }
 
     fn warnings(&self, as_json: bool) -> Result<Vec<u8>, String> {
@@ -397,6 +594,8 @@ impl ControlHandler for GpuControl {
             ["list"] => self.list(as_json),
             ["node"] => self.node(as_json),
             ["faults"] => self.faults(as_json),
+            ["gart"] => self.gart(as_json),
+            ["walk", rest @ ..] => self.walk(rest, as_json),
             ["warnings"] => self.warnings(as_json),
             ["vram", rest @ ..] => self.vram(rest, as_json),
             ["help"] | [] => Ok(USAGE.as_bytes().to_vec()),

@@ -68,6 +68,8 @@ pub struct PagingGpu {
     virtual_node: VirtualNode,
     injector: Arc<Injector>,
     checker: Arc<Checker>,
+    /// The latest memory table, for live inspection's walks (requests bring their own).
+    latest_memory: Arc<Mutex<Option<GuestMemoryMmap>>>,
 }
 
 impl PagingGpu {
@@ -125,6 +127,7 @@ impl PagingGpu {
             virtual_node,
             injector,
             checker,
+            latest_memory: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -142,13 +145,16 @@ impl PagingGpu {
 
     /// What the control socket serves: injections and live inspection.
     pub fn control(&self) -> GpuControl {
-        GpuControl::new(
-            self.injector.clone(),
-            self.scheduler.probe(),
-            self.vram.clone(),
-            self.notify.clone(),
-            self.checker.clone(),
-        )
+        GpuControl {
+            injector: self.injector.clone(),
+            node: self.scheduler.probe(),
+            layout: self.layout.clone(),
+            vram: self.vram.clone(),
+            notify: self.notify.clone(),
+            contexts: self.contexts.clone(),
+            checker: self.checker.clone(),
+            memory: self.latest_memory.clone(),
+        }
     }
 
     /// Capability sets the GPU offers (the config space's `num_capsets`): the segment layout,
@@ -181,6 +187,7 @@ impl PagingGpu {
     /// Learns the VRAM BAR location from a new memory table; a change is published on the
     /// status page and signalled as an event.
     pub fn memory_changed(&self, mem: &GuestMemoryMmap) {
+        *lock(&self.latest_memory) = Some(mem.clone());
         let change = self.vram.observe_memory_table(mem);
         let bar = self.vram.wire_locator();
         match change {

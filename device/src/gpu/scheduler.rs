@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,7 @@ use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
+use crate::memory::gart::MappedRun;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::mmu::space::AddressSpace;
@@ -698,6 +699,22 @@ impl NodeProbe {
     /// What the paging node is doing now.
     pub fn state(&self) -> NodeState {
         self.0.node_state()
+    }
+
+    /// The GART's mapped runs (at most `most`, and how many were left out), read between two
+    /// submissions: waits at most `patience` for the engine; `None` when it stayed busy.
+    pub fn gart_runs(&self, most: usize, patience: Duration) -> Option<(Vec<MappedRun>, usize)> {
+        let deadline = Instant::now() + patience;
+        loop {
+            match self.0.engine.try_lock() {
+                Ok(engine) => return Some(engine.gart().mapped_runs(most)),
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    return Some(poisoned.into_inner().gart().mapped_runs(most))
+                }
+                Err(TryLockError::WouldBlock) if Instant::now() >= deadline => return None,
+                Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
     }
 }
 

@@ -296,9 +296,69 @@ impl Gart {
             .filter(|&frame| frame != NEVER_MAPPED)
     }
 
+    /// The mapped pages of every aperture as runs of consecutive pages mapping consecutive
+    /// frames (an UNMAP's pages, all on one dummy frame, are runs of one page), at most `most`
+    /// runs; and how many runs were left out. Live inspection; never on a hot path.
+    pub fn mapped_runs(&self, most: usize) -> (Vec<MappedRun>, usize) {
+        let mut runs: Vec<MappedRun> = Vec::new();
+        let mut left_out = 0;
+        for table in self.tables.iter().flatten() {
+            let mut current: Option<MappedRun> = None;
+            for (page, &frame) in (0u64..).zip(&table.entries) {
+                let extends = current.as_ref().is_some_and(|run| {
+                    frame != NEVER_MAPPED
+                        && run.first_page + run.pages == page
+                        && run.first_frame.checked_add(run.pages) == Some(frame)
+                });
+                if extends {
+                    if let Some(run) = current.as_mut() {
+                        run.pages += 1;
+                    }
+                    continue;
+                }
+                if let Some(run) = current.take() {
+                    push_bounded(&mut runs, &mut left_out, run, most);
+                }
+                if frame != NEVER_MAPPED {
+                    current = Some(MappedRun {
+                        segment: table.segment,
+                        first_page: page,
+                        pages: 1,
+                        first_frame: frame,
+                    });
+                }
+            }
+            if let Some(run) = current {
+                push_bounded(&mut runs, &mut left_out, run, most);
+            }
+        }
+        (runs, left_out)
+    }
+
     /// Aperture segment ids, for iteration.
     pub fn apertures(&self) -> impl Iterator<Item = u32> + '_ {
         self.tables.iter().flatten().map(|table| table.segment)
+    }
+}
+
+/// Aperture pages mapping consecutive guest frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MappedRun {
+    /// Aperture segment id.
+    pub segment: u32,
+    /// First aperture page.
+    pub first_page: u64,
+    /// Pages in the run.
+    pub pages: u64,
+    /// The guest frame the first page maps.
+    pub first_frame: u64,
+}
+
+fn push_bounded(runs: &mut Vec<MappedRun>, left_out: &mut usize, run: MappedRun, most: usize) {
+    if runs.len() < most {
+        runs.push(run);
+    } else {
+        *left_out += 1;
     }
 }
 
@@ -425,8 +485,33 @@ mod tests {
             ]
         );
         assert_eq!(gart.check_mapped(2, bytes(2, 0, 8 * 4096)), Ok(()));
+        // As inspection shows it: the dummy page's pages are runs of one.
+        let run_of = |first_page, pages, first_frame| MappedRun {
+            segment: 2,
+            first_page,
+            pages,
+            first_frame,
+        };
+        assert_eq!(
+            gart.mapped_runs(100),
+            (
+                vec![
+                    run_of(0, 2, 1000),
+                    run_of(2, 1, 77),
+                    run_of(3, 1, 77),
+                    run_of(4, 1, 77),
+                    run_of(5, 3, 1005)
+                ],
+                0
+            )
+        );
+        assert_eq!(
+            gart.mapped_runs(2),
+            (vec![run_of(0, 2, 1000), run_of(2, 1, 77)], 3)
+        );
         gart.clear();
         assert_eq!(gart.entry(2, 0), None);
+        assert_eq!(gart.mapped_runs(100), (vec![], 0));
     }
 
     #[test]

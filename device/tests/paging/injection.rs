@@ -190,6 +190,34 @@ fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
 }
 
 #[test]
+fn ctl_gart_lists_the_aperture_mappings_as_runs() {
+    let mut h = ready("inspect-gart");
+    let frames = [frame(40), frame(41), frame(42), frame(90)];
+    map_pages(
+        &mut h,
+        8,
+        &frames,
+        wddm_gpu_frontend_kit::harness::FRAME_LISTS,
+        1,
+    );
+    let gart = ctl_ok(&h, "gart");
+    assert_eq!(
+        gart,
+        format!(
+            "aperture mappings (2 runs):\n  segment 2 pages 0x8..0xb (3 pages) -> guest frames {:#x}..{:#x} (GPA {:#x})\n  segment 2 pages 0xb..0xc (1 page) -> guest frames {:#x}..{:#x} (GPA {:#x})\n",
+            frame(40),
+            frame(43),
+            frame(40) * 4096,
+            frame(90),
+            frame(91),
+            frame(90) * 4096
+        )
+    );
+    let json: serde_json::Value = serde_json::from_str(&ctl_ok(&h, "gart --json")).unwrap();
+    assert_eq!(json["runs"][0]["pages"], 3, "{json}");
+}
+
+#[test]
 fn a_slow_submission_starts_late_and_a_preempt_cuts_the_wait_short() {
     let mut h = ready("inject-slow");
     ctl_ok(&h, "arm slow 300ms nth=2");

@@ -118,6 +118,8 @@ fn a_vm_stop_mid_transfer_parks_the_engine_holds_answers_and_cont_finishes_the_w
     let long = h.post_submit(&submit_command(LONG_DMA, dma.len(), 50));
     let (queued, _) = queued_submission(&mut h, 51);
     let event = h.post_wait_event();
+    // The stop must find all three taken: the queue worker gets to their kicks in its time.
+    h.flush_queue();
     while h.read_vram(LONG_DESTINATION, 64) != source[..64] {
         assert!(h.backend.is_running(), "backend died:\n{}", h.backend.log());
         std::thread::sleep(Duration::from_micros(100));
