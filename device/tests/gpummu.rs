@@ -460,18 +460,6 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     assert_eq!(record.fault.virtual_address, VA_DESTINATION);
 }
 
-/// `vhost-user-wddm-gpu ctl SOCKET words...`, which must succeed.
-fn ctl(h: &Harness, words: &str) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .arg("ctl")
-        .arg(&h.backend.socket)
-        .args(words.split_whitespace())
-        .output()
-        .expect("run ctl");
-    assert!(output.status.success(), "ctl {words}: {output:?}");
-    String::from_utf8(output.stdout).expect("ctl prints text")
-}
-
 #[test]
 fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_hang_ends_at_reset_engine(
 ) {
@@ -483,7 +471,8 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
     let mut fill = DmaBufferBuilder::new();
     fill.push(&virtual_fill(0x0202_0202, 16, VA_DESTINATION));
 
-    ctl(&h, "arm page-fault va=0x4321000 write fence=60");
+    h.backend
+        .ctl_ok("arm page-fault va=0x4321000 write fence=60");
     let event = h.post_wait_event();
     let record = page_fault(&run_virtual(&mut h, &fill, 60));
     assert_eq!(record.fault.virtual_address, 0x432_1000);
@@ -503,10 +492,10 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         run_virtual(&mut h, &fill, 62).status,
         SubmitStatus::Ok as u32
     );
-    assert!(ctl(&h, "faults").contains("node 1 #1 fence 60"));
+    assert!(h.backend.ctl_ok("faults").contains("node 1 #1 fence 60"));
 
     // A hang: the paging node goes on, a PREEMPT stops nothing, RESET_ENGINE ends it.
-    ctl(&h, "arm hang node=1 fence=63");
+    h.backend.ctl_ok("arm hang node=1 fence=63");
     h.write_ram(DMA_PAGE, fill.bytes());
     let cmd = submit_virtual(CONTEXT, VA_DMA, fill.len(), 63);
     let hung = h.post(cmd.as_bytes(), wddm_gpu_frontend_kit::harness::SLOT_ROOM);
@@ -522,7 +511,7 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         run_virtual(&mut h, &fill, 64).status,
         SubmitStatus::Ok as u32
     );
-    let listing = ctl(&h, "list");
+    let listing = h.backend.ctl_ok("list");
     assert!(
         listing.contains("injection 1 page-fault on fence 60"),
         "{listing}"
@@ -536,10 +525,9 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
 #[test]
 fn ctl_walk_shows_each_level_of_a_translation_and_where_a_walk_faults() {
     let (h, _tables) = mapped_gpu("gpummu-walk", 0);
-    let walk = ctl(
-        &h,
-        &format!("walk {CONTEXT} {:#x}", VA_SOURCE + PAGE + 0x234),
-    );
+    let walk = h
+        .backend
+        .ctl_ok(&format!("walk {CONTEXT} {:#x}", VA_SOURCE + PAGE + 0x234));
     let lines: Vec<&str> = walk.lines().collect();
     assert!(
         lines[0].starts_with(&format!(
@@ -566,10 +554,10 @@ fn ctl_walk_shows_each_level_of_a_translation_and_where_a_walk_faults() {
             data_page(1)
         )
     );
-    let json: serde_json::Value = serde_json::from_str(&ctl(
-        &h,
-        &format!("walk {CONTEXT} {:#x} --json", VA_SOURCE + PAGE),
-    ))
+    let json: serde_json::Value = serde_json::from_str(
+        &h.backend
+            .ctl_ok(&format!("walk {CONTEXT} {:#x} --json", VA_SOURCE + PAGE)),
+    )
     .unwrap();
     assert_eq!(json["levels"].as_array().map(Vec::len), Some(4), "{json}");
     assert_eq!(
@@ -578,14 +566,11 @@ fn ctl_walk_shows_each_level_of_a_translation_and_where_a_walk_faults() {
         "{json}"
     );
     // Page 16 of the source range was never mapped.
-    let walk = ctl(&h, &format!("walk {CONTEXT} {:#x}", VA_SOURCE + 16 * PAGE));
+    let walk = h
+        .backend
+        .ctl_ok(&format!("walk {CONTEXT} {:#x}", VA_SOURCE + 16 * PAGE));
     assert!(walk.contains("-> fault at level 0: "), "{walk}");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .args(["ctl"])
-        .arg(&h.backend.socket)
-        .args(["walk", "9", "0x1000"])
-        .output()
-        .unwrap();
+    let output = h.backend.ctl("walk 9 0x1000");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("no context 9"),
         "{output:?}"

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -241,6 +241,39 @@ impl BackendProcess {
         let mut path = self.socket.clone().into_os_string();
         path.push(".ctl");
         PathBuf::from(path)
+    }
+
+    /// `vhost-user-wddm-gpu ctl SOCKET words...` against this backend, as a user runs it.
+    pub fn ctl(&self, words: &str) -> Output {
+        Command::new(backend_binary())
+            .arg("ctl")
+            .arg(&self.socket)
+            .args(words.split_whitespace())
+            .output()
+            .expect("run ctl")
+    }
+
+    /// [`Self::ctl`], which must succeed: what it printed.
+    #[track_caller]
+    pub fn ctl_ok(&self, words: &str) -> String {
+        let output = self.ctl(words);
+        assert!(
+            output.status.success(),
+            "ctl {words}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("ctl prints text")
+    }
+
+    /// `vhost-user-wddm-gpu stats SOCKET` (the table), which must succeed.
+    pub fn stats_table(&self) -> String {
+        let output = Command::new(backend_binary())
+            .arg("stats")
+            .arg(&self.socket)
+            .output()
+            .expect("run stats");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("a table is text")
     }
 
     /// A `VmRSS`-style field of `/proc/PID/status` (e.g. `RssAnon`), in bytes.

@@ -2,8 +2,6 @@
 //! once, listed by `ctl warnings`, counted in the statistics and summed up when the backend
 //! exits; and silent without `--check`.
 
-use std::process::Command;
-
 use wddm_gpu_abi::build::{self, fill, transfer};
 use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
 use wddm_gpu_frontend_kit::backend_process::TIMEOUT;
@@ -15,17 +13,6 @@ use crate::vram::{DEVICE_ONLY_LAYOUT, DEVICE_ONLY_SEGMENT};
 
 /// The aperture of [`DEVICE_ONLY_LAYOUT`].
 const APERTURE: u32 = 3;
-
-fn ctl(h: &Harness, words: &str) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .arg("ctl")
-        .arg(&h.backend.socket)
-        .args(words.split_whitespace())
-        .output()
-        .expect("run ctl");
-    assert!(output.status.success(), "ctl {words}: {output:?}");
-    String::from_utf8(output.stdout).expect("ctl prints text")
-}
 
 /// A backend with [`DEVICE_ONLY_LAYOUT`] and `extra` arguments.
 fn backend(name: &str, extra: &[&str]) -> Harness {
@@ -101,7 +88,7 @@ fn sloppy_driver(h: &mut Harness) {
 fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
     let mut h = backend("checker-sloppy", &["--check"]);
     sloppy_driver(&mut h);
-    let warnings = ctl(&h, "warnings");
+    let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(
             "warnings: map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1, no-status-page 1, stale-translation 0"
@@ -117,14 +104,10 @@ fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
     ] {
         assert!(warnings.contains(expected), "missing {expected:?} in:\n{warnings}");
     }
-    let json: serde_json::Value = serde_json::from_str(&ctl(&h, "warnings --json")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&h.backend.ctl_ok("warnings --json")).unwrap();
     assert_eq!(json["latest"].as_array().map(Vec::len), Some(5), "{json}");
-    let stats = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .arg("stats")
-        .arg(&h.backend.socket)
-        .output()
-        .unwrap();
-    let stats = String::from_utf8_lossy(&stats.stdout);
+    let stats = h.backend.stats_table();
     assert!(
         stats.contains("checker warnings: no-status-page 1, map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1"),
         "{stats}"
@@ -142,7 +125,7 @@ fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
 fn without_check_the_same_driver_gets_no_warning() {
     let mut h = backend("checker-off", &[]);
     sloppy_driver(&mut h);
-    let warnings = ctl(&h, "warnings");
+    let warnings = h.backend.ctl_ok("warnings");
     assert!(warnings.starts_with("the checker is off"), "{warnings}");
     assert!(warnings.contains("map-over-live 0"), "{warnings}");
     let mut backend = h.disconnect();

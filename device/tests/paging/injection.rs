@@ -3,8 +3,7 @@
 //! (QUERY_ENGINE_STATUS), a chosen packet's fault, a refused and a slow PREEMPT; and each one
 //! counted in the statistics and listed by `ctl`.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use wddm_gpu_abi::build::fill;
@@ -16,39 +15,6 @@ use wddm_gpu_frontend_kit::harness::{Harness, DMA_BUFFER, STATUS_PAGE};
 use wddm_gpu_frontend_kit::requests::{segment, submit_command};
 
 use crate::common::*;
-
-/// `vhost-user-wddm-gpu ctl SOCKET words...`.
-fn ctl(socket: &Path, words: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .arg("ctl")
-        .arg(socket)
-        .args(words.split_whitespace())
-        .output()
-        .expect("run ctl")
-}
-
-/// `ctl`, which must succeed; its standard output.
-#[track_caller]
-fn ctl_ok(h: &Harness, words: &str) -> String {
-    let output = ctl(&h.backend.control_socket(), words);
-    assert!(
-        output.status.success(),
-        "ctl {words}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("ctl prints text")
-}
-
-/// `vhost-user-wddm-gpu stats SOCKET`: the statistics table.
-fn stats_table(h: &Harness) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
-        .arg("stats")
-        .arg(&h.backend.socket)
-        .output()
-        .expect("run stats");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout).expect("a table is text")
-}
 
 /// A DMA buffer of three FILLs of 0x100 bytes into VRAM from `at`.
 fn three_fills(at: u64) -> Dma {
@@ -87,43 +53,42 @@ fn wait_completed(h: &Harness, fence: u32) {
 fn ctl_arms_lists_and_disarms_and_refuses_what_is_not_an_injection() {
     let h = ready("inject-ctl");
     assert_eq!(
-        ctl_ok(&h, "arm hang fence=5"),
+        h.backend.ctl_ok("arm hang fence=5"),
         "armed injection 1: hang fence=5\n"
     );
     assert_eq!(
-        ctl_ok(&h, "arm lost-interrupt probability=0.5 seed=9 standing"),
+        h.backend
+            .ctl_ok("arm lost-interrupt probability=0.5 seed=9 standing"),
         "armed injection 2: lost-interrupt probability=0.5 seed=9 standing\n"
     );
-    let listing = ctl_ok(&h, "list");
+    let listing = h.backend.ctl_ok("list");
     assert!(listing.contains("armed (2):"), "{listing}");
     assert!(
         listing.contains("1  hang fence=5  (seen 0, fired 0)"),
         "{listing}"
     );
-    let json: serde_json::Value = serde_json::from_str(&ctl_ok(&h, "list --json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&h.backend.ctl_ok("list --json")).unwrap();
     assert_eq!(
         json["armed"][1]["spec"],
         "lost-interrupt probability=0.5 seed=9 standing"
     );
 
-    let refused = ctl(&h.backend.control_socket(), "arm explode fence=1");
+    let refused = h.backend.ctl("arm explode fence=1");
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("unknown action \"explode\""), "{stderr}");
-    let refused = ctl(&h.backend.control_socket(), "arm hang fence=1 nth=2");
+    let refused = h.backend.ctl("arm hang fence=1 nth=2");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("at most one of fence=, nth="),
         "{refused:?}"
     );
 
-    assert_eq!(ctl_ok(&h, "disarm 1"), "disarmed injection 1\n");
-    assert!(!ctl(&h.backend.control_socket(), "disarm 1")
-        .status
-        .success());
-    assert_eq!(ctl_ok(&h, "disarm all"), "disarmed 1 injection(s)\n");
-    assert!(ctl_ok(&h, "list").contains("armed (0):"));
+    assert_eq!(h.backend.ctl_ok("disarm 1"), "disarmed injection 1\n");
+    assert!(!h.backend.ctl("disarm 1").status.success());
+    assert_eq!(h.backend.ctl_ok("disarm all"), "disarmed 1 injection(s)\n");
+    assert!(h.backend.ctl_ok("list").contains("armed (0):"));
     // Through the vhost-user socket's path too: `.ctl` is appended.
-    let output = ctl(&h.backend.socket, "node");
+    let output = h.backend.ctl("node");
     assert!(output.status.success(), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stdout).contains("node 0 (paging): running"));
 }
@@ -133,7 +98,7 @@ fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
     let mut h = ready("inject-hang");
     register_status_page(&mut h);
     assert_next_submission_works(&mut h, 10, true);
-    ctl_ok(&h, "arm hang fence=11");
+    h.backend.ctl_ok("arm hang fence=11");
     let hung = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 11);
     let queued = post(&mut h, &three_fills(0x2000), DMA_BUFFER + 0x1000, 12);
     std::thread::sleep(Duration::from_millis(200));
@@ -153,7 +118,7 @@ fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
         (10, 11),
         "{status:?}"
     );
-    assert!(ctl_ok(&h, "node").contains("HUNG"));
+    assert!(h.backend.ctl_ok("node").contains("HUNG"));
     // A hung engine does not preempt.
     let preempt = h.post_preempt();
     let preempted = h.wait_preempt(preempt);
@@ -176,7 +141,7 @@ fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
         0,
         "{status:?}"
     );
-    let listing = ctl_ok(&h, "list");
+    let listing = h.backend.ctl_ok("list");
     assert!(
         listing.contains("injection 1 hang on fence 11"),
         "{listing}"
@@ -185,7 +150,7 @@ fn a_hung_submission_ends_only_at_reset_and_the_next_one_runs() {
         listing.contains("armed (0):"),
         "a one-shot stays armed: {listing}"
     );
-    let stats = stats_table(&h);
+    let stats = h.backend.stats_table();
     assert!(stats.contains("injections fired: hang 1"), "{stats}");
 }
 
@@ -200,7 +165,7 @@ fn ctl_gart_lists_the_aperture_mappings_as_runs() {
         wddm_gpu_frontend_kit::harness::FRAME_LISTS,
         1,
     );
-    let gart = ctl_ok(&h, "gart");
+    let gart = h.backend.ctl_ok("gart");
     assert_eq!(
         gart,
         format!(
@@ -213,14 +178,14 @@ fn ctl_gart_lists_the_aperture_mappings_as_runs() {
             frame(90) * 4096
         )
     );
-    let json: serde_json::Value = serde_json::from_str(&ctl_ok(&h, "gart --json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&h.backend.ctl_ok("gart --json")).unwrap();
     assert_eq!(json["runs"][0]["pages"], 3, "{json}");
 }
 
 #[test]
 fn a_slow_submission_starts_late_and_a_preempt_cuts_the_wait_short() {
     let mut h = ready("inject-slow");
-    ctl_ok(&h, "arm slow 300ms nth=2");
+    h.backend.ctl_ok("arm slow 300ms nth=2");
     submit_ok(&mut h, &three_fills(0x1000), 20);
     let sent = Instant::now();
     submit_ok(&mut h, &three_fills(0x1000), 21);
@@ -230,7 +195,7 @@ fn a_slow_submission_starts_late_and_a_preempt_cuts_the_wait_short() {
         "answered after {took:?}"
     );
 
-    ctl_ok(&h, "arm slow 60s");
+    h.backend.ctl_ok("arm slow 60s");
     let slow = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 22);
     std::thread::sleep(Duration::from_millis(100));
     let preempt = h.post_preempt();
@@ -250,7 +215,7 @@ fn a_slow_submission_starts_late_and_a_preempt_cuts_the_wait_short() {
 fn a_lost_interrupt_completes_on_the_status_page_and_is_answered_when_the_driver_asks() {
     let mut h = ready("inject-lost");
     register_status_page(&mut h);
-    ctl_ok(&h, "arm lost-interrupt fence=31");
+    h.backend.ctl_ok("arm lost-interrupt fence=31");
     h.write_vram(0x1000, &[0; 0x300]);
     let lost = post(&mut h, &three_fills(0x1000), DMA_BUFFER, 31);
     wait_completed(&h, 31);
@@ -261,7 +226,10 @@ fn a_lost_interrupt_completes_on_the_status_page_and_is_answered_when_the_driver
     );
     std::thread::sleep(Duration::from_millis(100));
     assert!(!h.is_answered(&lost), "the lost completion was answered");
-    assert!(ctl_ok(&h, "node").contains("answers held by a lost interrupt 1"));
+    assert!(h
+        .backend
+        .ctl_ok("node")
+        .contains("answers held by a lost interrupt 1"));
 
     // DxgkDdiQueryCurrentFence: the fence is 31, and the held answer comes first.
     let engine = h.query_engine_status(WDDM_GPU_NODE_PAGING);
@@ -282,7 +250,8 @@ fn an_injected_fault_stops_the_chosen_packet_with_the_chosen_status() {
     let mut h = ready("inject-fault");
     register_status_page(&mut h);
     let event = h.post_wait_event();
-    ctl_ok(&h, "arm fault packet=1 status=segment_range fence=41");
+    h.backend
+        .ctl_ok("arm fault packet=1 status=segment_range fence=41");
     h.write_vram(0x1000, &[0; 0x300]);
     let dma = three_fills(0x1000);
     let response = submit_dma(&mut h, &dma, 41);
@@ -313,7 +282,7 @@ fn an_injected_fault_stops_the_chosen_packet_with_the_chosen_status() {
         1,
         "one record in the ring"
     );
-    let faults = ctl_ok(&h, "faults");
+    let faults = h.backend.ctl_ok("faults");
     assert!(faults.contains("fence 41"), "{faults}");
     assert!(faults.contains("status segment_range"), "{faults}");
 }
@@ -323,7 +292,7 @@ fn a_refused_preempt_stops_nothing_and_a_slow_one_is_answered_late() {
     let mut h = ready_with_vram("inject-preempt", BIG_VRAM);
     let long = long_submission(&mut h, LONG_DMA, 50, None);
     wait_until_running(&h);
-    ctl_ok(&h, "arm preempt-refuse");
+    h.backend.ctl_ok("arm preempt-refuse");
     let preempt = h.post_preempt();
     let refused = h.wait_preempt(preempt);
     assert_eq!(refused.preempted_count, 0, "{refused:?}");
@@ -332,7 +301,7 @@ fn a_refused_preempt_stops_nothing_and_a_slow_one_is_answered_late() {
         "a refused PREEMPT stopped the submission"
     );
 
-    ctl_ok(&h, "arm preempt-slow 300ms");
+    h.backend.ctl_ok("arm preempt-slow 300ms");
     let sent = Instant::now();
     let preempt = h.post_preempt();
     let late = h.wait_preempt(preempt);
@@ -348,7 +317,7 @@ fn a_refused_preempt_stops_nothing_and_a_slow_one_is_answered_late() {
     );
     let response: WddmGpuRespSubmit = h.wait_reply(long).exact();
     assert_stopped_part_way(&response, 50, SubmitStatus::Preempted);
-    let stats = stats_table(&h);
+    let stats = h.backend.stats_table();
     assert!(
         stats.contains("injections fired: preempt-refuse 1, preempt-slow 1"),
         "{stats}"
@@ -370,11 +339,14 @@ fn a_plan_file_arms_its_injections_at_start_and_a_bad_line_stops_the_start() {
         ..SpawnOptions::default()
     };
     let mut h = Harness::ready_with_options("inject-plan", &options);
-    let listing = ctl_ok(&h, "list");
+    let listing = h.backend.ctl_ok("list");
     assert!(listing.contains("1  hang nth=3"), "{listing}");
     assert!(listing.contains("2  lost-interrupt fence=9"), "{listing}");
     submit_ok(&mut h, &three_fills(0x1000), 1);
-    assert!(ctl_ok(&h, "list").contains("1  hang nth=3  (seen 1, fired 0)"));
+    assert!(h
+        .backend
+        .ctl_ok("list")
+        .contains("1  hang nth=3  (seen 1, fired 0)"));
     drop(h);
 
     std::fs::write(&plan, "hang\nslow fast\n").unwrap();
