@@ -38,12 +38,19 @@ max_contexts = 16
 
 /// A backend started with `layout` as its `--layout` file.
 fn backend_with_layout(name: &str, layout: &str) -> Harness {
+    backend_with(name, layout, &[])
+}
+
+/// A backend started with `layout` as its `--layout` file and `extra` arguments.
+fn backend_with(name: &str, layout: &str, extra: &[&str]) -> Harness {
     let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("layout.toml");
     std::fs::write(&path, layout).unwrap();
+    let mut args = vec!["--layout".into(), path.into_os_string()];
+    args.extend(extra.iter().map(|arg| (*arg).into()));
     let options = SpawnOptions {
-        args: vec!["--layout".into(), path.into_os_string()],
+        args,
         ..SpawnOptions::default()
     };
     Harness::ready_with_options(name, &options)
@@ -187,7 +194,12 @@ fn data_page(i: u64) -> u64 {
 /// asked) bound to a root whose tables map 16 scattered RAM pages at `VA_SOURCE`, 20 VRAM pages
 /// at `VA_DESTINATION`, the DMA page and the fence page.
 fn mapped_gpu(name: &str, flags: u32) -> (Harness, PageTables) {
-    let mut h = backend_with_layout(name, GPUMMU_LAYOUT);
+    mapped_gpu_with(name, flags, &[])
+}
+
+/// [`mapped_gpu`] with `extra` backend arguments.
+fn mapped_gpu_with(name: &str, flags: u32, extra: &[&str]) -> (Harness, PageTables) {
+    let mut h = backend_with(name, GPUMMU_LAYOUT, extra);
     let mut tables = tables();
     let source: Vec<u64> = (0..16).map(|i| pte(0, data_page(i), 0)).collect();
     tables.map(VA_SOURCE, &source).unwrap();
@@ -574,6 +586,37 @@ fn ctl_walk_shows_each_level_of_a_translation_and_where_a_walk_faults() {
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("no context 9"),
         "{output:?}"
+    );
+}
+
+#[test]
+fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_no_event() {
+    let (mut h, mut tables) = mapped_gpu_with("gpummu-checker", 0, &["--check"]);
+    let mut copy = DmaBufferBuilder::new();
+    copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
+    assert_eq!(
+        run_virtual(&mut h, &copy, 1).status,
+        SubmitStatus::Ok as u32
+    );
+    tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
+    apply(&mut h, &mut tables, 2);
+    let event = h.post_wait_event();
+    assert_eq!(
+        run_virtual(&mut h, &copy, 3).status,
+        SubmitStatus::Ok as u32
+    );
+    let warnings = h.backend.ctl_ok("warnings");
+    assert!(
+        warnings.contains(&format!(
+            "stale-translation: submission fence 3: context {CONTEXT}: GPU VA {VA_SOURCE:#x} served from the cache"
+        )),
+        "{warnings}"
+    );
+    // The context did not ask for the checking mode: no STALE_TRANSLATION event for it.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        !h.is_answered(&event),
+        "an event the driver did not ask for"
     );
 }
 

@@ -109,9 +109,12 @@ gpu_start_backend() {
         RECORD_FILE="${GPU_RUN_DIR}/session.wgpurec"
         record=(--record "$RECORD_FILE")
     fi
+    # CHECK=1: the checker (--check), its summary in the backend's log at exit.
+    local check=()
+    [[ -n "${CHECK:-}" ]] && check=(--check)
     RUST_LOG="${RUST_LOG:-info}" "$BACKEND_BIN" --socket-path "$SOCKET" \
         --vram-path "$VRAM_PATH" --vram-size "$VRAM_SIZE" --bar-mode "${BACKEND_BAR_MODE:-${GPU_BAR_MODE:-ivshmem}}" \
-        "${layout[@]}" "${trace[@]}" "${record[@]}" >"$BACKEND_LOG" 2>&1 &
+        "${layout[@]}" "${trace[@]}" "${record[@]}" "${check[@]}" >"$BACKEND_LOG" 2>&1 &
     local pid=$!
     BACKEND_PID=$pid
     on_exit "kill ${pid} 2>/dev/null; wait ${pid} 2>/dev/null; rm -f '${VRAM_PATH}'; rm -rf '${GPU_RUN_DIR}'"

@@ -38,14 +38,16 @@ pub enum WarningKind {
     /// A TRANSFER or FILL through an aperture page that was unmapped: it reads or writes the
     /// dummy page, so the data is lost or garbage (a range unmapped while work still used it).
     DummyPageAccess,
-    /// A submission fence not above the previous one: the OS's fences only grow, and a KMD
-    /// that reports completion by fence value would report the wrong submissions.
+    /// A submission fence not above the previous one (since the last RESET or PREEMPT, after
+    /// which preempted submissions come again with their fences): the OS's fences only grow,
+    /// and a KMD that reports completion by fence value would report the wrong submissions.
     FenceBackwards,
     /// Device-only VRAM read before the engine wrote it since the backend started: the bytes
     /// are zero, not anything the driver put there.
     UnwrittenVramRead,
-    /// A submission while no status page is registered (after a RESET, the driver must
-    /// register it again): completions and faults go unrecorded.
+    /// A submission without a status page after the driver's RESET dropped the one it had
+    /// registered (it must register it again): completions and faults go unrecorded. Once per
+    /// RESET.
     NoStatusPage,
     /// A translation served from the cache that the page tables no longer agree with (a missing
     /// FLUSH_TLB); the checker turns the GpuMmu checking mode on for every context.
@@ -114,6 +116,10 @@ struct State {
     /// Device-only VRAM pages written by the engine (bit per page, from the BAR's end).
     written: Vec<u64>,
     last_fence: Option<u32>,
+    /// The driver registered a status page (since the device started).
+    had_status_page: bool,
+    /// `NoStatusPage` was reported since the last RESET.
+    told_no_status_page: bool,
     kept: VecDeque<Warning>,
     counts: [u64; WarningKind::ALL.len()],
 }
@@ -169,6 +175,8 @@ impl Checker {
                 apertures,
                 written: vec![0; words],
                 last_fence: None,
+                had_status_page: false,
+                told_no_status_page: false,
                 kept: VecDeque::new(),
                 counts: [0; WarningKind::ALL.len()],
             }),
@@ -204,14 +212,18 @@ impl Checker {
             );
         }
         state.last_fence = Some(fence);
-        if !status_page {
+        if status_page {
+            state.had_status_page = true;
+            state.told_no_status_page = false;
+        } else if state.had_status_page && !state.told_no_status_page {
+            state.told_no_status_page = true;
             self.report(
                 &mut state,
                 Warning {
                     kind: WarningKind::NoStatusPage,
                     fence,
                     packet_offset: None,
-                    detail: "no status page is registered (register it again after RESET)"
+                    detail: "no status page is registered since the RESET (register it again)"
                         .to_string(),
                 },
             );
@@ -279,13 +291,22 @@ impl Checker {
         );
     }
 
-    /// The driver's RESET (or a virtio reset): the GART is cleared, fences start over.
-    pub fn reset(&self) {
+    /// The driver's RESET (`by_driver`) or a virtio reset: the GART is cleared, fences start
+    /// over; after a virtio reset a new driver starts, with no status page yet.
+    pub fn reset(&self, by_driver: bool) {
         let mut state = lock(&self.state);
         for (_, pages) in &mut state.apertures {
             pages.fill(PageState::NeverMapped);
         }
         state.last_fence = None;
+        if !by_driver {
+            state.had_status_page = false;
+        }
+    }
+
+    /// A PREEMPT: the preempted submissions may come again with their own fences.
+    pub fn preempted(&self) {
+        lock(&self.state).last_fence = None;
     }
 
     fn map(

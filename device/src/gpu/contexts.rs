@@ -122,14 +122,17 @@ impl Contexts {
                 return Err(ContextError::SecondPagingContext(existing));
             }
         }
-        let checking = self.check_all || cmd.flags & WDDM_GPU_CONTEXT_FLAG_CHECK_TLB != 0;
+        let asked = cmd.flags & WDDM_GPU_CONTEXT_FLAG_CHECK_TLB != 0;
+        let check_all = self.check_all;
         let slot = self.slot(cmd.context_id)?;
         if slot.is_some() {
             return Err(ContextError::InUse(cmd.context_id));
         }
+        let mut space = AddressSpace::new(asked);
+        space.set_checking(asked || check_all);
         *slot = Some(Context {
             node: cmd.node_ordinal,
-            space: Arc::new(Mutex::new(AddressSpace::new(checking))),
+            space: Arc::new(Mutex::new(space)),
         });
         Ok(())
     }

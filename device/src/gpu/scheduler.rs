@@ -531,6 +531,7 @@ impl Scheduler {
             return self.preempted_nothing();
         }
         let drained = execution.stop(EngineState::Preempt);
+        execution.checker.preempted();
         let running = lock(&execution.queue).preempted_running.take();
         execution.interrupt.store(EngineState::Run);
         let last_completed = execution.last_completed.load(Ordering::Acquire);
@@ -612,7 +613,7 @@ impl Scheduler {
         }
         let drained = execution.stop(EngineState::Reset);
         lock(&execution.engine).reset();
-        execution.checker.reset();
+        execution.checker.reset(by == ResetBy::Driver);
         {
             let mut notify = lock(&execution.notify);
             notify.status.unregister();

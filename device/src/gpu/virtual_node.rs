@@ -439,7 +439,12 @@ impl Shared {
         space: &Mutex<AddressSpace>,
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) {
-        let (stale, total) = lock(space).take_stale();
+        let (stale, total, asked) = {
+            let mut space = lock(space);
+            let asked = space.asked_for_checking();
+            let (stale, total) = space.take_stale();
+            (stale, total, asked)
+        };
         for found in stale {
             warn!(
                 "context {}: stale translation served for GPU VA {:#x}: level {} entry was {:#x} when cached, is {:#x} in memory (a missing FLUSH_TLB; {total} found so far)",
@@ -452,6 +457,11 @@ impl Shared {
                     found.address,
                     found.level,
                 );
+            }
+            // Only a context that asked for the checking mode is told (the checker's own
+            // checking changes nothing the guest sees).
+            if !asked {
+                continue;
             }
             lock(&self.notify).signal(
                 WddmGpuRespEvent {

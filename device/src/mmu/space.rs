@@ -61,6 +61,9 @@ pub struct AddressSpace {
     root: Option<Root>,
     tlb: Tlb,
     checking: bool,
+    /// The driver asked for the checking mode (CREATE_CONTEXT's flag): it gets the events;
+    /// the checker's checking alone does not send it any.
+    asked: bool,
     stale: [Option<StaleTranslation>; STALE_KEPT],
     stale_count: u64,
 }
@@ -72,6 +75,7 @@ impl AddressSpace {
             root: None,
             tlb: Tlb::default(),
             checking,
+            asked: checking,
             stale: [None; STALE_KEPT],
             stale_count: 0,
         }
@@ -103,9 +107,14 @@ impl AddressSpace {
         self.root
     }
 
-    /// Turns the checking mode on or off.
+    /// Turns the checking mode on or off (the checker's; what the driver asked stays).
     pub fn set_checking(&mut self, checking: bool) {
         self.checking = checking;
+    }
+
+    /// Whether the driver asked for the checking mode when it made the context.
+    pub fn asked_for_checking(&self) -> bool {
+        self.asked
     }
 
     /// `FLUSH_TLB`: drops the translations overlapping `range`, or all of them.

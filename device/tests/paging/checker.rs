@@ -33,18 +33,22 @@ fn backend(name: &str, extra: &[&str]) -> Harness {
 
 /// The sloppy driver: every mistake the checker knows of, once, each a legal submission.
 fn sloppy_driver(h: &mut Harness) {
-    // Work before any status page is registered.
+    register_status_page(h);
     submit_one_ok(h, &fill(0x11, 0x100, segment(VRAM_SEGMENT, 0)), 1);
+    // DxgkDdiResetFromTimeout, and work before the status page is registered again.
+    let reset = h.post_reset();
+    h.wait_reset(reset);
+    submit_one_ok(h, &fill(0x11, 0x100, segment(VRAM_SEGMENT, 0)), 2);
     register_status_page(h);
     h.write_frame_list(FRAME_LISTS, &scattered(0, 4));
     let map = |first, count| build::map_aperture(APERTURE, 0, first, count, FRAME_LISTS, 4, 0);
-    submit_one_ok(h, &map(0, 2), 2);
+    submit_one_ok(h, &map(0, 2), 3);
     // Pages 0 and 1 are still mapped: mapped over.
-    submit_one_ok(h, &map(1, 2), 3);
+    submit_one_ok(h, &map(1, 2), 4);
     submit_one_ok(
         h,
         &build::unmap_aperture(APERTURE, 0, 4, frame(100) * PAGE),
-        4,
+        5,
     );
     // Through an unmapped page: the dummy page.
     submit_one_ok(
@@ -54,10 +58,10 @@ fn sloppy_driver(h: &mut Harness) {
             segment(APERTURE, 0x1000),
             segment(VRAM_SEGMENT, 0x1000),
         ),
-        5,
+        6,
     );
     // The same fence again.
-    submit_one_ok(h, &fill(0x22, 0x100, segment(VRAM_SEGMENT, 0)), 5);
+    submit_one_ok(h, &fill(0x22, 0x100, segment(VRAM_SEGMENT, 0)), 6);
     // Device-only VRAM nothing wrote, read; then a page written first and read: no warning.
     submit_one_ok(
         h,
@@ -66,12 +70,12 @@ fn sloppy_driver(h: &mut Harness) {
             segment(DEVICE_ONLY_SEGMENT, 0x5000),
             segment(VRAM_SEGMENT, 0x2000),
         ),
-        6,
+        7,
     );
     submit_one_ok(
         h,
         &fill(0x33, 0x1000, segment(DEVICE_ONLY_SEGMENT, 0x8000)),
-        7,
+        8,
     );
     submit_one_ok(
         h,
@@ -80,7 +84,7 @@ fn sloppy_driver(h: &mut Harness) {
             segment(DEVICE_ONLY_SEGMENT, 0x8000),
             segment(VRAM_SEGMENT, 0x3000),
         ),
-        8,
+        9,
     );
 }
 
@@ -96,11 +100,11 @@ fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
         "{warnings}"
     );
     for expected in [
-        "no-status-page: submission fence 1: no status page is registered",
-        "map-over-live: submission fence 3, packet at 0x0: aperture segment 3: 1 of pages 0x1+0x2 were mapped",
-        "dummy-page-access: submission fence 5, packet at 0x0: reads aperture segment 3 page 0x1, unmapped",
-        "fence-backwards: submission fence 5: the previous submission's fence was 5",
-        "unwritten-vram-read: submission fence 6, packet at 0x0: reads device-only VRAM at offset 0x1005000",
+        "no-status-page: submission fence 2: no status page is registered since the RESET",
+        "map-over-live: submission fence 4, packet at 0x0: aperture segment 3: 1 of pages 0x1+0x2 were mapped",
+        "dummy-page-access: submission fence 6, packet at 0x0: reads aperture segment 3 page 0x1, unmapped",
+        "fence-backwards: submission fence 6: the previous submission's fence was 6",
+        "unwritten-vram-read: submission fence 7, packet at 0x0: reads device-only VRAM at offset 0x1005000",
     ] {
         assert!(warnings.contains(expected), "missing {expected:?} in:\n{warnings}");
     }
