@@ -299,6 +299,12 @@
 #define WDDM_GPU_CMD_QUERY_ENGINE_STATUS 32780
 
 /**
+ * A device power transition (`DxgkDdiSetPowerState` for the adapter,
+ * [`crate::status::WddmGpuCmdSetPowerState`]); answered `VIRTIO_GPU_RESP_OK_NODATA` once done.
+ */
+#define WDDM_GPU_CMD_SET_POWER_STATE 32781
+
+/**
  * Response type of QUERY_ENGINE_STATUS.
  */
 #define WDDM_GPU_RESP_ENGINE_STATUS 36869
@@ -1346,6 +1352,39 @@
  * The frontend has the device paused (a VM stop): the node is not hung, only stopped.
  */
 #define WDDM_GPU_ENGINE_STATUS_PAUSED 2
+
+/**
+ * `DEVICE_POWER_STATE.PowerDeviceD0`: working.
+ */
+#define WDDM_GPU_POWER_D0 1
+
+/**
+ * `DEVICE_POWER_STATE.PowerDeviceD3`: off (D1 and D2, 2 and 3, are low-power states the
+ * device treats as D3).
+ */
+#define WDDM_GPU_POWER_D3 4
+
+/**
+ * `POWER_ACTION.PowerActionNone`: a device power-down of its own (an idle adapter).
+ */
+#define WDDM_GPU_POWER_ACTION_NONE 0
+
+/**
+ * `POWER_ACTION.PowerActionSleep`: the system sleeps (S1-S3); `PreservedDuringStandby`
+ * segments keep their contents.
+ */
+#define WDDM_GPU_POWER_ACTION_SLEEP 2
+
+/**
+ * `POWER_ACTION.PowerActionHibernate`: the system hibernates (S4); `PreservedDuringHibernate`
+ * segments keep their contents.
+ */
+#define WDDM_GPU_POWER_ACTION_HIBERNATE 3
+
+/**
+ * `POWER_ACTION.PowerActionShutdown`: the system shuts down; no segment keeps its contents.
+ */
+#define WDDM_GPU_POWER_ACTION_SHUTDOWN 4
 
 /**
  * `flags` bit: this is a paging submission (`DXGK_SUBMITCOMMANDFLAGS.Paging`).
@@ -3032,6 +3071,26 @@ typedef struct WddmGpuRespEngineStatus {
    */
   uint32_t released;
 } WddmGpuRespEngineStatus;
+
+/**
+ * `WDDM_GPU_CMD_SET_POWER_STATE`: the adapter's `DxgkDdiSetPowerState` (`DevicePowerState`,
+ * `ActionType`). Going below D0 stops both nodes as RESET does (their work is answered RESET,
+ * the GART and the status page registration are cleared) and refuses submissions until D0.
+ */
+typedef struct WddmGpuCmdSetPowerState {
+  /**
+   * Header.
+   */
+  struct WddmGpuCtrlHdr hdr;
+  /**
+   * `WDDM_GPU_POWER_D0` ... `WDDM_GPU_POWER_D3` (`DEVICE_POWER_STATE`, 1 to 4).
+   */
+  uint32_t device_power_state;
+  /**
+   * `WDDM_GPU_POWER_ACTION_*` (`POWER_ACTION`).
+   */
+  uint32_t action;
+} WddmGpuCmdSetPowerState;
 
 /**
  * Completion of `SUBMIT_VIRTUAL` (type `WDDM_GPU_RESP_SUBMIT_VIRTUAL`).

@@ -60,6 +60,9 @@ pub const WDDM_GPU_CMD_RESET_ENGINE: u32 = 0x800b;
 /// [`crate::status::WddmGpuRespEngineStatus`]. Asking also releases the submission answers a
 /// lost interrupt withheld.
 pub const WDDM_GPU_CMD_QUERY_ENGINE_STATUS: u32 = 0x800c;
+/// A device power transition (`DxgkDdiSetPowerState` for the adapter,
+/// [`crate::status::WddmGpuCmdSetPowerState`]); answered `VIRTIO_GPU_RESP_OK_NODATA` once done.
+pub const WDDM_GPU_CMD_SET_POWER_STATE: u32 = 0x800d;
 /// Response type of QUERY_ENGINE_STATUS.
 pub const WDDM_GPU_RESP_ENGINE_STATUS: u32 = 0x9005;
 /// Response type of SUBMIT_VIRTUAL ([`crate::context::WddmGpuRespSubmitVirtual`]).

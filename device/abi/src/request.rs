@@ -21,8 +21,8 @@ use crate::ctrl::{
     VIRTIO_GPU_FLAG_FENCE, VIRTIO_GPU_FLAG_INFO_RING_IDX, WDDM_GPU_CMD_CREATE_CONTEXT,
     WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
     WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_RESET_ENGINE,
-    WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_SET_POWER_STATE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
+    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use crate::display::{
     WddmGpuGetEdid, WddmGpuMemEntry, WddmGpuRect, WddmGpuResourceAttachBacking,
@@ -33,7 +33,9 @@ use crate::display::{
     VIRTIO_GPU_CMD_RESOURCE_FLUSH, VIRTIO_GPU_CMD_RESOURCE_UNREF, VIRTIO_GPU_CMD_SET_SCANOUT,
     VIRTIO_GPU_CMD_TRANSFER_TO_HOST_2D, VIRTIO_GPU_CMD_UPDATE_CURSOR, WDDM_GPU_MAX_BACKING_ENTRIES,
 };
-use crate::status::{WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage};
+use crate::status::{
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuCmdSetPowerState,
+};
 use crate::submit::WddmGpuCmdSubmit;
 
 /// Largest request the device reads from a descriptor chain: an ATTACH_BACKING with its most
@@ -171,6 +173,8 @@ pub enum ControlCommand {
     ResetEngine(WddmGpuCmdResetEngine),
     /// How a node is doing (`DxgkDdiQueryEngineStatus`, `DxgkDdiQueryCurrentFence`).
     QueryEngineStatus(WddmGpuCmdQueryEngineStatus),
+    /// A device power transition (`DxgkDdiSetPowerState`).
+    SetPowerState(WddmGpuCmdSetPowerState),
     /// Any other type.
     Unknown(u32),
 }
@@ -309,6 +313,7 @@ fn control_command(type_: u32, bytes: &[u8]) -> Result<ControlCommand, DecodeErr
         WDDM_GPU_CMD_SUBMIT_VIRTUAL => ControlCommand::SubmitVirtual(body(type_, bytes)?),
         WDDM_GPU_CMD_RESET_ENGINE => ControlCommand::ResetEngine(body(type_, bytes)?),
         WDDM_GPU_CMD_QUERY_ENGINE_STATUS => ControlCommand::QueryEngineStatus(body(type_, bytes)?),
+        WDDM_GPU_CMD_SET_POWER_STATE => ControlCommand::SetPowerState(body(type_, bytes)?),
         other => ControlCommand::Unknown(other),
     })
 }

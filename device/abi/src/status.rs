@@ -210,6 +210,38 @@ pub struct WddmGpuRespEngineStatus {
     pub released: u32,
 }
 
+/// `DEVICE_POWER_STATE.PowerDeviceD0`: working.
+pub const WDDM_GPU_POWER_D0: u32 = 1;
+/// `DEVICE_POWER_STATE.PowerDeviceD3`: off (D1 and D2, 2 and 3, are low-power states the
+/// device treats as D3).
+pub const WDDM_GPU_POWER_D3: u32 = 4;
+/// `POWER_ACTION.PowerActionNone`: a device power-down of its own (an idle adapter).
+pub const WDDM_GPU_POWER_ACTION_NONE: u32 = 0;
+/// `POWER_ACTION.PowerActionSleep`: the system sleeps (S1-S3); `PreservedDuringStandby`
+/// segments keep their contents.
+pub const WDDM_GPU_POWER_ACTION_SLEEP: u32 = 2;
+/// `POWER_ACTION.PowerActionHibernate`: the system hibernates (S4); `PreservedDuringHibernate`
+/// segments keep their contents.
+pub const WDDM_GPU_POWER_ACTION_HIBERNATE: u32 = 3;
+/// `POWER_ACTION.PowerActionShutdown`: the system shuts down; no segment keeps its contents.
+pub const WDDM_GPU_POWER_ACTION_SHUTDOWN: u32 = 4;
+
+/// `WDDM_GPU_CMD_SET_POWER_STATE`: the adapter's `DxgkDdiSetPowerState` (`DevicePowerState`,
+/// `ActionType`). Going below D0 stops both nodes as RESET does (their work is answered RESET,
+/// the GART and the status page registration are cleared) and refuses submissions until D0.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct WddmGpuCmdSetPowerState {
+    /// Header.
+    pub hdr: WddmGpuCtrlHdr,
+    /// `WDDM_GPU_POWER_D0` ... `WDDM_GPU_POWER_D3` (`DEVICE_POWER_STATE`, 1 to 4).
+    pub device_power_state: u32,
+    /// `WDDM_GPU_POWER_ACTION_*` (`POWER_ACTION`).
+    pub action: u32,
+}
+
 /// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
 /// `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
 #[repr(C)]

@@ -33,7 +33,7 @@ fn check_or_update(path: &Path, generated: &str) {
     );
 }
 
-const EXPORTED_TYPES: [&str; 68] = [
+const EXPORTED_TYPES: [&str; 69] = [
     "WddmGpuCtrlHdr",
     "WddmGpuGetCapsetInfo",
     "WddmGpuRespCapsetInfo",
@@ -87,6 +87,7 @@ const EXPORTED_TYPES: [&str; 68] = [
     "WddmGpuCmdResetEngine",
     "WddmGpuCmdQueryEngineStatus",
     "WddmGpuRespEngineStatus",
+    "WddmGpuCmdSetPowerState",
     "WddmGpuPageFaultRecord",
     "WddmGpuStaleTranslation",
     "WddmGpuRespSubmitVirtual",

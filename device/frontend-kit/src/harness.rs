@@ -34,14 +34,15 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, WddmGpuRespCapsetInfo,
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_RESP_OK_CAPSET,
     VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT, WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_WAIT_EVENT,
-    WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SET_POWER_STATE,
+    WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT,
+    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
 };
 use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{
-    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuFaultRecord,
-    WddmGpuRespEngineStatus, WddmGpuRespEvent, WddmGpuRespPreempt, WddmGpuStatusPage,
-    WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuCmdSetPowerState,
+    WddmGpuFaultRecord, WddmGpuRespEngineStatus, WddmGpuRespEvent, WddmGpuRespPreempt,
+    WddmGpuStatusPage, WDDM_GPU_FAULT_RING_ENTRIES, WDDM_GPU_FAULT_RING_OFFSET,
 };
 use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit};
 use zerocopy::{FromBytes, IntoBytes};
@@ -1000,6 +1001,16 @@ impl Harness {
         };
         let pending = self.post(request.as_bytes(), SLOT_ROOM);
         self.wait_typed(pending, WDDM_GPU_RESP_ENGINE_STATUS)
+    }
+
+    /// SET_POWER_STATE (`DxgkDdiSetPowerState`) to `state` for `action`; returns the answer.
+    pub fn set_power_state(&mut self, state: u32, action: u32) -> Reply {
+        let request = WddmGpuCmdSetPowerState {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SET_POWER_STATE),
+            device_power_state: state,
+            action,
+        };
+        self.request(request.as_bytes(), SLOT_ROOM)
     }
 
     /// Posts a RESET (the driver's, `DxgkDdiResetFromTimeout`).

@@ -16,8 +16,9 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO,
     WDDM_GPU_CMD_CREATE_CONTEXT, WDDM_GPU_CMD_DESTROY_CONTEXT, WDDM_GPU_CMD_PREEMPT,
     WDDM_GPU_CMD_QUERY_ENGINE_STATUS, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
-    WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE, WDDM_GPU_CMD_SET_SCANOUT_VRAM,
-    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_RESET_ENGINE, WDDM_GPU_CMD_SET_POWER_STATE, WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE,
+    WDDM_GPU_CMD_SET_SCANOUT_VRAM, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_SUBMIT_VIRTUAL,
+    WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::display::{
     VIRTIO_GPU_CMD_GET_EDID, VIRTIO_GPU_CMD_RESOURCE_CREATE_2D,
@@ -26,7 +27,9 @@ use wddm_gpu_abi::display::{
 use wddm_gpu_abi::request::{
     decode_control, ControlCommand, ControlRequest, DecodeError, FenceEcho, MAX_REQUEST_SIZE,
 };
-use wddm_gpu_abi::status::{WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage};
+use wddm_gpu_abi::status::{
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuCmdSetPowerState,
+};
 use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -67,6 +70,7 @@ fuzz_target!(|data: &[u8]| {
         WDDM_GPU_CMD_SUBMIT_VIRTUAL => std::mem::size_of::<WddmGpuCmdSubmitVirtual>(),
         WDDM_GPU_CMD_RESET_ENGINE => std::mem::size_of::<WddmGpuCmdResetEngine>(),
         WDDM_GPU_CMD_QUERY_ENGINE_STATUS => std::mem::size_of::<WddmGpuCmdQueryEngineStatus>(),
+        WDDM_GPU_CMD_SET_POWER_STATE => std::mem::size_of::<WddmGpuCmdSetPowerState>(),
         _ => hdr_size,
     };
     let request = match decoded {
@@ -145,6 +149,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(type_, WDDM_GPU_CMD_RESET_ENGINE);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
         }
+        ControlCommand::SetPowerState(cmd) => {
+            assert_eq!(type_, WDDM_GPU_CMD_SET_POWER_STATE);
+            assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
+        }
         ControlCommand::QueryEngineStatus(cmd) => {
             assert_eq!(type_, WDDM_GPU_CMD_QUERY_ENGINE_STATUS);
             assert_eq!(cmd.as_bytes(), &bytes[..cmd.as_bytes().len()]);
@@ -171,6 +179,7 @@ fuzz_target!(|data: &[u8]| {
                     WDDM_GPU_CMD_SUBMIT_VIRTUAL,
                     WDDM_GPU_CMD_RESET_ENGINE,
                     WDDM_GPU_CMD_QUERY_ENGINE_STATUS,
+                    WDDM_GPU_CMD_SET_POWER_STATE,
                 ]
                 .contains(&unknown)
                     && !is_display_command(unknown)

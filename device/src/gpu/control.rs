@@ -537,9 +537,11 @@ fn listing_table(listing: &Listing) -> String {
         listing.fired.len()
     );
     for fired in &listing.fired {
-        let on = fired
-            .fence
-            .map_or("a PREEMPT".to_string(), |fence| format!("fence {fence}"));
+        let on = match (fired.fence, fired.occasion) {
+            (Some(fence), _) => format!("fence {fence}"),
+            (None, "power-down") => "a power-down".to_string(),
+            (None, _) => "a PREEMPT".to_string(),
+        };
         let _ = writeln!(
             out,
             "  {:>8} ms  injection {} {} on {on}",

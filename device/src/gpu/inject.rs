@@ -17,7 +17,7 @@ use std::time::Instant;
 use log::info;
 use serde::Serialize;
 
-use self::spec::{Action, Spec, SpecError, Trigger};
+use self::spec::{Action, Occasion, Spec, SpecError, Trigger};
 use crate::observe::stats::Stats;
 use crate::observe::trace::{Mark, Trace};
 use crate::support::sync::lock;
@@ -79,8 +79,10 @@ pub struct Fired {
     pub action: &'static str,
     /// The words it was armed with.
     pub spec: String,
-    /// The submission it fired on (none for a PREEMPT).
+    /// The submission it fired on (none for a PREEMPT or a power-down).
     pub fence: Option<u32>,
+    /// What it fired on: `submission`, `preempt` or `power-down`.
+    pub occasion: &'static str,
     /// Milliseconds since the backend started.
     pub at_ms: u64,
 }
@@ -192,7 +194,7 @@ impl Injector {
         if self.armed.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.fire(Some(node), Some(fence))
+        self.fire(Occasion::Submission, Some(node), Some(fence))
     }
 
     /// The injection a PREEMPT is handled with, if one fires.
@@ -200,20 +202,25 @@ impl Injector {
         if self.armed.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.fire(None, None)
+        self.fire(Occasion::Preempt, None, None)
     }
 
-    /// Every armed injection of the kind (on PREEMPT, or on `node`'s submissions) sees the
-    /// event; the first, in arming order, that fires is the one returned (the others only
-    /// count it).
-    fn fire(&self, node: Option<u32>, fence: Option<u32>) -> Option<Action> {
+    /// The injection a power-down is handled with, if one fires.
+    pub fn on_power_down(&self) -> Option<Action> {
+        if self.armed.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.fire(Occasion::PowerDown, None, None)
+    }
+
+    /// Every armed injection of the occasion (of `node`'s, for submissions) sees it; the first,
+    /// in arming order, that fires is the one returned (the others only count it).
+    fn fire(&self, occasion: Occasion, node: Option<u32>, fence: Option<u32>) -> Option<Action> {
         let mut state = lock(&self.state);
         let mut chosen = None;
         for armed in state.armed.iter_mut() {
-            let sees = match node {
-                Some(node) => !armed.spec.action.on_preempt() && armed.spec.node == node,
-                None => armed.spec.action.on_preempt(),
-            };
+            let sees = armed.spec.action.occasion() == occasion
+                && node.is_none_or(|node| armed.spec.node == node);
             if !sees {
                 continue;
             }
@@ -229,10 +236,11 @@ impl Injector {
         }
         let at = self.started.elapsed();
         let action = spec.action.name();
-        match (node, fence) {
-            (Some(node), Some(fence)) => {
+        match (occasion, node, fence) {
+            (Occasion::Submission, Some(node), Some(fence)) => {
                 info!("injection {id} fired on node {node} submission fence {fence}: {text}")
             }
+            (Occasion::PowerDown, ..) => info!("injection {id} fired on a power-down: {text}"),
             _ => info!("injection {id} fired on a PREEMPT: {text}"),
         }
         if state.fired.len() == FIRED_KEPT {
@@ -243,6 +251,7 @@ impl Injector {
             action,
             spec: text,
             fence,
+            occasion: occasion.name(),
             at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
         });
         state.fired_total += 1;

@@ -10,6 +10,7 @@ pub mod contexts;
 pub mod control;
 pub mod engine_state;
 pub mod inject;
+pub mod power;
 pub mod reply;
 pub mod scheduler;
 pub mod status_page;
@@ -28,7 +29,8 @@ use wddm_gpu_abi::context::{
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
-    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_ENGINE_STATUS,
+    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_SUBMIT,
+    WDDM_GPU_RESP_SUBMIT_VIRTUAL,
 };
 use wddm_gpu_abi::gpuva::{WddmGpuMmuCaps, WDDM_GPU_MMU_CAPSET_ID, WDDM_GPU_MMU_CAPSET_VERSION};
 use wddm_gpu_abi::request::ControlCommand;
@@ -37,7 +39,7 @@ use wddm_gpu_abi::status::{
     WddmGpuRespEngineStatus, WddmGpuRespEvent, WDDM_GPU_ENGINE_STATUS_PAUSED,
     WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_BAR_CHANGED,
 };
-use wddm_gpu_abi::submit::WddmGpuRespSubmit;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
 use self::checker::Checker;
@@ -45,6 +47,7 @@ use self::contexts::{ContextError, Contexts};
 use self::control::GpuControl;
 use self::inject::spec::Action;
 use self::inject::Injector;
+use self::power::{lose_contents, Power, Transition};
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
 use self::scheduler::{Instruments, NodeState, Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
@@ -70,6 +73,7 @@ pub struct PagingGpu {
     checker: Arc<Checker>,
     /// The latest memory table, for live inspection's walks (requests bring their own).
     latest_memory: Arc<Mutex<Option<GuestMemoryMmap>>>,
+    power: Power,
 }
 
 impl PagingGpu {
@@ -128,6 +132,7 @@ impl PagingGpu {
             injector,
             checker,
             latest_memory: Arc::new(Mutex::new(None)),
+            power: Power::default(),
         })
     }
 
@@ -233,6 +238,42 @@ impl PagingGpu {
         mem: Mem,
     ) -> RequestOutcome {
         let response = match command {
+            ControlCommand::Submit(cmd) if self.power.is_down() => {
+                crate::guest_warn!(
+                    "SUBMIT fence {} while the adapter is below D0: refused unexecuted",
+                    cmd.submission_fence_id
+                );
+                let response = WddmGpuRespSubmit {
+                    hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT),
+                    submission_fence_id: cmd.submission_fence_id,
+                    status: SubmitStatus::BadCommand as u32,
+                    ..Default::default()
+                };
+                response.as_bytes().to_vec()
+            }
+            ControlCommand::SubmitVirtual(cmd) if self.power.is_down() => {
+                crate::guest_warn!(
+                    "SUBMIT_VIRTUAL fence {} while the adapter is below D0: refused unexecuted",
+                    cmd.submission_fence_id
+                );
+                let response = WddmGpuRespSubmitVirtual {
+                    hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
+                    submission_fence_id: cmd.submission_fence_id,
+                    status: SubmitStatus::BadCommand as u32,
+                    ..Default::default()
+                };
+                response.as_bytes().to_vec()
+            }
+            ControlCommand::SetPowerState(cmd) => match self.power.set(&cmd) {
+                Ok(transition) => {
+                    self.power_transition(transition);
+                    header(VIRTIO_GPU_RESP_OK_NODATA)
+                }
+                Err(error) => {
+                    crate::guest_warn!("SET_POWER_STATE refused: {error}");
+                    return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
+                }
+            },
             ControlCommand::Submit(cmd) => {
                 // Checked before anything runs: work whose answer cannot be written must not
                 // happen (the driver would never learn what its packets did).
@@ -422,10 +463,31 @@ impl PagingGpu {
         }
     }
 
+    /// A power transition: going below D0 stops both nodes as RESET does (work answered RESET,
+    /// GART and status page registration cleared) and, with a `power-loss` injection, loses the
+    /// segments the power action does not preserve; coming back takes work again.
+    fn power_transition(&self, transition: Transition) {
+        match transition {
+            Transition::Down(action) => {
+                self.scheduler.reset(ResetBy::Driver);
+                self.virtual_node.reset_engine();
+                if self.injector.on_power_down() == Some(Action::PowerLoss) {
+                    let lost = lose_contents(&self.layout, &self.vram, action);
+                    info!("power-down (action {action}): segments {lost:?} lost their contents");
+                } else {
+                    info!("power-down (action {action}): VRAM kept");
+                }
+            }
+            Transition::Up => info!("power-up: the adapter takes work again"),
+            Transition::Stay => {}
+        }
+    }
+
     /// Virtio reset (the frontend stops the rings): running work stops within one chunk,
     /// pending work and posted events are dropped unanswered, the GART and the status page
     /// registration are cleared. VRAM keeps its contents.
     pub fn device_reset(&self) {
+        self.power.reset();
         self.scheduler.reset(ResetBy::Frontend);
         self.virtual_node.device_reset();
         lock(&self.contexts).clear();

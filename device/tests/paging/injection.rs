@@ -361,3 +361,99 @@ fn a_plan_file_arms_its_injections_at_start_and_a_bad_line_stops_the_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("line 2: duration \"fast\""), "{stderr}");
 }
+
+#[test]
+fn a_power_loss_takes_what_the_power_action_does_not_preserve() {
+    use wddm_gpu_abi::ctrl::{VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_OK_NODATA};
+    use wddm_gpu_abi::status::{
+        WDDM_GPU_POWER_ACTION_HIBERNATE, WDDM_GPU_POWER_ACTION_NONE, WDDM_GPU_POWER_ACTION_SLEEP,
+        WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
+    };
+
+    use crate::vram::{DEVICE_ONLY_LAYOUT, DEVICE_ONLY_SEGMENT};
+
+    let dir = std::env::temp_dir().join(format!("wddm-inject-power-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layout = dir.join("layout.toml");
+    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
+    let options = SpawnOptions {
+        args: vec!["--layout".into(), layout.into_os_string()],
+        ..SpawnOptions::default()
+    };
+    let mut h = Harness::ready_with_options("inject-power", &options);
+    register_status_page(&mut h);
+    // CPU-visible VRAM (no Preserved flag) and device-only VRAM (PreservedDuringStandby).
+    let visible = wddm_gpu_frontend_kit::pattern::pattern(0x9071, 0x2000);
+    let kept = wddm_gpu_frontend_kit::pattern::pattern(0x9072, 0x2000);
+    copy_from_vram(
+        &mut h,
+        &kept,
+        0x10_0000,
+        segment(DEVICE_ONLY_SEGMENT, 0x3000),
+        1,
+    );
+    h.write_vram(0, &visible);
+    let ok = |reply: wddm_gpu_frontend_kit::harness::Reply| {
+        assert_eq!(reply.hdr().type_, VIRTIO_GPU_RESP_OK_NODATA, "{reply:?}")
+    };
+
+    h.backend.ctl_ok("arm power-loss");
+    ok(h.set_power_state(WDDM_GPU_POWER_D3, WDDM_GPU_POWER_ACTION_SLEEP));
+    // Below D0 nothing runs.
+    let refused = submit_dma(&mut h, &three_fills(0x4000), 2);
+    assert_eq!(
+        status(&refused),
+        Some(SubmitStatus::BadCommand),
+        "{refused:?}"
+    );
+    assert_eq!(
+        h.read_vram(0, 0x2000),
+        vec![0xde; 0x2000],
+        "standby kept CPU-visible VRAM"
+    );
+    ok(h.set_power_state(WDDM_GPU_POWER_D0, WDDM_GPU_POWER_ACTION_NONE));
+    submit_one_ok(
+        &mut h,
+        &wddm_gpu_abi::build::transfer(
+            0x2000,
+            segment(DEVICE_ONLY_SEGMENT, 0x3000),
+            segment(VRAM_SEGMENT, 0x20_0000),
+        ),
+        3,
+    );
+    assert!(
+        h.read_vram(0x20_0000, 0x2000) == kept,
+        "the preserved segment was lost"
+    );
+    // The power-down dropped the status page registration, as RESET does: fence 3 is not
+    // published there.
+    assert_eq!(h.status_page(STATUS_PAGE).completed_fence, 1);
+    assert!(h
+        .backend
+        .ctl_ok("list")
+        .contains("injection 1 power-loss on a power-down"));
+
+    // Hibernation without the injection: everything kept (the device's memory is the host's).
+    h.write_vram(0, &visible);
+    ok(h.set_power_state(WDDM_GPU_POWER_D3, WDDM_GPU_POWER_ACTION_HIBERNATE));
+    ok(h.set_power_state(WDDM_GPU_POWER_D0, WDDM_GPU_POWER_ACTION_NONE));
+    assert!(h.read_vram(0, 0x2000) == visible);
+    // With it, hibernation takes the standby-only segment too.
+    h.backend.ctl_ok("arm power-loss");
+    ok(h.set_power_state(WDDM_GPU_POWER_D3, WDDM_GPU_POWER_ACTION_HIBERNATE));
+    ok(h.set_power_state(WDDM_GPU_POWER_D0, WDDM_GPU_POWER_ACTION_NONE));
+    submit_one_ok(
+        &mut h,
+        &wddm_gpu_abi::build::transfer(
+            0x2000,
+            segment(DEVICE_ONLY_SEGMENT, 0x3000),
+            segment(VRAM_SEGMENT, 0x20_0000),
+        ),
+        4,
+    );
+    assert_eq!(h.read_vram(0x20_0000, 0x2000), vec![0xde; 0x2000]);
+    assert_eq!(
+        h.set_power_state(7, 0).hdr().type_,
+        VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER
+    );
+}

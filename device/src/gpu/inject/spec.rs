@@ -9,6 +9,7 @@
 //! page-fault va=VA [write]      ...                       (virtual node)
 //! preempt-refuse                [standing]
 //! preempt-slow DURATION         [standing]
+//! power-loss                    [standing]                (at SET_POWER_STATE below D0)
 //! ```
 
 use std::time::Duration;
@@ -51,12 +52,42 @@ pub enum Action {
     RefusePreempt,
     /// A PREEMPT takes effect at once, but its answer comes this much later.
     SlowPreempt(Duration),
+    /// The next power-down (SET_POWER_STATE below D0) loses the contents of every memory
+    /// segment its power action does not preserve (`PreservedDuringStandby` for sleep,
+    /// `PreservedDuringHibernate` for hibernation, none for shutdown), as hardware does.
+    PowerLoss,
+}
+
+/// What an action fires on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Occasion {
+    /// A node's submission, as it is taken.
+    Submission,
+    /// A PREEMPT.
+    Preempt,
+    /// A power-down (SET_POWER_STATE below D0).
+    PowerDown,
+}
+
+impl Occasion {
+    /// Its name in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Occasion::Submission => "submission",
+            Occasion::Preempt => "preempt",
+            Occasion::PowerDown => "power-down",
+        }
+    }
 }
 
 impl Action {
-    /// Whether it fires on a PREEMPT rather than on a submission.
-    pub fn on_preempt(self) -> bool {
-        matches!(self, Action::RefusePreempt | Action::SlowPreempt(_))
+    /// What it fires on.
+    pub fn occasion(self) -> Occasion {
+        match self {
+            Action::RefusePreempt | Action::SlowPreempt(_) => Occasion::Preempt,
+            Action::PowerLoss => Occasion::PowerDown,
+            _ => Occasion::Submission,
+        }
     }
 
     /// The action's name, as the plan spells it (and the statistics count it).
@@ -69,11 +100,12 @@ impl Action {
             Action::PageFault { .. } => "page-fault",
             Action::RefusePreempt => "preempt-refuse",
             Action::SlowPreempt(_) => "preempt-slow",
+            Action::PowerLoss => "power-loss",
         }
     }
 
     /// Every action name, in the order the statistics list them.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "hang",
         "slow",
         "lost-interrupt",
@@ -81,6 +113,7 @@ impl Action {
         "page-fault",
         "preempt-refuse",
         "preempt-slow",
+        "power-loss",
     ];
 }
 
@@ -123,7 +156,7 @@ pub enum SpecError {
     #[error("empty injection (one of: hang, slow DURATION, lost-interrupt, fault packet=I status=NAME, preempt-refuse, preempt-slow DURATION)")]
     Empty,
     /// Not an action.
-    #[error("unknown action {0:?} (one of: hang, slow, lost-interrupt, fault, preempt-refuse, preempt-slow)")]
+    #[error("unknown action {0:?} (one of: hang, slow, lost-interrupt, fault, page-fault, preempt-refuse, preempt-slow, power-loss)")]
     UnknownAction(String),
     /// `slow` or `preempt-slow` without its duration.
     #[error("{0} needs a duration (such as 50ms or 2s) right after it")]
@@ -285,6 +318,7 @@ impl std::str::FromStr for Spec {
             },
             "preempt-refuse" => Action::RefusePreempt,
             "preempt-slow" => Action::SlowPreempt(duration("preempt-slow", words.next())?),
+            "power-loss" => Action::PowerLoss,
             other => return Err(SpecError::UnknownAction(other.to_string())),
         };
         let mut keys = Keys::parse(words)?;
@@ -324,7 +358,7 @@ impl std::str::FromStr for Spec {
                 key: key.to_string(),
             });
         }
-        if action.on_preempt() && !matches!(trigger, Trigger::Next) {
+        if action.occasion() != Occasion::Submission && !matches!(trigger, Trigger::Next) {
             return Err(SpecError::UnknownKey {
                 action: action.name(),
                 key: "fence, nth or probability".to_string(),
@@ -359,8 +393,10 @@ fn check_node(action: Action, node: u32) -> Result<(), SpecError> {
         Action::LostInterrupt | Action::Fault { .. } if node != WDDM_GPU_NODE_PAGING => {
             refuse("injected on the paging node (0) only")
         }
-        Action::RefusePreempt | Action::SlowPreempt(_) if node != WDDM_GPU_NODE_PAGING => {
-            refuse("PREEMPT is one command for both nodes: give no node=")
+        Action::RefusePreempt | Action::SlowPreempt(_) | Action::PowerLoss
+            if node != WDDM_GPU_NODE_PAGING =>
+        {
+            refuse("the device's commands (PREEMPT, SET_POWER_STATE) take no node=")
         }
         _ => Ok(()),
     }
@@ -470,6 +506,11 @@ mod tests {
             }
         );
         assert_eq!(spec("preempt-refuse").action, Action::RefusePreempt);
+        assert!(spec("power-loss standing").standing);
+        assert!(matches!(
+            refused("power-loss fence=2"),
+            SpecError::UnknownKey { .. }
+        ));
         let fault = spec("page-fault va=0x1234000 write fence=3");
         assert_eq!(
             (fault.action, fault.node, fault.trigger),
@@ -575,6 +616,7 @@ mod tests {
             },
             Action::RefusePreempt,
             Action::SlowPreempt(Duration::ZERO),
+            Action::PowerLoss,
         ];
         let names: Vec<_> = actions.iter().map(|action| action.name()).collect();
         assert_eq!(names, Action::NAMES);
