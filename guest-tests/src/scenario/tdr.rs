@@ -144,7 +144,7 @@ pub fn run(options: &Options) -> bool {
         .map_err(Failure::from)
         .and_then(|answer| {
             ensure(answer == GO, || {
-                format!("the host answered {answer:?} to GUEST-SYNC {DONE}, expected {GO}")
+                format!("the host answered {answer:?} at sync point {DONE}, expected {GO}")
             })
         })
         .and_then(|()| match &mut rig {
@@ -185,7 +185,7 @@ fn recheck(r: &Rig) -> Outcome {
 fn arm(port: &mut SyncPort, point: &str) -> Outcome {
     let answer = port.sync(point, SYNC_TIMEOUT)?;
     ensure(answer == ARMED, || {
-        format!("the host answered {answer:?} to GUEST-SYNC {point}, expected {ARMED}")
+        format!("the host answered {answer:?} at sync point {point}, expected {ARMED}")
     })
 }
 
