@@ -48,6 +48,9 @@ backend binary --backend-bin):
                     injection armed must have fired at least once (a failure otherwise);
                     answer "go"
 
+Plan "tdr-cdev" is plan tdr, then the C device library's suite in its tdr mode in the same
+boot: ctdr-lost-interrupt and ctdr-hang armed as above, ctdr-done as tdr-done.
+
 Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
 and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
 unexpected reboot); 2 for bad arguments or sockets that never appeared. Standard library only.
@@ -88,6 +91,15 @@ TDR_ARMS = {
 }
 TDR_DONE = "tdr-done"
 PLAN_POINTS["tdr"] = list(TDR_ARMS) + [TDR_DONE]
+# The C device library's suite in its tdr mode, after the Rust scenario in the same boot (plan
+# tdr-cdev; not with QEMU 11.1's shared-memory BAR, where the C suite gets no second start).
+CDEV_TDR_ARMS = {
+    "ctdr-lost-interrupt": ["lost-interrupt"],
+    "ctdr-hang": ["hang"],
+}
+CDEV_TDR_DONE = "ctdr-done"
+TDR_ARMS.update(CDEV_TDR_ARMS)
+PLAN_POINTS["tdr-cdev"] = PLAN_POINTS["tdr"] + list(CDEV_TDR_ARMS) + [CDEV_TDR_DONE]
 # Seconds one ctl call may take.
 CTL_TIMEOUT = 10.0
 ARMED_RE = re.compile(r"^armed injection (\d+): (.*)$")
@@ -320,10 +332,10 @@ class Vmctl:
 
     def handle(self, point):
         self.seen[point] = self.seen.get(point, 0) + 1
-        if self.args.plan == "tdr":
+        if self.args.plan in ("tdr", "tdr-cdev"):
             if point in TDR_ARMS:
                 self.tdr_arm(point)
-            elif point == TDR_DONE:
+            elif point in (TDR_DONE, CDEV_TDR_DONE):
                 self.tdr_done(point)
             else:
                 log(f"WARNING: {point}: not a point of plan tdr; answered go")

@@ -22,7 +22,11 @@ class TdrPlanTest(unittest.TestCase):
 
     def test_every_tdr_point_is_in_the_plan(self):
         self.assertEqual(vmctl.PLAN_POINTS["tdr"][-1], vmctl.TDR_DONE)
-        self.assertEqual(set(vmctl.PLAN_POINTS["tdr"][:-1]), set(vmctl.TDR_ARMS))
+        self.assertEqual(vmctl.PLAN_POINTS["tdr-cdev"][-1], vmctl.CDEV_TDR_DONE)
+        rust = set(vmctl.TDR_ARMS) - set(vmctl.CDEV_TDR_ARMS)
+        self.assertEqual(set(vmctl.PLAN_POINTS["tdr"][:-1]), rust)
+        self.assertEqual(set(vmctl.PLAN_POINTS["tdr-cdev"]),
+                         rust | set(vmctl.CDEV_TDR_ARMS) | {vmctl.TDR_DONE, vmctl.CDEV_TDR_DONE})
         for specs in vmctl.TDR_ARMS.values():
             self.assertTrue(specs)
 
