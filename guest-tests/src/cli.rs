@@ -29,6 +29,9 @@ commands:
           helper: GUEST-SYNC <point> on the console, the answer read from /dev/ttyS1
   scanout the primary surface from VRAM: flips between two surfaces, VBLANK events counted,
           each surface checked by the host's screendump (GUEST-SYNC as lifecycle)
+  tdr     timeout detection and recovery: the host arms each fault injection of the paging
+          node (hang, slow, lost interrupt, packet fault, refused and slow PREEMPT) at a sync
+          point (GUEST-SYNC as lifecycle); the driver recovers and checks nothing was lost
 options:
   --json          (slice, bench) also print one WDDM-GUEST-JSON line
   --bench         (slice) run the benchmark after the slice, in the same report
@@ -77,6 +80,8 @@ pub enum Command {
     Lifecycle,
     /// The VRAM scanout tests with the host helper's screendumps.
     Scanout,
+    /// The TDR tests against the injections the host helper arms.
+    Tdr,
     /// Print usage.
     Help,
 }
@@ -131,6 +136,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Options, CliErro
         Some("probe") => Command::Probe,
         Some("lifecycle") => Command::Lifecycle,
         Some("scanout") => Command::Scanout,
+        Some("tdr") => Command::Tdr,
         Some("help" | "-h" | "--help") => Command::Help,
         Some(other) => return Err(CliError::UnknownCommand(other.to_string())),
     };
@@ -252,6 +258,7 @@ mod tests {
         let o = args("lifecycle --seed 7 --timeout 20").unwrap();
         assert_eq!(o.command, Command::Lifecycle);
         assert_eq!(args("scanout").unwrap().command, Command::Scanout);
+        assert_eq!(args("tdr").unwrap().command, Command::Tdr);
         assert_eq!((o.seed, o.timeout), (7, Duration::from_secs(20)));
         assert_eq!(
             args("paging paging_reset --only paging_fill")

@@ -18,11 +18,14 @@ use wddm_gpu_abi::ctrl::{
     WddmGpuRespDisplayInfo, VIRTIO_GPU_CMD_GET_CAPSET, VIRTIO_GPU_CMD_GET_CAPSET_INFO,
     VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
-    WDDM_GPU_RESP_SUBMIT_VIRTUAL,
+    WDDM_GPU_CMD_QUERY_ENGINE_STATUS, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
+    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT,
+    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT, WDDM_GPU_RESP_SUBMIT_VIRTUAL,
 };
-use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmGpuRespPreempt};
+use wddm_gpu_abi::status::{
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuRespEngineStatus,
+    WddmGpuRespEvent, WddmGpuRespPreempt,
+};
 use wddm_gpu_abi::submit::{
     SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
 };
@@ -75,6 +78,9 @@ pub enum GpuError {
     /// The completion carries another fence id.
     #[error("submit: fence {got} echoed, sent {sent}")]
     FenceMismatch { sent: u32, got: u32 },
+    /// QUERY_ENGINE_STATUS answered about another node.
+    #[error("QUERY_ENGINE_STATUS: asked about node {asked}, answered about node {got}")]
+    NodeMismatch { asked: u32, got: u32 },
     /// The completion status is not a known `SubmitStatus`.
     #[error("submit: unknown status {0}")]
     UnknownStatus(u32),
@@ -350,6 +356,27 @@ impl GpuControl {
     pub fn preempt(&mut self) -> Result<WddmGpuRespPreempt, GpuError> {
         let req = WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_PREEMPT);
         self.call("PREEMPT", &req, WDDM_GPU_RESP_PREEMPT)
+    }
+
+    /// QUERY_ENGINE_STATUS of node `node` (`DxgkDdiQueryEngineStatus`,
+    /// `DxgkDdiQueryCurrentFence`): the answer is checked to name the node asked about. Answers
+    /// the query released (withheld by a lost interrupt) are on the used ring before it, kept for
+    /// their owners.
+    pub fn query_engine_status(&mut self, node: u32) -> Result<WddmGpuRespEngineStatus, GpuError> {
+        let req = WddmGpuCmdQueryEngineStatus {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_QUERY_ENGINE_STATUS),
+            node_ordinal: node,
+            reserved: 0,
+        };
+        let resp: WddmGpuRespEngineStatus =
+            self.call("QUERY_ENGINE_STATUS", &req, WDDM_GPU_RESP_ENGINE_STATUS)?;
+        if resp.node_ordinal != node {
+            return Err(GpuError::NodeMismatch {
+                asked: node,
+                got: resp.node_ordinal,
+            });
+        }
+        Ok(resp)
     }
 
     /// RESET (`DxgkDdiResetFromTimeout`); returns the response type (`OK_NODATA` when done).

@@ -22,7 +22,9 @@
 //! - [`engine`], [`failure`]: what tests submit and check.
 //! - [`latency`]: latency samples, percentiles and rates for the benchmark.
 //! - [`scenario`]: the `probe`, `slice`, `suite`, `paging`, `bench` and `lifecycle` commands.
-//! - [`sync`]: the `lifecycle` command's rendezvous with the host (second serial port).
+//! - [`sync`]: the `lifecycle`, `scanout` and `tdr` commands' rendezvous with the host (second
+//!   serial port).
+//! - [`tdr`]: the paging node's timeout detection and recovery (lost interrupts, PREEMPT, RESET).
 //! - [`cli`]: command-line parsing.
 
 pub mod caps;
@@ -46,5 +48,6 @@ pub mod report;
 pub mod scatter;
 pub mod scenario;
 pub mod sync;
+pub mod tdr;
 pub mod virtio;
 pub mod vram;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use wddm_guest::cli::{self, Command, USAGE};
-use wddm_guest::scenario::{bench, lifecycle, probe, scanout, slice, suite};
+use wddm_guest::scenario::{bench, lifecycle, probe, scanout, slice, suite, tdr};
 
 fn main() -> ExitCode {
     let options = match cli::parse(std::env::args().skip(1)) {
@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Probe => probe::run(&options),
         Command::Lifecycle => lifecycle::run(&options),
         Command::Scanout => scanout::run(&options),
+        Command::Tdr => tdr::run(&options),
         Command::Slice { json, bench } => slice::run(*json, *bench, &options),
         Command::Bench { json } => bench::run(*json, &options),
         Command::Suite { only } | Command::Paging { only } | Command::Gpuva { only } => {

@@ -28,7 +28,7 @@ pub enum SyncError {
     #[error("sync port {path}: {source}")]
     Io { path: String, source: io::Error },
     /// No answer in time.
-    #[error("no answer on {path} within {timeout:?} of GUEST-SYNC {point}")]
+    #[error("no answer on {path} within {timeout:?} of sync point {point}")]
     Timeout {
         path: String,
         point: String,

@@ -166,7 +166,8 @@ gpu_run_guest() {
 
 # gpu_run_guest_vmctl ARGS [PLAN [QEMU_ARG...]]: gpu_run_guest ARGS with the host side of a
 # scenario synchronised with the host (scripts/lib/gpuhost/vmctl.py, plan PLAN, default
-# lifecycle; plan scanout takes screendumps, kept in GPU_RUN_DIR) steering QEMU over QMP
+# lifecycle; plan scanout takes screendumps, kept in GPU_RUN_DIR; plan tdr arms the backend's
+# fault injections with `vhost-user-wddm-gpu ctl` on SOCKET) steering QEMU over QMP
 # (${GPU_RUN_DIR}/qmp.sock) and answering the guest on its second serial port (/dev/ttyS1,
 # ${GPU_RUN_DIR}/sync.sock). Returns the guest's code like gpu_run_guest; sets VMCTL_RC (vmctl's
 # exit code: 0 = every step worked) and VMCTL_LOG.
@@ -193,7 +194,8 @@ gpu_run_guest_vmctl() {
         "$@"
     )
     "${GPUHOST_PYTHON[@]}" -m gpuhost.vmctl --plan "$plan" --qmp "$qmp" --sync "$sync" \
-        --console-log "$QEMU_LOG" --backend-log "$BACKEND_LOG" --out-dir "$GPU_RUN_DIR" >"$VMCTL_LOG" 2>&1 &
+        --console-log "$QEMU_LOG" --backend-log "$BACKEND_LOG" --out-dir "$GPU_RUN_DIR" \
+        --backend-bin "$BACKEND_BIN" --ctl-socket "$SOCKET" >"$VMCTL_LOG" 2>&1 &
     local vmctl_pid=$!
     on_exit "kill ${vmctl_pid} 2>/dev/null; wait ${vmctl_pid} 2>/dev/null"
     gpu_run_guest "$guest_args" "${extra[@]}" || rc=$?

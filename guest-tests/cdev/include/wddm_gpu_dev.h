@@ -715,6 +715,51 @@ wddm_result wddm_dev_preempt(wddm_dev *dev, WddmGpuRespPreempt *out);
  * RESET, posted WAIT_EVENTs as CANCELLED events; the status page is unregistered. */
 wddm_result wddm_dev_reset(wddm_dev *dev);
 
+/* ---- Timeout detection and recovery (docs/fault-injection.md) ------------------------- */
+
+/* QUERY_ENGINE_STATUS of `node` (DxgkDdiQueryEngineStatus; synchronous). The answer is checked:
+ * its type and length, the node asked about, known flags only, and `released` (answers a lost
+ * interrupt had withheld, each answered before this one) no more than the completions that
+ * arrived meanwhile: the poll already put them in the completion ring. WDDM_E_REFUSED when the
+ * device refused the node (ERR_INVALID_PARAMETER). */
+wddm_result wddm_dev_query_engine_status(wddm_dev *dev, uint32_t node,
+                                         WddmGpuRespEngineStatus *out);
+/* DxgkDdiQueryCurrentFence: the paging node's last completed fence (`current_fence`) and how
+ * many withheld answers the query released (`released`, may be NULL). Afterwards every
+ * completion the device had withheld is in the completion ring: take them with
+ * wddm_dev_next_completion and report them (DxgkCbNotifyInterrupt, DMA_COMPLETED) before
+ * returning the fence. */
+wddm_result wddm_dev_query_current_fence(wddm_dev *dev, uint32_t *current_fence,
+                                         uint32_t *released);
+
+/* What wddm_dev_reset_from_timeout did. */
+typedef struct wddm_tdr_report {
+    WddmGpuRespEngineStatus status; /* QUERY_ENGINE_STATUS before the reset */
+    bool status_valid;              /* false when the query timed out or was refused */
+    uint32_t aborted_count;         /* submissions that came back with status RESET */
+    uint32_t aborted[WDDM_COMPLETION_RING];
+    uint32_t completed_count;       /* completions taken that were not RESET: they ran */
+    WddmGpuRespSubmit completed[WDDM_COMPLETION_RING];
+    uint32_t resubmitted_count;     /* aborted fences resubmitted */
+    uint32_t resubmitted[WDDM_COMPLETION_RING];
+    uint32_t reported_count;        /* aborted fences not resubmittable: report them */
+    uint32_t reported[WDDM_COMPLETION_RING];
+} wddm_tdr_report;
+
+/* DxgkDdiResetFromTimeout and DxgkDdiRestartFromTimeout in one call (it waits: PASSIVE_LEVEL):
+ * QUERY_ENGINE_STATUS (for the report; it also releases answers a lost interrupt held), RESET,
+ * then waits (timeout_ms) until every submission came back and every posted WAIT_EVENT came back
+ * CANCELLED (the CANCELLED events stay in the event ring), takes every completion left in the
+ * ring into the report (status RESET: aborted; any other: it ran), registers the status page
+ * again if it was registered, posts `events` WAIT_EVENTs, and resubmits (wddm_dev_submit, same
+ * fence) each of the `count` submissions of `resubmittable` (the KMD's own copies, in submission
+ * order) whose fence was aborted; the other aborted fences are listed as `reported`.
+ * WDDM_E_TIMEOUT when the RESET or the returns did not come in time; WDDM_E_INVALID for bad
+ * arguments (count past WDDM_COMPLETION_RING, events past WDDM_EVENT_RING). */
+wddm_result wddm_dev_reset_from_timeout(wddm_dev *dev, const wddm_submit *resubmittable,
+                                        uint32_t count, uint32_t events,
+                                        wddm_tdr_report *report);
+
 /* Where the CPU sees the VRAM the capset's locator names: PCI function, BAR and the VRAM's
  * offset in that BAR (the shared memory region's offset in mode 2, 0 in mode 1). */
 wddm_result wddm_dev_vram_location(const wddm_dev *dev, uint32_t *function, uint32_t *bar,

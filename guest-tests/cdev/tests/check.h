@@ -33,5 +33,6 @@ void ring_tests(void);
 void timeout_tests(void);
 void gpummu_tests(void);
 void context_tests(void);
+void tdr_tests(void);
 
 #endif

@@ -271,6 +271,87 @@ void fake_answer_held_with(fake *f, uint32_t i, const void *resp, uint32_t size,
     fake_answer_held(f, i, len);
 }
 
+/* A submission completed: the fence and the status page say so. */
+static void complete(fake *f, uint32_t fence)
+{
+    f->last_fence = fence;
+    if (f->status_page) {
+        volatile WddmGpuStatusPage *page = f->status_page;
+        page->completed_fence = fence;
+        page->submissions_completed++;
+    }
+}
+
+/* The held request of `type` that came first (for SUBMIT: one the node holds; lost ones only
+ * when `only_lost`), or -1. */
+static int oldest_held(fake *f, uint32_t type, bool only_lost)
+{
+    int best = -1;
+    for (uint32_t i = 0; i < f->held_count; i++)
+        if (f->held[i].type == type && (type != WDDM_GPU_CMD_SUBMIT || f->held[i].node) &&
+            (!only_lost || f->held[i].lost) &&
+            (best < 0 || f->held[i].seq < f->held[best].seq))
+            best = (int)i;
+    return best;
+}
+
+/* Answers the held SUBMITs in order (withheld ones OK, the others `status`); how many. */
+static uint32_t release_submits(fake *f, bool only_lost, uint32_t status)
+{
+    uint32_t n = 0;
+    for (int i; (i = oldest_held(f, WDDM_GPU_CMD_SUBMIT, only_lost)) >= 0; n++) {
+        WddmGpuRespSubmit out = {0};
+        out.hdr.type_ = WDDM_GPU_RESP_SUBMIT;
+        out.submission_fence_id = f->held[i].fence;
+        out.status = f->held[i].lost ? WDDM_GPU_SUBMIT_STATUS_OK : status;
+        fake_answer_held_with(f, (uint32_t)i, &out, sizeof(out), sizeof(out));
+    }
+    return n;
+}
+
+/* QUERY_ENGINE_STATUS as the device answers it. */
+static uint32_t engine_status(fake *f, const uint8_t *req, volatile uint8_t *resp)
+{
+    WddmGpuCmdQueryEngineStatus q;
+    WddmGpuRespEngineStatus out = {0};
+    memcpy(&q, req, sizeof(q));
+    f->queries++;
+    if (q.node_ordinal != WDDM_GPU_NODE_PAGING || q.reserved) {
+        WddmGpuCtrlHdr hdr = {.type_ = VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER};
+        memcpy((void *)resp, &hdr, sizeof(hdr));
+        return sizeof(hdr);
+    }
+    out.released = release_submits(f, true, 0) + f->released_lie;
+    int running = oldest_held(f, WDDM_GPU_CMD_SUBMIT, false);
+    out.hdr.type_ = WDDM_GPU_RESP_ENGINE_STATUS;
+    out.node_ordinal = q.node_ordinal + f->status_node_delta;
+    out.flags = running >= 0 ? 0 : WDDM_GPU_ENGINE_STATUS_RESPONSIVE;
+    out.current_fence = f->last_fence;
+    if (running >= 0) {
+        out.running_fence = f->held[running].fence;
+        for (uint32_t i = 0; i < f->held_count; i++)
+            out.queued += f->held[i].type == WDDM_GPU_CMD_SUBMIT && f->held[i].node;
+        out.queued--;
+    }
+    memcpy((void *)resp, &out, sizeof(out));
+    return sizeof(out);
+}
+
+/* RESET as the device does it: submissions back, WAIT_EVENTs cancelled, the page unregistered. */
+static void reset_node(fake *f)
+{
+    f->resets++;
+    release_submits(f, false, WDDM_GPU_SUBMIT_STATUS_RESET);
+    for (int i; (i = oldest_held(f, WDDM_GPU_CMD_WAIT_EVENT, false)) >= 0;) {
+        WddmGpuRespEvent ev = {0};
+        ev.hdr.type_ = WDDM_GPU_RESP_EVENT;
+        ev.kind = WDDM_GPU_EVENT_CANCELLED;
+        fake_answer_held_with(f, (uint32_t)i, &ev, sizeof(ev), sizeof(ev));
+    }
+    f->hang_submits = f->lose_submits = false;
+    f->status_page = NULL;
+}
+
 /* Writes the answer to one request; returns its length. */
 static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint8_t *resp)
 {
@@ -337,9 +418,15 @@ static uint32_t answer(fake *f, uint32_t type, const uint8_t *req, volatile uint
         memcpy(&s, req, sizeof(s));
         out.hdr.type_ = WDDM_GPU_RESP_SUBMIT;
         out.submission_fence_id = s.submission_fence_id;
+        complete(f, s.submission_fence_id);
         memcpy((void *)resp, &out, sizeof(out));
         return sizeof(out);
     }
+    case WDDM_GPU_CMD_QUERY_ENGINE_STATUS:
+        return engine_status(f, req, resp);
+    case WDDM_GPU_CMD_RESET:
+        reset_node(f);
+        break;
     case WDDM_GPU_CMD_CREATE_CONTEXT:
     case WDDM_GPU_CMD_DESTROY_CONTEXT:
     case WDDM_GPU_CMD_SET_ROOT_PAGE_TABLE:
@@ -398,11 +485,22 @@ void fake_service(fake *f)
         volatile uint8_t *resp = ptr(table[in].addr);
         uint32_t type;
         memcpy(&type, req, 4);
-        if (type == f->hold_type || type == WDDM_GPU_CMD_WAIT_EVENT) {
+        bool node_holds = type == WDDM_GPU_CMD_SUBMIT && (f->hang_submits || f->lose_submits);
+        if (type == f->hold_type || type == WDDM_GPU_CMD_WAIT_EVENT || node_holds) {
+            uint32_t fence = 0;
+            if (type == WDDM_GPU_CMD_SUBMIT) {
+                WddmGpuCmdSubmit s;
+                memcpy(&s, req, sizeof(s));
+                fence = s.submission_fence_id;
+            }
+            bool lost = node_holds && !f->hang_submits;
+            if (lost)
+                complete(f, fence);
             if (f->held_count < FAKE_HELD_MAX)
                 f->held[f->held_count++] =
                     (fake_request){.head = head, .type = type, .resp = resp,
-                                   .resp_cap = table[in].len};
+                                   .resp_cap = table[in].len, .seq = f->held_seq++,
+                                   .fence = fence, .node = node_holds, .lost = lost};
             continue;
         }
         fake_push_used(f, head, answer(f, type, req, resp));

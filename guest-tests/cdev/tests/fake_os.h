@@ -22,6 +22,10 @@ typedef struct fake_request {
     uint32_t type;
     volatile uint8_t *resp; /* the device-writable buffer */
     uint32_t resp_cap;
+    uint32_t seq;   /* arrival order */
+    uint32_t fence; /* a SUBMIT's submission_fence_id */
+    bool node;      /* a SUBMIT the node holds (hang_submits, lose_submits), not hold_type */
+    bool lost;      /* of those, one that completed but whose answer is withheld */
 } fake_request;
 
 typedef struct fake {
@@ -69,6 +73,19 @@ typedef struct fake {
     int last_log_level;
     uint64_t last_log_a, last_log_b;
     void *status_page; /* the registered status page, or NULL */
+    /* The paging node as the device runs it under an injection (docs/fault-injection.md):
+     * hang_submits holds every SUBMIT unanswered (QUERY_ENGINE_STATUS: not responsive, the
+     * first running, the rest queued); lose_submits completes each (the status page's
+     * completed_fence says so) but withholds its answer until QUERY_ENGINE_STATUS (which answers
+     * them first and counts them as `released`) or RESET. RESET answers held SUBMITs (status
+     * RESET, or OK for withheld ones), held WAIT_EVENTs (CANCELLED), clears both, unregisters
+     * the status page. */
+    bool hang_submits, lose_submits;
+    uint32_t last_fence;       /* the last completed submission's fence */
+    uint32_t released_lie;     /* added to QUERY_ENGINE_STATUS's released */
+    uint32_t status_node_delta; /* added to its node_ordinal */
+    uint32_t held_seq;
+    uint32_t resets, queries;
 } fake;
 
 /* A fresh fake device serving `capset`, and an OS table over it. */

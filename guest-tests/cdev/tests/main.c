@@ -41,6 +41,7 @@ int main(void)
     timeout_tests();
     gpummu_tests();
     context_tests();
+    tdr_tests();
     printf("CDEV-UNIT-SUMMARY %d run, %d failed\n", tests_run, tests_failed);
     return tests_failed > 100 ? 100 : tests_failed;
 }

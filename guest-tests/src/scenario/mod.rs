@@ -3,7 +3,8 @@
 //! `paging` (the paging tests alone); `bench` (a short paging benchmark, also run after the
 //! slice with `slice --bench`); `lifecycle` (the GPU in use across VM stop/cont and reset, with
 //! a host helper); `scanout` (the primary surface from VRAM, flips and vblanks, with the host's
-//! screendumps).
+//! screendumps); `tdr` (the driver's timeout detection and recovery against each injection the
+//! host arms).
 
 pub mod bench;
 pub mod gpuva;
@@ -14,6 +15,7 @@ pub mod scanout;
 pub mod setup;
 pub mod slice;
 pub mod suite;
+pub mod tdr;
 
 mod bar;
 mod hostile;

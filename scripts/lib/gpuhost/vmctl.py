@@ -38,15 +38,31 @@ Plan "scanout" (the guest's `wddm-guest scanout`: a surface in VRAM on the scano
 At the boot after the reset, before the guest sets a scanout, a screendump is kept
 (boot-after-reset.ppm) and its colours logged: what QEMU's console shows then.
 
+Plan "tdr" (the guest's `wddm-guest tdr`: the driver's timeout detection and recovery against
+the backend's fault injections, armed with `vhost-user-wddm-gpu ctl` on --ctl-socket, the
+backend binary --backend-bin):
+
+  tdr-<name>        `ctl disarm all`, then `ctl arm SPEC` for each SPEC of TDR_ARMS[point];
+                    answer "armed", or "not-armed" (a failure) when a ctl call failed
+  tdr-done          `ctl list` (printed whole into the log) and `ctl list --json`: every
+                    injection armed must have fired at least once (a failure otherwise);
+                    answer "go"
+
+Plan "tdr-cdev" is plan tdr, then the C device library's suite in its tdr mode in the same
+boot: ctdr-lost-interrupt and ctdr-hang armed as above, ctdr-done as tdr-done.
+
 Each step is logged to stderr as one "VMCTL <point>: ..." line. Exit 0 when every step worked
 and every point of the plan was seen; 1 otherwise (a timeout, a QMP error, a missing point, an
 unexpected reboot); 2 for bad arguments or sockets that never appeared. Standard library only.
 """
 
 import argparse
+import json
 import os
+import re
 import select
 import signal
+import subprocess
 import sys
 import time
 
@@ -62,6 +78,44 @@ PLAN_POINTS = {
                 "scanout-b-after-cont", "scanout-reset", "scanout-off-after-reset",
                 "scanout-a-after-reset"],
 }
+# Plan tdr: what the host arms at each of the guest's points (scenario/tdr.rs says what the
+# driver must then see; the durations are the guest's too).
+TDR_ARMS = {
+    "tdr-slow": ["slow 500ms"],
+    "tdr-lost-interrupt": ["lost-interrupt"],
+    "tdr-hang": ["hang"],
+    "tdr-fault": ["fault packet=1 status=segment_range"],
+    "tdr-slow-past-delay": ["slow 60s"],
+    "tdr-preempt-refuse": ["slow 60s", "preempt-refuse"],
+    "tdr-preempt-slow": ["slow 60s", "preempt-slow 1s"],
+}
+TDR_DONE = "tdr-done"
+PLAN_POINTS["tdr"] = list(TDR_ARMS) + [TDR_DONE]
+# The C device library's suite in its tdr mode, after the Rust scenario in the same boot (plan
+# tdr-cdev; not with QEMU 11.1's shared-memory BAR, where the C suite gets no second start).
+CDEV_TDR_ARMS = {
+    "ctdr-lost-interrupt": ["lost-interrupt"],
+    "ctdr-hang": ["hang"],
+}
+CDEV_TDR_DONE = "ctdr-done"
+TDR_ARMS.update(CDEV_TDR_ARMS)
+PLAN_POINTS["tdr-cdev"] = PLAN_POINTS["tdr"] + list(CDEV_TDR_ARMS) + [CDEV_TDR_DONE]
+# Seconds one ctl call may take.
+CTL_TIMEOUT = 10.0
+ARMED_RE = re.compile(r"^armed injection (\d+): (.*)$")
+
+
+def armed_id(stdout):
+    """The id in ctl arm's answer ("armed injection 3: hang"), or None."""
+    m = ARMED_RE.match(stdout.strip())
+    return int(m.group(1)) if m else None
+
+
+def unfired(listing, armed):
+    """The (id, point, spec) of `armed` ({id: (point, spec)}) that `listing` (ctl list --json)
+    shows no firing of."""
+    fired = {f.get("id") for f in listing.get("fired", [])}
+    return [(i, point, spec) for i, (point, spec) in sorted(armed.items()) if i not in fired]
 # What each scanout point shows: the pattern variant, and the surface's size (scanout.rs).
 SCANOUT_POINTS = {"scanout-a": "a", "scanout-b": "b", "scanout-a-again": "a",
                   "scanout-stop-cont": "a", "scanout-b-after-cont": "b", "scanout-reset": "a",
@@ -77,6 +131,7 @@ class Vmctl:
         self.failures = []
         self.seen = {}
         self.resets = 0
+        self.armed = {}
         self.console = LineTail(args.console_log)
         self.backend = LineTail(args.backend_log)
         deadline = time.monotonic() + args.connect_timeout
@@ -225,8 +280,67 @@ class Vmctl:
         except (StepError, OSError, display_pattern.PpmError) as err:
             log(f"boot after the reset: no screendump: {err}")
 
+    def ctl(self, words):
+        """`vhost-user-wddm-gpu ctl SOCKET words...`: its standard output; StepError when it
+        fails or takes longer than CTL_TIMEOUT."""
+        if not self.args.backend_bin or not self.args.ctl_socket:
+            raise StepError("plan tdr needs --backend-bin and --ctl-socket")
+        cmd = [self.args.backend_bin, "ctl", self.args.ctl_socket] + words.split()
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=CTL_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise StepError(f"ctl {words}: {err}") from err
+        if done.returncode != 0:
+            raise StepError(f"ctl {words}: exit {done.returncode}: {done.stderr.strip()}")
+        return done.stdout
+
+    def tdr_arm(self, point):
+        """Disarms what is left, arms the point's injections; answers armed or not-armed."""
+        steps = []
+        try:
+            steps.append(self.ctl("disarm all").strip())
+            for spec in TDR_ARMS[point]:
+                out = self.ctl(f"arm {spec}")
+                ident = armed_id(out)
+                if ident is None:
+                    raise StepError(f"ctl arm {spec}: answer not understood: {out.strip()!r}")
+                self.armed[ident] = (point, spec)
+                steps.append(out.strip())
+        except StepError as err:
+            self.fail(point, str(err))
+            self.answer("not-armed")
+            return
+        self.answer("armed")
+        log(f"{point}: " + "; ".join(steps) + "; answered armed")
+
+    def tdr_done(self, point):
+        """Prints ctl list; every injection armed must have fired."""
+        try:
+            text = self.ctl("list")
+            log(f"{point}: ctl list:")
+            for line in text.rstrip("\n").split("\n"):
+                log(f"    {line}")
+            listing = json.loads(self.ctl("list --json"))
+            missing = unfired(listing, self.armed)
+            for ident, where, spec in missing:
+                self.fail(point, f"injection {ident} ({spec}, armed at {where}) never fired")
+            if not missing:
+                log(f"{point}: all {len(self.armed)} injection(s) armed fired")
+        except (StepError, ValueError) as err:
+            self.fail(point, str(err))
+        self.answer("go")
+
     def handle(self, point):
         self.seen[point] = self.seen.get(point, 0) + 1
+        if self.args.plan in ("tdr", "tdr-cdev"):
+            if point in TDR_ARMS:
+                self.tdr_arm(point)
+            elif point in (TDR_DONE, CDEV_TDR_DONE):
+                self.tdr_done(point)
+            else:
+                log(f"WARNING: {point}: not a point of plan tdr; answered go")
+                self.answer("go")
+            return
         if self.args.plan == "scanout" and point != "boot":
             if point == "scanout-stop-cont":
                 self.stop_cont_screens(point)
@@ -321,6 +435,8 @@ def main():
     ap.add_argument("--backend-log", required=True, help="the backend's log file")
     ap.add_argument("--plan", default="lifecycle", choices=sorted(PLAN_POINTS))
     ap.add_argument("--out-dir", default=".", help="where screendumps are kept (plan scanout)")
+    ap.add_argument("--backend-bin", help="the backend binary, for its ctl command (plan tdr)")
+    ap.add_argument("--ctl-socket", help="the backend's socket for ctl (plan tdr)")
     ap.add_argument("--step-timeout", type=float, default=30.0, help="seconds to wait for a backend line")
     ap.add_argument("--connect-timeout", type=float, default=60.0, help="seconds for QEMU to create the sockets")
     ap.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")

@@ -3,10 +3,15 @@
  * counts), then "GUEST-CSUMMARY <passed>/<total>". Exit code 1 when a check failed. */
 
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "linux_os.h"
 #include "wddm_gpu_dev.h"
@@ -513,6 +518,288 @@ static void test_reset(void)
     report("reset", !why[0], "RESET during a long submission: it completed with status %u, %d "
            "WAIT_EVENTs CANCELLED, next submission OK, VRAM kept%s%s", c.status, cancelled,
            why[0] ? ": " : "", why);
+}
+
+/* ---- tdr mode: timeout detection and recovery through the library (wddm-cdev-suite tdr) ----
+ * After the Rust driver's `tdr` scenario in the same boot, with the same host helper: at each
+ * sync point ("GUEST-SYNC <point>" on the console, the answer read from /dev/ttyS1) the host
+ * arms an injection with `vhost-user-wddm-gpu ctl`; the library's recovery calls then handle
+ * it as a KMD's DxgkDdiQueryCurrentFence and DxgkDdiResetFromTimeout would. */
+
+#define TDR_DELAY_US 2000000u /* the KMD's timeout per submission (TdrDelay) */
+#define SYNC_TIMEOUT_MS 120000
+static int sync_fd = -1;
+
+/* /dev/ttyS1 raw (no echo, no line editing), blocking reads; -1 when it cannot be opened. */
+static int sync_open(void)
+{
+    struct termios tio;
+    int fd = open("/dev/ttyS1", O_RDWR | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    if (tcgetattr(fd, &tio) != 0) {
+        close(fd);
+        return -1;
+    }
+    cfmakeraw(&tio);
+    tio.c_cflag |= CLOCAL | CREAD;
+    tio.c_cc[VMIN] = 1;
+    tio.c_cc[VTIME] = 0;
+    int flags = fcntl(fd, F_GETFL);
+    if (tcsetattr(fd, TCSANOW, &tio) != 0 || flags < 0 ||
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Prints "GUEST-SYNC <point>" and reads the host's answer line (at most SYNC_TIMEOUT_MS); its
+ * first word goes to `word`. 0 on an answer, -1 on a timeout or an error. */
+static int sync_point(const char *point, char *word, size_t n)
+{
+    char line[256];
+    size_t len = 0;
+    word[0] = 0;
+    if (sync_fd < 0)
+        return -1;
+    tcflush(sync_fd, TCIFLUSH);
+    printf("GUEST-SYNC %s\n", point);
+    fflush(stdout);
+    uint64_t deadline = mono_ms() + SYNC_TIMEOUT_MS;
+    for (;;) {
+        uint64_t now = mono_ms();
+        if (now >= deadline)
+            return -1;
+        struct pollfd p = {.fd = sync_fd, .events = POLLIN};
+        int ready = poll(&p, 1, (int)(deadline - now));
+        if (ready < 0)
+            return -1;
+        if (ready == 0)
+            continue;
+        char c;
+        if (read(sync_fd, &c, 1) != 1)
+            return -1;
+        if (c != '\n' && c != '\r') {
+            if (len < sizeof(line) - 1)
+                line[len++] = c;
+            continue;
+        }
+        line[len] = 0;
+        len = 0;
+        char first[64];
+        if (sscanf(line, "%63s", first) == 1) { /* blank lines are skipped */
+            snprintf(word, n, "%s", first);
+            return 0;
+        }
+    }
+}
+
+/* Syncs at `point` and expects "armed"; why not in `why`. */
+static int tdr_arm(const char *point, char *why, size_t n)
+{
+    char word[64];
+    if (sync_point(point, word, sizeof(word)) != 0)
+        snprintf(why, n, "no answer at sync point %s", point);
+    else if (strcmp(word, "armed") != 0)
+        snprintf(why, n, "the host answered \"%s\" at sync point %s", word, point);
+    return why[0] ? -1 : 0;
+}
+
+/* A buffer of one FILL of `len` bytes with `pattern` at VRAM offset `off`, the bytes there
+ * zeroed first. */
+static int tdr_fill_buffer(buffer *b, uint64_t off, uint64_t len, uint32_t pattern)
+{
+    if (!vram_cpu || off + len > VRAM_WINDOW || new_buffer(b, 4096))
+        return -1;
+    for (uint64_t i = 0; i < len; i++)
+        vram_cpu[off + i] = 0;
+    wddm_op_fill op = {pattern, vram->desc.id, vram->desc.base_address + off, len};
+    return wddm_pb_fill(&b->pb, &op) == WDDM_OK ? 0 : -1;
+}
+
+/* Whether VRAM at `off` holds the FILL (`ran`) or still zeros. */
+static int tdr_fill_landed(uint64_t off, uint64_t len, uint32_t pattern, int ran)
+{
+    for (uint64_t i = 0; i < len; i++) {
+        uint8_t want = ran ? (uint8_t)(pattern >> (8 * (i % 4))) : 0;
+        if (vram_cpu[off + i] != want)
+            return 0;
+    }
+    return 1;
+}
+
+static wddm_submit tdr_submission(buffer *b, uint32_t fence)
+{
+    wddm_submit s = {b->mem.bus, 0, WDDM_GPU_SUBMIT_FLAG_PAGING, (uint32_t)b->mem.size, 0,
+                     b->pb.used, fence};
+    return s;
+}
+
+/* Polls completions for the TDR delay: the completion, WDDM_E_TIMEOUT when none came. */
+static wddm_result tdr_wait(WddmGpuRespSubmit *out)
+{
+    uint64_t start = table.now_us(table.ctx);
+    while (table.now_us(table.ctx) - start < TDR_DELAY_US) {
+        wddm_result r = wddm_dev_poll(&dev);
+        if (r)
+            return r;
+        r = wddm_dev_next_completion(&dev, out);
+        if (r != WDDM_E_EMPTY)
+            return r;
+        table.stall_us(table.ctx, 200);
+    }
+    return WDDM_E_TIMEOUT;
+}
+
+/* lost-interrupt: the FILL runs, the status page says so, no answer comes; at the timeout
+ * wddm_dev_query_current_fence releases it. */
+static void test_tdr_lost_interrupt(void)
+{
+    buffer b;
+    char why[300] = "";
+    WddmGpuRespSubmit c = {0};
+    WddmGpuStatusPage page = {0};
+    uint32_t current = 0, released = 0, fence = ++next_fence;
+    const uint64_t off = 0x100000, len = 0x3000;
+    const uint32_t pattern = 0x4c4f5354u;
+    if (tdr_fill_buffer(&b, off, len, pattern))
+        snprintf(why, sizeof(why), "setup failed");
+    char armed[200] = "";
+    tdr_arm("ctdr-lost-interrupt", armed, sizeof(armed));
+    if (!why[0] && armed[0])
+        snprintf(why, sizeof(why), "%s", armed);
+    wddm_submit s = tdr_submission(&b, fence);
+    wddm_result r = why[0] ? WDDM_OK : wddm_dev_submit(&dev, &s);
+    if (r)
+        snprintf(why, sizeof(why), "submit: %s", wddm_result_name(r));
+    if (!why[0] && (r = tdr_wait(&c)) != WDDM_E_TIMEOUT)
+        snprintf(why, sizeof(why), "answered within the TDR delay (%s, fence %u): the "
+                 "interrupt was not lost", wddm_result_name(r), c.submission_fence_id);
+    if (!why[0] && (wddm_dev_status(&dev, &page) || page.completed_fence != fence))
+        snprintf(why, sizeof(why), "status page completed_fence %u, want %u (the work done)",
+                 page.completed_fence, fence);
+    if (!why[0] && (r = wddm_dev_query_current_fence(&dev, &current, &released)))
+        snprintf(why, sizeof(why), "query_current_fence: %s", wddm_result_name(r));
+    if (!why[0] && (current != fence || released != 1))
+        snprintf(why, sizeof(why), "current_fence %u released %u, want %u and 1", current,
+                 released, fence);
+    if (!why[0] && ((r = wddm_dev_next_completion(&dev, &c)) || c.submission_fence_id != fence ||
+                    c.status != WDDM_GPU_SUBMIT_STATUS_OK))
+        snprintf(why, sizeof(why), "the released completion: %s fence %u status %u",
+                 wddm_result_name(r), c.submission_fence_id, c.status);
+    if (!why[0] && !tdr_fill_landed(off, len, pattern, 1))
+        snprintf(why, sizeof(why), "the FILL is not in VRAM");
+    if (!why[0])
+        printf("TDR c: recovered lost interrupt fence %u (released %u)\n", fence, released);
+    report("tdr_lost_interrupt", !why[0], "fence %u: no answer within %u ms, status page "
+           "completed_fence %u, QUERY_ENGINE_STATUS current_fence %u released %u, completion "
+           "taken, FILL in VRAM%s%s", fence, TDR_DELAY_US / 1000, page.completed_fence, current,
+           released, why[0] ? ": " : "", why);
+}
+
+/* hang: two FILLs posted, the first hangs; at the timeout QUERY_ENGINE_STATUS says not
+ * responsive and wddm_dev_reset_from_timeout resets, resubmits the first (resubmittable) and
+ * reports the second; VRAM written before is kept. */
+static void test_tdr_hang(void)
+{
+    buffer a, b;
+    static wddm_tdr_report rep;
+    char why[300] = "";
+    WddmGpuRespSubmit c = {0};
+    WddmGpuRespEngineStatus st = {0};
+    uint32_t fa = ++next_fence, fb = ++next_fence;
+    const uint64_t off_a = 0x110000, off_b = 0x118000, len = 0x2000, keep = 0x120000;
+    const uint32_t pa = 0x48414e47u, pb = 0x42424242u;
+    if (tdr_fill_buffer(&a, off_a, len, pa) || tdr_fill_buffer(&b, off_b, len, pb))
+        snprintf(why, sizeof(why), "setup failed");
+    for (uint32_t i = 0; !why[0] && i < 0x1000; i++)
+        vram_cpu[keep + i] = (uint8_t)(i * 7 + 3);
+    char armed[200] = "";
+    tdr_arm("ctdr-hang", armed, sizeof(armed));
+    if (!why[0] && armed[0])
+        snprintf(why, sizeof(why), "%s", armed);
+    wddm_submit sa = tdr_submission(&a, fa), sb = tdr_submission(&b, fb);
+    wddm_result r = why[0] ? WDDM_OK : wddm_dev_submit(&dev, &sa);
+    if (!r && !why[0])
+        r = wddm_dev_submit(&dev, &sb);
+    if (r)
+        snprintf(why, sizeof(why), "submit: %s", wddm_result_name(r));
+    if (!why[0] && (r = tdr_wait(&c)) != WDDM_E_TIMEOUT)
+        snprintf(why, sizeof(why), "answered within the TDR delay (%s, fence %u)",
+                 wddm_result_name(r), c.submission_fence_id);
+    if (!why[0] && (r = wddm_dev_query_engine_status(&dev, WDDM_GPU_NODE_PAGING, &st)))
+        snprintf(why, sizeof(why), "query_engine_status: %s", wddm_result_name(r));
+    if (!why[0] && ((st.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE) || st.running_fence != fa ||
+                    st.queued != 1))
+        snprintf(why, sizeof(why), "engine status flags %#x running %u queued %u, want not "
+                 "responsive, %u, 1", st.flags, st.running_fence, st.queued, fa);
+    /* DxgkDdiResetFromTimeout: only the first may run again. */
+    if (!why[0] && (r = wddm_dev_reset_from_timeout(&dev, &sa, 1, 4, &rep)))
+        snprintf(why, sizeof(why), "reset_from_timeout: %s", wddm_result_name(r));
+    if (!why[0] && (rep.aborted_count != 2 || rep.aborted[0] != fa || rep.aborted[1] != fb ||
+                    rep.resubmitted_count != 1 || rep.resubmitted[0] != fa ||
+                    rep.reported_count != 1 || rep.reported[0] != fb))
+        snprintf(why, sizeof(why), "report: %u aborted, %u resubmitted, %u reported",
+                 rep.aborted_count, rep.resubmitted_count, rep.reported_count);
+    if (!why[0]) {
+        for (int i = 0; i < 50000 && (r = wddm_dev_poll(&dev)) == WDDM_OK &&
+                        (r = wddm_dev_next_completion(&dev, &c)) == WDDM_E_EMPTY;
+             i++)
+            table.stall_us(table.ctx, 200);
+        if (r || c.submission_fence_id != fa || c.status != WDDM_GPU_SUBMIT_STATUS_OK)
+            snprintf(why, sizeof(why), "the resubmission: %s fence %u status %u",
+                     wddm_result_name(r), c.submission_fence_id, c.status);
+    }
+    if (!why[0] && (!tdr_fill_landed(off_a, len, pa, 1) || !tdr_fill_landed(off_b, len, pb, 0)))
+        snprintf(why, sizeof(why), "VRAM: the resubmitted FILL missing or the reported one ran");
+    for (uint32_t i = 0; !why[0] && i < 0x1000; i++)
+        if (vram_cpu[keep + i] != (uint8_t)(i * 7 + 3))
+            snprintf(why, sizeof(why), "VRAM written before the hang changed at %#x", i);
+    WddmGpuStatusPage page;
+    if (!why[0] && wddm_dev_status(&dev, &page))
+        snprintf(why, sizeof(why), "the status page is not registered again");
+    if (!why[0])
+        printf("TDR c: reset after the hang of fence %u: aborted %u, %u; resubmitted %u; "
+               "reported %u\n", fa, fa, fb, fa, fb);
+    report("tdr_hang", !why[0], "fences %u (resubmittable) and %u: engine not responsive, "
+           "RESET, %u aborted, %u resubmitted and done, %u reported, VRAM kept, status page "
+           "and %u WAIT_EVENTs again%s%s", fa, fb, rep.aborted_count, rep.resubmitted_count,
+           rep.reported_count, wddm_dev_events_posted(&dev), why[0] ? ": " : "", why);
+}
+
+static int main_tdr(const char *bdf)
+{
+    if (linux_os_open(&los, bdf, &table)) {
+        report("device_init", 0, "no GPU function usable through sysfs");
+        return 1;
+    }
+    sync_fd = sync_open();
+    if (test_init()) {
+        test_segments();
+        wddm_result r = wddm_dev_status_page_register(&dev);
+        if (!r)
+            r = wddm_dev_post_events(&dev, 4);
+        report("tdr_status_page_and_events", r == WDDM_OK, "%s", wddm_result_name(r));
+        test_tdr_lost_interrupt();
+        test_tdr_hang();
+        char word[64];
+        int done = sync_point("ctdr-done", word, sizeof(word)) == 0 && strcmp(word, "go") == 0;
+        report("tdr_host_done", done, "the host's answer at sync point ctdr-done: \"%s\"", word);
+        wddm_dev_teardown(&dev);
+    }
+    if (sync_fd >= 0)
+        close(sync_fd);
+    linux_os_close(&los);
+    printf("GUEST-CSUMMARY %d/%d passed\n", passed, total);
+    return passed == total ? 0 : 1;
 }
 
 /* ---- gpuva mode: GPU virtual addressing through the library (wddm-cdev-suite gpuva) ----
@@ -1584,6 +1871,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "gpuva") == 0)
         return main_gpuva(argc > 2 ? argv[2] : NULL);
+    if (argc > 1 && strcmp(argv[1], "tdr") == 0)
+        return main_tdr(argc > 2 ? argv[2] : NULL);
     if (linux_os_open(&los, argc > 1 ? argv[1] : NULL, &table)) {
         report("device_init", 0, "no GPU function usable through sysfs");
         return 1;
