@@ -516,6 +516,11 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
     let preempt = h.post_preempt();
     assert_eq!(h.wait_preempt(preempt).preempted_count, 0);
     assert!(!h.is_answered(&hung), "a PREEMPT stopped a hung submission");
+    let node = h.backend.ctl_ok("node");
+    assert!(
+        node.contains("node 1 (virtual): HUNG\n  running fence 63\n  queued 0\n  page faults 1\n"),
+        "{node}"
+    );
     ok_nodata(&mut h, reset_engine().as_bytes());
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
     assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");

@@ -19,6 +19,7 @@ use super::contexts::Contexts;
 use super::inject::{Injector, Listing};
 use super::reply::Notify;
 use super::scheduler::{NodeProbe, NodeState};
+use super::virtual_node::{VirtualNodeState, VirtualProbe};
 use crate::layout::SegmentLayout;
 use crate::memory::gart::MappedRun;
 use crate::memory::guest_ram::GuestRam;
@@ -52,6 +53,7 @@ requests (add --json for JSON):
 pub struct GpuControl {
     pub(super) injector: Arc<Injector>,
     pub(super) node: NodeProbe,
+    pub(super) virtual_node: VirtualProbe,
     pub(super) layout: Arc<SegmentLayout>,
     pub(super) vram: Arc<Vram>,
     pub(super) notify: Arc<Mutex<Notify>>,
@@ -410,8 +412,18 @@ impl GpuControl {
 
     fn node(&self, as_json: bool) -> Result<Vec<u8>, String> {
         let view = NodeView::from(self.node.state());
+        let virtual_node = self.virtual_node.state();
         if as_json {
-            return json(&view);
+            #[derive(Serialize)]
+            struct Nodes {
+                paging: NodeView,
+                #[serde(rename = "virtual")]
+                virtual_node: VirtualNodeState,
+            }
+            return json(&Nodes {
+                paging: view,
+                virtual_node,
+            });
         }
         let running = view
             .running_fence
@@ -426,14 +438,37 @@ impl GpuControl {
         if state.is_empty() {
             state.push("running");
         }
-        Ok(format!(
+        let mut out = format!(
             "node 0 (paging): {}\n  last completed fence {}\n  running fence {running}\n  queued {}\n  answers held by a lost interrupt {}\n",
             state.join(", "),
             view.last_completed_fence,
             view.queued,
             view.held_answers
-        )
-        .into_bytes())
+        );
+        let mut state = Vec::new();
+        if virtual_node.hung {
+            state.push("HUNG");
+        }
+        if virtual_node.faulted {
+            state.push("FAULTED (until RESET_ENGINE)");
+        }
+        if virtual_node.paused {
+            state.push("paused");
+        }
+        if state.is_empty() {
+            state.push("running");
+        }
+        let _ = write!(
+            out,
+            "node 1 (virtual): {}\n  running fence {}\n  queued {}\n  page faults {}\n",
+            state.join(", "),
+            virtual_node
+                .running_fence
+                .map_or("none".to_string(), |fence| fence.to_string()),
+            virtual_node.queued,
+            virtual_node.page_faults
+        );
+        Ok(out.into_bytes())
     }
 
     fn faults(&self, as_json: bool) -> Result<Vec<u8>, String> {

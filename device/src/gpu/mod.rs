@@ -153,6 +153,7 @@ impl PagingGpu {
         GpuControl {
             injector: self.injector.clone(),
             node: self.scheduler.probe(),
+            virtual_node: self.virtual_node.probe(),
             layout: self.layout.clone(),
             vram: self.vram.clone(),
             notify: self.notify.clone(),

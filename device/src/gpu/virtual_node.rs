@@ -67,6 +67,8 @@ enum Stopping {
 struct State {
     jobs: VecDeque<Job>,
     running: bool,
+    /// The running submission's fence (live inspection).
+    running_fence: u32,
     parked: bool,
     paused: bool,
     /// The running submission is hung (an injection): only RESET_ENGINE or a reset ends it.
@@ -91,6 +93,42 @@ struct Shared {
     wake: Condvar,
     /// The running submission ended or parked.
     idle: Condvar,
+}
+
+/// The virtual node at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct VirtualNodeState {
+    /// The running submission's fence.
+    pub running_fence: Option<u32>,
+    /// Submissions waiting.
+    pub queued: usize,
+    /// A page fault stopped the node (until RESET_ENGINE).
+    pub faulted: bool,
+    /// The running submission is hung (an injection).
+    pub hung: bool,
+    /// The frontend paused the device.
+    pub paused: bool,
+    /// Page faults since the device started.
+    pub page_faults: u64,
+}
+
+/// Reads the virtual node's state from another thread (live inspection).
+#[derive(Clone)]
+pub struct VirtualProbe(Arc<Shared>);
+
+impl VirtualProbe {
+    /// What the virtual node is doing now (its state lock, briefly).
+    pub fn state(&self) -> VirtualNodeState {
+        let state = lock(&self.0.state);
+        VirtualNodeState {
+            running_fence: state.running.then_some(state.running_fence),
+            queued: state.jobs.len(),
+            faulted: state.faulted,
+            hung: state.hung,
+            paused: state.paused,
+            page_faults: state.page_faults,
+        }
+    }
 }
 
 /// The virtual node and its thread.
@@ -137,6 +175,11 @@ impl VirtualNode {
             shared,
             worker: Mutex::new(Some(worker)),
         })
+    }
+
+    /// A handle that reads the node's state from another thread.
+    pub fn probe(&self) -> VirtualProbe {
+        VirtualProbe(self.shared.clone())
     }
 
     /// Queues a SUBMIT_VIRTUAL; it is answered when it ends.
@@ -288,6 +331,7 @@ impl Shared {
                     if !state.paused && state.stopping.is_none() {
                         if let Some(job) = state.jobs.pop_front() {
                             state.running = true;
+                            state.running_fence = job.cmd.submission_fence_id;
                             break (job, state.faulted);
                         }
                     }

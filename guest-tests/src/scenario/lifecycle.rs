@@ -235,7 +235,7 @@ pub fn run(options: &Options) -> bool {
         Ok(answer) => not_run(
             &mut tally,
             format!(
-                "the host answered {answer:?} to GUEST-SYNC {BOOT} (want {FIRST} or {AFTER_RESET})"
+                "the host answered {answer:?} at sync point {BOOT} (want {FIRST} or {AFTER_RESET})"
             ),
         ),
         Err(err) => not_run(&mut tally, err.to_string()),
@@ -309,7 +309,7 @@ fn across_pause<T>(
 fn sync_go(port: &mut SyncPort, point: &str) -> Outcome {
     let answer = port.sync(point, SYNC_TIMEOUT)?;
     ensure(answer == GO, || {
-        format!("the host answered {answer:?} to GUEST-SYNC {point}, expected {GO}")
+        format!("the host answered {answer:?} at sync point {point}, expected {GO}")
     })
 }
 
@@ -453,7 +453,7 @@ fn first_boot(tally: &mut Tally, port: &mut SyncPort, options: &Options) {
             return;
         }
         Ok(answer) => format!(
-            "the host answered {answer:?} to GUEST-SYNC {RESET_POINT} instead of resetting the VM"
+            "the host answered {answer:?} at sync point {RESET_POINT} instead of resetting the VM"
         ),
         Err(err) => format!("the VM was not reset: {err}"),
     };

@@ -439,7 +439,7 @@ pub fn run(options: &Options) -> bool {
             &mut tally,
             &TESTS,
             &format!(
-                "the host answered {answer:?} to GUEST-SYNC {BOOT} (want {FIRST} or {AFTER_RESET})"
+                "the host answered {answer:?} at sync point {BOOT} (want {FIRST} or {AFTER_RESET})"
             ),
         ),
         Err(err) => not_run(&mut tally, &TESTS, &err.to_string()),
