@@ -3,6 +3,8 @@
 //! with vm-memory volatile slices. Every run is a checked range ([`VramRange`] or [`RamRange`]),
 //! so walking it needs no overflow checks.
 
+use std::ops::Range;
+
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{GuestMemoryBackend, VolatileSlice};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
@@ -318,10 +320,8 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     debug_assert_eq!(location.len(), buf.len() as u64);
-    let (mut location, mut buf) = (location, buf);
-    while !buf.is_empty() && location.len() > 0 {
-        let piece = in_one_slice(location, mem)?;
-        let (head, tail) = buf.split_at_mut(fitting(piece.len(), buf.len()));
+    slice_pieces(location, buf.len(), mem, |piece, at| {
+        let head = &mut buf[at];
         let store = match piece {
             Location::Vram(range) => {
                 vram_slice(mem, range)?.copy_to(head);
@@ -336,8 +336,25 @@ pub(super) fn read_location<M: GuestMemoryBackend>(
         if let Some(capture) = mem.ram.capture() {
             capture.bytes(store, kind, piece.start(), head);
         }
-        location.advance(piece.len());
-        buf = tail;
+        Ok(())
+    })
+}
+
+/// Walks `location` a piece inside one slice at a time ([`in_one_slice`]), each with where its
+/// bytes sit in a buffer of `len` bytes that stands for the whole location.
+fn slice_pieces<M: GuestMemoryBackend>(
+    location: Location,
+    len: usize,
+    mem: &DeviceMemory<'_, M>,
+    mut each: impl FnMut(Location, Range<usize>) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let (mut location, mut done) = (location, 0);
+    while done < len && location.len() > 0 {
+        let piece = in_one_slice(location, mem)?;
+        let step = fitting(piece.len(), len - done);
+        each(piece.sub(0, step as u64), done..done + step)?;
+        location.advance(step as u64);
+        done += step;
     }
     Ok(())
 }
@@ -391,18 +408,14 @@ pub(super) fn write_location<M: GuestMemoryBackend>(
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
     debug_assert_eq!(location.len(), buf.len() as u64);
-    let (mut location, mut buf) = (location, buf);
-    while !buf.is_empty() && location.len() > 0 {
-        let piece = in_one_slice(location, mem)?;
-        let (head, tail) = buf.split_at(fitting(piece.len(), buf.len()));
+    slice_pieces(location, buf.len(), mem, |piece, at| {
+        let head = &buf[at];
         match piece {
             Location::Vram(range) => vram_slice(mem, range)?.copy_from(head),
             Location::Guest(range) => slice_of_checked_ram(mem, range)?.copy_from(head),
         };
-        location.advance(piece.len());
-        buf = tail;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Reads `buf.len()` bytes at `offset` of the VRAM address space, which the layout placed but

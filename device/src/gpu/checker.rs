@@ -356,18 +356,14 @@ impl Checker {
         if endpoint.segment_id == 0 || length == 0 {
             return;
         }
-        let Some(last) = endpoint.address.checked_add(length - 1) else {
-            return;
-        };
+        // Resolved ranges are checked: their ends cannot overflow.
         match self
             .layout
             .resolve(endpoint.segment_id, endpoint.address, length)
         {
             Ok(Resolved::Aperture(range)) => {
                 let first = range.start() >> WDDM_GPU_PAGE_SHIFT;
-                let count = ((range.start() + (last - endpoint.address)) >> WDDM_GPU_PAGE_SHIFT)
-                    - first
-                    + 1;
+                let count = range.end().div_ceil(WDDM_GPU_PAGE_SIZE) - first;
                 let segment = endpoint.segment_id;
                 let Some(pages) = pages_mut(state, segment, first, count) else {
                     return;
@@ -384,13 +380,12 @@ impl Checker {
                 }
             }
             Ok(Resolved::Vram(range)) => {
-                let end = range.start() + range.len();
+                let end = range.end();
                 if end <= self.bar_size {
                     return;
                 }
                 let from = range.start().max(self.bar_size) - self.bar_size;
                 let to = end - self.bar_size;
-                let pages = (from >> WDDM_GPU_PAGE_SHIFT)..to.div_ceil(WDDM_GPU_PAGE_SIZE);
                 if write {
                     // Only whole pages count as written (a partial write leaves the rest).
                     let whole = from.div_ceil(WDDM_GPU_PAGE_SIZE)..(to >> WDDM_GPU_PAGE_SHIFT);
@@ -399,7 +394,8 @@ impl Checker {
                     }
                     return;
                 }
-                if let Some(page) = pages.clone().find(|&page| !bit(&state.written, page)) {
+                let mut pages = (from >> WDDM_GPU_PAGE_SHIFT)..to.div_ceil(WDDM_GPU_PAGE_SIZE);
+                if let Some(page) = pages.find(|&page| !bit(&state.written, page)) {
                     found.push((
                         WarningKind::UnwrittenVramRead,
                         format!(

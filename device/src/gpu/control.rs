@@ -28,6 +28,7 @@ use crate::mmu::fault::Access;
 use crate::mmu::tables::DeviceTables;
 use crate::mmu::walk::{walk_path, Target, MAX_LEVELS};
 use crate::observe::endpoint::ControlHandler;
+use crate::support::number::parse_u64;
 use crate::support::sync::lock;
 
 /// Most VRAM bytes one `vram` request shows.
@@ -197,11 +198,7 @@ fn json(value: &impl Serialize) -> Result<Vec<u8>, String> {
 
 /// A number in decimal or with a `0x` prefix.
 fn number(word: &str, what: &str) -> Result<u64, String> {
-    let parsed = match word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => word.parse(),
-    };
-    parsed.map_err(|_| format!("{what} {word:?} is not a number (decimal or 0x hex)"))
+    parse_u64(word).ok_or_else(|| format!("{what} {word:?} is not a number (decimal or 0x hex)"))
 }
 
 impl GpuControl {

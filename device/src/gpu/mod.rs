@@ -29,8 +29,7 @@ use wddm_gpu_abi::context::{
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuRespCapsetInfo, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER,
     VIRTIO_GPU_RESP_ERR_UNSPEC, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
-    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_SUBMIT,
-    WDDM_GPU_RESP_SUBMIT_VIRTUAL,
+    VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_RESP_ENGINE_STATUS,
 };
 use wddm_gpu_abi::gpuva::{WddmGpuMmuCaps, WDDM_GPU_MMU_CAPSET_ID, WDDM_GPU_MMU_CAPSET_VERSION};
 use wddm_gpu_abi::request::ControlCommand;
@@ -49,7 +48,7 @@ use self::inject::spec::Action;
 use self::inject::Injector;
 use self::power::{lose_contents, Power, Transition};
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
-use self::scheduler::{Instruments, NodeState, Paused, ResetBy, Scheduler};
+use self::scheduler::{submit_response, Instruments, NodeState, Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
 use self::virtual_node::VirtualNode;
 use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
@@ -244,26 +243,18 @@ impl PagingGpu {
                     "SUBMIT fence {} while the adapter is below D0: refused unexecuted",
                     cmd.submission_fence_id
                 );
-                let response = WddmGpuRespSubmit {
-                    hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT),
-                    submission_fence_id: cmd.submission_fence_id,
-                    status: SubmitStatus::BadCommand as u32,
-                    ..Default::default()
-                };
-                response.as_bytes().to_vec()
+                submit_response(cmd.submission_fence_id, SubmitStatus::BadCommand)
+                    .as_bytes()
+                    .to_vec()
             }
             ControlCommand::SubmitVirtual(cmd) if self.power.is_down() => {
                 crate::guest_warn!(
                     "SUBMIT_VIRTUAL fence {} while the adapter is below D0: refused unexecuted",
                     cmd.submission_fence_id
                 );
-                let response = WddmGpuRespSubmitVirtual {
-                    hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
-                    submission_fence_id: cmd.submission_fence_id,
-                    status: SubmitStatus::BadCommand as u32,
-                    ..Default::default()
-                };
-                response.as_bytes().to_vec()
+                virtual_node::response(cmd.submission_fence_id, SubmitStatus::BadCommand)
+                    .as_bytes()
+                    .to_vec()
             }
             ControlCommand::SetPowerState(cmd) => match self.power.set(&cmd) {
                 Ok(transition) => {

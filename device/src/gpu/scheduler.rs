@@ -375,7 +375,8 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 }
 
-fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
+/// A SUBMIT answer with this fence and status and nothing else.
+pub(super) fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmit {
     WddmGpuRespSubmit {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT),
         submission_fence_id: fence_id,

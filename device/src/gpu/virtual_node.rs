@@ -137,7 +137,8 @@ pub struct VirtualNode {
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmitVirtual {
+/// A SUBMIT_VIRTUAL answer with this fence and status and nothing else.
+pub(super) fn response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmitVirtual {
     WddmGpuRespSubmitVirtual {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
         submission_fence_id: fence_id,

@@ -17,6 +17,8 @@ use std::time::Duration;
 use wddm_gpu_abi::context::{WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL};
 use wddm_gpu_abi::submit::SubmitStatus;
 
+use crate::support::number::parse_u64;
+
 /// Longest delay a `slow` or `preempt-slow` may ask for: a test wants a TDR, not a stuck VM.
 pub const MAX_DELAY: Duration = Duration::from_secs(600);
 
@@ -404,14 +406,7 @@ fn check_node(action: Action, node: u32) -> Result<(), SpecError> {
 
 /// An address in decimal or with a `0x` prefix.
 fn address_value(key: &'static str, value: &str) -> Result<u64, SpecError> {
-    let parsed = match value
-        .strip_prefix("0x")
-        .or_else(|| value.strip_prefix("0X"))
-    {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => value.parse().ok(),
-    };
-    parsed.ok_or_else(|| SpecError::Value {
+    parse_u64(value).ok_or_else(|| SpecError::Value {
         key,
         value: value.to_string(),
         why: "not an address (decimal or 0x hex)",
