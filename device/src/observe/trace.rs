@@ -24,9 +24,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -34,7 +33,7 @@ use serde::{Serialize, Serializer};
 
 use crate::engine::record::{Direction, PacketRecord, Traffic};
 use crate::observe::stats::{self, SubmissionRecord};
-use crate::support::sync::lock;
+use crate::support::writer_thread::WriterThread;
 
 /// Track (`tid`) of the GPU engine, where every submission and packet goes.
 const ENGINE_TRACK: u32 = 1;
@@ -105,8 +104,7 @@ struct TraceLimits {
 /// file I/O happen on a writer thread of their own, never under the engine's or the backend's
 /// locks.
 pub struct Trace {
-    queue: Mutex<Option<SyncSender<Record>>>,
-    writer: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    writer: WriterThread<Record>,
     shared: Arc<TraceLimits>,
 }
 
@@ -221,13 +219,10 @@ impl Trace {
         writer.metadata("process_name", 0, "vhost-user-wddm-gpu")?;
         writer.metadata("thread_name", ENGINE_TRACK, "GPU engine (node 0)")?;
         writer.out.flush()?;
-        let (queue, records) = sync_channel(QUEUE_RECORDS);
-        let thread = std::thread::Builder::new()
-            .name("wddm-gpu-trace".into())
-            .spawn(move || writer.run(records))?;
         Ok(Self {
-            queue: Mutex::new(Some(queue)),
-            writer: Mutex::new(Some(thread)),
+            writer: WriterThread::start("wddm-gpu-trace", QUEUE_RECORDS, move |records| {
+                writer.run(records)
+            })?,
             shared,
         })
     }
@@ -247,14 +242,10 @@ impl Trace {
     /// Queues a record for the writer thread without waiting; a full queue drops it (counted,
     /// and logged once).
     fn record(&self, record: Record) {
-        let queue = lock(&self.queue);
-        let Some(queue) = queue.as_ref() else {
-            return;
-        };
-        if let Err(TrySendError::Full(_)) = queue.try_send(record) {
-            if self.shared.queue_full.fetch_add(1, Ordering::Relaxed) == 0 {
-                warn!("trace: the writer is behind; events are left out (counted) until it catches up");
-            }
+        if self.writer.send_or_drop(record)
+            && self.shared.queue_full.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            warn!("trace: the writer is behind; events are left out (counted) until it catches up");
         }
     }
 
@@ -276,11 +267,7 @@ impl Trace {
     /// Waits until everything recorded so far is in the file.
     pub fn sync(&self) {
         let (done, wait) = sync_channel(1);
-        let sent = match lock(&self.queue).as_ref() {
-            Some(queue) => queue.send(Record::Sync(done)).is_ok(),
-            None => false,
-        };
-        if sent {
+        if self.writer.send(Record::Sync(done)) {
             let _ = wait.recv();
         }
     }
@@ -288,13 +275,7 @@ impl Trace {
     /// Writes what is queued, then the closing `]`, and stops the writer thread; later events
     /// are dropped. Dropping the trace does this too.
     pub fn finish(&self) -> io::Result<()> {
-        drop(lock(&self.queue).take());
-        match lock(&self.writer).take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the trace writer panicked"))),
-            None => Ok(()),
-        }
+        self.writer.finish()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Small helpers every layer may use: locking, rate-limited guest warnings, size and number
-//! parsing, claiming a socket path, and checked byte spans. Nothing here knows about the device.
+//! parsing, claiming a socket path, checked byte spans, and a file writer on its own thread. Nothing here knows about the device.
 
 pub mod guest_log;
 pub mod number;
@@ -7,3 +7,4 @@ pub mod size;
 pub mod socket_path;
 pub mod span;
 pub mod sync;
+pub mod writer_thread;

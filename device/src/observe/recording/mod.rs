@@ -18,7 +18,6 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Mutex;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use log::warn;
@@ -26,6 +25,7 @@ use log::warn;
 use self::format::{encode_entry, encode_header, Entry, Header, MemoryTable, ResetBy, Run};
 use crate::memory::capture::ReadCapture;
 use crate::support::sync::lock;
+use crate::support::writer_thread::WriterThread;
 
 /// Entries waiting for the writer, at most; past that the executing thread waits.
 pub const QUEUE_ENTRIES: usize = 64;
@@ -53,8 +53,7 @@ enum Message {
 pub struct Recorder {
     base: Instant,
     data: bool,
-    queue: Mutex<Option<SyncSender<Message>>>,
-    writer: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    writer: WriterThread<Message>,
     /// The memory table last written, so it is written again only when it changes, and the
     /// regions of the latest submission's (reused).
     last_table: Mutex<(Option<MemoryTable>, Vec<Range<u64>>)>,
@@ -68,15 +67,13 @@ impl Recorder {
         encode_header(header, &mut bytes).map_err(io::Error::other)?;
         out.write_all(&bytes)?;
         out.flush()?;
-        let (queue, messages) = sync_channel(QUEUE_ENTRIES);
-        let writer = std::thread::Builder::new()
-            .name("wddm-gpu-record".into())
-            .spawn(move || write_entries(out, messages))?;
+        let writer = WriterThread::start("wddm-gpu-record", QUEUE_ENTRIES, move |messages| {
+            write_entries(out, messages)
+        })?;
         Ok(Self {
             base: Instant::now(),
             data: header.data,
-            queue: Mutex::new(Some(queue)),
-            writer: Mutex::new(Some(writer)),
+            writer,
             last_table: Mutex::new((None, Vec::new())),
         })
     }
@@ -95,11 +92,8 @@ impl Recorder {
     }
 
     fn send(&self, message: Message) {
-        let queue = lock(&self.queue);
-        if let Some(queue) = queue.as_ref() {
-            // Waits for room: a recording loses nothing. Fails only once the writer ended.
-            let _ = queue.send(message);
-        }
+        // Waits for room: a recording loses nothing. Fails only once the writer ended.
+        self.writer.send(message);
     }
 
     /// A submission ran over this memory table: the table goes first when it changed.
@@ -151,13 +145,7 @@ impl Recorder {
     /// Writes what is queued and stops the writer; later entries are dropped. Dropping the
     /// recorder does this too.
     pub fn finish(&self) -> io::Result<()> {
-        drop(lock(&self.queue).take());
-        match lock(&self.writer).take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the recording writer panicked"))),
-            None => Ok(()),
-        }
+        self.writer.finish()
     }
 }
 
