@@ -405,16 +405,9 @@ impl PagingNode {
     /// (PREEMPTED, or completed before the preemption); the preempted ones are resubmitted in
     /// order with their fences.
     fn resubmit_preempted(&mut self, e: &mut Engine, rec: &mut Recovery) -> Outcome {
-        let timeout = e.device.control.timeout();
         let mut again = Vec::new();
-        for mut f in std::mem::take(&mut self.in_flight) {
+        for (mut f, done) in self.collect_in_flight(e, "the PREEMPT")? {
             let fence = f.sub.cmd.submission_fence_id;
-            let answer = e
-                .device
-                .control
-                .wait(f.ticket, timeout)
-                .map_err(|err| Failure(format!("fence {fence} after the PREEMPT: {err}")))?;
-            let done = gpu::decode_submit(&f.sub.cmd, &answer.bytes)?;
             match done.status {
                 SubmitStatus::Preempted => {
                     f.preempted += 1;
@@ -428,17 +421,46 @@ impl PagingNode {
                 }
             }
         }
-        self.last_progress = Instant::now();
         let fences: Vec<u32> = again
             .iter()
             .map(|f| f.sub.cmd.submission_fence_id)
             .collect();
+        self.post_again(e, again)?;
+        println!("TDR resubmitted preempted fences {fences:?}");
+        Ok(())
+    }
+
+    /// Every submission in flight with its answer, each waited for (at most the device's
+    /// timeout) now that `after` (a PREEMPT or a RESET) brings them all back.
+    fn collect_in_flight(
+        &mut self,
+        e: &mut Engine,
+        after: &str,
+    ) -> Outcome<Vec<(InFlight, Completion)>> {
+        let timeout = e.device.control.timeout();
+        std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .map(|f| {
+                let fence = f.sub.cmd.submission_fence_id;
+                let answer = e
+                    .device
+                    .control
+                    .wait(f.ticket, timeout)
+                    .map_err(|err| Failure(format!("fence {fence} after {after}: {err}")))?;
+                let done = gpu::decode_submit(&f.sub.cmd, &answer.bytes)?;
+                Ok((f, done))
+            })
+            .collect()
+    }
+
+    /// Posts `again` once more, in order, as in flight from now on.
+    fn post_again(&mut self, e: &mut Engine, again: Vec<InFlight>) -> Outcome {
         for mut f in again {
             f.ticket = e.device.control.post_submit(&f.sub.cmd)?;
             f.posted = Instant::now();
             self.in_flight.push_back(f);
         }
-        println!("TDR resubmitted preempted fences {fences:?}");
+        self.last_progress = Instant::now();
         Ok(())
     }
 
@@ -460,20 +482,13 @@ impl PagingNode {
         ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
             format!("RESET answered {answer:#06x}, expected OK_NODATA")
         })?;
-        let timeout = e.device.control.timeout();
         let mut report = ResetReport {
             why,
             ..ResetReport::default()
         };
         let mut again = Vec::new();
-        for mut f in std::mem::take(&mut self.in_flight) {
+        for (mut f, done) in self.collect_in_flight(e, "the RESET")? {
             let fence = f.sub.cmd.submission_fence_id;
-            let answer = e
-                .device
-                .control
-                .wait(f.ticket, timeout)
-                .map_err(|err| Failure(format!("fence {fence} after the RESET: {err}")))?;
-            let done = gpu::decode_submit(&f.sub.cmd, &answer.bytes)?;
             match done.status {
                 SubmitStatus::Reset => {
                     report.aborted.push(fence);
@@ -495,6 +510,7 @@ impl PagingNode {
                 }
             }
         }
+        let timeout = e.device.control.timeout();
         report.events = c.events.collect_all(&mut e.device.control, timeout)?;
         let kinds: Vec<&str> = report
             .events
@@ -517,12 +533,7 @@ impl PagingNode {
             c.events.posted(),
             report.probe_fence
         );
-        for mut f in again {
-            f.ticket = e.device.control.post_submit(&f.sub.cmd)?;
-            f.posted = Instant::now();
-            self.in_flight.push_back(f);
-        }
-        self.last_progress = Instant::now();
+        self.post_again(e, again)?;
         println!(
             "TDR resubmitted fences {:?}; reported (not resubmittable) fences {:?}",
             report.resubmitted, report.reported
