@@ -60,6 +60,7 @@ pub use model::gpu::Gpu;
 pub use observe::echo;
 pub use observe::endpoint;
 pub use observe::recording::format::Outcome as RecordedOutcome;
+pub use observe::stats::watch::{watch, WatchError, WatchOptions};
 pub use observe::stats::Stats;
 pub use observe::trace::Trace;
 pub use replay::{replay, Mismatch, ReplayError, ReplayOptions, ReplayReport};

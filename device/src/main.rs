@@ -11,8 +11,8 @@ use vhost_user_wddm_gpu::display::edid::MAX_EDID_DIMENSION;
 use vhost_user_wddm_gpu::display::DisplayConfig;
 use vhost_user_wddm_gpu::support::size::parse_size;
 use vhost_user_wddm_gpu::{
-    dxgk_values, endpoint, replay, BarModeRequest, LayoutReport, ReplayError, ReplayOptions,
-    ReplayReport,
+    dxgk_values, endpoint, replay, watch, BarModeRequest, LayoutReport, ReplayError, ReplayOptions,
+    ReplayReport, WatchError, WatchOptions,
 };
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
@@ -193,9 +193,14 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
-        /// Print again every SECS seconds until interrupted.
+        /// Watch every SECS seconds until interrupted: the table becomes a live view (rates per
+        /// packet kind, node and segment, queue depth, latency bars, faults and injections)
+        /// redrawn in place on a terminal; --json and --prometheus print again.
         #[arg(long, value_name = "SECS", value_parser = parse_interval)]
         watch: Option<Duration>,
+        /// With --watch: stop after N frames.
+        #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
     /// Arm and list fault injections and inspect a running backend: `ctl SOCKET arm hang
     /// fence=7`, `ctl SOCKET list`, `ctl SOCKET node --json`, `ctl SOCKET vram 0x1000 256`
@@ -254,6 +259,7 @@ fn main() -> ExitCode {
             prometheus,
             json,
             watch,
+            count,
         }) => {
             let request = if prometheus {
                 "prometheus"
@@ -262,7 +268,18 @@ fn main() -> ExitCode {
             } else {
                 "table"
             };
-            stats_command(&socket, request, watch)
+            let path = stats_socket_for(&socket);
+            match watch {
+                Some(interval) if request == "table" => watch_command(
+                    &path,
+                    WatchOptions {
+                        interval,
+                        frames: count,
+                        terminal: std::io::stdout().is_terminal(),
+                    },
+                ),
+                _ => stats_command(&path, request, watch.map(|interval| (interval, count))),
+            }
         }
         Some(Command::Ctl { socket, request }) => ctl_command(&socket, &request.join(" ")),
         Some(Command::Replay {
@@ -438,44 +455,66 @@ fn stats_socket_for(socket: &Path) -> PathBuf {
     }
 }
 
-fn stats_command(socket: &Path, request: &str, watch: Option<Duration>) -> ExitCode {
-    let path = stats_socket_for(socket);
-    let clear = watch.is_some() && request == "table" && std::io::stdout().is_terminal();
+/// `stats SOCKET`: one rendering of the stats endpoint at `path`, or with `repeat` (interval,
+/// frames) one every interval.
+fn stats_command(path: &Path, request: &str, repeat: Option<(Duration, Option<u64>)>) -> ExitCode {
     let mut separator = "";
+    let mut printed = 0u64;
     loop {
-        let answer = match endpoint::query(&path, request) {
+        let answer = match endpoint::query(path, request) {
             Ok(answer) => answer,
-            Err(error) => {
-                let at = path.display();
-                match error.kind() {
-                    ErrorKind::NotFound | ErrorKind::ConnectionRefused => eprintln!(
-                        "vhost-user-wddm-gpu: error: no stats endpoint at {at}: {error} \
-                         (is the backend running? it serves --stats-socket, by default its \
-                         --socket-path with .stats appended)"
-                    ),
-                    _ => eprintln!("vhost-user-wddm-gpu: error: stats endpoint {at}: {error}"),
-                }
-                return ExitCode::from(EXIT_INVALID);
-            }
+            Err(error) => return stats_unreachable(path, &error),
         };
         let mut stdout = std::io::stdout().lock();
-        let written = if clear {
-            // Home and clear the screen so the table stays in place.
-            write!(stdout, "\x1b[H\x1b[2J{answer}")
-        } else {
-            write!(stdout, "{separator}{answer}")
-        };
-        if written.and_then(|()| stdout.flush()).is_err() {
+        if write!(stdout, "{separator}{answer}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
             // A closed pipe (e.g. `| head`): nothing more to show.
             return ExitCode::SUCCESS;
         }
         drop(stdout);
-        let Some(interval) = watch else {
+        printed += 1;
+        let Some((interval, frames)) = repeat else {
             return ExitCode::SUCCESS;
         };
+        if frames.is_some_and(|frames| printed >= frames) {
+            return ExitCode::SUCCESS;
+        }
         std::thread::sleep(interval);
         separator = "\n";
     }
+}
+
+/// `stats --watch SECS SOCKET`: the live view until interrupted.
+fn watch_command(path: &Path, options: WatchOptions) -> ExitCode {
+    match watch(path, options, std::io::stdout().lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(WatchError::Query { source, .. }) => stats_unreachable(path, &source),
+        Err(error) => {
+            eprintln!("vhost-user-wddm-gpu: error: {error}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// The stats endpoint at `path` did not answer: says why (and what to check when nothing is
+/// there at all).
+fn stats_unreachable(path: &Path, error: &std::io::Error) -> ExitCode {
+    let at = path.display();
+    if matches!(
+        error.kind(),
+        ErrorKind::NotFound | ErrorKind::ConnectionRefused
+    ) {
+        eprintln!(
+            "vhost-user-wddm-gpu: error: no stats endpoint at {at}: {error} \
+             (is the backend running? it serves --stats-socket, by default its \
+             --socket-path with .stats appended)"
+        );
+    } else {
+        eprintln!("vhost-user-wddm-gpu: error: stats endpoint {at}: {error}");
+    }
+    ExitCode::from(EXIT_INVALID)
 }
 
 fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {

@@ -537,6 +537,16 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         listing.contains("injection 2 hang on fence 63"),
         "{listing}"
     );
+    // The stats count the virtual node's five answers: the page fault and the NODE_FAULTED
+    // answer are faults, the RESET one is not.
+    let stats = h.backend.stats_table();
+    let row: Vec<&str> = stats
+        .lines()
+        .find(|line| line.starts_with("virtual node "))
+        .unwrap_or_else(|| panic!("no virtual node row:\n{stats}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[2..4], ["5", "2"], "{stats}");
 }
 
 #[test]

@@ -182,6 +182,27 @@ fn stats_renders_a_running_backend_through_the_default_path() {
     let output = watching.wait_with_output().unwrap();
     let printed = stdout(&output).matches("\"uptime_ns\"").count();
     assert!(printed >= 2, "{printed} snapshots in 0.5 s");
+
+    // The table's --watch is the live view; --count ends it (off a terminal: frames in turn).
+    let output = stats(&["--watch", "0.1", "--count", "3", socket]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let live = stdout(&output);
+    assert_eq!(
+        live.matches("paging queue depth now 0").count(),
+        3,
+        "{live}"
+    );
+    assert_eq!(live.matches("rates over the last").count(), 2, "{live}");
+    for line in [
+        "0 paging ",
+        "1 virtual ",
+        "system memory ",
+        "segment 2 ",
+        "latency ",
+    ] {
+        assert!(live.contains(line), "{line:?} missing:\n{live}");
+    }
+    assert!(!live.contains('\x1b'), "no escape sequences into a pipe");
 }
 
 #[test]
@@ -221,6 +242,8 @@ fn a_missing_endpoint_is_a_clear_error() {
         &["--watch", "0", "x"][..],
         &["--watch", "soon", "x"],
         &["--json", "--prometheus", "x"],
+        &["--count", "2", "x"],
+        &["--watch", "1", "--count", "0", "x"],
         &[],
     ] {
         let output = stats(args);

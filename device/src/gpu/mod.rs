@@ -106,7 +106,7 @@ impl PagingGpu {
             notify.clone(),
             contexts.clone(),
             Instruments {
-                stats,
+                stats: stats.clone(),
                 trace,
                 injector: injector.clone(),
                 checker: checker.clone(),
@@ -120,6 +120,7 @@ impl PagingGpu {
             contexts.clone(),
             injector.clone(),
             checker.clone(),
+            stats,
         )?;
         Ok(Self {
             layout,

@@ -43,6 +43,7 @@ use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
 use crate::mmu::fault::{Access, FaultKind, MmuFault};
 use crate::mmu::space::AddressSpace;
+use crate::observe::stats::{Stats, VirtualSubmissionRecord};
 use crate::support::sync::{lock, wait, wait_timeout};
 
 /// A queued submission.
@@ -88,6 +89,7 @@ struct Shared {
     contexts: Arc<Mutex<Contexts>>,
     injector: Arc<Injector>,
     checker: Arc<Checker>,
+    stats: Arc<Stats>,
     state: Mutex<State>,
     /// Work queued, a pause ended, a stop or shutdown began.
     wake: Condvar,
@@ -156,6 +158,7 @@ impl VirtualNode {
         contexts: Arc<Mutex<Contexts>>,
         injector: Arc<Injector>,
         checker: Arc<Checker>,
+        stats: Arc<Stats>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             layout,
@@ -164,6 +167,7 @@ impl VirtualNode {
             contexts,
             injector,
             checker,
+            stats,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -340,6 +344,7 @@ impl Shared {
                 }
             };
             let fence = job.cmd.submission_fence_id;
+            let started = Instant::now();
             let outcome = if faulted {
                 Some(response(fence, SubmitStatus::NodeFaulted))
             } else {
@@ -362,6 +367,7 @@ impl Shared {
                 .is_some_and(|o| o.status == SubmitStatus::Preempted as u32);
             if let (Some(outcome), false) = (outcome, dropped) {
                 answer_submit(job.reply, &outcome);
+                self.record(&outcome, started.elapsed());
             }
             let mut state = lock(&self.state);
             state.running = false;
@@ -369,6 +375,19 @@ impl Shared {
             drop(state);
             self.idle.notify_all();
         }
+    }
+
+    /// Counts an answered submission in the stats.
+    fn record(&self, outcome: &WddmGpuRespSubmitVirtual, duration: Duration) {
+        // The node writes its own answers: the status is always one it knows.
+        let status = SubmitStatus::from_raw(outcome.status).unwrap_or(SubmitStatus::Ok);
+        self.stats
+            .record_virtual_submission(&VirtualSubmissionRecord {
+                duration,
+                packets: outcome.packets_completed,
+                bytes: outcome.bytes_transferred,
+                status,
+            });
     }
 
     /// An injected hang: waits, touching nothing, until RESET_ENGINE, a reset or shutdown

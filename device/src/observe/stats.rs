@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use wddm_gpu_abi::context::{WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL};
 use wddm_gpu_abi::decode::PacketKind;
 use wddm_gpu_abi::submit::SubmitStatus;
 
@@ -25,7 +26,9 @@ use crate::layout::SegmentLayout;
 use crate::support::sync::lock;
 
 pub mod display;
+pub mod live;
 mod render;
+pub mod watch;
 
 /// One submission the scheduler answered.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +49,19 @@ pub struct SubmissionRecord {
     pub status: SubmitStatus,
     /// Whether it ran on the control-queue thread (short work) rather than the engine thread.
     pub inline: bool,
+}
+
+/// One submission the virtual node (node 1) answered.
+#[derive(Clone, Copy, Debug)]
+pub struct VirtualSubmissionRecord {
+    /// Execution time (queueing excluded).
+    pub duration: Duration,
+    /// Packets completed.
+    pub packets: u32,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// How it ended.
+    pub status: SubmitStatus,
 }
 
 /// Counters per packet kind: one per [`PacketKind`], in report order, then one that takes every
@@ -213,6 +229,15 @@ struct Submissions {
     preemptions: u64,
 }
 
+/// Submissions the virtual node answered.
+struct VirtualNodeCounters {
+    count: u64,
+    faults: u64,
+    packets: u64,
+    bytes: u64,
+    execution: Latency,
+}
+
 struct QueueDepth {
     current: u64,
     max: u64,
@@ -236,6 +261,7 @@ impl QueueDepth {
 struct Inner {
     kinds: [KindStats; KIND_BUCKETS],
     submissions: Submissions,
+    virtual_node: VirtualNodeCounters,
     queue: QueueDepth,
     /// Index = segment id; 0 is system memory.
     segments: Vec<SegmentTraffic>,
@@ -317,6 +343,13 @@ impl Stats {
                     queue_wait: Latency::new(),
                     preemptions: 0,
                 },
+                virtual_node: VirtualNodeCounters {
+                    count: 0,
+                    faults: 0,
+                    packets: 0,
+                    bytes: 0,
+                    execution: Latency::new(),
+                },
                 queue: QueueDepth {
                     current: 0,
                     max: 0,
@@ -391,6 +424,19 @@ impl Stats {
                 .start
                 .saturating_duration_since(submission.queued),
         );
+    }
+
+    /// A virtual-node submission was answered.
+    pub fn record_virtual_submission(&self, submission: &VirtualSubmissionRecord) {
+        let mut inner = self.lock();
+        let node = &mut inner.virtual_node;
+        node.count = node.count.saturating_add(1);
+        if is_fault(submission.status) {
+            node.faults = node.faults.saturating_add(1);
+        }
+        node.packets = node.packets.saturating_add(u64::from(submission.packets));
+        node.bytes = node.bytes.saturating_add(submission.bytes);
+        node.execution.record(submission.duration);
     }
 
     /// Submissions waiting or running changed to `depth`.
@@ -487,6 +533,27 @@ impl Stats {
             execution: s.execution.snapshot(),
             queue_wait: s.queue_wait.snapshot(),
         };
+        let virtual_node = &inner.virtual_node;
+        let nodes = vec![
+            NodeSnapshot {
+                node: WDDM_GPU_NODE_PAGING,
+                name: "paging".to_string(),
+                submissions: submissions.count,
+                faults: submissions.faults,
+                packets: submissions.packets,
+                bytes: submissions.bytes,
+                execution: submissions.execution.clone(),
+            },
+            NodeSnapshot {
+                node: WDDM_GPU_NODE_VIRTUAL,
+                name: "virtual".to_string(),
+                submissions: virtual_node.count,
+                faults: virtual_node.faults,
+                packets: virtual_node.packets,
+                bytes: virtual_node.bytes,
+                execution: virtual_node.execution.snapshot(),
+            },
+        ];
         let queue = &inner.queue;
         let area = queue.area_until(now);
         let depth_quantile =
@@ -529,6 +596,7 @@ impl Stats {
             refused_requests: inner.refused,
             packets,
             submissions,
+            nodes,
             queue_depth,
             segments,
             unknown_segment: TrafficBytes {
@@ -561,7 +629,7 @@ fn named_counts(counts: &[(&'static str, u64)]) -> Vec<NamedCount> {
 }
 
 /// How often one named thing happened: a fault-injection action fired, a checker warning.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedCount {
     /// The name (`hang`, `map-over-live`, ...).
     pub name: String,
@@ -570,7 +638,7 @@ pub struct NamedCount {
 }
 
 /// A latency distribution; quantiles and maximum are `None` before the first sample.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatencySnapshot {
     /// Samples.
     pub count: u64,
@@ -585,7 +653,7 @@ pub struct LatencySnapshot {
 }
 
 /// One packet kind.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PacketKindSnapshot {
     /// `transfer`, `fill`, ..., `unknown`.
     pub kind: String,
@@ -604,7 +672,7 @@ pub struct PacketKindSnapshot {
 }
 
 /// Submissions that ended with one status.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusCount {
     /// `SubmitStatus::name`.
     pub status: String,
@@ -615,7 +683,7 @@ pub struct StatusCount {
 }
 
 /// Submissions.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmissionsSnapshot {
     /// Submissions answered.
     pub count: u64,
@@ -639,8 +707,27 @@ pub struct SubmissionsSnapshot {
     pub queue_wait: LatencySnapshot,
 }
 
+/// One engine node's submissions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// Node ordinal: 0 paging, 1 virtual.
+    pub node: u32,
+    /// `paging` or `virtual`.
+    pub name: String,
+    /// Submissions answered.
+    pub submissions: u64,
+    /// Of those, ended with a fault status.
+    pub faults: u64,
+    /// Packets completed.
+    pub packets: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Execution time (start to answer).
+    pub execution: LatencySnapshot,
+}
+
 /// Submissions waiting or running.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueDepthSnapshot {
     /// Now.
     pub current: u64,
@@ -657,7 +744,7 @@ pub struct QueueDepthSnapshot {
 }
 
 /// Bytes read and written somewhere.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrafficBytes {
     /// Bytes packets read.
     pub read_bytes: u64,
@@ -666,7 +753,7 @@ pub struct TrafficBytes {
 }
 
 /// Traffic in one bank of a segment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BankSnapshot {
     /// Bank index.
     pub bank: usize,
@@ -679,7 +766,7 @@ pub struct BankSnapshot {
 }
 
 /// Traffic in one segment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentSnapshot {
     /// Segment id; 0 = guest system memory (frame lists).
     pub segment: u32,
@@ -693,7 +780,7 @@ pub struct SegmentSnapshot {
 
 /// Everything [`Stats`] holds at one moment; rendered by [`StatsSnapshot::to_table`],
 /// [`StatsSnapshot::to_prometheus`] and serde (JSON).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatsSnapshot {
     /// Since [`Stats::new`].
     pub uptime_ns: u64,
@@ -703,8 +790,10 @@ pub struct StatsSnapshot {
     pub refused_requests: u64,
     /// Per packet kind, in report order.
     pub packets: Vec<PacketKindSnapshot>,
-    /// Submissions.
+    /// Submissions (of the paging node).
     pub submissions: SubmissionsSnapshot,
+    /// Per engine node: the paging node's submissions again, then the virtual node's.
+    pub nodes: Vec<NodeSnapshot>,
     /// Queue depth.
     pub queue_depth: QueueDepthSnapshot,
     /// Per segment, system memory (0) first.

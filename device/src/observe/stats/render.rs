@@ -13,7 +13,7 @@ use super::{LatencySnapshot, StatsSnapshot, TrafficBytes};
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// `850 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`; `-` before the first sample.
-fn duration(ns: Option<u64>) -> String {
+pub(super) fn duration(ns: Option<u64>) -> String {
     let Some(ns) = ns else {
         return "-".to_string();
     };
@@ -30,7 +30,7 @@ fn duration(ns: Option<u64>) -> String {
 }
 
 /// `512 B`, `4.0 KiB`, `12.0 MiB`, `1.50 GiB`.
-fn bytes(count: u64) -> String {
+pub(super) fn bytes(count: u64) -> String {
     let value = count as f64;
     if count < 1 << 10 {
         format!("{count} B")
@@ -140,6 +140,17 @@ impl StatsSnapshot {
             "",
             Some(&s.queue_wait),
         );
+        for node in self.nodes.iter().filter(|node| node.node != 0) {
+            row(
+                &mut out,
+                &format!("{} node", node.name),
+                &node.submissions.to_string(),
+                &node.faults.to_string(),
+                &bytes(node.bytes),
+                &node.packets.to_string(),
+                Some(&node.execution),
+            );
+        }
         let _ = writeln!(
             out,
             "  inline {}, engine thread {}, preempted {}",
@@ -406,6 +417,40 @@ impl StatsSnapshot {
             "Time a submission waited before it started.",
             SUMMARY,
             vec![summary(&[], &s.queue_wait)],
+        );
+
+        let per_node = |value: &dyn Fn(&super::NodeSnapshot) -> u64| {
+            self.nodes
+                .iter()
+                .map(|node| counter(&[("node", &node.name)], value(node)))
+                .collect()
+        };
+        add(
+            "node_submissions_total",
+            "Submissions answered, per engine node (paging, virtual).",
+            COUNTER,
+            per_node(&|node| node.submissions),
+        );
+        add(
+            "node_submission_faults_total",
+            "Submissions that ended with a fault status, per engine node.",
+            COUNTER,
+            per_node(&|node| node.faults),
+        );
+        add(
+            "node_bytes_total",
+            "Bytes submissions moved, per engine node.",
+            COUNTER,
+            per_node(&|node| node.bytes),
+        );
+        add(
+            "node_latency_seconds",
+            "Execution time of one submission, per engine node.",
+            SUMMARY,
+            self.nodes
+                .iter()
+                .map(|node| summary(&[("node", &node.name)], &node.execution))
+                .collect(),
         );
 
         let q = &self.queue_depth;
