@@ -28,6 +28,9 @@ mod display;
 /// The GPU virtual addressing figures: VA copies, page-table updates, translation cost.
 #[path = "paging/gpuva.rs"]
 mod gpuva;
+/// `--link`: the link model's measured times beside the modelled ones.
+#[path = "paging/link.rs"]
+mod link;
 
 use std::fmt::Write as _;
 use std::os::fd::AsRawFd;
@@ -592,6 +595,8 @@ struct Options {
     soak: Option<u64>,
     /// `--display`: run the display benchmark (`display.rs`) instead.
     display: bool,
+    /// `--link`: run the link-model benchmark (`link.rs`) instead.
+    link: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -601,6 +606,7 @@ fn options() -> Result<Options, String> {
         pin: true,
         soak: None,
         display: false,
+        link: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -608,6 +614,7 @@ fn options() -> Result<Options, String> {
             "--json" => options.json = true,
             "--no-pin" => options.pin = false,
             "--display" => options.display = true,
+            "--link" => options.link = true,
             "--rounds" => {
                 let value = args.next().ok_or("--rounds needs a number")?;
                 options.rounds = value
@@ -643,13 +650,16 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(why) => {
             eprintln!(
-                "paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin] [--soak N | --display]"
+                "paging bench: {why}\nusage: paging [--json] [--rounds N] [--no-pin] [--soak N | --display | --link]"
             );
             return ExitCode::from(2);
         }
     };
     if options.display {
         return display::run(options.json, options.rounds);
+    }
+    if options.link {
+        return link::run(options.json, options.rounds);
     }
     let rounds = options.rounds;
     let cpu = if options.pin {

@@ -171,6 +171,9 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
         info!("layout: {line}");
     }
+    if let Some(link) = &layout.link {
+        info!("link model: {link}");
+    }
     let stats = Arc::new(Stats::new(&layout));
     let trace = match &args.trace {
         Some(path) => {

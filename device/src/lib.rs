@@ -47,6 +47,7 @@ pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interrupt
 pub use layout::capset::{build_capset, MAX_CAPSET_SIZE};
 pub use layout::dxgk_values;
 pub use layout::file::{parse_layout, read_layout, LayoutSpec};
+pub use layout::link::{LinkSpec, LinkSpecError};
 pub use layout::report::LayoutReport;
 pub use layout::rules;
 pub use layout::{Resolved, SegmentKind, SegmentLayout};

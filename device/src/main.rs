@@ -11,8 +11,8 @@ use vhost_user_wddm_gpu::display::edid::MAX_EDID_DIMENSION;
 use vhost_user_wddm_gpu::display::DisplayConfig;
 use vhost_user_wddm_gpu::support::size::parse_size;
 use vhost_user_wddm_gpu::{
-    dxgk_values, endpoint, replay, watch, BarModeRequest, LayoutReport, ReplayError, ReplayOptions,
-    ReplayReport, WatchError, WatchOptions,
+    dxgk_values, endpoint, replay, watch, BarModeRequest, LayoutReport, LinkSpec, ReplayError,
+    ReplayOptions, ReplayReport, WatchError, WatchOptions,
 };
 
 /// A virtual GPU for WDDM kernel-mode driver bring-up, served to QEMU over vhost-user.
@@ -85,6 +85,13 @@ struct RunArgs {
     /// after RESET, a missing FLUSH_TLB; a summary at exit. Off by default.
     #[arg(long)]
     check: bool,
+    /// Model a card's link, so paging takes the time it would there: a PCIe preset
+    /// (`pcie3x16`, `pcie4x8`, ... `pcie1x1` to `pcie5x16`) and/or `bandwidth=RATE`,
+    /// `latency=DURATION`, `page=DURATION` (per 4 KiB page of system memory), `vram=RATE`
+    /// (VRAM-to-VRAM copies and fills), comma-separated: `pcie4x16,vram=448GB/s`. Replaces the
+    /// layout's `[link]`; see docs/performance.md. Off by default.
+    #[arg(long, value_name = "SPEC", value_parser = parse_link)]
+    link: Option<LinkSpec>,
     /// Write every submission and packet to this file as a Chrome trace-event timeline
     /// (open it in Perfetto or chrome://tracing).
     #[arg(long)]
@@ -351,7 +358,7 @@ fn serve(args: &RunArgs) -> ExitCode {
             )
             .exit();
     }
-    let (layout, layout_text) =
+    let (mut layout, layout_text) =
         match daemon::load_layout_with_text(args.layout.as_deref(), args.vram_size) {
             Ok(loaded) => loaded,
             Err(lines) => {
@@ -361,6 +368,9 @@ fn serve(args: &RunArgs) -> ExitCode {
                 return ExitCode::from(EXIT_INVALID);
             }
         };
+    if let Some(link) = &args.link {
+        layout.link = Some(link.clone());
+    }
     let config = Config {
         layout_text,
         ..args.config()
@@ -429,6 +439,11 @@ fn parse_file_mode(text: &str) -> Result<u32, String> {
         ));
     }
     Ok(mode)
+}
+
+/// `--link SPEC`.
+fn parse_link(text: &str) -> Result<LinkSpec, String> {
+    LinkSpec::parse(text).map_err(|error| error.to_string())
 }
 
 /// `--watch SECS`: a positive number of seconds (fractions allowed).

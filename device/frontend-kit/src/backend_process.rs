@@ -267,13 +267,23 @@ impl BackendProcess {
 
     /// `vhost-user-wddm-gpu stats SOCKET` (the table), which must succeed.
     pub fn stats_table(&self) -> String {
+        self.stats(&[])
+    }
+
+    /// `vhost-user-wddm-gpu stats --json SOCKET`, which must succeed.
+    pub fn stats_json(&self) -> String {
+        self.stats(&["--json"])
+    }
+
+    fn stats(&self, options: &[&str]) -> String {
         let output = Command::new(backend_binary())
             .arg("stats")
+            .args(options)
             .arg(&self.socket)
             .output()
             .expect("run stats");
         assert!(output.status.success(), "{output:?}");
-        String::from_utf8(output.stdout).expect("a table is text")
+        String::from_utf8(output.stdout).expect("stats print text")
     }
 
     /// A `VmRSS`-style field of `/proc/PID/status` (e.g. `RssAnon`), in bytes.

@@ -10,6 +10,7 @@ pub mod contexts;
 pub mod control;
 pub mod engine_state;
 pub mod inject;
+pub mod link;
 pub mod power;
 pub mod reply;
 pub mod scheduler;

@@ -44,6 +44,7 @@ use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::inject::spec::Action;
 use crate::gpu::inject::Injector;
+use crate::gpu::link::LinkModel;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
 use crate::gpu::status_page::CompletedBy;
 use crate::layout::SegmentLayout;
@@ -55,7 +56,7 @@ use crate::mmu::walk::TableAddress;
 use crate::observe::recording::format::{self, Outcome, Run, RunEnd};
 use crate::observe::recording::{Recorder, Tape};
 use crate::observe::stats::{Stats, SubmissionRecord};
-use crate::observe::trace::Trace;
+use crate::observe::trace::{LinkWait, Trace};
 use crate::support::sync::{lock, wait, wait_timeout};
 
 /// What a reset does with the requests it drops.
@@ -87,6 +88,11 @@ pub const INLINE_WORK: u64 = 256 << 10;
 /// (FENCE, DISCARD, READ/WRITE_PHYSICAL) still cost a few microseconds each, and a DMA buffer
 /// (or a ring of them) holding a million must not hold the control queue for seconds.
 pub const INLINE_PACKETS: u32 = 64;
+
+/// How far a run may get ahead of the link model before it stops to wait: short enough that a
+/// PREEMPT, a FENCE packet or the answer is never early by more, long enough that small
+/// packets do not each pay a sleep.
+const LINK_SLICE: Duration = Duration::from_micros(100);
 
 /// What a submission may still do on the control-queue thread.
 #[derive(Clone, Copy, Debug)]
@@ -225,6 +231,11 @@ struct Execution {
     /// Answers a lost-interrupt injection holds, in completion order.
     held: Mutex<Vec<SubmitAnswer>>,
     recorder: Option<Arc<Recorder>>,
+    /// The link model (`--link`): packets take the time a card's link and VRAM would.
+    link: Option<LinkModel>,
+    /// How long before a link wait's end the engine asks to be woken, in nanoseconds: what
+    /// waking takes here, learned from the waits so far (only the engine thread waits).
+    link_lead_ns: AtomicU64,
 }
 
 /// What watches and steers the engine from outside the guest: the counters, the timeline, fault
@@ -297,6 +308,28 @@ struct Hooks<'a, 'm> {
     /// Interruption checks answered "go on" (a recording says at which check a PREEMPT or
     /// RESET stopped a run).
     checks: Cell<u32>,
+    /// The link model, when one is set.
+    link: Option<&'a LinkModel>,
+    /// When the modelled link finishes what the run's packets gave it.
+    link_until: Option<Instant>,
+}
+
+impl Hooks<'_, '_> {
+    /// Gives `record` its modelled time: from its start, or from the end of the previous
+    /// packet's modelled time when the link is still busy with that.
+    fn model_link(&mut self, link: &LinkModel, record: &PacketRecord) {
+        let cost = link.cost(record);
+        if cost.is_zero() {
+            return;
+        }
+        let begin = self
+            .link_until
+            .map_or(record.start, |until| until.max(record.start));
+        let until = begin + cost;
+        let late = record.start + record.duration > until;
+        self.link_until = Some(until);
+        self.stats.link_packet(cost, late);
+    }
 }
 
 impl EngineHooks for Hooks<'_, '_> {
@@ -330,6 +363,14 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 
     fn defer(&mut self, work: u64) -> bool {
+        // Ahead of the link model by a slice: the run stops here so the engine thread waits
+        // off the engine lock, then goes on.
+        if self
+            .link_until
+            .is_some_and(|until| until > Instant::now() + LINK_SLICE)
+        {
+            return true;
+        }
         match &mut self.inline_budget {
             Some(left) if work > left.bytes || left.packets == 0 => true,
             Some(left) => {
@@ -356,6 +397,9 @@ impl EngineHooks for Hooks<'_, '_> {
         self.stats.record_packet(record);
         if let Some(trace) = self.trace {
             trace.packet(record);
+        }
+        if let Some(link) = self.link {
+            self.model_link(link, record);
         }
     }
 
@@ -401,6 +445,10 @@ impl Scheduler {
             checker,
             recorder,
         } = instruments;
+        let link = layout
+            .link
+            .clone()
+            .map(|spec| LinkModel::new(spec, &layout));
         let execution = Arc::new(Execution {
             engine: Mutex::new(Engine::new(&layout)),
             layout,
@@ -420,6 +468,8 @@ impl Scheduler {
             checker,
             held: Mutex::new(Vec::new()),
             recorder,
+            link,
+            link_lead_ns: AtomicU64::new(0),
         });
         let thread_shared = execution.clone();
         let worker = std::thread::Builder::new()
@@ -473,6 +523,8 @@ impl Scheduler {
                 && !queue.paused
                 && !queue.shutdown
                 && !waits(injection)
+                // The model's waits belong on the engine thread, never the control queue's.
+                && execution.link.is_none()
                 && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
@@ -799,6 +851,53 @@ impl Execution {
         stopped
     }
 
+    /// Waits until the link model's `until`, off the engine lock and asleep, counted as
+    /// parked (a pause need not wait for it); a PREEMPT or a reset ends the wait early (the
+    /// next run's first check stops the submission).
+    fn link_wait(&self, fence: u32, until: Instant) {
+        let start = Instant::now();
+        if until <= start {
+            return;
+        }
+        let lead = Duration::from_nanos(self.link_lead_ns.load(Ordering::Relaxed));
+        let wake = until.checked_sub(lead).unwrap_or(until);
+        let mut queue = lock(&self.queue);
+        queue.parked = true;
+        self.idle.notify_all();
+        while self.interrupt.load().interruption().is_none() {
+            let left = wake.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            queue = wait_timeout(&self.unpark, queue, left);
+        }
+        queue.parked = false;
+        drop(queue);
+        let woke = Instant::now();
+        self.learn_link_lead(lead, woke, until);
+        let duration = woke.saturating_duration_since(start);
+        self.stats.link_wait(duration);
+        if let Some(trace) = &self.trace {
+            trace.link_wait(LinkWait {
+                fence,
+                start,
+                duration,
+            });
+        }
+    }
+
+    /// Moves the wake-up lead a quarter of the way towards ending waits on time: longer when
+    /// the wait ended late, shorter when early; at most [`LINK_SLICE`].
+    fn learn_link_lead(&self, lead: Duration, woke: Instant, until: Instant) {
+        let lead = nanos(lead);
+        let late = nanos(woke.saturating_duration_since(until));
+        let early = nanos(until.saturating_duration_since(woke));
+        let next = (lead + late / 4)
+            .saturating_sub(early / 4)
+            .min(nanos(LINK_SLICE));
+        self.link_lead_ns.store(next, Ordering::Relaxed);
+    }
+
     /// What an injection taken with `job` does before it runs: a hang or a delay, which may
     /// end the submission unrun.
     fn injected_wait(&self, job: &Job) -> Option<Interruption> {
@@ -811,6 +910,9 @@ impl Execution {
 
     /// The engine thread.
     fn work(&self) {
+        if self.link.is_some() {
+            crate::gpu::link::precise_sleeps();
+        }
         loop {
             let job = {
                 let mut queue = lock(&self.queue);
@@ -837,10 +939,14 @@ impl Execution {
                 self.finished(fence, status);
                 continue;
             }
-            let answer = match self.run(job, &mut None) {
-                Ran::Finished(answer) => answer,
-                // Only inline runs have a budget.
-                Ran::Deferred(job) => self.stop_deferred(job, Interruption::Reset),
+            let mut job = job;
+            let answer = loop {
+                match self.run(job, &mut None) {
+                    Ran::Finished(answer) => break answer,
+                    // Only the link model defers a run here (only inline runs have a budget):
+                    // its wait is over, the rest runs now.
+                    Ran::Deferred(rest) => job = rest,
+                }
             };
             let status = answer.status;
             self.answer(answer);
@@ -929,6 +1035,8 @@ impl Execution {
             packets_before: job.before.map_or(0, |before| before.packets_completed),
             checker: Some(&*self.checker).filter(|checker| checker.enabled()),
             checks: Cell::new(0),
+            link: self.link.as_ref(),
+            link_until: None,
         };
         let start = Instant::now();
         let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
@@ -940,6 +1048,9 @@ impl Execution {
         };
         *inline_budget = hooks.inline_budget;
         let checks = hooks.checks.get();
+        if let Some(until) = hooks.link_until {
+            self.link_wait(job.cmd.submission_fence_id, until);
+        }
         if let Some(tape) = &mut job.tape {
             let end = match (completion.deferred, completion.stop) {
                 (Some(_), _) => RunEnd::Deferred,

@@ -11,6 +11,7 @@ use wddm_gpu_abi::gpuva::{
 };
 use wddm_gpu_abi::segment_flags::{SegmentFlags, SEGMENT_FLAG_NAMES};
 
+use crate::layout::link::LinkSpec;
 use crate::layout::DEFAULT_PAGING_BUFFER_SIZE;
 use crate::support::size::parse_size;
 
@@ -30,6 +31,8 @@ pub struct LayoutSpec {
     /// The `[gpummu]` table: the GpuMmu geometry as `DXGK_GPUMMUCAPS` and the level
     /// descriptors will report it (sizes derived from the index bits).
     pub gpummu: Option<WddmGpuMmuCaps>,
+    /// `[link] model = "..."`: the link model (`--link` replaces it).
+    pub link: Option<LinkSpec>,
 }
 
 /// One `[[segments]]` table.
@@ -86,6 +89,14 @@ struct RawLayout {
     #[serde(default)]
     segments: Vec<RawSegment>,
     gpummu: Option<RawGpuMmu>,
+    link: Option<RawLink>,
+}
+
+/// `[link]`: the model, in `--link`'s words.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    model: String,
 }
 
 /// `[gpummu]`: per-level lists run leaf first (level 0).
@@ -323,6 +334,16 @@ pub fn parse_layout(text: &str) -> Result<LayoutSpec, LayoutFileError> {
         .unwrap_or(0),
         segments,
         gpummu: raw.gpummu.as_ref().map(gpummu_value).transpose()?,
+        link: raw
+            .link
+            .as_ref()
+            .map(|link| {
+                LinkSpec::parse(&link.model).map_err(|error| LayoutFileError::Value {
+                    field: "link.model".to_string(),
+                    message: error.to_string(),
+                })
+            })
+            .transpose()?,
     })
 }
 

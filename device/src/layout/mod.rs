@@ -5,6 +5,7 @@
 pub mod capset;
 pub mod dxgk_values;
 pub mod file;
+pub mod link;
 mod model;
 pub mod report;
 pub mod rules;

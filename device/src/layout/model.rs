@@ -5,6 +5,7 @@ use wddm_gpu_abi::caps::WDDM_GPU_WDDM_1_3;
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 
+use crate::layout::link::LinkSpec;
 use crate::support::span::Span;
 
 /// Default aperture size.
@@ -64,6 +65,8 @@ pub struct SegmentLayout {
     pub paging_buffer_private_data_size: u32,
     /// The GpuMmu geometry (WDDM 2.0 layouts with `[gpummu]`), offered as its own capset.
     pub gpummu: Option<MmuGeometry>,
+    /// The link model (`--link`, `[link]`); never reported to the driver.
+    pub link: Option<LinkSpec>,
 }
 
 /// Proof that [`SegmentLayout::resolve`] found a span inside one segment (only this module
@@ -156,6 +159,7 @@ impl SegmentLayout {
             paging_buffer_size: DEFAULT_PAGING_BUFFER_SIZE,
             paging_buffer_private_data_size: 0,
             gpummu: None,
+            link: None,
         }
     }
 

@@ -570,6 +570,7 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
         paging_buffer_private_data_size: u32::try_from(spec.paging_buffer_private_data_size)
             .unwrap_or(u32::MAX),
         gpummu,
+        link: spec.link.clone(),
     };
     published_capset_rules(&layout, bar_size)?;
     Ok(layout)

@@ -44,6 +44,7 @@ fn base() -> LayoutSpec {
             memory(&[], 64 * MIB),
         ],
         gpummu: None,
+        link: None,
     }
 }
 

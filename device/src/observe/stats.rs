@@ -229,6 +229,15 @@ struct Submissions {
     preemptions: u64,
 }
 
+/// What the link model (`--link`) did.
+#[derive(Default)]
+struct LinkCounters {
+    packets: u64,
+    modelled_ns: u64,
+    waited_ns: u64,
+    late: u64,
+}
+
 /// Submissions the virtual node answered.
 struct VirtualNodeCounters {
     count: u64,
@@ -262,6 +271,8 @@ struct Inner {
     kinds: [KindStats; KIND_BUCKETS],
     submissions: Submissions,
     virtual_node: VirtualNodeCounters,
+    /// The model's description and counters, when a link is modelled.
+    link: Option<(String, LinkCounters)>,
     queue: QueueDepth,
     /// Index = segment id; 0 is system memory.
     segments: Vec<SegmentTraffic>,
@@ -350,6 +361,10 @@ impl Stats {
                     bytes: 0,
                     execution: Latency::new(),
                 },
+                link: layout
+                    .link
+                    .as_ref()
+                    .map(|spec| (spec.to_string(), LinkCounters::default())),
                 queue: QueueDepth {
                     current: 0,
                     max: 0,
@@ -437,6 +452,22 @@ impl Stats {
         node.packets = node.packets.saturating_add(u64::from(submission.packets));
         node.bytes = node.bytes.saturating_add(submission.bytes);
         node.execution.record(submission.duration);
+    }
+
+    /// The link model gave a packet `modelled` time; `late`: the host's own copy took longer.
+    pub fn link_packet(&self, modelled: Duration, late: bool) {
+        if let Some((_, link)) = &mut self.lock().link {
+            link.packets = link.packets.saturating_add(1);
+            link.modelled_ns = link.modelled_ns.saturating_add(nanos(modelled));
+            link.late = link.late.saturating_add(u64::from(late));
+        }
+    }
+
+    /// The engine waited `waited` for the link model.
+    pub fn link_wait(&self, waited: Duration) {
+        if let Some((_, link)) = &mut self.lock().link {
+            link.waited_ns = link.waited_ns.saturating_add(nanos(waited));
+        }
     }
 
     /// Submissions waiting or running changed to `depth`.
@@ -606,6 +637,13 @@ impl Stats {
             display: self.display.snapshot(),
             injections: named_counts(&inner.injections),
             checker_warnings: named_counts(&inner.warnings),
+            link: inner.link.as_ref().map(|(model, link)| LinkSnapshot {
+                model: model.clone(),
+                packets: link.packets,
+                modelled_ns: link.modelled_ns,
+                waited_ns: link.waited_ns,
+                late_packets: link.late,
+            }),
         }
     }
 }
@@ -778,6 +816,21 @@ pub struct SegmentSnapshot {
     pub banks: Vec<BankSnapshot>,
 }
 
+/// What the link model did (`--link`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkSnapshot {
+    /// The model, as `--link` described it.
+    pub model: String,
+    /// Packets it gave a time (those that moved bytes).
+    pub packets: u64,
+    /// The time it gave them.
+    pub modelled_ns: u64,
+    /// The time the engine waited beyond its own copies.
+    pub waited_ns: u64,
+    /// Packets whose own copy took longer than the model (the host was the slower).
+    pub late_packets: u64,
+}
+
 /// Everything [`Stats`] holds at one moment; rendered by [`StatsSnapshot::to_table`],
 /// [`StatsSnapshot::to_prometheus`] and serde (JSON).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -806,6 +859,9 @@ pub struct StatsSnapshot {
     pub injections: Vec<NamedCount>,
     /// Checker warnings, by kind (only those found).
     pub checker_warnings: Vec<NamedCount>,
+    /// The link model's work; absent without `--link`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkSnapshot>,
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ enum Record {
     Packet(PacketRecord),
     Submission(SubmissionRecord),
     Mark(Mark),
+    LinkWait(LinkWait),
     /// Answered once everything sent before it is in the file (tests).
     Sync(SyncSender<()>),
 }
@@ -66,6 +67,22 @@ pub struct Mark {
     pub fence: Option<u32>,
     /// The injection's id.
     pub id: u32,
+}
+
+/// The engine waiting out the link model's time (`--link`): a span on the engine's track.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkWait {
+    /// The submission.
+    pub fence: u32,
+    /// When the wait began.
+    pub start: Instant,
+    /// How long it lasted.
+    pub duration: Duration,
+}
+
+#[derive(Serialize)]
+struct LinkWaitArgs {
+    fence: u32,
 }
 
 #[derive(Serialize)]
@@ -264,6 +281,11 @@ impl Trace {
         self.record(Record::Mark(mark));
     }
 
+    /// The engine waited for the link model.
+    pub fn link_wait(&self, wait: LinkWait) {
+        self.record(Record::LinkWait(wait));
+    }
+
     /// Waits until everything recorded so far is in the file.
     pub fn sync(&self) {
         let (done, wait) = sync_channel(1);
@@ -296,6 +318,14 @@ impl Writer {
                         fence: mark.fence,
                     },
                     true,
+                ),
+                Record::LinkWait(wait) => self.write_event(
+                    "link wait",
+                    "link",
+                    wait.start,
+                    Some(wait.duration),
+                    LinkWaitArgs { fence: wait.fence },
+                    false,
                 ),
                 Record::Sync(done) => {
                     let _ = self.out.flush();

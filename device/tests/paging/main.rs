@@ -8,6 +8,7 @@
 //! - [`checker`]: the `--check` warnings, each provoked by a sloppy driver.
 //! - [`injection`]: fault injection armed through `ctl` and a plan file, and the driver's
 //!   recovery from each (RESET, QUERY_ENGINE_STATUS).
+//! - [`link`]: the link model: modelled time, same bytes, PREEMPT through its waits.
 //! - [`preemption`]: PREEMPT and RESET in the middle of a long submission, a virtio reset by the
 //!   frontend.
 //! - [`vm_lifecycle`]: a ring stop is a pause, not a reset.
@@ -23,6 +24,7 @@ mod checker;
 mod dma_buffer;
 mod faults;
 mod injection;
+mod link;
 mod ops;
 mod preemption;
 mod vm_lifecycle;

@@ -225,6 +225,21 @@ fn render(source: &str, window: &Window<'_>, now: &StatsSnapshot) -> String {
     ] {
         let _ = writeln!(out, "{what}: {}", named_with_news(counts, before));
     }
+    if let Some(link) = &now.link {
+        let field = |value: fn(&super::LinkSnapshot) -> u64| {
+            move |s: &StatsSnapshot| s.link.as_ref().map_or(0, value)
+        };
+        // Nanoseconds per second of device time: the share of the window.
+        let share = |value| window.rate(value, now) / 1e9 * 100.0;
+        let _ = writeln!(
+            out,
+            "link model ({}): modelled {:.1}% of the time, waited {:.1}%, {:.1} packets/s slower on the host",
+            link.model,
+            share(field(|l| l.modelled_ns)),
+            share(field(|l| l.waited_ns)),
+            window.rate(field(|l| l.late_packets), now)
+        );
+    }
     let d = &now.display;
     let _ = writeln!(
         out,

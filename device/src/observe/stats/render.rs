@@ -178,6 +178,18 @@ impl StatsSnapshot {
             }
         }
 
+        if let Some(link) = &self.link {
+            let _ = writeln!(
+                out,
+                "  link model ({}): {} packets given {}, the engine waited {}; {} took longer on the host",
+                link.model,
+                link.packets,
+                duration(Some(link.modelled_ns)),
+                duration(Some(link.waited_ns)),
+                link.late_packets
+            );
+        }
+
         let q = &self.queue_depth;
         let depth = |value: Option<u64>| value.map_or("-".to_string(), |v| v.to_string());
         out.push('\n');
@@ -453,6 +465,33 @@ impl StatsSnapshot {
                 .collect(),
         );
 
+        if let Some(link) = &self.link {
+            add(
+                "link_packets_total",
+                "Packets the link model (--link) gave a time.",
+                COUNTER,
+                vec![counter(&[("model", &link.model)], link.packets)],
+            );
+            add(
+                "link_modelled_seconds_total",
+                "Time the link model gave packets.",
+                COUNTER,
+                vec![seconds_counter(&[("model", &link.model)], link.modelled_ns)],
+            );
+            add(
+                "link_waited_seconds_total",
+                "Time the engine waited for the link model beyond its own copies.",
+                COUNTER,
+                vec![seconds_counter(&[("model", &link.model)], link.waited_ns)],
+            );
+            add(
+                "link_late_packets_total",
+                "Packets whose copy on the host took longer than the link model.",
+                COUNTER,
+                vec![counter(&[("model", &link.model)], link.late_packets)],
+            );
+        }
+
         let q = &self.queue_depth;
         add(
             "queue_depth",
@@ -581,8 +620,17 @@ fn metric(labels: &[(&str, &str)]) -> Metric {
 }
 
 fn counter(labels: &[(&str, &str)], value: u64) -> Metric {
+    float_counter(labels, value as f64)
+}
+
+/// A counter of nanoseconds, in seconds.
+fn seconds_counter(labels: &[(&str, &str)], ns: u64) -> Metric {
+    float_counter(labels, ns as f64 / 1e9)
+}
+
+fn float_counter(labels: &[(&str, &str)], value: f64) -> Metric {
     let mut counter = Counter::default();
-    counter.set_value(value as f64);
+    counter.set_value(value);
     let mut metric = metric(labels);
     metric.set_counter(counter);
     metric
