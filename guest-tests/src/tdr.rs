@@ -28,7 +28,6 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use wddm_gpu_abi::context::WDDM_GPU_NODE_PAGING;
-use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEngineStatus, WddmGpuRespPreempt, WDDM_GPU_ENGINE_STATUS_PAUSED,
     WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
@@ -476,12 +475,7 @@ impl PagingNode {
         println!("TDR reset: {why}");
         let posted = c.events.posted();
         // DxgkDdiResetFromTimeout.
-        let answer = e.device.control.reset()?;
-        c.registered = false;
-        c.forget_dma_mapping();
-        ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
-            format!("RESET answered {answer:#06x}, expected OK_NODATA")
-        })?;
+        c.reset(e)?;
         let mut report = ResetReport {
             why,
             ..ResetReport::default()

@@ -5,9 +5,10 @@
 //! blobs. A rule the two validators disagree on fails one side. `WDDM_GPU_UPDATE_HEADERS=1 cargo
 //! test` rewrites the C file.
 
+mod c_corpus;
+
 use std::fmt::Write;
 use std::mem::size_of;
-use std::path::PathBuf;
 
 use wddm_gpu_abi::caps::{
     WddmGpuCapsHeader, WddmGpuSegmentDesc, WddmGpuVramBar, WDDM_GPU_BAR_MODE_IVSHMEM,
@@ -17,6 +18,8 @@ use wddm_gpu_abi::caps::{
 use wddm_gpu_abi::capset_rules::{validate_capset, CapsetError};
 use wddm_gpu_abi::segment_flags::SegmentFlags as F;
 use zerocopy::{FromBytes, IntoBytes};
+
+use crate::c_corpus::{hex, keep_header_current};
 
 const MIB: u64 = 1 << 20;
 const BAR_ADDRESS: u64 = 0xfe00_0000;
@@ -451,11 +454,6 @@ fn rebuilt(base: &[u8], size: usize, patches: &[Patch]) -> Vec<u8> {
     blob
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let bytes: Vec<String> = bytes.iter().map(|b| format!("0x{b:02x}")).collect();
-    bytes.join(", ")
-}
-
 /// The C form of the corpus: the valid WDDM 1.3 blob in full, and every entry as its size and the
 /// bytes in which it differs from that blob, so each entry shows what it changes.
 fn c_corpus() -> String {
@@ -504,16 +502,5 @@ fn c_corpus() -> String {
 
 #[test]
 fn c_corpus_is_current() {
-    let out = c_corpus();
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cdev/tests/capset_corpus.h");
-    if std::env::var_os("WDDM_GPU_UPDATE_HEADERS").is_some() {
-        std::fs::write(&path, &out).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == out,
-        "{} is stale: run `WDDM_GPU_UPDATE_HEADERS=1 cargo test -p wddm-guest-tests --test capset_corpus`",
-        path.display()
-    );
+    keep_header_current("capset_corpus.h", "capset_corpus", &c_corpus());
 }

@@ -7,8 +7,9 @@
 //! where the C library's unit test (`test_gpummu.c`) holds `gpummu.c` and `gpuva.c` to the
 //! same answers and bytes. `WDDM_GPU_UPDATE_HEADERS=1 cargo test` rewrites the C file.
 
+mod c_corpus;
+
 use std::fmt::Write;
-use std::path::PathBuf;
 
 use wddm_gpu_abi::build::gpuva::{
     create_context, destroy_context, flush_tlb, gpummu_caps, reset_engine, set_root_page_table,
@@ -24,6 +25,8 @@ use wddm_gpu_abi::gpuva::{
 };
 use wddm_gpu_abi::segment_flags::SegmentFlags as F;
 use zerocopy::IntoBytes;
+
+use crate::c_corpus::{hex, keep_header_current};
 
 /// The segment flags every geometry is checked against: segment 1 CPU-visible VRAM, 2 an
 /// aperture, 3 VRAM the CPU cannot reach, 4 an AGP aperture; 5 and up do not exist.
@@ -580,11 +583,6 @@ fn vectors() -> Vec<Vector> {
     ]
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let bytes: Vec<String> = bytes.iter().map(|b| format!("0x{b:02x}")).collect();
-    bytes.join(", ")
-}
-
 /// One level as the positional C initializer of a `WddmGpuPageTableLevelDesc`.
 fn c_level(d: &WddmGpuPageTableLevelDesc) -> String {
     format!(
@@ -744,16 +742,5 @@ typedef struct gpummu_pte_vector {
 
 #[test]
 fn c_corpus_is_current() {
-    let out = c_corpus();
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cdev/tests/gpummu_corpus.h");
-    if std::env::var_os("WDDM_GPU_UPDATE_HEADERS").is_some() {
-        std::fs::write(&path, &out).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == out,
-        "{} is stale: run `WDDM_GPU_UPDATE_HEADERS=1 cargo test -p wddm-guest-tests --test gpummu_corpus`",
-        path.display()
-    );
+    keep_header_current("gpummu_corpus.h", "gpummu_corpus", &c_corpus());
 }

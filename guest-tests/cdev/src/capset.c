@@ -202,18 +202,27 @@ static wddm_result fetch_capset(wddm_dev *dev, uint64_t buf)
     return r;
 }
 
-wddm_result wddm_capset_read(wddm_dev *dev)
+wddm_result wddm_capset_info(wddm_dev *dev, uint32_t index, WddmGpuRespCapsetInfo *info,
+                             const char *broken_msg)
 {
-    WddmGpuGetCapsetInfo info_req = {0};
-    WddmGpuRespCapsetInfo info = {0};
+    WddmGpuGetCapsetInfo req = {0};
     uint32_t len = 0;
-    info_req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET_INFO;
-    info_req.capset_index = 0;
-    wddm_result r = wddm_ctrl_call(dev, &info_req, sizeof(info_req), 0, &info, sizeof(info), &len);
+    req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET_INFO;
+    req.capset_index = index;
+    wddm_result r = wddm_ctrl_call(dev, &req, sizeof(req), 0, info, sizeof(*info), &len);
     if (r)
         return r;
-    if (len < sizeof(info) || info.hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET_INFO)
-        return wddm_broken(dev, "GET_CAPSET_INFO answer (type, len)", info.hdr.type_, len);
+    if (len < sizeof(*info) || info->hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET_INFO)
+        return wddm_broken(dev, broken_msg, info->hdr.type_, len);
+    return WDDM_OK;
+}
+
+wddm_result wddm_capset_read(wddm_dev *dev)
+{
+    WddmGpuRespCapsetInfo info = {0};
+    wddm_result r = wddm_capset_info(dev, 0, &info, "GET_CAPSET_INFO answer (type, len)");
+    if (r)
+        return r;
     if (info.capset_id != WDDM_GPU_CAPSET_ID || info.capset_max_version < WDDM_GPU_CAPSET_VERSION ||
         info.capset_max_size < sizeof(WddmGpuCapsHeader) ||
         info.capset_max_size > WDDM_MAX_CAPSET_SIZE)

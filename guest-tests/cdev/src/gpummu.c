@@ -189,16 +189,10 @@ wddm_result wddm_dev_read_gpummu(wddm_dev *dev, wddm_gpummu *out, wddm_gpummu_er
     if (mmio_r32(dev->device_cfg, offsetof(WddmGpuConfig, num_capsets)) < 2)
         return WDDM_E_STATE;
 
-    WddmGpuGetCapsetInfo info_req = {0};
     WddmGpuRespCapsetInfo info = {0};
-    uint32_t len = 0;
-    info_req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET_INFO;
-    info_req.capset_index = 1;
-    wddm_result r = wddm_ctrl_call(dev, &info_req, sizeof(info_req), 0, &info, sizeof(info), &len);
+    wddm_result r = wddm_capset_info(dev, 1, &info, "GET_CAPSET_INFO 1 answer (type, len)");
     if (r)
         return r;
-    if (len < sizeof(info) || info.hdr.type_ != VIRTIO_GPU_RESP_OK_CAPSET_INFO)
-        return wddm_broken(dev, "GET_CAPSET_INFO 1 answer (type, len)", info.hdr.type_, len);
     if (info.capset_id != WDDM_GPU_MMU_CAPSET_ID) {
         wddm_log(dev, WDDM_OS_LOG_WARN, "capset index 1 is not the GpuMmu capset (id)",
                  info.capset_id, 0);
@@ -213,6 +207,7 @@ wddm_result wddm_dev_read_gpummu(wddm_dev *dev, wddm_gpummu *out, wddm_gpummu_er
     _Static_assert(HDR + sizeof(WddmGpuMmuCaps) <= WDDM_SLOT_SIZE / 2, "a slot holds the answer");
     uint8_t answer[HDR + sizeof(WddmGpuMmuCaps)];
     WddmGpuGetCapset req = {0};
+    uint32_t len = 0;
     req.hdr.type_ = VIRTIO_GPU_CMD_GET_CAPSET;
     req.capset_id = WDDM_GPU_MMU_CAPSET_ID;
     req.capset_version = WDDM_GPU_MMU_CAPSET_VERSION;

@@ -117,6 +117,10 @@ void wddm_virtual_answered(wddm_dev *dev, uint32_t slot);
 
 /* capset.c */
 wddm_result wddm_capset_read(wddm_dev *dev);
+/* GET_CAPSET_INFO of capset `index` into `info`; an answer that is no CAPSET_INFO breaks the
+ * device with the message `broken_msg` (its type and length). */
+wddm_result wddm_capset_info(wddm_dev *dev, uint32_t index, WddmGpuRespCapsetInfo *info,
+                             const char *broken_msg);
 /* wddm_layout_parse with each refusal logged through dev->os.log (dev may be NULL). */
 wddm_result wddm_capset_parse(wddm_layout *layout, const void *blob, uint64_t size,
                               const wddm_dev *dev);

@@ -164,19 +164,27 @@ impl Ctx {
             .map_err(|e| Failure(format!("page tables: {e:?}")))
     }
 
-    /// A new context on the virtual node bound to `tables`' root.
-    fn context(&mut self, engine: &mut Engine, tables: &PageTables, flags: u32) -> Outcome<u32> {
+    /// A new context on the virtual node over `tables` (see `context_on`).
+    fn context(
+        &mut self,
+        engine: &mut Engine,
+        tables: &mut PageTables,
+        flags: u32,
+    ) -> Outcome<u32> {
         self.context_on(engine, WDDM_GPU_NODE_VIRTUAL, tables, flags)
     }
 
-    /// A new context on `node` bound to `tables`' root.
+    /// A new context on `node` over `tables`: the DMA page and the fence page mapped into them
+    /// too, what they recorded written, the context created and bound to their root.
     fn context_on(
         &mut self,
         engine: &mut Engine,
         node: u32,
-        tables: &PageTables,
+        tables: &mut PageTables,
         flags: u32,
     ) -> Outcome<u32> {
+        self.map_dma_and_fence(tables)?;
+        self.apply(engine, tables)?;
         let id = self.next_context;
         self.next_context += 1;
         let control = &mut engine.device.control;
@@ -395,9 +403,7 @@ fn two_address_spaces(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
             .map(VA_SOURCE, &entries)
             .and_then(|()| tables.map(VA_DESTINATION, &destination))
             .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-        ctx.map_dma_and_fence(&mut tables)?;
-        ctx.apply(engine, &mut tables)?;
-        let id = ctx.context(engine, &tables, 0)?;
+        let id = ctx.context(engine, &mut tables, 0)?;
         spaces.push(id);
     }
     let length = PAGES as u64 * PAGE;
@@ -461,9 +467,7 @@ fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .map_64k(VA_DESTINATION, &large)
         .and_then(|()| tables.map(VA_SOURCE, &entries))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, 0)?;
+    let id = ctx.context(engine, &mut tables, 0)?;
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(5 * LARGE, VA_SOURCE, VA_DESTINATION));
     expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
@@ -511,9 +515,7 @@ fn large_pages(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
             )
         })
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, 0)?;
+    let id = ctx.context(engine, &mut tables, 0)?;
     let into = (1 << 20) + 100;
     let length = SOURCE_PAGES as u64 * PAGE;
     let mut work = DmaBufferBuilder::new();
@@ -560,9 +562,7 @@ fn large_pages(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 
 fn monitored_fence(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut tables = ctx.page_tables()?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, 0)?;
+    let id = ctx.context(engine, &mut tables, 0)?;
     let ticket = engine.device.control.post_wait_event()?;
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE + 16, 0x0123_4567_89ab_cdef));
@@ -595,9 +595,7 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .map(VA_DESTINATION, &[pte(segment, VRAM_DATA + (3 << 20), 0)])
         .and_then(|()| tables.map(VA_SOURCE, &[pte(0, read_only.phys, WDDM_GPU_PTE_READ_ONLY)]))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, 0)?;
+    let id = ctx.context(engine, &mut tables, 0)?;
     let ticket = engine.device.control.post_wait_event()?;
 
     // An unmapped page next to a mapped one: the leaf entry is not valid.
@@ -682,9 +680,7 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 
 fn paging_runs_while_faulted(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut tables = ctx.page_tables()?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, 0)?;
+    let id = ctx.context(engine, &mut tables, 0)?;
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(8, VA_SOURCE, VA_DESTINATION));
     expect_status(
@@ -729,9 +725,7 @@ fn paging_process(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .map(VA_SOURCE, &sources)
         .and_then(|()| tables.map(VA_DESTINATION, &destinations))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context_on(engine, WDDM_GPU_NODE_PAGING, &tables, 0)?;
+    let id = ctx.context_on(engine, WDDM_GPU_NODE_PAGING, &mut tables, 0)?;
     let ticket = engine.device.control.post_wait_event()?;
 
     let length = (PAGES - 1) * PAGE - 100;
@@ -818,9 +812,7 @@ fn skipped_flush_caught(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .map(VA_SOURCE, &[pte(0, pages[0].phys, 0)])
         .and_then(|()| tables.map(VA_DESTINATION, &[pte(segment, vram, 0)]))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
-    ctx.map_dma_and_fence(&mut tables)?;
-    ctx.apply(engine, &mut tables)?;
-    let id = ctx.context(engine, &tables, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB)?;
+    let id = ctx.context(engine, &mut tables, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB)?;
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
     expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;

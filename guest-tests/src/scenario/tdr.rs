@@ -41,7 +41,7 @@ use crate::scenario::paging::{
 use crate::scenario::setup;
 use crate::scenario::suite::Tally;
 use crate::sync::{SyncPort, SYNC_PORT};
-use crate::tdr::{PagingNode, Recovery, Submission, TDR_DELAY};
+use crate::tdr::{Ended, PagingNode, Recovery, ResetReport, Submission, TimeoutReport, TDR_DELAY};
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 
@@ -291,8 +291,16 @@ fn print_ended(test: &str, rec: &Recovery) {
     }
 }
 
-/// `slow 500ms`: the answer comes late but below the TDR delay: no recovery, the work done.
-fn slow(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
+/// A test of one submission, three FILLs in `point`'s area: built before the host arms
+/// `point`, then posted and the node drained (its endings printed as `test`'s); `check` gets
+/// the area, the submission and what the drain saw.
+fn one_submission(
+    r: &mut Rig,
+    port: &mut SyncPort,
+    point: &str,
+    test: &str,
+    check: impl FnOnce(&mut Rig, u64, Submission, Recovery) -> Outcome,
+) -> Outcome {
     let at = area(point);
     around(
         r,
@@ -300,86 +308,104 @@ fn slow(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
         point,
         |r| three_fills(r, 0, at),
         |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
             let rec = run_one(r, sub)?;
-            print_ended("tdr_slow", &rec);
-            no_recovery(&rec)?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.done.status == SubmitStatus::Ok && end.done.packets_completed == 3,
-                || format!("fence {fence}: {}", end.done),
-            )?;
-            ensure(end.elapsed >= SLOW, || {
-                format!(
-                    "fence {fence} answered after {} ms: the slow injection ({} ms) did not \
-                     delay it",
-                    end.elapsed.as_millis(),
-                    SLOW.as_millis()
-                )
-            })?;
-            check_fills(&r.e, at, [true; 3], "slow submission")?;
-            println!(
-                "TDR tdr_slow: fence {fence} answered after {} ms, below the {} ms TDR delay: no \
-                 recovery, its work done",
-                end.elapsed.as_millis(),
-                TDR_DELAY.as_millis()
-            );
-            Ok(())
+            print_ended(test, &rec);
+            check(r, at, sub, rec)
         },
     )
+}
+
+/// The submission's three FILLs all ran, at its last answer.
+fn ran_all(end: &Ended) -> bool {
+    end.done.status == SubmitStatus::Ok && end.done.packets_completed == 3
+}
+
+/// The drain's first timeout (checked to be there).
+fn first_timeout(rec: &Recovery) -> Outcome<&TimeoutReport> {
+    rec.timeouts
+        .first()
+        .ok_or_else(|| Failure("no timeout".into()))
+}
+
+/// The drain's one reset (checked to be the only one).
+fn one_reset(rec: &Recovery) -> Outcome<&ResetReport> {
+    ensure(rec.resets.len() == 1, || {
+        format!("expected one reset, got {}", rec.resets.len())
+    })?;
+    Ok(&rec.resets[0])
+}
+
+/// Fence `fence` (three FILLs at `at`) was stopped by one PREEMPT, then resubmitted and ran.
+fn preempted_then_ran(r: &Rig, rec: &Recovery, fence: u32, at: u64) -> Outcome {
+    let end = rec.of(fence)?;
+    ensure(end.preempted == 1 && ran_all(end), || {
+        format!("fence {fence}: {end}")
+    })?;
+    check_fills(&r.e, at, [true; 3], "the preempted submission, resubmitted")
+}
+
+/// `slow 500ms`: the answer comes late but below the TDR delay: no recovery, the work done.
+fn slow(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
+    one_submission(r, port, point, "tdr_slow", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        no_recovery(&rec)?;
+        let end = rec.of(fence)?;
+        ensure(ran_all(end), || format!("fence {fence}: {}", end.done))?;
+        ensure(end.elapsed >= SLOW, || {
+            format!(
+                "fence {fence} answered after {} ms: the slow injection ({} ms) did not \
+                 delay it",
+                end.elapsed.as_millis(),
+                SLOW.as_millis()
+            )
+        })?;
+        check_fills(&r.e, at, [true; 3], "slow submission")?;
+        println!(
+            "TDR tdr_slow: fence {fence} answered after {} ms, below the {} ms TDR delay: no \
+             recovery, its work done",
+            end.elapsed.as_millis(),
+            TDR_DELAY.as_millis()
+        );
+        Ok(())
+    })
 }
 
 /// `lost-interrupt`: the work is done and the status page says so, but no answer comes until
 /// QUERY_ENGINE_STATUS releases it.
 fn lost_interrupt(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
-    let at = area(point);
-    around(
-        r,
-        port,
-        point,
-        |r| three_fills(r, 0, at),
-        |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
-            let rec = run_one(r, sub)?;
-            print_ended("tdr_lost_interrupt", &rec);
-            ensure(rec.lost_interrupts == [fence], || {
+    one_submission(r, port, point, "tdr_lost_interrupt", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        ensure(rec.lost_interrupts == [fence], || {
+            format!(
+                "expected the lost interrupt of fence {fence} recovered, got {:?}",
+                rec.lost_interrupts
+            )
+        })?;
+        ensure(rec.resets.is_empty() && rec.preempts.is_empty(), || {
+            "a lost interrupt needs no PREEMPT or RESET".into()
+        })?;
+        let timeout = first_timeout(&rec)?;
+        ensure(
+            timeout.page_fence == fence
+                && timeout.status.released == 1
+                && timeout.status.current_fence == fence
+                && timeout.status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE != 0,
+            || {
                 format!(
-                    "expected the lost interrupt of fence {fence} recovered, got {:?}",
-                    rec.lost_interrupts
+                    "at the timeout the status page said completed_fence {} and \
+                     QUERY_ENGINE_STATUS {}; want {fence}, released 1, current_fence \
+                     {fence}, responsive",
+                    timeout.page_fence,
+                    crate::tdr::status_text(&timeout.status)
                 )
-            })?;
-            ensure(rec.resets.is_empty() && rec.preempts.is_empty(), || {
-                "a lost interrupt needs no PREEMPT or RESET".into()
-            })?;
-            let timeout = rec
-                .timeouts
-                .first()
-                .ok_or_else(|| Failure("no timeout".into()))?;
-            ensure(
-                timeout.page_fence == fence
-                    && timeout.status.released == 1
-                    && timeout.status.current_fence == fence
-                    && timeout.status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE != 0,
-                || {
-                    format!(
-                        "at the timeout the status page said completed_fence {} and \
-                         QUERY_ENGINE_STATUS {}; want {fence}, released 1, current_fence \
-                         {fence}, responsive",
-                        timeout.page_fence,
-                        crate::tdr::status_text(&timeout.status)
-                    )
-                },
-            )?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.lost_interrupt
-                    && end.done.status == SubmitStatus::Ok
-                    && end.done.packets_completed == 3,
-                || format!("fence {fence}: {end}"),
-            )?;
-            check_fills(&r.e, at, [true; 3], "submission of the lost interrupt")
-        },
-    )
+            },
+        )?;
+        let end = rec.of(fence)?;
+        ensure(end.lost_interrupt && ran_all(end), || {
+            format!("fence {fence}: {end}")
+        })?;
+        check_fills(&r.e, at, [true; 3], "submission of the lost interrupt")
+    })
 }
 
 /// What the hang test set up: the aperture pages and their data, and the two submissions.
@@ -452,10 +478,7 @@ fn hang_check(r: &mut Rig, h: Hang, at: u64, second: u64) -> Outcome {
     r.node.post(&mut r.e, h.b)?;
     let rec = r.node.drain(&mut r.e, &mut r.c)?;
     print_ended("tdr_hang", &rec);
-    let timeout = rec
-        .timeouts
-        .first()
-        .ok_or_else(|| Failure("no timeout".into()))?;
+    let timeout = first_timeout(&rec)?;
     ensure(
         timeout.fence == fa
             && timeout.status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE == 0
@@ -471,10 +494,7 @@ fn hang_check(r: &mut Rig, h: Hang, at: u64, second: u64) -> Outcome {
             )
         },
     )?;
-    ensure(rec.resets.len() == 1, || {
-        format!("expected one reset, got {}", rec.resets.len())
-    })?;
-    let reset = &rec.resets[0];
+    let reset = one_reset(&rec)?;
     ensure(
         reset.aborted == [fa, fb] && reset.resubmitted == [fa] && reset.reported == [fb],
         || {
@@ -486,12 +506,9 @@ fn hang_check(r: &mut Rig, h: Hang, at: u64, second: u64) -> Outcome {
         },
     )?;
     let a = rec.of(fa)?;
-    ensure(
-        a.done.status == SubmitStatus::Ok
-            && a.done.packets_completed == 3
-            && a.resubmitted_after_reset == 1,
-        || format!("fence {fa}: {a}"),
-    )?;
+    ensure(ran_all(a) && a.resubmitted_after_reset == 1, || {
+        format!("fence {fa}: {a}")
+    })?;
     let b = rec.of(fb)?;
     ensure(b.reported && b.done.status == SubmitStatus::Reset, || {
         format!("fence {fb}: {b}")
@@ -550,227 +567,167 @@ fn hang_check(r: &mut Rig, h: Hang, at: u64, second: u64) -> Outcome {
 /// `fault packet=1 status=segment_range`: the first FILL ran, the second faulted; reported and
 /// reset; submitted again, all three run.
 fn fault(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
-    let at = area(point);
-    around(
-        r,
-        port,
-        point,
-        |r| three_fills(r, 0, at),
-        |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
-            let packet = sub.cmd.end_offset / 3;
-            let rec = run_one(r, sub)?;
-            print_ended("tdr_fault", &rec);
-            let (done, records) = rec
-                .faults
-                .first()
-                .ok_or_else(|| Failure(format!("fence {fence} did not fault")))?;
-            ensure(
-                done.fence == fence
-                    && done.status == SubmitStatus::SegmentRange
-                    && done.packets_completed == 1
-                    && done.fault_packet_offset == packet,
-                || {
-                    format!(
-                        "want fence {fence} faulted with segment_range at packet offset \
-                         {packet:#x} after 1 packet: {done}"
-                    )
-                },
-            )?;
-            ensure(
-                records
-                    .iter()
-                    .any(|rec| rec.fence_id == fence && rec.packet_offset == packet),
-                || {
-                    format!(
-                        "no fault record of fence {fence} at packet offset {packet:#x} on the \
-                         status page ({} record(s))",
-                        records.len()
-                    )
-                },
-            )?;
-            ensure(
-                rec.resets.len() == 1 && rec.resets[0].aborted.is_empty(),
-                || {
-                    format!(
-                        "expected one reset after the fault, aborting nothing: {:?}",
-                        rec.resets
-                            .iter()
-                            .map(|r| (&r.why, &r.aborted))
-                            .collect::<Vec<_>>()
-                    )
-                },
-            )?;
-            check_kept(&r.e)?;
-            check_fills(&r.e, at, [true, false, false], "the faulted submission")?;
-            // Submitted again after the recovery, all of it runs.
-            let mut again = three_fills(r, 0, at)?;
-            again.cmd.submission_fence_id = fence;
-            let rec = run_one(r, again)?;
-            no_recovery(&rec)?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.done.status == SubmitStatus::Ok && end.done.packets_completed == 3,
-                || format!("fence {fence} again: {}", end.done),
-            )?;
-            check_fills(&r.e, at, [true; 3], "the faulted submission, run again")
-        },
-    )
+    one_submission(r, port, point, "tdr_fault", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        let packet = sub.cmd.end_offset / 3;
+        let (done, records) = rec
+            .faults
+            .first()
+            .ok_or_else(|| Failure(format!("fence {fence} did not fault")))?;
+        ensure(
+            done.fence == fence
+                && done.status == SubmitStatus::SegmentRange
+                && done.packets_completed == 1
+                && done.fault_packet_offset == packet,
+            || {
+                format!(
+                    "want fence {fence} faulted with segment_range at packet offset \
+                     {packet:#x} after 1 packet: {done}"
+                )
+            },
+        )?;
+        ensure(
+            records
+                .iter()
+                .any(|rec| rec.fence_id == fence && rec.packet_offset == packet),
+            || {
+                format!(
+                    "no fault record of fence {fence} at packet offset {packet:#x} on the \
+                     status page ({} record(s))",
+                    records.len()
+                )
+            },
+        )?;
+        ensure(
+            rec.resets.len() == 1 && rec.resets[0].aborted.is_empty(),
+            || {
+                format!(
+                    "expected one reset after the fault, aborting nothing: {:?}",
+                    rec.resets
+                        .iter()
+                        .map(|r| (&r.why, &r.aborted))
+                        .collect::<Vec<_>>()
+                )
+            },
+        )?;
+        check_kept(&r.e)?;
+        check_fills(&r.e, at, [true, false, false], "the faulted submission")?;
+        // Submitted again after the recovery, all of it runs.
+        let mut again = three_fills(r, 0, at)?;
+        again.cmd.submission_fence_id = fence;
+        let rec = run_one(r, again)?;
+        no_recovery(&rec)?;
+        let end = rec.of(fence)?;
+        ensure(ran_all(end), || {
+            format!("fence {fence} again: {}", end.done)
+        })?;
+        check_fills(&r.e, at, [true; 3], "the faulted submission, run again")
+    })
 }
 
 /// `slow 60s`: past the TDR delay the node is responsive and the submission runs: PREEMPT stops
 /// it, resubmitted it runs.
 fn slow_past_delay(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
-    let at = area(point);
-    around(
-        r,
-        port,
-        point,
-        |r| three_fills(r, 0, at),
-        |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
-            let rec = run_one(r, sub)?;
-            print_ended("tdr_slow_past_delay", &rec);
-            let timeout = rec
-                .timeouts
-                .first()
-                .ok_or_else(|| Failure("no timeout".into()))?;
-            ensure(
-                timeout.status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE != 0
-                    && timeout.status.running_fence == fence,
-                || {
-                    format!(
-                        "at the timeout QUERY_ENGINE_STATUS said {}; want responsive, fence \
-                         {fence} running",
-                        crate::tdr::status_text(&timeout.status)
-                    )
-                },
-            )?;
-            ensure(
-                rec.preempts.len() == 1
-                    && rec.preempts[0].resp.preempted_count == 1
-                    && rec.preempts[0].resp.preempted_fence == fence
-                    && rec.resets.is_empty(),
-                || {
-                    format!(
-                        "want one PREEMPT stopping fence {fence} and no reset: {:?}, {} reset(s)",
-                        rec.preempts.iter().map(|p| p.resp).collect::<Vec<_>>(),
-                        rec.resets.len()
-                    )
-                },
-            )?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.preempted == 1
-                    && end.done.status == SubmitStatus::Ok
-                    && end.done.packets_completed == 3,
-                || format!("fence {fence}: {end}"),
-            )?;
-            check_fills(&r.e, at, [true; 3], "the preempted submission, resubmitted")
-        },
-    )
+    one_submission(r, port, point, "tdr_slow_past_delay", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        let timeout = first_timeout(&rec)?;
+        ensure(
+            timeout.status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE != 0
+                && timeout.status.running_fence == fence,
+            || {
+                format!(
+                    "at the timeout QUERY_ENGINE_STATUS said {}; want responsive, fence \
+                     {fence} running",
+                    crate::tdr::status_text(&timeout.status)
+                )
+            },
+        )?;
+        ensure(
+            rec.preempts.len() == 1
+                && rec.preempts[0].resp.preempted_count == 1
+                && rec.preempts[0].resp.preempted_fence == fence
+                && rec.resets.is_empty(),
+            || {
+                format!(
+                    "want one PREEMPT stopping fence {fence} and no reset: {:?}, {} reset(s)",
+                    rec.preempts.iter().map(|p| p.resp).collect::<Vec<_>>(),
+                    rec.resets.len()
+                )
+            },
+        )?;
+        preempted_then_ran(r, &rec, fence, at)
+    })
 }
 
 /// `slow 60s` and `preempt-refuse`: the PREEMPT after the timeout stops nothing: the TDR path;
 /// resubmitted, the submission runs.
 fn preempt_refuse(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
-    let at = area(point);
-    around(
-        r,
-        port,
-        point,
-        |r| three_fills(r, 0, at),
-        |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
-            let rec = run_one(r, sub)?;
-            print_ended("tdr_preempt_refuse", &rec);
-            ensure(
-                rec.preempts.len() == 1 && rec.preempts[0].resp.preempted_count == 0,
-                || {
-                    format!(
-                        "want one refused PREEMPT: {:?}",
-                        rec.preempts.iter().map(|p| p.resp).collect::<Vec<_>>()
-                    )
-                },
-            )?;
-            ensure(rec.resets.len() == 1, || {
-                format!("expected one reset, got {}", rec.resets.len())
-            })?;
-            let reset = &rec.resets[0];
-            ensure(
-                reset.why.contains("refused")
-                    && reset.aborted == [fence]
-                    && reset.resubmitted == [fence],
-                || {
-                    format!(
-                        "reset ({}): aborted {:?}, resubmitted {:?}; want [{fence}] both",
-                        reset.why, reset.aborted, reset.resubmitted
-                    )
-                },
-            )?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.resubmitted_after_reset == 1
-                    && end.done.status == SubmitStatus::Ok
-                    && end.done.packets_completed == 3,
-                || format!("fence {fence}: {end}"),
-            )?;
-            check_kept(&r.e)?;
-            check_fills(
-                &r.e,
-                at,
-                [true; 3],
-                "the submission, resubmitted after the reset",
-            )
-        },
-    )
+    one_submission(r, port, point, "tdr_preempt_refuse", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        ensure(
+            rec.preempts.len() == 1 && rec.preempts[0].resp.preempted_count == 0,
+            || {
+                format!(
+                    "want one refused PREEMPT: {:?}",
+                    rec.preempts.iter().map(|p| p.resp).collect::<Vec<_>>()
+                )
+            },
+        )?;
+        let reset = one_reset(&rec)?;
+        ensure(
+            reset.why.contains("refused")
+                && reset.aborted == [fence]
+                && reset.resubmitted == [fence],
+            || {
+                format!(
+                    "reset ({}): aborted {:?}, resubmitted {:?}; want [{fence}] both",
+                    reset.why, reset.aborted, reset.resubmitted
+                )
+            },
+        )?;
+        let end = rec.of(fence)?;
+        ensure(end.resubmitted_after_reset == 1 && ran_all(end), || {
+            format!("fence {fence}: {end}")
+        })?;
+        check_kept(&r.e)?;
+        check_fills(
+            &r.e,
+            at,
+            [true; 3],
+            "the submission, resubmitted after the reset",
+        )
+    })
 }
 
 /// `slow 60s` and `preempt-slow 1s`: the PREEMPT takes effect but answers a second late (below
 /// the driver's control timeout: no TDR); resubmitted, the submission runs.
 fn preempt_slow(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
-    let at = area(point);
-    around(
-        r,
-        port,
-        point,
-        |r| three_fills(r, 0, at),
-        |r, sub| {
-            let fence = sub.cmd.submission_fence_id;
-            let rec = run_one(r, sub)?;
-            print_ended("tdr_preempt_slow", &rec);
-            ensure(rec.preempts.len() == 1 && rec.resets.is_empty(), || {
+    one_submission(r, port, point, "tdr_preempt_slow", |r, at, sub, rec| {
+        let fence = sub.cmd.submission_fence_id;
+        ensure(rec.preempts.len() == 1 && rec.resets.is_empty(), || {
+            format!(
+                "want one PREEMPT and no reset: {} PREEMPT(s), {} reset(s)",
+                rec.preempts.len(),
+                rec.resets.len()
+            )
+        })?;
+        let p = rec.preempts[0];
+        ensure(
+            p.took >= PREEMPT_SLOW
+                && p.resp.preempted_count == 1
+                && p.resp.preempted_fence == fence,
+            || {
                 format!(
-                    "want one PREEMPT and no reset: {} PREEMPT(s), {} reset(s)",
-                    rec.preempts.len(),
-                    rec.resets.len()
+                    "the PREEMPT answered after {} ms (want at least {} ms) with {:?}; want \
+                     fence {fence} preempted",
+                    p.took.as_millis(),
+                    PREEMPT_SLOW.as_millis(),
+                    p.resp
                 )
-            })?;
-            let p = rec.preempts[0];
-            ensure(
-                p.took >= PREEMPT_SLOW
-                    && p.resp.preempted_count == 1
-                    && p.resp.preempted_fence == fence,
-                || {
-                    format!(
-                        "the PREEMPT answered after {} ms (want at least {} ms) with {:?}; want \
-                         fence {fence} preempted",
-                        p.took.as_millis(),
-                        PREEMPT_SLOW.as_millis(),
-                        p.resp
-                    )
-                },
-            )?;
-            let end = rec.of(fence)?;
-            ensure(
-                end.preempted == 1
-                    && end.done.status == SubmitStatus::Ok
-                    && end.done.packets_completed == 3,
-                || format!("fence {fence}: {end}"),
-            )?;
-            check_fills(&r.e, at, [true; 3], "the preempted submission, resubmitted")
-        },
-    )
+            },
+        )?;
+        preempted_then_ran(r, &rec, fence, at)
+    })
 }
 
 /// After every recovery: VRAM kept, the status page and events work, a scattered round trip.

@@ -51,21 +51,32 @@ static int new_buffer(buffer *b, uint32_t size)
     return wddm_pb_init(&b->pb, wddm_dev_layout(&dev), b->mem.cpu, size) == WDDM_OK ? 0 : -1;
 }
 
-static wddm_result submit(buffer *b, uint32_t fence)
+/* The paging submission of buffer `b` with fence `fence`. */
+static wddm_submit paging_submission(buffer *b, uint32_t fence)
 {
     wddm_submit s = {b->mem.bus, 0, WDDM_GPU_SUBMIT_FLAG_PAGING, (uint32_t)b->mem.size, 0,
                      b->pb.used, fence};
+    return s;
+}
+
+static wddm_result submit(buffer *b, uint32_t fence)
+{
+    wddm_submit s = paging_submission(b, fence);
     return wddm_dev_submit(&dev, &s);
+}
+
+/* Polls the device once, then takes the next completion: WDDM_E_EMPTY while none came. */
+static wddm_result poll_completion(WddmGpuRespSubmit *out)
+{
+    wddm_result r = wddm_dev_poll(&dev);
+    return r ? r : wddm_dev_next_completion(&dev, out);
 }
 
 /* Polls until a completion arrives (10 s). */
 static wddm_result wait_completion(WddmGpuRespSubmit *out)
 {
     for (int i = 0; i < 50000; i++) {
-        wddm_result r = wddm_dev_poll(&dev);
-        if (r)
-            return r;
-        r = wddm_dev_next_completion(&dev, out);
+        wddm_result r = poll_completion(out);
         if (r != WDDM_E_EMPTY)
             return r;
         table.stall_us(table.ctx, 200);
@@ -636,22 +647,12 @@ static int tdr_fill_landed(uint64_t off, uint64_t len, uint32_t pattern, int ran
     return 1;
 }
 
-static wddm_submit tdr_submission(buffer *b, uint32_t fence)
-{
-    wddm_submit s = {b->mem.bus, 0, WDDM_GPU_SUBMIT_FLAG_PAGING, (uint32_t)b->mem.size, 0,
-                     b->pb.used, fence};
-    return s;
-}
-
 /* Polls completions for the TDR delay: the completion, WDDM_E_TIMEOUT when none came. */
 static wddm_result tdr_wait(WddmGpuRespSubmit *out)
 {
     uint64_t start = table.now_us(table.ctx);
     while (table.now_us(table.ctx) - start < TDR_DELAY_US) {
-        wddm_result r = wddm_dev_poll(&dev);
-        if (r)
-            return r;
-        r = wddm_dev_next_completion(&dev, out);
+        wddm_result r = poll_completion(out);
         if (r != WDDM_E_EMPTY)
             return r;
         table.stall_us(table.ctx, 200);
@@ -676,7 +677,7 @@ static void test_tdr_lost_interrupt(void)
     tdr_arm("ctdr-lost-interrupt", armed, sizeof(armed));
     if (!why[0] && armed[0])
         snprintf(why, sizeof(why), "%s", armed);
-    wddm_submit s = tdr_submission(&b, fence);
+    wddm_submit s = paging_submission(&b, fence);
     wddm_result r = why[0] ? WDDM_OK : wddm_dev_submit(&dev, &s);
     if (r)
         snprintf(why, sizeof(why), "submit: %s", wddm_result_name(r));
@@ -726,7 +727,7 @@ static void test_tdr_hang(void)
     tdr_arm("ctdr-hang", armed, sizeof(armed));
     if (!why[0] && armed[0])
         snprintf(why, sizeof(why), "%s", armed);
-    wddm_submit sa = tdr_submission(&a, fa), sb = tdr_submission(&b, fb);
+    wddm_submit sa = paging_submission(&a, fa), sb = paging_submission(&b, fb);
     wddm_result r = why[0] ? WDDM_OK : wddm_dev_submit(&dev, &sa);
     if (!r && !why[0])
         r = wddm_dev_submit(&dev, &sb);
@@ -750,10 +751,7 @@ static void test_tdr_hang(void)
         snprintf(why, sizeof(why), "report: %u aborted, %u resubmitted, %u reported",
                  rep.aborted_count, rep.resubmitted_count, rep.reported_count);
     if (!why[0]) {
-        for (int i = 0; i < 50000 && (r = wddm_dev_poll(&dev)) == WDDM_OK &&
-                        (r = wddm_dev_next_completion(&dev, &c)) == WDDM_E_EMPTY;
-             i++)
-            table.stall_us(table.ctx, 200);
+        r = wait_completion(&c);
         if (r || c.submission_fence_id != fa || c.status != WDDM_GPU_SUBMIT_STATUS_OK)
             snprintf(why, sizeof(why), "the resubmission: %s fence %u status %u",
                      wddm_result_name(r), c.submission_fence_id, c.status);

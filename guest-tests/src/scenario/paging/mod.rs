@@ -24,6 +24,7 @@ mod stop;
 use std::time::Duration;
 
 pub use ops::fill_bytes;
+use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::packet::WDDM_GPU_MAP_FLAG_CACHE_COHERENT;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::status::{
@@ -358,9 +359,15 @@ impl Ctx {
         Ok(cmd)
     }
 
-    /// After a reset: the DMA buffer's pages are no longer mapped.
-    pub fn forget_dma_mapping(&mut self) {
+    /// RESET (`DxgkDdiResetFromTimeout`), checked to answer OK_NODATA: afterwards the status
+    /// page is no longer registered and the DMA buffer's pages are no longer mapped.
+    pub fn reset(&mut self, e: &mut Engine) -> Outcome {
+        let answer = e.device.control.reset()?;
+        self.registered = false;
         self.dma_mapped = false;
+        ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
+            format!("RESET answered {answer:#06x}, expected OK_NODATA")
+        })
     }
 
     /// A submission naming the aperture-resident DMA buffer without mapping it first (to see

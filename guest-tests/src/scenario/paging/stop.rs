@@ -3,7 +3,6 @@
 //! TRANSFERs) and a short one queued behind it are posted, then PREEMPT or RESET is sent while
 //! the long one runs.
 
-use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
 use wddm_gpu_abi::packet::WddmGpuPacketTransfer;
 use wddm_gpu_abi::status::{WDDM_GPU_EVENT_CANCELLED, WDDM_GPU_EVENT_FENCE};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
@@ -368,12 +367,7 @@ pub fn reset(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let LongThenShort { long, a, b, ta, tb } = post_long_then_short(e, c, 0x7265_7365, &short)?;
     let (fa, fb) = (a.submission_fence_id, b.submission_fence_id);
     let posted = c.events.posted();
-    let answer = e.device.control.reset()?;
-    c.registered = false;
-    c.forget_dma_mapping();
-    ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
-        format!("RESET answered {answer:#06x}, expected OK_NODATA")
-    })?;
+    c.reset(e)?;
     let (done_a, ans_a) = collect(e, &a, ta)?;
     let (done_b, ans_b) = collect(e, &b, tb)?;
     stopped_part_way(&long, &done_a, SubmitStatus::Reset)
