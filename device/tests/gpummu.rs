@@ -13,44 +13,23 @@ use wddm_gpu_abi::gpuva::{
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
 use wddm_gpu_frontend_kit::harness::{Harness, BUFFER_SIZE};
+use wddm_gpu_frontend_kit::layout::{self, Gpummu};
 use zerocopy::FromBytes;
 
-/// A WDDM 2.0 layout with a 4-level GpuMmu: leaf tables in the CPU-visible VRAM segment,
+/// The GpuMmu of the tests' layout: 4 levels, leaf tables in the CPU-visible VRAM segment,
 /// directories in system memory.
-const GPUMMU_LAYOUT: &str = r#"
-wddm = "2.0"
+const GPUMMU: Gpummu = Gpummu::four_levels(16);
 
-[[segments]]
-flags = ["CpuVisible"]
-size = "16MiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "64MiB"
-
-[gpummu]
-index_bits = [9, 9, 9, 9]
-update_mode = "gpu_physical"
-table_segments = [1, 0, 0, 0]
-paging_process_table_segments = [0, 0, 0, 0]
-max_contexts = 16
-"#;
-
-/// A backend started with `layout` as its `--layout` file.
-fn backend_with_layout(name: &str, layout: &str) -> Harness {
-    backend_with(name, layout, &[])
+/// A WDDM 2.0 layout with [`GPUMMU`] over 16 MiB of VRAM and a 64 MiB aperture.
+fn gpummu_layout() -> String {
+    layout::vram_and_aperture("16MiB", "64MiB", &GPUMMU)
 }
 
-/// A backend started with `layout` as its `--layout` file and `extra` arguments.
-fn backend_with(name: &str, layout: &str, extra: &[&str]) -> Harness {
-    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("layout.toml");
-    std::fs::write(&path, layout).unwrap();
-    let mut args = vec!["--layout".into(), path.into_os_string()];
-    args.extend(extra.iter().map(|arg| (*arg).into()));
+/// A backend started with [`gpummu_layout`] and `extra` arguments.
+fn backend_with(name: &str, extra: &[&str]) -> Harness {
     let options = SpawnOptions {
-        args,
+        layout: Some(gpummu_layout()),
+        args: extra.iter().map(|arg| (*arg).into()).collect(),
         ..SpawnOptions::default()
     };
     Harness::ready_with_options(name, &options)
@@ -58,7 +37,7 @@ fn backend_with(name: &str, layout: &str, extra: &[&str]) -> Harness {
 
 #[test]
 fn a_gpummu_layout_offers_its_geometry_as_capset_index_1() {
-    let mut h = backend_with_layout("gpummu-capset", GPUMMU_LAYOUT);
+    let mut h = backend_with("gpummu-capset", &[]);
     let config = h.negotiated.unwrap().config;
     let num_capsets = u32::from_le_bytes(config[12..16].try_into().unwrap());
     assert_eq!(num_capsets, 2);
@@ -160,7 +139,13 @@ const VA_FENCE: u64 = 0x50_0000;
 const CONTEXT: u32 = 3;
 
 fn tables() -> PageTables {
-    PageTables::new(&[9, 9, 9, 9], &[1, 0, 0, 0], RAM_TABLES, VRAM_TABLES).unwrap()
+    PageTables::new(
+        GPUMMU.index_bits,
+        GPUMMU.table_segments,
+        RAM_TABLES,
+        VRAM_TABLES,
+    )
+    .unwrap()
 }
 
 /// Writes the pending updates as UPDATE_PAGE_TABLE packets and runs them on the paging node.
@@ -199,7 +184,7 @@ fn mapped_gpu(name: &str, flags: u32) -> (Harness, PageTables) {
 
 /// [`mapped_gpu`] with `extra` backend arguments.
 fn mapped_gpu_with(name: &str, flags: u32, extra: &[&str]) -> (Harness, PageTables) {
-    let mut h = backend_with(name, GPUMMU_LAYOUT, extra);
+    let mut h = backend_with(name, extra);
     let mut tables = tables();
     let source: Vec<u64> = (0..16).map(|i| pte(0, data_page(i), 0)).collect();
     tables.map(VA_SOURCE, &source).unwrap();
@@ -208,15 +193,17 @@ fn mapped_gpu_with(name: &str, flags: u32, extra: &[&str]) -> (Harness, PageTabl
     tables.map(VA_DMA, &[pte(0, DMA_PAGE, 0)]).unwrap();
     tables.map(VA_FENCE, &[pte(0, FENCE_PAGE, 0)]).unwrap();
     apply(&mut h, &mut tables, 1);
-    ok_nodata(
-        &mut h,
-        create_context(CONTEXT, WDDM_GPU_NODE_VIRTUAL, flags).as_bytes(),
-    );
-    ok_nodata(
-        &mut h,
-        set_root_page_table(CONTEXT, tables.root(), tables.root_entries()).as_bytes(),
-    );
+    bind_context(&mut h, CONTEXT, WDDM_GPU_NODE_VIRTUAL, flags, &tables);
     (h, tables)
+}
+
+/// Creates context `id` on `node` with `flags` and binds it to the whole root of `tables`.
+fn bind_context(h: &mut Harness, id: u32, node: u32, flags: u32, tables: &PageTables) {
+    ok_nodata(h, create_context(id, node, flags).as_bytes());
+    ok_nodata(
+        h,
+        set_root_page_table(id, tables.root(), tables.root_entries()).as_bytes(),
+    );
 }
 
 /// Writes `packets` into the DMA page and runs them on the virtual node.
@@ -691,14 +678,7 @@ fn the_paging_node_moves_bytes_through_the_paging_process_and_reports_its_faults
     let (mut h, tables) = mapped_gpu("gpummu-paging-va", 0);
     // The same tables serve as the system paging process's address space.
     const PAGING: u32 = 9;
-    ok_nodata(
-        &mut h,
-        create_context(PAGING, WDDM_GPU_NODE_PAGING, 0).as_bytes(),
-    );
-    ok_nodata(
-        &mut h,
-        set_root_page_table(PAGING, tables.root(), tables.root_entries()).as_bytes(),
-    );
+    bind_context(&mut h, PAGING, WDDM_GPU_NODE_PAGING, 0, &tables);
     assert_eq!(
         h.register_status_page(STATUS_PAGE).hdr().type_,
         VIRTIO_GPU_RESP_OK_NODATA
