@@ -219,6 +219,13 @@ fn run_virtual(
     reply.exact()
 }
 
+/// [`run_virtual`], checking the status it completes with.
+#[track_caller]
+fn run_virtual_as(h: &mut Harness, packets: &DmaBufferBuilder, fence: u32, expected: SubmitStatus) {
+    let done = run_virtual(h, packets, fence);
+    assert_eq!(done.status, expected as u32, "{done:?}");
+}
+
 #[test]
 fn copy_fill_and_signal_through_gpu_virtual_addresses() {
     let (mut h, _tables) = mapped_gpu("gpummu-copy", 0);
@@ -416,10 +423,7 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     // The node refuses work until it is reset; the paging node keeps working meanwhile.
     let mut fill = DmaBufferBuilder::new();
     fill.push(&virtual_fill(0x0101_0101, 16, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &fill, 91).status,
-        SubmitStatus::NodeFaulted as u32
-    );
+    run_virtual_as(&mut h, &fill, 91, SubmitStatus::NodeFaulted);
     tables
         .map(
             VA_SOURCE + 16 * PAGE,
@@ -428,10 +432,7 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
         .unwrap();
     apply(&mut h, &mut tables, 2);
     ok_nodata(&mut h, reset_engine().as_bytes());
-    assert_eq!(
-        run_virtual(&mut h, &fill, 92).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 92, SubmitStatus::Ok);
     assert_eq!(h.read_vram(0x10_0000, 16), vec![1; 16]);
 
     // A write through the read-only page just mapped: its own kind, with the write flag.
@@ -482,15 +483,9 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         WDDM_GPU_PAGE_FAULT_FLAG_WRITE | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED
     );
     assert_eq!(h.wait_event(event).page_fault, record);
-    assert_eq!(
-        run_virtual(&mut h, &fill, 61).status,
-        SubmitStatus::NodeFaulted as u32
-    );
+    run_virtual_as(&mut h, &fill, 61, SubmitStatus::NodeFaulted);
     ok_nodata(&mut h, reset_engine().as_bytes());
-    assert_eq!(
-        run_virtual(&mut h, &fill, 62).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 62, SubmitStatus::Ok);
     assert!(h.backend.ctl_ok("faults").contains("node 1 #1 fence 60"));
 
     // A hang: the paging node goes on, a PREEMPT stops nothing, RESET_ENGINE ends it.
@@ -511,10 +506,7 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
     ok_nodata(&mut h, reset_engine().as_bytes());
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
     assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");
-    assert_eq!(
-        run_virtual(&mut h, &fill, 64).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 64, SubmitStatus::Ok);
     let listing = h.backend.ctl_ok("list");
     assert!(
         listing.contains("injection 1 page-fault on fence 60"),
@@ -586,17 +578,11 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
     let (mut h, mut tables) = mapped_gpu_with("gpummu-checker", 0, &["--check"]);
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &copy, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 1, SubmitStatus::Ok);
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 3).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
     let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(&format!(
@@ -621,20 +607,14 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     h.write_ram(data_page(50), &new);
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &copy, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 1, SubmitStatus::Ok);
     assert!(h.read_vram(0x10_0000, PAGE_USIZE) == old);
 
     // The KMD remaps the source page and "forgets" FLUSH_TLB.
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 3).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
     // Served from the cache, as hardware would: the old page was copied again.
     assert!(
         h.read_vram(0x10_0000, PAGE_USIZE) == old,
@@ -659,10 +639,7 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     let flushed = h.submit(&submit_command(DMA_BUFFER, flush.len(), 4));
     assert_eq!(flushed.status, SubmitStatus::Ok as u32);
     let quiet = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 5).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 5, SubmitStatus::Ok);
     assert!(
         h.read_vram(0x10_0000, PAGE_USIZE) == new,
         "the flush was not seen"
@@ -734,28 +711,19 @@ fn stop_cont_keeps_contexts_and_a_guest_reset_drops_them() {
     let (mut h, _tables) = mapped_gpu("gpummu-lifecycle", 0);
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 1));
-    assert_eq!(
-        run_virtual(&mut h, &signal, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &signal, 1, SubmitStatus::Ok);
     // VM stop and cont: the context and its root survive.
     let base = h.stop_device();
     h.resume_device(base);
     let mut again = DmaBufferBuilder::new();
     again.push(&virtual_signal(VA_FENCE, 2));
-    assert_eq!(
-        run_virtual(&mut h, &again, 2).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &again, 2, SubmitStatus::Ok);
     assert_eq!(h.read_ram(FENCE_PAGE, 8), 2u64.to_le_bytes());
     // A guest reset (QEMU 10: GET_VRING_BASE, then RESET_DEVICE): every context is gone.
     h.stop_device();
     h.reset_device();
     h.start_device_anew();
-    assert_eq!(
-        run_virtual(&mut h, &again, 3).status,
-        SubmitStatus::BadContext as u32
-    );
+    run_virtual_as(&mut h, &again, 3, SubmitStatus::BadContext);
 }
 
 #[test]
@@ -793,8 +761,5 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     // The node takes work again.
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 5));
-    assert_eq!(
-        run_virtual(&mut h, &signal, 32).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &signal, 32, SubmitStatus::Ok);
 }
