@@ -34,7 +34,6 @@ mod link;
 
 use std::fmt::Write as _;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -48,6 +47,7 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use wddm_gpu_frontend_kit::{
     backend_process::{SpawnOptions, TIMEOUT},
     harness::{Harness, DMA_BUFFER, PAGE, PAGE_USIZE},
+    layout,
     pattern::pattern,
     requests::{frames, segment, submit_command, unknown_packet},
     stats::{median, min_max, percentile_us, round_to},
@@ -59,24 +59,9 @@ const MIB: u64 = 1 << 20;
 /// The layout: 256 MiB of CPU-visible VRAM (segment 1) and a 1 GiB aperture (segment 2), no
 /// device-only VRAM; WDDM 2.0 with the GpuMmu of `qemu-configs/layouts/gpummu.toml` (see
 /// `gpuva.rs`).
-const LAYOUT: &str = r#"# The paging benchmark's layout (written by benches/paging.rs).
-wddm = "2.0"
-
-[[segments]]
-flags = ["CpuVisible"]
-size = "256MiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "1GiB"
-
-[gpummu]
-index_bits = [9, 9, 9, 9]
-update_mode = "gpu_physical"
-table_segments = [1, 0, 0, 0]
-paging_process_table_segments = [0, 0, 0, 0]
-max_contexts = 4
-"#;
+fn layout() -> String {
+    layout::vram_and_aperture("256MiB", "1GiB", &gpuva::GPUMMU)
+}
 const VRAM_SEGMENT: u32 = 1;
 const APERTURE_SEGMENT: u32 = 2;
 const VRAM_BYTES: u64 = 256 * MIB;
@@ -241,29 +226,16 @@ struct Bench {
     h: Harness,
     scattered: Vec<u64>,
     next_fence: u32,
-    layout_file: PathBuf,
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.layout_file);
-    }
 }
 
 impl Bench {
     fn start() -> Self {
-        let layout_file =
-            std::env::temp_dir().join(format!("wddm-bench-layout-{}.toml", std::process::id()));
-        std::fs::write(&layout_file, LAYOUT).unwrap();
         let options = SpawnOptions {
             vram_size: VRAM_BYTES,
             ram_size: RAM_BYTES,
-            args: vec![
-                "--layout".into(),
-                layout_file.clone().into_os_string(),
-                // The latency limit the submission round trip is compared with.
-                "--bench-echo".into(),
-            ],
+            layout: Some(layout()),
+            // The latency limit the submission round trip is compared with.
+            args: vec!["--bench-echo".into()],
             log_filter: "info".to_string(),
             ..SpawnOptions::default()
         };
@@ -288,7 +260,6 @@ impl Bench {
             h,
             scattered,
             next_fence: 1,
-            layout_file,
         }
     }
 

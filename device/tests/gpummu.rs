@@ -13,44 +13,23 @@ use wddm_gpu_abi::gpuva::{
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_frontend_kit::backend_process::SpawnOptions;
 use wddm_gpu_frontend_kit::harness::{Harness, BUFFER_SIZE};
+use wddm_gpu_frontend_kit::layout::{self, Gpummu};
 use zerocopy::FromBytes;
 
-/// A WDDM 2.0 layout with a 4-level GpuMmu: leaf tables in the CPU-visible VRAM segment,
+/// The GpuMmu of the tests' layout: 4 levels, leaf tables in the CPU-visible VRAM segment,
 /// directories in system memory.
-const GPUMMU_LAYOUT: &str = r#"
-wddm = "2.0"
+const GPUMMU: Gpummu = Gpummu::four_levels(16);
 
-[[segments]]
-flags = ["CpuVisible"]
-size = "16MiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "64MiB"
-
-[gpummu]
-index_bits = [9, 9, 9, 9]
-update_mode = "gpu_physical"
-table_segments = [1, 0, 0, 0]
-paging_process_table_segments = [0, 0, 0, 0]
-max_contexts = 16
-"#;
-
-/// A backend started with `layout` as its `--layout` file.
-fn backend_with_layout(name: &str, layout: &str) -> Harness {
-    backend_with(name, layout, &[])
+/// A WDDM 2.0 layout with [`GPUMMU`] over 16 MiB of VRAM and a 64 MiB aperture.
+fn gpummu_layout() -> String {
+    layout::vram_and_aperture("16MiB", "64MiB", &GPUMMU)
 }
 
-/// A backend started with `layout` as its `--layout` file and `extra` arguments.
-fn backend_with(name: &str, layout: &str, extra: &[&str]) -> Harness {
-    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("layout.toml");
-    std::fs::write(&path, layout).unwrap();
-    let mut args = vec!["--layout".into(), path.into_os_string()];
-    args.extend(extra.iter().map(|arg| (*arg).into()));
+/// A backend started with [`gpummu_layout`] and `extra` arguments.
+fn backend_with(name: &str, extra: &[&str]) -> Harness {
     let options = SpawnOptions {
-        args,
+        layout: Some(gpummu_layout()),
+        args: extra.iter().map(|arg| (*arg).into()).collect(),
         ..SpawnOptions::default()
     };
     Harness::ready_with_options(name, &options)
@@ -58,7 +37,7 @@ fn backend_with(name: &str, layout: &str, extra: &[&str]) -> Harness {
 
 #[test]
 fn a_gpummu_layout_offers_its_geometry_as_capset_index_1() {
-    let mut h = backend_with_layout("gpummu-capset", GPUMMU_LAYOUT);
+    let mut h = backend_with("gpummu-capset", &[]);
     let config = h.negotiated.unwrap().config;
     let num_capsets = u32::from_le_bytes(config[12..16].try_into().unwrap());
     assert_eq!(num_capsets, 2);
@@ -160,7 +139,13 @@ const VA_FENCE: u64 = 0x50_0000;
 const CONTEXT: u32 = 3;
 
 fn tables() -> PageTables {
-    PageTables::new(&[9, 9, 9, 9], &[1, 0, 0, 0], RAM_TABLES, VRAM_TABLES).unwrap()
+    PageTables::new(
+        GPUMMU.index_bits,
+        GPUMMU.table_segments,
+        RAM_TABLES,
+        VRAM_TABLES,
+    )
+    .unwrap()
 }
 
 /// Writes the pending updates as UPDATE_PAGE_TABLE packets and runs them on the paging node.
@@ -199,7 +184,7 @@ fn mapped_gpu(name: &str, flags: u32) -> (Harness, PageTables) {
 
 /// [`mapped_gpu`] with `extra` backend arguments.
 fn mapped_gpu_with(name: &str, flags: u32, extra: &[&str]) -> (Harness, PageTables) {
-    let mut h = backend_with(name, GPUMMU_LAYOUT, extra);
+    let mut h = backend_with(name, extra);
     let mut tables = tables();
     let source: Vec<u64> = (0..16).map(|i| pte(0, data_page(i), 0)).collect();
     tables.map(VA_SOURCE, &source).unwrap();
@@ -208,15 +193,17 @@ fn mapped_gpu_with(name: &str, flags: u32, extra: &[&str]) -> (Harness, PageTabl
     tables.map(VA_DMA, &[pte(0, DMA_PAGE, 0)]).unwrap();
     tables.map(VA_FENCE, &[pte(0, FENCE_PAGE, 0)]).unwrap();
     apply(&mut h, &mut tables, 1);
-    ok_nodata(
-        &mut h,
-        create_context(CONTEXT, WDDM_GPU_NODE_VIRTUAL, flags).as_bytes(),
-    );
-    ok_nodata(
-        &mut h,
-        set_root_page_table(CONTEXT, tables.root(), tables.root_entries()).as_bytes(),
-    );
+    bind_context(&mut h, CONTEXT, WDDM_GPU_NODE_VIRTUAL, flags, &tables);
     (h, tables)
+}
+
+/// Creates context `id` on `node` with `flags` and binds it to the whole root of `tables`.
+fn bind_context(h: &mut Harness, id: u32, node: u32, flags: u32, tables: &PageTables) {
+    ok_nodata(h, create_context(id, node, flags).as_bytes());
+    ok_nodata(
+        h,
+        set_root_page_table(id, tables.root(), tables.root_entries()).as_bytes(),
+    );
 }
 
 /// Writes `packets` into the DMA page and runs them on the virtual node.
@@ -230,6 +217,13 @@ fn run_virtual(
     let reply = h.request(cmd.as_bytes(), BUFFER_SIZE);
     assert_eq!(reply.hdr().type_, WDDM_GPU_RESP_SUBMIT_VIRTUAL, "{reply:?}");
     reply.exact()
+}
+
+/// [`run_virtual`], checking the status it completes with.
+#[track_caller]
+fn run_virtual_as(h: &mut Harness, packets: &DmaBufferBuilder, fence: u32, expected: SubmitStatus) {
+    let done = run_virtual(h, packets, fence);
+    assert_eq!(done.status, expected as u32, "{done:?}");
 }
 
 #[test]
@@ -429,10 +423,7 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     // The node refuses work until it is reset; the paging node keeps working meanwhile.
     let mut fill = DmaBufferBuilder::new();
     fill.push(&virtual_fill(0x0101_0101, 16, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &fill, 91).status,
-        SubmitStatus::NodeFaulted as u32
-    );
+    run_virtual_as(&mut h, &fill, 91, SubmitStatus::NodeFaulted);
     tables
         .map(
             VA_SOURCE + 16 * PAGE,
@@ -441,10 +432,7 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
         .unwrap();
     apply(&mut h, &mut tables, 2);
     ok_nodata(&mut h, reset_engine().as_bytes());
-    assert_eq!(
-        run_virtual(&mut h, &fill, 92).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 92, SubmitStatus::Ok);
     assert_eq!(h.read_vram(0x10_0000, 16), vec![1; 16]);
 
     // A write through the read-only page just mapped: its own kind, with the write flag.
@@ -495,15 +483,9 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         WDDM_GPU_PAGE_FAULT_FLAG_WRITE | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED
     );
     assert_eq!(h.wait_event(event).page_fault, record);
-    assert_eq!(
-        run_virtual(&mut h, &fill, 61).status,
-        SubmitStatus::NodeFaulted as u32
-    );
+    run_virtual_as(&mut h, &fill, 61, SubmitStatus::NodeFaulted);
     ok_nodata(&mut h, reset_engine().as_bytes());
-    assert_eq!(
-        run_virtual(&mut h, &fill, 62).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 62, SubmitStatus::Ok);
     assert!(h.backend.ctl_ok("faults").contains("node 1 #1 fence 60"));
 
     // A hang: the paging node goes on, a PREEMPT stops nothing, RESET_ENGINE ends it.
@@ -524,10 +506,7 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
     ok_nodata(&mut h, reset_engine().as_bytes());
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
     assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");
-    assert_eq!(
-        run_virtual(&mut h, &fill, 64).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &fill, 64, SubmitStatus::Ok);
     let listing = h.backend.ctl_ok("list");
     assert!(
         listing.contains("injection 1 page-fault on fence 60"),
@@ -609,17 +588,11 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
     let (mut h, mut tables) = mapped_gpu_with("gpummu-checker", 0, &["--check"]);
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &copy, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 1, SubmitStatus::Ok);
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 3).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
     let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(&format!(
@@ -644,20 +617,14 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     h.write_ram(data_page(50), &new);
     let mut copy = DmaBufferBuilder::new();
     copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
-    assert_eq!(
-        run_virtual(&mut h, &copy, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 1, SubmitStatus::Ok);
     assert!(h.read_vram(0x10_0000, PAGE_USIZE) == old);
 
     // The KMD remaps the source page and "forgets" FLUSH_TLB.
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 3).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
     // Served from the cache, as hardware would: the old page was copied again.
     assert!(
         h.read_vram(0x10_0000, PAGE_USIZE) == old,
@@ -682,10 +649,7 @@ fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     let flushed = h.submit(&submit_command(DMA_BUFFER, flush.len(), 4));
     assert_eq!(flushed.status, SubmitStatus::Ok as u32);
     let quiet = h.post_wait_event();
-    assert_eq!(
-        run_virtual(&mut h, &copy, 5).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &copy, 5, SubmitStatus::Ok);
     assert!(
         h.read_vram(0x10_0000, PAGE_USIZE) == new,
         "the flush was not seen"
@@ -701,14 +665,7 @@ fn the_paging_node_moves_bytes_through_the_paging_process_and_reports_its_faults
     let (mut h, tables) = mapped_gpu("gpummu-paging-va", 0);
     // The same tables serve as the system paging process's address space.
     const PAGING: u32 = 9;
-    ok_nodata(
-        &mut h,
-        create_context(PAGING, WDDM_GPU_NODE_PAGING, 0).as_bytes(),
-    );
-    ok_nodata(
-        &mut h,
-        set_root_page_table(PAGING, tables.root(), tables.root_entries()).as_bytes(),
-    );
+    bind_context(&mut h, PAGING, WDDM_GPU_NODE_PAGING, 0, &tables);
     assert_eq!(
         h.register_status_page(STATUS_PAGE).hdr().type_,
         VIRTIO_GPU_RESP_OK_NODATA
@@ -764,28 +721,19 @@ fn stop_cont_keeps_contexts_and_a_guest_reset_drops_them() {
     let (mut h, _tables) = mapped_gpu("gpummu-lifecycle", 0);
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 1));
-    assert_eq!(
-        run_virtual(&mut h, &signal, 1).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &signal, 1, SubmitStatus::Ok);
     // VM stop and cont: the context and its root survive.
     let base = h.stop_device();
     h.resume_device(base);
     let mut again = DmaBufferBuilder::new();
     again.push(&virtual_signal(VA_FENCE, 2));
-    assert_eq!(
-        run_virtual(&mut h, &again, 2).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &again, 2, SubmitStatus::Ok);
     assert_eq!(h.read_ram(FENCE_PAGE, 8), 2u64.to_le_bytes());
     // A guest reset (QEMU 10: GET_VRING_BASE, then RESET_DEVICE): every context is gone.
     h.stop_device();
     h.reset_device();
     h.start_device_anew();
-    assert_eq!(
-        run_virtual(&mut h, &again, 3).status,
-        SubmitStatus::BadContext as u32
-    );
+    run_virtual_as(&mut h, &again, 3, SubmitStatus::BadContext);
 }
 
 #[test]
@@ -823,8 +771,5 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     // The node takes work again.
     let mut signal = DmaBufferBuilder::new();
     signal.push(&virtual_signal(VA_FENCE, 5));
-    assert_eq!(
-        run_virtual(&mut h, &signal, 32).status,
-        SubmitStatus::Ok as u32
-    );
+    run_virtual_as(&mut h, &signal, 32, SubmitStatus::Ok);
 }

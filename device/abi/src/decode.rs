@@ -86,18 +86,10 @@ impl PacketKind {
     ];
 
     /// The kinds of the WDDM 1.x memory model, which every layout runs (the others, the
-    /// WDDM 2.x GpuMmu packets, need a layout with `[gpummu]`).
-    pub const PHYSICAL: [PacketKind; 9] = [
-        PacketKind::Transfer,
-        PacketKind::Fill,
-        PacketKind::DiscardContent,
-        PacketKind::ReadPhysical,
-        PacketKind::WritePhysical,
-        PacketKind::MapAperture,
-        PacketKind::MapAperture2,
-        PacketKind::UnmapAperture,
-        PacketKind::Fence,
-    ];
+    /// WDDM 2.x GpuMmu packets, need a layout with `[gpummu]`): the first nine of [`Self::ALL`].
+    pub const PHYSICAL: [PacketKind; 9] = *Self::ALL
+        .first_chunk()
+        .expect("ALL lists the physical kinds first");
 
     /// The kind `opcode` names, if any.
     pub fn from_opcode(opcode: u16) -> Option<Self> {

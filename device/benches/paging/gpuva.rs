@@ -32,6 +32,7 @@ use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::WddmGpuPacketUpdatePageTable;
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use wddm_gpu_frontend_kit::harness::{BUFFER_SIZE, DMA_BUFFER, PAGE, SLOT_ROOM};
+use wddm_gpu_frontend_kit::layout::{self, Gpummu};
 use wddm_gpu_frontend_kit::page_tables::PageTables;
 use wddm_gpu_frontend_kit::pattern::pattern;
 use wddm_gpu_frontend_kit::requests::submit_command;
@@ -41,10 +42,9 @@ use super::{
     check_bytes, dma, Bench, COPY_BYTES, COPY_PAGES, MAP_PAGES, VRAM_IN, VRAM_OUT, VRAM_SEGMENT,
 };
 
-/// The GpuMmu of the bench's layout (appended to its `LAYOUT`).
-pub const INDEX_BITS: [u32; 4] = [9, 9, 9, 9];
-/// Leaf tables in the VRAM segment, directories in system memory.
-pub const TABLE_SEGMENTS: [u32; 4] = [1, 0, 0, 0];
+/// The GpuMmu of the bench's layouts (`gpummu.toml`'s): leaf tables in the VRAM segment,
+/// directories in system memory.
+pub const GPUMMU: Gpummu = Gpummu::four_levels(4);
 
 // Guest RAM (free between the contiguous data, which ends at 80 MiB, and the pool at 128 MiB).
 /// Directories.
@@ -131,8 +131,8 @@ impl Bench {
     /// and prepares the update of every pool entry.
     pub fn setup_gpu_va(&mut self) -> GpuVa {
         let mut tables = PageTables::new(
-            &INDEX_BITS,
-            &TABLE_SEGMENTS,
+            GPUMMU.index_bits,
+            GPUMMU.table_segments,
             RAM_TABLES,
             VRAM_TABLES,
             ARRAYS,
@@ -266,25 +266,8 @@ impl Bench {
 
 // ---- translation cost, in this process ----
 
-/// The in-process world's layout: the bench's GpuMmu over a 16 MiB VRAM segment.
-const TRANSLATE_LAYOUT: &str = r#"
-wddm = "2.0"
-
-[[segments]]
-flags = ["CpuVisible"]
-size = "16MiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "16MiB"
-
-[gpummu]
-index_bits = [9, 9, 9, 9]
-update_mode = "gpu_physical"
-table_segments = [1, 0, 0, 0]
-paging_process_table_segments = [0, 0, 0, 0]
-max_contexts = 4
-"#;
+/// The in-process world's VRAM: its layout is the bench's GpuMmu over a 16 MiB VRAM segment
+/// (and a 16 MiB aperture).
 const T_VRAM: u64 = 16 << 20;
 /// Guest RAM: directories at 1 MiB, entry arrays from 2 MiB, paging buffers at 8 MiB, the
 /// mapped frames every other page from 16 MiB (touched by nobody: translation reads entries,
@@ -319,7 +302,8 @@ impl Drop for Translation {
 
 impl Translation {
     pub fn new() -> Self {
-        let spec = parse_layout(TRANSLATE_LAYOUT).expect("the translation layout parses");
+        let spec = parse_layout(&layout::vram_and_aperture("16MiB", "16MiB", &GPUMMU))
+            .expect("the translation layout parses");
         let layout = validate(&spec, T_VRAM).expect("the translation layout is valid");
         let geometry = layout.gpummu.expect("the layout has a GpuMmu");
         let dir = ["/dev/shm"]
@@ -335,8 +319,8 @@ impl Translation {
         )])
         .expect("guest RAM");
         let mut tables = PageTables::new(
-            &INDEX_BITS,
-            &TABLE_SEGMENTS,
+            GPUMMU.index_bits,
+            GPUMMU.table_segments,
             T_RAM_TABLES,
             0..T_VRAM,
             T_ARRAYS,

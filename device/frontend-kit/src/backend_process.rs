@@ -74,7 +74,9 @@ pub struct SpawnOptions {
     pub vram_size: u64,
     /// Guest RAM at GPA 0 (memfd-backed; pages are only allocated when touched).
     pub ram_size: u64,
-    /// More backend arguments, e.g. `--layout FILE`.
+    /// A layout file's text: written into the backend's directory and given as `--layout`.
+    pub layout: Option<String>,
+    /// More backend arguments (after `--layout`).
     pub args: Vec<OsString>,
     /// `RUST_LOG` of the backend.
     pub log_filter: String,
@@ -100,6 +102,7 @@ impl Default for SpawnOptions {
         Self {
             vram_size: VRAM_SIZE,
             ram_size: RAM_SIZE,
+            layout: None,
             args: Vec::new(),
             log_filter: "debug".to_string(),
             via_fd: false,
@@ -146,6 +149,11 @@ impl BackendProcess {
             backend_end = Some(theirs);
         } else {
             command.arg("--socket-path").arg(&socket);
+        }
+        if let Some(text) = &options.layout {
+            let layout = dir.join("layout.toml");
+            std::fs::write(&layout, text).unwrap();
+            command.arg("--layout").arg(layout);
         }
         let child = command
             .arg("--vram-path")

@@ -8,6 +8,7 @@
 //!   driver does;
 //! - [`split_ring`]: the driver's side of a split virtqueue over any [`split_ring::RingMemory`]
 //!   (the fuzz target writes its hostile rings with it too);
+//! - [`layout`]: layout files written from their segments and GpuMmu;
 //! - [`guest_memory`]: memfd-backed guest memory and its memory-table entries;
 //! - [`page_tables`]: the ABI's page-table manager with its updates as UPDATE_PAGE_TABLE packets;
 //! - [`requests`]: paging submissions and endpoints built from `wddm_gpu_abi`;
@@ -19,6 +20,7 @@ pub mod backend_process;
 pub mod display_peer;
 pub mod guest_memory;
 pub mod harness;
+pub mod layout;
 pub mod page_tables;
 pub mod pattern;
 pub mod requests;

@@ -23,8 +23,7 @@ use wddm_gpu_abi::caps::{WDDM_GPU_CAPSET_ID, WDDM_GPU_CAPSET_VERSION};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, WddmGpuGetCapset, WddmGpuGetCapsetInfo, VIRTIO_GPU_CMD_GET_CAPSET,
     VIRTIO_GPU_CMD_GET_CAPSET_INFO, VIRTIO_GPU_CMD_GET_DISPLAY_INFO, WDDM_GPU_CMD_PREEMPT,
-    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_SUBMIT,
-    WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET, WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::gpuva::{
     WDDM_GPU_PTE_LARGE_PAGE, WDDM_GPU_PTE_NO_EXECUTE, WDDM_GPU_PTE_PAGE_TABLE_64KB,
@@ -35,8 +34,9 @@ use wddm_gpu_abi::packet::{
     WDDM_GPU_OP_DISCARD_CONTENT, WDDM_GPU_OP_READ_PHYSICAL, WDDM_GPU_OP_WRITE_PHYSICAL,
 };
 use wddm_gpu_abi::status::WddmGpuCmdRegisterStatusPage;
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::submit::WDDM_GPU_SUBMIT_FLAG_PAGING;
 use wddm_gpu_frontend_kit::page_tables::PageTables;
+use wddm_gpu_frontend_kit::requests::submit_command;
 use zerocopy::{Immutable, IntoBytes};
 
 const PAGE: u64 = 4096;
@@ -106,18 +106,7 @@ fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
 }
 
 fn control_requests() -> Vec<(&'static str, Vec<u8>)> {
-    let submit = WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: 0x9_0000,
-        dma_buffer_segment_id: 0,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: 0x100,
-        start_offset: 0,
-        end_offset: 0x100,
-        submission_fence_id: 7,
-        node_ordinal: 0,
-        reserved: 0,
-    };
+    let submit = submit_command(0x9_0000, 0x100, 7);
     let hdr = |type_| bytes_of(&WddmGpuCtrlHdr::with_type(type_));
     vec![
         ("display-info", hdr(VIRTIO_GPU_CMD_GET_DISPLAY_INFO)),
@@ -896,8 +885,8 @@ fn virtual_engine(dir: &Path) {
     // Four levels (leaf tables in VRAM): copy, fill and signal; a remap without a flush (the
     // checking mode on), a FLUSH_TLB, a fault, an interrupted and a reset copy.
     let mut tables = PageTables::new(
-        &[9, 9, 9, 9],
-        &[1, 0, 0, 0],
+        virtual_world::FOUR_LEVELS.index_bits,
+        virtual_world::FOUR_LEVELS.table_segments,
         RAM_TABLES,
         0x2_0000..0x4_0000,
         ARRAYS,
@@ -936,7 +925,13 @@ fn virtual_engine(dir: &Path) {
 
     // The small geometry (leaf tables in device-only VRAM, segment 3): a 64 KiB large page, a
     // 2 MiB zero range copied within, a read-only page written, a no-execute DMA buffer.
-    let mut tables = PageTables::new(&[4, 5, 6], &[3, 0, 0], RAM_TABLES, 0..0x4_0000, ARRAYS);
+    let mut tables = PageTables::new(
+        virtual_world::SMALL.index_bits,
+        virtual_world::SMALL.table_segments,
+        RAM_TABLES,
+        0..0x4_0000,
+        ARRAYS,
+    );
     let va_large = 0x20_0000u64;
     let va_zero = 0x400_0000u64;
     tables.set(va_large, 1, pte(0, DATA, WDDM_GPU_PTE_LARGE_PAGE));

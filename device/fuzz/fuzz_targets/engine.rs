@@ -26,10 +26,10 @@ use vhost_user_wddm_gpu_fuzz::debug;
 use vhost_user_wddm_gpu_fuzz::engine_world::{step, World, DEVICE_ONLY, DMA, RAM_SPAN, VRAM_SIZE};
 use vhost_user_wddm_gpu_fuzz::input::Reader;
 use vm_memory::{Bytes, GuestAddress};
-use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::packet::WddmGpuPacketHeader;
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use wddm_gpu_frontend_kit::requests::submit_command;
 
 /// Steps per input.
 const MAX_STEPS: usize = 32;
@@ -128,18 +128,8 @@ fn submit(world: &mut World, layout: usize, input: &mut Reader<'_>, raw: bool, d
         }
     }
     let len = u32::try_from(dma.len()).expect("a fuzz input is far smaller than 4 GiB");
-    let mut cmd = WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: buffer_address,
-        dma_buffer_segment_id: segment,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: len,
-        start_offset: 0,
-        end_offset: len,
-        submission_fence_id: fence,
-        node_ordinal: 0,
-        reserved: 0,
-    };
+    let mut cmd = submit_command(buffer_address, len, fence);
+    cmd.dma_buffer_segment_id = segment;
     if raw {
         cmd.dma_buffer_size = input.u32();
         cmd.start_offset = input.u32();

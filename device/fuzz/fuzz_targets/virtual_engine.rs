@@ -1,5 +1,5 @@
 //! The virtual node's engine and the page-table packets over real guest memory: each input
-//! picks a layout with a GpuMmu (`virtual_world::LAYOUTS`), writes guest RAM and VRAM, runs
+//! picks a layout with a GpuMmu (`virtual_world::layouts`), writes guest RAM and VRAM, runs
 //! paging submissions (UPDATE_PAGE_TABLE and FLUSH_TLB among whatever else they hold) on a
 //! paging engine, binds the context's root, flushes, and runs virtual submissions
 //! (`VirtualEngine::execute`: COPY, FILL, SIGNAL fetched and moved through the MMU) in one
@@ -38,11 +38,10 @@ use vhost_user_wddm_gpu_fuzz::virtual_world::{
 };
 use vm_memory::{Bytes, GuestAddress};
 use wddm_gpu_abi::build::gpuva::submit_virtual;
-use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_CMD_SUBMIT};
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::WddmGpuPacketHeader;
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_frontend_kit::requests::submit_command;
 
 /// Steps per input.
 const MAX_STEPS: usize = 32;
@@ -179,18 +178,7 @@ impl State {
         let packets = input.blob();
         let _ = world.mem.write_slice(packets, GuestAddress(PAGING_DMA));
         let len = u32::try_from(packets.len()).expect("a blob is shorter than 64 KiB");
-        let cmd = WddmGpuCmdSubmit {
-            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-            dma_buffer_address: PAGING_DMA,
-            dma_buffer_segment_id: 0,
-            flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-            dma_buffer_size: len,
-            start_offset: 0,
-            end_offset: len,
-            submission_fence_id: fence,
-            node_ordinal: 0,
-            reserved: 0,
-        };
+        let cmd = submit_command(PAGING_DMA, len, fence);
         let (layout, engine) = &mut world.layouts[self.layout];
         let memory = DeviceMemory {
             ram: guest_ram_of(&world.mem, &world.vram),

@@ -17,6 +17,7 @@ use wddm_gpu_abi::gpuva::{
     WDDM_GPU_PTE_PAGE_TABLE_64KB, WDDM_GPU_PTE_READ_ONLY, WDDM_GPU_PTE_RESERVED_MASK,
     WDDM_GPU_PTE_SEGMENT_MASK, WDDM_GPU_PTE_SEGMENT_SHIFT, WDDM_GPU_PTE_VALID, WDDM_GPU_PTE_ZERO,
 };
+use wddm_gpu_frontend_kit::layout::{self, Gpummu, Segment};
 
 use crate::engine_world::{fixed_layout, Sizes, World};
 
@@ -35,80 +36,59 @@ pub const SIZES: Sizes = Sizes {
 /// Where paging DMA buffers are written (guest RAM, below the hole).
 pub const PAGING_DMA: u64 = 0x7_0000;
 
+/// The segments of the layouts: 256 KiB of CPU-visible VRAM (segment 1), a 1 MiB aperture
+/// (segment 2) and 256 KiB of device-only VRAM (segment 3).
+const SEGMENTS: [Segment; 3] = [
+    Segment {
+        flags: layout::CPU_VISIBLE,
+        size: "256KiB",
+    },
+    Segment {
+        flags: layout::APERTURE,
+        size: "1MiB",
+    },
+    Segment {
+        flags: layout::DEVICE_ONLY,
+        size: "256KiB",
+    },
+];
+
 /// A 4-level 48-bit GpuMmu as the shipped `gpummu.toml` has it: leaf tables in the CPU-visible
-/// VRAM segment, directories in system memory; segment 3 is device-only VRAM.
-pub const LAYOUT_FOUR_LEVELS: &str = r#"
-wddm = "2.0"
-
-[[segments]]
-flags = ["CpuVisible"]
-size = "256KiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "1MiB"
-
-[[segments]]
-flags = ["PreservedDuringStandby"]
-size = "256KiB"
-
-[gpummu]
-index_bits = [9, 9, 9, 9]
-update_mode = "gpu_physical"
-table_segments = [1, 0, 0, 0]
-paging_process_table_segments = [0, 0, 0, 0]
-max_contexts = 4
-"#;
+/// VRAM segment, directories in system memory.
+pub const FOUR_LEVELS: Gpummu = Gpummu::four_levels(4);
 
 /// A small 3-level GpuMmu (27 address bits: 4, 5 and 6 index bits; large pages of 64 KiB at
 /// level 1 and 2 MiB at level 2), the processes' leaf tables in device-only VRAM.
-pub const LAYOUT_SMALL: &str = r#"
-wddm = "2.0"
+pub const SMALL: Gpummu = Gpummu {
+    index_bits: &[4, 5, 6],
+    table_segments: &[3, 0, 0],
+    paging_process_table_segments: &[0, 0, 0],
+    max_contexts: 4,
+};
 
-[[segments]]
-flags = ["CpuVisible"]
-size = "256KiB"
+/// A 2-level GpuMmu (a resizable root), every table in system memory (the layout says nothing
+/// of table segments).
+pub const TWO_LEVELS: Gpummu = Gpummu {
+    index_bits: &[9, 9],
+    table_segments: &[],
+    paging_process_table_segments: &[],
+    max_contexts: 4,
+};
 
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "1MiB"
+/// The layouts, in the order the input's first byte selects them: WDDM 2.0 with
+/// [`FOUR_LEVELS`] and [`SMALL`] over the three [`SEGMENTS`], and [`TWO_LEVELS`] over the first
+/// two (no device-only VRAM).
+pub fn layouts() -> [String; 3] {
+    [
+        layout::layout("2.0", &SEGMENTS, Some(&FOUR_LEVELS)),
+        layout::layout("2.0", &SEGMENTS, Some(&SMALL)),
+        layout::layout("2.0", &SEGMENTS[..2], Some(&TWO_LEVELS)),
+    ]
+}
 
-[[segments]]
-flags = ["PreservedDuringStandby"]
-size = "256KiB"
-
-[gpummu]
-index_bits = [4, 5, 6]
-update_mode = "gpu_physical"
-table_segments = [3, 0, 0]
-paging_process_table_segments = [0, 0, 0]
-max_contexts = 4
-"#;
-
-/// A 2-level GpuMmu (a resizable root), every table in system memory.
-pub const LAYOUT_TWO_LEVELS: &str = r#"
-wddm = "2.0"
-
-[[segments]]
-flags = ["CpuVisible"]
-size = "256KiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "1MiB"
-
-[gpummu]
-index_bits = [9, 9]
-update_mode = "gpu_physical"
-max_contexts = 4
-"#;
-
-/// The layouts, in the order the input's first byte selects them.
-pub const LAYOUTS: [&str; 3] = [LAYOUT_FOUR_LEVELS, LAYOUT_SMALL, LAYOUT_TWO_LEVELS];
-
-/// The world: [`SIZES`] and [`LAYOUTS`].
+/// The world: [`SIZES`] and [`layouts`].
 pub fn world() -> World {
-    let layouts = LAYOUTS
+    let layouts = layouts()
         .iter()
         .map(|text| fixed_layout(text, SIZES.vram_size))
         .collect();

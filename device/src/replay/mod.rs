@@ -165,15 +165,7 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
         ram: ReplayRam::new().map_err(|source| ReplayError::Ram { entry: 0, source })?,
         memory: None,
     };
-    let mut report = Tally {
-        submissions: 0,
-        resets: 0,
-        preempts: 0,
-        mismatches: Vec::new(),
-        data_dropped: 0,
-        recorded_ns: 0,
-        replayed_ns: 0,
-    };
+    let mut report = Tally::default();
     let mut entries = EntryReader::new(input);
     loop {
         let index = entries.index();
@@ -249,6 +241,7 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
 }
 
 /// What the replay counts as it goes.
+#[derive(Default)]
 struct Tally {
     submissions: u64,
     resets: u64,

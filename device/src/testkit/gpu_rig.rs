@@ -9,11 +9,12 @@ use std::time::Duration;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use wddm_gpu_abi::ctrl::{
     WddmGpuCtrlHdr, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_REGISTER_STATUS_PAGE,
-    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_CMD_WAIT_EVENT,
 };
 use wddm_gpu_abi::request::decode_control;
 use wddm_gpu_abi::status::{WddmGpuCmdRegisterStatusPage, WddmGpuRespEvent, WddmGpuStatusPage};
-use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING};
+use wddm_gpu_abi::submit::{WddmGpuCmdSubmit, WddmGpuRespSubmit};
+use wddm_gpu_frontend_kit::requests::submit_command;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::guest;
@@ -206,15 +207,7 @@ impl GpuRig {
 
 /// A paging submission of the `size` bytes of packets at `address`.
 pub fn submit_cmd(address: u64, size: usize, fence: u32) -> WddmGpuCmdSubmit {
-    WddmGpuCmdSubmit {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SUBMIT),
-        dma_buffer_address: address,
-        flags: WDDM_GPU_SUBMIT_FLAG_PAGING,
-        dma_buffer_size: u32::try_from(size).unwrap(),
-        end_offset: u32::try_from(size).unwrap(),
-        submission_fence_id: fence,
-        ..Default::default()
-    }
+    submit_command(address, u32::try_from(size).unwrap(), fence)
 }
 
 /// The submission answer `rx` receives.

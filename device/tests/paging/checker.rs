@@ -9,23 +9,18 @@ use wddm_gpu_frontend_kit::harness::{Harness, FRAME_LISTS, PAGE};
 use wddm_gpu_frontend_kit::requests::segment;
 
 use crate::common::*;
-use crate::vram::{DEVICE_ONLY_LAYOUT, DEVICE_ONLY_SEGMENT};
+use crate::vram::{device_only_layout, DEVICE_ONLY_SEGMENT};
 
-/// The aperture of [`DEVICE_ONLY_LAYOUT`].
+/// The aperture of [`device_only_layout`].
 const APERTURE: u32 = 3;
 
-/// A backend with [`DEVICE_ONLY_LAYOUT`] and `extra` arguments.
+/// A backend with [`device_only_layout`] and `extra` arguments.
 fn backend(name: &str, extra: &[&str]) -> Harness {
-    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let layout = dir.join("layout.toml");
-    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
-    let mut args = vec!["--layout".into(), layout.into_os_string()];
-    args.extend(extra.iter().map(|arg| (*arg).into()));
     Harness::ready_with_options(
         name,
         &SpawnOptions {
-            args,
+            layout: Some(device_only_layout()),
+            args: extra.iter().map(|arg| (*arg).into()).collect(),
             ..SpawnOptions::default()
         },
     )

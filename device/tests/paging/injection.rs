@@ -370,14 +370,10 @@ fn a_power_loss_takes_what_the_power_action_does_not_preserve() {
         WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
     };
 
-    use crate::vram::{DEVICE_ONLY_LAYOUT, DEVICE_ONLY_SEGMENT};
+    use crate::vram::{device_only_layout, DEVICE_ONLY_SEGMENT};
 
-    let dir = std::env::temp_dir().join(format!("wddm-inject-power-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let layout = dir.join("layout.toml");
-    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
     let options = SpawnOptions {
-        args: vec!["--layout".into(), layout.into_os_string()],
+        layout: Some(device_only_layout()),
         ..SpawnOptions::default()
     };
     let mut h = Harness::ready_with_options("inject-power", &options);

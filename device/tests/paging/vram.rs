@@ -6,28 +6,30 @@ use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_frontend_kit::{
     backend_process::{SpawnOptions, TIMEOUT},
     harness::{Harness, STATUS_PAGE, VRAM_GPA},
+    layout::{self, Segment},
     pattern::pattern,
     requests::segment,
 };
 
 use crate::common::*;
 
-/// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3).
-pub const DEVICE_ONLY_LAYOUT: &str = r#"
-wddm = "1.3"
-
-[[segments]]
-flags = ["CpuVisible"]
-size = "16MiB"
-
-[[segments]]
-flags = ["PreservedDuringStandby"]
-size = "16MiB"
-
-[[segments]]
-flags = ["Aperture", "CacheCoherent"]
-size = "16MiB"
-"#;
+/// CPU-visible VRAM (segment 1), device-only VRAM (segment 2), an aperture (segment 3), 16 MiB
+/// each.
+pub fn device_only_layout() -> String {
+    let segment = |flags| Segment {
+        flags,
+        size: "16MiB",
+    };
+    layout::layout(
+        "1.3",
+        &[
+            segment(layout::CPU_VISIBLE),
+            segment(layout::DEVICE_ONLY),
+            segment(layout::APERTURE),
+        ],
+        None,
+    )
+}
 pub const DEVICE_ONLY_SEGMENT: u32 = 2;
 
 /// Writes a pattern into device-only VRAM (through a CPU-visible staging area), restarts the
@@ -37,15 +39,12 @@ fn device_only_vram_after_restart(
     name: &str,
     keep: Option<&std::path::Path>,
 ) -> (Vec<u8>, Vec<u8>) {
-    let dir = std::env::temp_dir().join(format!("wddm-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let layout = dir.join("layout.toml");
-    std::fs::write(&layout, DEVICE_ONLY_LAYOUT).unwrap();
-    let mut args = vec!["--layout".into(), layout.clone().into_os_string()];
+    let mut args = Vec::new();
     if let Some(keep) = keep {
         args.extend(["--device-vram-path".into(), keep.as_os_str().to_owned()]);
     }
     let options = SpawnOptions {
+        layout: Some(device_only_layout()),
         args,
         ..SpawnOptions::default()
     };
@@ -66,7 +65,6 @@ fn device_only_vram_after_restart(
         1,
     );
     let after = h.read_vram(0x20_0000, data.len());
-    std::fs::remove_dir_all(&dir).unwrap();
     (after, data)
 }
 
