@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::render::{bytes, duration};
-use super::{LatencySnapshot, NamedCount, StatsSnapshot};
+use super::render::{bytes, dropped_line, duration};
+use super::{LatencySnapshot, NamedCount, NodeSnapshot, PacketKindSnapshot, StatsSnapshot};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -92,71 +92,19 @@ fn render(source: &str, window: &Window<'_>, now: &StatsSnapshot) -> String {
         q.mean
     );
 
-    out.push('\n');
-    let _ = writeln!(
-        out,
-        "{:<16}{:>10}{:>10}{:>10}{:>10}{:>12}",
-        "node", "subm/s", "faults/s", "MiB/s", "pkts/s", "mean now"
-    );
-    for (index, node) in now.nodes.iter().enumerate() {
-        let field = |value: fn(&super::NodeSnapshot) -> u64| {
-            move |s: &StatsSnapshot| s.nodes.get(index).map_or(0, value)
-        };
-        let mean = interval_mean(
-            window
-                .before
-                .and_then(|before| before.nodes.get(index))
-                .map(|before| &before.execution),
-            &node.execution,
-        );
-        let _ = writeln!(
-            out,
-            "{:<16}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{mean:>12}",
-            format!("{} {}", node.node, node.name),
-            window.rate(field(|n| n.submissions), now),
-            window.rate(field(|n| n.faults), now),
-            window.rate(field(|n| n.bytes), now) / MIB,
-            window.rate(field(|n| n.packets), now),
-        );
-    }
+    rate_table(&mut out, window, now, &NODES, |node| {
+        Some(format!("{} {}", node.node, node.name))
+    });
     let _ = writeln!(
         out,
         "  preempted {:.1}/s   statuses: {}",
         window.rate(|s| s.submissions.preemptions, now),
         status_rates(window, now)
     );
-
-    out.push('\n');
-    let _ = writeln!(
-        out,
-        "{:<16}{:>10}{:>10}{:>10}{:>10}{:>12}",
-        "packet", "pkts/s", "faults/s", "MiB/s", "pages/s", "mean now"
-    );
-    for (index, kind) in now.packets.iter().enumerate() {
-        // A kind that has never run has nothing to show.
-        if kind.count == 0 {
-            continue;
-        }
-        let field = |value: fn(&super::PacketKindSnapshot) -> u64| {
-            move |s: &StatsSnapshot| s.packets.get(index).map_or(0, value)
-        };
-        let mean = interval_mean(
-            window
-                .before
-                .and_then(|before| before.packets.get(index))
-                .map(|before| &before.latency),
-            &kind.latency,
-        );
-        let _ = writeln!(
-            out,
-            "{:<16}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{mean:>12}",
-            kind.kind,
-            window.rate(field(|k| k.count), now),
-            window.rate(field(|k| k.faults), now),
-            window.rate(field(|k| k.bytes), now) / MIB,
-            window.rate(field(|k| k.pages), now),
-        );
-    }
+    // A kind that has never run has nothing to show.
+    rate_table(&mut out, window, now, &PACKETS, |kind| {
+        (kind.count > 0).then(|| kind.kind.clone())
+    });
 
     out.push('\n');
     let _ = writeln!(
@@ -240,7 +188,6 @@ fn render(source: &str, window: &Window<'_>, now: &StatsSnapshot) -> String {
             window.rate(field(|l| l.late_packets), now)
         );
     }
-    let d = &now.display;
     let _ = writeln!(
         out,
         "display to QEMU: {:.1} updates/s, {:.1} MiB/s, {:.1} cursor moves/s",
@@ -254,14 +201,66 @@ fn render(source: &str, window: &Window<'_>, now: &StatsSnapshot) -> String {
         ) / MIB,
         window.rate(|s| s.display.cursor_moves, now),
     );
-    if d.dropped_not_reading > 0 || d.dropped_socket_closed > 0 {
-        let _ = writeln!(
-            out,
-            "  dropped: {} while QEMU was not reading, {} after the socket closed",
-            d.dropped_not_reading, d.dropped_socket_closed
-        );
-    }
+    dropped_line(&mut out, &now.display);
     out
+}
+
+/// A table of rates, one row per item of a list in the snapshot: four counters per second
+/// (the third bytes, shown in MiB) and the mean latency of the window's samples.
+struct RateTable<T: 'static> {
+    heading: [&'static str; 6],
+    items: fn(&StatsSnapshot) -> &[T],
+    counters: [fn(&T) -> u64; 4],
+    latency: fn(&T) -> &LatencySnapshot,
+}
+
+const NODES: RateTable<NodeSnapshot> = RateTable {
+    heading: ["node", "subm/s", "faults/s", "MiB/s", "pkts/s", "mean now"],
+    items: |s| &s.nodes,
+    counters: [|n| n.submissions, |n| n.faults, |n| n.bytes, |n| n.packets],
+    latency: |n| &n.execution,
+};
+
+const PACKETS: RateTable<PacketKindSnapshot> = RateTable {
+    heading: [
+        "packet", "pkts/s", "faults/s", "MiB/s", "pages/s", "mean now",
+    ],
+    items: |s| &s.packets,
+    counters: [|k| k.count, |k| k.faults, |k| k.bytes, |k| k.pages],
+    latency: |k| &k.latency,
+};
+
+/// Writes `table` after a blank line; `name` names a row, or leaves it out (`None`).
+fn rate_table<T>(
+    out: &mut String,
+    window: &Window<'_>,
+    now: &StatsSnapshot,
+    table: &RateTable<T>,
+    name: impl Fn(&T) -> Option<String>,
+) {
+    let [first, columns @ .., last] = table.heading;
+    out.push('\n');
+    let _ = write!(out, "{first:<16}");
+    for column in columns {
+        let _ = write!(out, "{column:>10}");
+    }
+    let _ = writeln!(out, "{last:>12}");
+    for (index, item) in (table.items)(now).iter().enumerate() {
+        let Some(name) = name(item) else {
+            continue;
+        };
+        let _ = write!(out, "{name:<16}");
+        for (column, counter) in table.counters.iter().enumerate() {
+            let rate = window.rate(|s| (table.items)(s).get(index).map_or(0, counter), now);
+            let shown = if column == 2 { rate / MIB } else { rate };
+            let _ = write!(out, "{shown:>10.1}");
+        }
+        let before = window
+            .before
+            .and_then(|before| (table.items)(before).get(index))
+            .map(table.latency);
+        let _ = writeln!(out, "{:>12}", interval_mean(before, (table.latency)(item)));
+    }
 }
 
 /// `3:04:05` (hours unbounded).

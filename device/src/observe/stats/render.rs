@@ -8,6 +8,7 @@ use prometheus::proto::{
 };
 use prometheus::TextEncoder;
 
+use super::display::DisplaySnapshot;
 use super::{LatencySnapshot, StatsSnapshot, TrafficBytes};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -73,6 +74,17 @@ fn row(
         out,
         "{name:<NAME_WIDTH$}{count:>10}{faults:>8}{bytes:>12}{pages:>10}{p50:>11}{p99:>11}{max:>11}"
     );
+}
+
+/// What the display could not send, once something was not sent.
+pub(super) fn dropped_line(out: &mut String, display: &DisplaySnapshot) {
+    if display.dropped_not_reading > 0 || display.dropped_socket_closed > 0 {
+        let _ = writeln!(
+            out,
+            "  dropped: {} while QEMU was not reading, {} after the socket closed",
+            display.dropped_not_reading, display.dropped_socket_closed
+        );
+    }
 }
 
 fn traffic_row(out: &mut String, name: &str, traffic: TrafficBytes, note: &str) {
@@ -263,13 +275,7 @@ impl StatsSnapshot {
             d.cursor_moves,
             d.cursor_hides
         );
-        if d.dropped_not_reading > 0 || d.dropped_socket_closed > 0 {
-            let _ = writeln!(
-                out,
-                "  dropped: {} while QEMU was not reading, {} after the socket closed",
-                d.dropped_not_reading, d.dropped_socket_closed
-            );
-        }
+        dropped_line(&mut out, d);
         out
     }
 
