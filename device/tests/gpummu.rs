@@ -113,8 +113,8 @@ use wddm_gpu_abi::gpuva::{
     WDDM_GPU_MMU_FAULT_READ_ONLY, WDDM_GPU_MMU_FAULT_ROOT_OVERRUN, WDDM_GPU_PTE_READ_ONLY,
 };
 use wddm_gpu_abi::status::{
-    WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_EVENT_STALE_TRANSLATION,
-    WDDM_GPU_PAGE_FAULT_OFFSET,
+    WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_MONITORED_FENCE, WDDM_GPU_EVENT_PAGE_FAULT,
+    WDDM_GPU_EVENT_STALE_TRANSLATION, WDDM_GPU_PAGE_FAULT_OFFSET,
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_frontend_kit::harness::{DMA_BUFFER, PAGE, PAGE_USIZE, STATUS_PAGE};
@@ -503,10 +503,34 @@ fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_han
         node.contains("node 1 (virtual): HUNG\n  running fence 63\n  queued 0\n  page faults 1\n"),
         "{node}"
     );
+    // What DxgkDdiQueryEngineStatus sees of node 1: not responsive, fence 63 running, 62 the
+    // last completed (61 was refused, never run).
+    let status = h.query_engine_status(WDDM_GPU_NODE_VIRTUAL);
+    assert_eq!(
+        (
+            status.node_ordinal,
+            status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
+            status.running_fence,
+            status.current_fence,
+            status.queued
+        ),
+        (WDDM_GPU_NODE_VIRTUAL, 0, 63, 62, 0),
+        "{status:?}"
+    );
     ok_nodata(&mut h, reset_engine().as_bytes());
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
     assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");
     run_virtual_as(&mut h, &fill, 64, SubmitStatus::Ok);
+    let status = h.query_engine_status(WDDM_GPU_NODE_VIRTUAL);
+    assert_eq!(
+        (
+            status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
+            status.running_fence,
+            status.current_fence
+        ),
+        (WDDM_GPU_ENGINE_STATUS_RESPONSIVE, 0, 64),
+        "{status:?}"
+    );
     let listing = h.backend.ctl_ok("list");
     assert!(
         listing.contains("injection 1 page-fault on fence 60"),

@@ -20,6 +20,10 @@
 //! status page's fault records, and the TDR path follows. More than [`TDR_LIMIT`] resets in one
 //! drain is `VIDEO_TDR_FAILURE`: the drain fails.
 //!
+//! The virtual node (node 1) has its own, engine-level TDR ([`run_virtual`]): a submission
+//! unanswered after the delay is met with `QUERY_ENGINE_STATUS` of node 1 and `RESET_ENGINE`
+//! (`DxgkDdiResetEngine`), which answers it `RESET`; the paging node is not touched.
+//!
 //! Every step prints one `TDR ...` line. Submissions given to the node must not live in the
 //! engine's own DMA buffer ([`Engine::prepare`]): the FENCE that proves the device works after a
 //! reset is built there (use [`Ctx::prepare_extra`]).
@@ -27,12 +31,16 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use wddm_gpu_abi::context::WDDM_GPU_NODE_PAGING;
+use wddm_gpu_abi::build::gpuva::reset_engine;
+use wddm_gpu_abi::context::{
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL,
+};
 use wddm_gpu_abi::status::{
     WddmGpuFaultRecord, WddmGpuRespEngineStatus, WddmGpuRespPreempt, WDDM_GPU_ENGINE_STATUS_PAUSED,
     WDDM_GPU_ENGINE_STATUS_RESPONSIVE,
 };
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
+use zerocopy::IntoBytes;
 
 use crate::engine::Engine;
 use crate::failure::{ensure, Failure, Outcome};
@@ -170,6 +178,61 @@ impl Recovery {
             .find(|e| e.fence == fence)
             .ok_or_else(|| Failure(format!("fence {fence} never ended")))
     }
+}
+
+/// How a virtual-node submission ended under [`run_virtual`].
+#[derive(Clone, Copy, Debug)]
+pub struct VirtualRun {
+    /// Its answer: in time, or the one RESET_ENGINE brought.
+    pub answer: WddmGpuRespSubmitVirtual,
+    /// When it timed out: what QUERY_ENGINE_STATUS of node 1 answered before RESET_ENGINE.
+    pub timeout: Option<WddmGpuRespEngineStatus>,
+}
+
+/// Runs a SUBMIT_VIRTUAL with the TDR delay, as the OS's engine-level TDR does for node 1: an
+/// answer in time is returned as it is; none means a timeout: `QUERY_ENGINE_STATUS` of node 1
+/// (`DxgkDdiQueryEngineStatus`), then `RESET_ENGINE` (`DxgkDdiResetEngine`), whose answer must
+/// bring the submission back.
+pub fn run_virtual(
+    e: &mut Engine,
+    cmd: &WddmGpuCmdSubmitVirtual,
+    delay: Duration,
+) -> Outcome<VirtualRun> {
+    let fence = cmd.submission_fence_id;
+    let ticket = e.device.control.post_submit_virtual(cmd)?;
+    if let Some(answer) = wait_until(e, ticket, Instant::now() + delay)? {
+        let answer = gpu::decode_submit_virtual(cmd, &answer.bytes)?;
+        return Ok(VirtualRun {
+            answer,
+            timeout: None,
+        });
+    }
+    let status = e
+        .device
+        .control
+        .query_engine_status(WDDM_GPU_NODE_VIRTUAL)?;
+    println!(
+        "TDR virtual node: fence {fence} timed out after {} ms; engine status {}",
+        delay.as_millis(),
+        status_text(&status)
+    );
+    ensure(
+        e.device
+            .control
+            .command("RESET_ENGINE", reset_engine().as_bytes())?,
+        || "RESET_ENGINE refused".into(),
+    )?;
+    let answer = wait_until(e, ticket, Instant::now() + delay)?
+        .ok_or_else(|| Failure(format!("fence {fence}: no answer after RESET_ENGINE")))?;
+    let answer = gpu::decode_submit_virtual(cmd, &answer.bytes)?;
+    println!(
+        "TDR virtual node: RESET_ENGINE; fence {fence} answered {}",
+        SubmitStatus::from_raw(answer.status).map_or("?", SubmitStatus::name)
+    );
+    Ok(VirtualRun {
+        answer,
+        timeout: Some(status),
+    })
 }
 
 /// Whether fence `current` is at or past `fence` (fences wrap).

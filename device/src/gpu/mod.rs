@@ -313,20 +313,41 @@ impl PagingGpu {
                 }
                 paging.as_bytes().to_vec()
             }
-            ControlCommand::QueryEngineStatus(cmd) => {
-                if cmd.node_ordinal != WDDM_GPU_NODE_PAGING || cmd.reserved != 0 {
+            ControlCommand::QueryEngineStatus(cmd) => match (cmd.node_ordinal, cmd.reserved) {
+                (WDDM_GPU_NODE_PAGING, 0) => {
+                    // Released first, so the driver holds every completion when it reads this.
+                    let released = self.scheduler.release_held();
+                    engine_status(WDDM_GPU_NODE_PAGING, &self.scheduler.node_state(), released)
+                        .as_bytes()
+                        .to_vec()
+                }
+                (WDDM_GPU_NODE_VIRTUAL, 0) => {
+                    let node = self.virtual_node.probe().state();
+                    let last_completed = lock(&self.notify).status.virtual_completed();
+                    let state = NodeState {
+                        last_completed,
+                        // Answered and published just before the node marks itself idle: a
+                        // fence the status page calls completed no longer runs.
+                        running: node.running_fence.filter(|&fence| fence != last_completed),
+                        queued: node.queued,
+                        hung: node.hung,
+                        paused: node.paused,
+                        held: 0,
+                    };
+                    // The virtual node withholds no answers: nothing to release.
+                    engine_status(WDDM_GPU_NODE_VIRTUAL, &state, 0)
+                        .as_bytes()
+                        .to_vec()
+                }
+                _ => {
                     crate::guest_warn!(
-                        "QUERY_ENGINE_STATUS for node {}: the paging node (0) reports its status",
-                        cmd.node_ordinal
+                        "QUERY_ENGINE_STATUS for node {} (reserved {:#x}): nodes 0 (paging) and 1 (virtual) report their status",
+                        cmd.node_ordinal,
+                        cmd.reserved
                     );
                     return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
                 }
-                // Released first, so the driver holds every completion when it reads this.
-                let released = self.scheduler.release_held();
-                engine_status(&self.scheduler.node_state(), released)
-                    .as_bytes()
-                    .to_vec()
-            }
+            },
             ControlCommand::Reset => {
                 self.scheduler.reset(ResetBy::Driver);
                 self.virtual_node.reset_engine();
@@ -526,8 +547,8 @@ fn answer_later(reply: Box<dyn Reply>, response: Vec<u8>, delay: Duration) -> Re
     RequestOutcome::Taken
 }
 
-/// The QUERY_ENGINE_STATUS answer for the paging node.
-fn engine_status(node: &NodeState, released: u32) -> WddmGpuRespEngineStatus {
+/// The QUERY_ENGINE_STATUS answer for node `ordinal` in `node`'s state.
+fn engine_status(ordinal: u32, node: &NodeState, released: u32) -> WddmGpuRespEngineStatus {
     let mut flags = 0;
     if !node.hung {
         flags |= WDDM_GPU_ENGINE_STATUS_RESPONSIVE;
@@ -537,7 +558,7 @@ fn engine_status(node: &NodeState, released: u32) -> WddmGpuRespEngineStatus {
     }
     WddmGpuRespEngineStatus {
         hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_ENGINE_STATUS),
-        node_ordinal: WDDM_GPU_NODE_PAGING,
+        node_ordinal: ordinal,
         flags,
         current_fence: node.last_completed,
         running_fence: node.running.unwrap_or(0),

@@ -109,6 +109,11 @@ impl StatusPage {
         }
     }
 
+    /// The last SUBMIT_VIRTUAL that completed on the virtual node.
+    pub fn virtual_completed(&self) -> u32 {
+        self.page.virtual_completed_fence
+    }
+
     /// Records a SUBMIT_VIRTUAL that completed on the virtual node.
     pub fn complete_virtual(&mut self, fence_id: u32) {
         self.page.virtual_completed_fence = fence_id;

@@ -18,8 +18,8 @@ use wddm_gpu_abi::build::gpuva::{
 use wddm_gpu_abi::build::page_tables::{packets, PageTables, TableWrite};
 use wddm_gpu_abi::build::DmaBufferBuilder;
 use wddm_gpu_abi::context::{
-    WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB, WDDM_GPU_NODE_PAGING,
-    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB,
+    WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
     WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
 };
 use wddm_gpu_abi::gpuva::{
@@ -279,8 +279,53 @@ impl Ctx {
     }
 }
 
+/// One context on the virtual node whose page at [`VirtualTarget::VA`] is VRAM: what the TDR
+/// scenario's virtual-node tests fill, hang and fault.
+pub struct VirtualTarget {
+    ctx: Ctx,
+    id: u32,
+    /// The VRAM offset (in the CPU-visible segment) the page maps.
+    vram: u64,
+}
+
+impl VirtualTarget {
+    /// The GPU VA of the target page.
+    pub const VA: u64 = VA_DESTINATION;
+
+    /// Reads the GpuMmu, maps [`Self::VA`] to the VRAM page at `vram` and makes the context.
+    pub fn new(engine: &mut Engine, vram: u64) -> Outcome<Self> {
+        let mut ctx = Ctx::new(engine)?;
+        engine.require_vram(vram, PAGE)?;
+        let mut tables = ctx.page_tables()?;
+        let segment = engine.segment.desc.id;
+        tables
+            .map(Self::VA, &[pte(segment, vram, 0)])
+            .map_err(|e| Failure(format!("page tables: {e:?}")))?;
+        let id = ctx.context(engine, &mut tables, 0)?;
+        Ok(Self { ctx, id, vram })
+    }
+
+    /// Zeroes the page through the BAR and returns a SUBMIT_VIRTUAL that fills it with
+    /// `pattern` (its DMA buffer written, its fence the engine's next).
+    pub fn fill(&self, engine: &mut Engine, pattern: u32) -> WddmGpuCmdSubmitVirtual {
+        engine.vram.write(self.vram, &[0; PAGE_USIZE]);
+        let mut packets = DmaBufferBuilder::new();
+        packets.push(&virtual_fill(pattern, PAGE, Self::VA));
+        self.ctx.dma.write(0, packets.bytes());
+        submit_virtual(self.id, VA_DMA, packets.len(), engine.fence())
+    }
+
+    /// Whether the page holds `pattern` throughout (read through the BAR).
+    pub fn filled(&self, engine: &Engine, pattern: u32) -> bool {
+        let mut page = [0u8; PAGE_USIZE];
+        engine.vram.read(self.vram, &mut page);
+        page.chunks_exact(4)
+            .all(|word| word == pattern.to_le_bytes())
+    }
+}
+
 /// RESET_ENGINE of the virtual node (`DxgkDdiResetEngine`), which must be answered OK.
-fn reset_virtual_node(engine: &mut Engine) -> Outcome {
+pub fn reset_virtual_node(engine: &mut Engine) -> Outcome {
     ensure(
         engine
             .device
@@ -290,7 +335,7 @@ fn reset_virtual_node(engine: &mut Engine) -> Outcome {
     )
 }
 
-fn expect_status(done: &WddmGpuRespSubmitVirtual, status: SubmitStatus) -> Outcome {
+pub fn expect_status(done: &WddmGpuRespSubmitVirtual, status: SubmitStatus) -> Outcome {
     ensure(done.status == status as u32, || {
         format!(
             "SUBMIT_VIRTUAL fence {} ended with status {}, want {} ({done:?})",

@@ -17,31 +17,47 @@
 //! | `tdr-slow-past-delay` | `slow 60s` | no answer, the node responsive: PREEMPT stops it, resubmitted | `tdr_slow_past_delay` |
 //! | `tdr-preempt-refuse` | `slow 60s`, `preempt-refuse` | the PREEMPT stops nothing: RESET, resubmitted | `tdr_preempt_refuse` |
 //! | `tdr-preempt-slow` | `slow 60s`, `preempt-slow 1s` | the PREEMPT answered a second late, then resubmitted | `tdr_preempt_slow` |
+//! | `tdr-virtual-hang` | `hang node=1` | a SUBMIT_VIRTUAL unanswered: QUERY_ENGINE_STATUS of node 1 (not responsive), RESET_ENGINE answers it RESET, resubmitted | `tdr_virtual_hang` |
+//! | `tdr-virtual-page-fault` | `page-fault va=0x18700000000 write` | a page fault at that VA: the `DmaPageFaulted` record and event, NODE_FAULTED until RESET_ENGINE | `tdr_virtual_page_fault` |
 //! | `tdr-done` | prints `ctl list`, checks every injection fired, answers `go` | | `tdr_device_works_after` |
 //!
 //! "Nothing lost that should have been kept": a VRAM pattern written through the BAR at the start
 //! is checked after every recovery (a RESET keeps VRAM); the aperture mapping made before the
 //! hang is gone after it (a RESET clears the GART) and the submission that read it is reported,
-//! not resubmitted; every resubmitted submission's work is checked in VRAM.
+//! not resubmitted; every resubmitted submission's work is checked in VRAM. The virtual node's
+//! tests need the layout's GpuMmu (scripts/test boots this scenario with `gpummu.toml`); the
+//! paging node's VRAM is checked after them too (an engine reset of node 1 leaves it alone).
 
 use std::time::Duration;
 
-use wddm_gpu_abi::status::WDDM_GPU_ENGINE_STATUS_RESPONSIVE;
+use wddm_gpu_abi::context::{
+    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+    WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
+};
+use wddm_gpu_abi::status::{WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_PAGE_FAULT};
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use crate::cli::Options;
 use crate::engine::{expect_status, Engine};
 use crate::failure::{ensure, Failure, Outcome};
+use crate::gpu::decode_event;
+use crate::gpummu::dma_page_faulted;
 use crate::packets::{self, DmaBufferBuilder};
 use crate::scatter::Piece;
+use crate::scenario::gpuva::{
+    expect_status as expect_virtual_status, reset_virtual_node, VirtualTarget,
+};
 use crate::scenario::paging::{
     check_vram, expect_done, fill_bytes, pattern_bytes, write_pieces, Ctx,
 };
 use crate::scenario::setup;
 use crate::scenario::suite::Tally;
 use crate::sync::{SyncPort, SYNC_PORT};
-use crate::tdr::{Ended, PagingNode, Recovery, ResetReport, Submission, TimeoutReport, TDR_DELAY};
+use crate::tdr::{
+    run_virtual, status_text, Ended, PagingNode, Recovery, ResetReport, Submission, TimeoutReport,
+    TDR_DELAY,
+};
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 
@@ -54,7 +70,7 @@ const GO: &str = "go";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The tests, their sync points, in run order.
-pub const TESTS: [(&str, &str); 7] = [
+pub const TESTS: [(&str, &str); 9] = [
     ("tdr_slow", "tdr-slow"),
     ("tdr_lost_interrupt", "tdr-lost-interrupt"),
     ("tdr_hang", "tdr-hang"),
@@ -62,6 +78,8 @@ pub const TESTS: [(&str, &str); 7] = [
     ("tdr_slow_past_delay", "tdr-slow-past-delay"),
     ("tdr_preempt_refuse", "tdr-preempt-refuse"),
     ("tdr_preempt_slow", "tdr-preempt-slow"),
+    ("tdr_virtual_hang", "tdr-virtual-hang"),
+    ("tdr_virtual_page_fault", "tdr-virtual-page-fault"),
 ];
 /// The last test (after `tdr-done`).
 pub const FINAL_TEST: &str = "tdr_device_works_after";
@@ -87,11 +105,12 @@ const AP_PAGE: u64 = 0x500;
 const AP_PAGES: u64 = 2;
 const AP_TAG: u64 = 0x7464_7261;
 
-/// The device, the paging context and the node.
+/// The device, the paging context and the node; the virtual node's target once a test made it.
 struct Rig {
     e: Engine,
     c: Ctx,
     node: PagingNode,
+    target: Option<VirtualTarget>,
 }
 
 /// Runs the tests of this boot; true iff nothing failed.
@@ -119,7 +138,7 @@ pub fn run(options: &Options) -> bool {
         );
     }
     type Test = fn(&mut Rig, &mut SyncPort, &str) -> Outcome;
-    let tests: [Test; 7] = [
+    let tests: [Test; 9] = [
         slow,
         lost_interrupt,
         hang,
@@ -127,6 +146,8 @@ pub fn run(options: &Options) -> bool {
         slow_past_delay,
         preempt_refuse,
         preempt_slow,
+        virtual_hang,
+        virtual_page_fault,
     ];
     for ((name, point), test) in TESTS.into_iter().zip(tests) {
         let outcome = match &mut rig {
@@ -173,6 +194,7 @@ fn rig(options: &Options) -> Outcome<Rig> {
         e,
         c,
         node: PagingNode::new(TDR_DELAY),
+        target: None,
     })
 }
 
@@ -731,6 +753,136 @@ fn preempt_slow(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
 }
 
 /// After every recovery: VRAM kept, the status page and events work, a scattered round trip.
+/// Makes the virtual node's target (a context mapping [`VirtualTarget::VA`] to VRAM in the
+/// virtual tests' area) unless an earlier test did.
+fn make_target(r: &mut Rig) -> Outcome {
+    if r.target.is_none() {
+        r.target = Some(VirtualTarget::new(&mut r.e, area("tdr-virtual-hang"))?);
+    }
+    Ok(())
+}
+
+/// The target [`make_target`] made.
+fn made_target(target: &Option<VirtualTarget>) -> Outcome<&VirtualTarget> {
+    target
+        .as_ref()
+        .ok_or_else(|| Failure("no virtual-node context".into()))
+}
+
+/// A hang on node 1: the engine-level TDR ([`run_virtual`]) finds the node not responsive with
+/// the submission running, RESET_ENGINE answers it RESET without running it, and it runs when
+/// submitted again.
+fn virtual_hang(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
+    around(r, port, point, make_target, |r, ()| {
+        let target = made_target(&r.target)?;
+        let pattern = 0x7668_6e67;
+        let cmd = target.fill(&mut r.e, pattern);
+        let fence = cmd.submission_fence_id;
+        let run = run_virtual(&mut r.e, &cmd, TDR_DELAY)?;
+        let status = run.timeout.ok_or_else(|| {
+            Failure(format!(
+                "fence {fence} was answered while node 1 hung: {:?}",
+                run.answer
+            ))
+        })?;
+        ensure(
+            status.node_ordinal == WDDM_GPU_NODE_VIRTUAL
+                && status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE == 0
+                && status.running_fence == fence,
+            || format!("node 1 at the timeout: {}", status_text(&status)),
+        )?;
+        expect_virtual_status(&run.answer, SubmitStatus::Reset)?;
+        ensure(!target.filled(&r.e, pattern), || {
+            format!("fence {fence} ran although it hung")
+        })?;
+        let again = target.fill(&mut r.e, pattern);
+        let run = run_virtual(&mut r.e, &again, TDR_DELAY)?;
+        ensure(run.timeout.is_none(), || {
+            format!("the resubmission timed out too: {:?}", run.answer)
+        })?;
+        expect_virtual_status(&run.answer, SubmitStatus::Ok)?;
+        ensure(target.filled(&r.e, pattern), || {
+            format!(
+                "fence {} answered OK but the page is not filled",
+                again.submission_fence_id
+            )
+        })?;
+        println!(
+            "TDR tdr_virtual_hang: fence {fence} reset by RESET_ENGINE, resubmitted as fence {} and ran",
+            again.submission_fence_id
+        );
+        check_kept(&r.e)
+    })
+}
+
+/// A page fault on node 1 at the VA the host named: the `DmaPageFaulted` record in the answer
+/// and a PAGE_FAULT event, work refused until the engine reset the record asks for
+/// (`DXGK_PAGE_FAULT_ENGINE_RESET_REQUIRED`), then work runs.
+fn virtual_page_fault(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
+    around(r, port, point, make_target, |r, ()| {
+        let target = made_target(&r.target)?;
+        let pattern = 0x7066_6c74;
+        let event = r.e.device.control.post_wait_event()?;
+        let cmd = target.fill(&mut r.e, pattern);
+        let run = run_virtual(&mut r.e, &cmd, TDR_DELAY)?;
+        ensure(run.timeout.is_none(), || {
+            "the faulting submission timed out".into()
+        })?;
+        expect_virtual_status(&run.answer, SubmitStatus::PageFault)?;
+        let record = run.answer.page_fault;
+        let payload = dma_page_faulted(&record);
+        println!(
+            "TDR tdr_virtual_page_fault: fence {} DmaPageFaulted FaultedVirtualAddress={:#x} PageFaultFlags={:#x} NodeOrdinal={}",
+            payload.faulted_fence_id,
+            payload.faulted_virtual_address,
+            payload.page_fault_flags,
+            payload.node_ordinal
+        );
+        ensure(
+            payload.faulted_virtual_address == VirtualTarget::VA
+                && payload.faulted_fence_id == cmd.submission_fence_id
+                && payload.page_fault_flags
+                    == WDDM_GPU_PAGE_FAULT_FLAG_WRITE
+                        | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED
+                && payload.node_ordinal == WDDM_GPU_NODE_VIRTUAL,
+            || format!("unexpected record {record:?}"),
+        )?;
+        let answer = r.e.device.control.wait(event, SYNC_TIMEOUT)?;
+        let event = decode_event(&answer.bytes)?;
+        ensure(
+            event.kind == WDDM_GPU_EVENT_PAGE_FAULT && event.page_fault == record,
+            || format!("event {} carries {:?}", event.kind, event.page_fault),
+        )?;
+        ensure(!target.filled(&r.e, pattern), || {
+            "the faulted fill wrote the page".into()
+        })?;
+        // Refused until the OS resets the engine (DxgkDdiResetEngine).
+        let refused = target.fill(&mut r.e, pattern);
+        expect_virtual_status(
+            &run_virtual(&mut r.e, &refused, TDR_DELAY)?.answer,
+            SubmitStatus::NodeFaulted,
+        )?;
+        let status =
+            r.e.device
+                .control
+                .query_engine_status(WDDM_GPU_NODE_VIRTUAL)?;
+        ensure(
+            status.flags & WDDM_GPU_ENGINE_STATUS_RESPONSIVE != 0 && status.running_fence == 0,
+            || format!("a faulted node 1: {}", status_text(&status)),
+        )?;
+        reset_virtual_node(&mut r.e)?;
+        let again = target.fill(&mut r.e, pattern);
+        expect_virtual_status(
+            &run_virtual(&mut r.e, &again, TDR_DELAY)?.answer,
+            SubmitStatus::Ok,
+        )?;
+        ensure(target.filled(&r.e, pattern), || {
+            "after RESET_ENGINE the fill did not land".into()
+        })?;
+        check_kept(&r.e)
+    })
+}
+
 fn device_works_after(r: &mut Rig) -> Outcome {
     check_kept(&r.e)?;
     r.c.kmd_ready(&mut r.e)?;

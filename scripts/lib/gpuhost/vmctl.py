@@ -88,6 +88,9 @@ TDR_ARMS = {
     "tdr-slow-past-delay": ["slow 60s"],
     "tdr-preempt-refuse": ["slow 60s", "preempt-refuse"],
     "tdr-preempt-slow": ["slow 60s", "preempt-slow 1s"],
+    # The virtual node (the scenario's VirtualTarget maps this VA; a GpuMmu layout).
+    "tdr-virtual-hang": ["hang node=1"],
+    "tdr-virtual-page-fault": ["page-fault va=0x18700000000 write"],
 }
 TDR_DONE = "tdr-done"
 PLAN_POINTS["tdr"] = list(TDR_ARMS) + [TDR_DONE]
