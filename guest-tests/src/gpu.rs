@@ -19,12 +19,13 @@ use wddm_gpu_abi::ctrl::{
     VIRTIO_GPU_CMD_GET_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_CAPSET, VIRTIO_GPU_RESP_OK_CAPSET_INFO,
     VIRTIO_GPU_RESP_OK_DISPLAY_INFO, VIRTIO_GPU_RESP_OK_NODATA, WDDM_GPU_CMD_PREEMPT,
     WDDM_GPU_CMD_QUERY_ENGINE_STATUS, WDDM_GPU_CMD_REGISTER_STATUS_PAGE, WDDM_GPU_CMD_RESET,
-    WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT, WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT,
-    WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT, WDDM_GPU_RESP_SUBMIT_VIRTUAL,
+    WDDM_GPU_CMD_SET_POWER_STATE, WDDM_GPU_CMD_SUBMIT, WDDM_GPU_CMD_WAIT_EVENT,
+    WDDM_GPU_RESP_ENGINE_STATUS, WDDM_GPU_RESP_EVENT, WDDM_GPU_RESP_PREEMPT, WDDM_GPU_RESP_SUBMIT,
+    WDDM_GPU_RESP_SUBMIT_VIRTUAL,
 };
 use wddm_gpu_abi::status::{
-    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuRespEngineStatus,
-    WddmGpuRespEvent, WddmGpuRespPreempt,
+    WddmGpuCmdQueryEngineStatus, WddmGpuCmdRegisterStatusPage, WddmGpuCmdSetPowerState,
+    WddmGpuRespEngineStatus, WddmGpuRespEvent, WddmGpuRespPreempt,
 };
 use wddm_gpu_abi::submit::{
     SubmitStatus, WddmGpuCmdSubmit, WddmGpuRespSubmit, WDDM_GPU_SUBMIT_FLAG_PAGING,
@@ -377,6 +378,17 @@ impl GpuControl {
             });
         }
         Ok(resp)
+    }
+
+    /// SET_POWER_STATE (`DxgkDdiSetPowerState`) to `state` (`WDDM_GPU_POWER_D0` ... `D3`) for
+    /// `action` (`WDDM_GPU_POWER_ACTION_*`); whether it was answered OK_NODATA.
+    pub fn set_power_state(&mut self, state: u32, action: u32) -> Result<bool, GpuError> {
+        let request = WddmGpuCmdSetPowerState {
+            hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_CMD_SET_POWER_STATE),
+            device_power_state: state,
+            action,
+        };
+        self.command("SET_POWER_STATE", request.as_bytes())
     }
 
     /// RESET (`DxgkDdiResetFromTimeout`); returns the response type (`OK_NODATA` when done).

@@ -19,6 +19,7 @@
 //! | `tdr-preempt-slow` | `slow 60s`, `preempt-slow 1s` | the PREEMPT answered a second late, then resubmitted | `tdr_preempt_slow` |
 //! | `tdr-virtual-hang` | `hang node=1` | a SUBMIT_VIRTUAL unanswered: QUERY_ENGINE_STATUS of node 1 (not responsive), RESET_ENGINE answers it RESET, resubmitted | `tdr_virtual_hang` |
 //! | `tdr-virtual-page-fault` | `page-fault va=0x18700000000 write` | a page fault at that VA: the `DmaPageFaulted` record and event, NODE_FAULTED until RESET_ENGINE | `tdr_virtual_page_fault` |
+//! | `tdr-power-loss` | `power-loss` | SET_POWER_STATE D3 (sleep) and back: work refused below D0, the WAIT_EVENTs back as at a RESET, the VRAM segment (not `PreservedDuringStandby`) lost; the driver restores and goes on | `tdr_power_loss` |
 //! | `tdr-done` | prints `ctl list`, checks every injection fired, answers `go` | | `tdr_device_works_after` |
 //!
 //! "Nothing lost that should have been kept": a VRAM pattern written through the BAR at the start
@@ -34,7 +35,10 @@ use wddm_gpu_abi::context::{
     WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
     WDDM_GPU_PAGE_FAULT_FLAG_WRITE,
 };
-use wddm_gpu_abi::status::{WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_PAGE_FAULT};
+use wddm_gpu_abi::status::{
+    WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_POWER_ACTION_NONE,
+    WDDM_GPU_POWER_ACTION_SLEEP, WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
+};
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
@@ -66,11 +70,14 @@ const ARMED: &str = "armed";
 /// The last point, and the host's answer to it.
 const DONE: &str = "tdr-done";
 const GO: &str = "go";
+/// What the device leaves in VRAM a power-down lost (`power-loss`; the backend's
+/// `gpu::power::LOST_BYTE`, documented in docs/fault-injection.md).
+const LOST_BYTE: u8 = 0xde;
 /// How long the host may take to answer (guest time).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The tests, their sync points, in run order.
-pub const TESTS: [(&str, &str); 9] = [
+pub const TESTS: [(&str, &str); 10] = [
     ("tdr_slow", "tdr-slow"),
     ("tdr_lost_interrupt", "tdr-lost-interrupt"),
     ("tdr_hang", "tdr-hang"),
@@ -80,6 +87,7 @@ pub const TESTS: [(&str, &str); 9] = [
     ("tdr_preempt_slow", "tdr-preempt-slow"),
     ("tdr_virtual_hang", "tdr-virtual-hang"),
     ("tdr_virtual_page_fault", "tdr-virtual-page-fault"),
+    ("tdr_power_loss", "tdr-power-loss"),
 ];
 /// The last test (after `tdr-done`).
 pub const FINAL_TEST: &str = "tdr_device_works_after";
@@ -138,7 +146,7 @@ pub fn run(options: &Options) -> bool {
         );
     }
     type Test = fn(&mut Rig, &mut SyncPort, &str) -> Outcome;
-    let tests: [Test; 9] = [
+    let tests: [Test; 10] = [
         slow,
         lost_interrupt,
         hang,
@@ -148,6 +156,7 @@ pub fn run(options: &Options) -> bool {
         preempt_slow,
         virtual_hang,
         virtual_page_fault,
+        power_loss,
     ];
     for ((name, point), test) in TESTS.into_iter().zip(tests) {
         let outcome = match &mut rig {
@@ -880,6 +889,58 @@ fn virtual_page_fault(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome 
             "after RESET_ENGINE the fill did not land".into()
         })?;
         check_kept(&r.e)
+    })
+}
+
+/// A sleep transition with `power-loss` armed (`DxgkDdiSetPowerState` to D3 for
+/// `PowerActionSleep`, then back to D0): below D0 a submission is refused unrun and the posted
+/// WAIT_EVENTs come back as at a RESET; back at D0 the VRAM segment, not
+/// `PreservedDuringStandby`, holds the lost byte where the test wrote and where the kept
+/// pattern was. The driver then does what VidMm and its restart would: the kept pattern is
+/// written again, the status page registered again, the virtual node's tables (in VRAM) made
+/// anew when next needed.
+fn power_loss(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
+    let before = |r: &mut Rig| {
+        let at = area(point);
+        r.e.vram_write_and_verify(at, PAGE, 0x7077_726c)?;
+        Ok(at)
+    };
+    around(r, port, point, before, |r, at| {
+        let control = &mut r.e.device.control;
+        ensure(
+            control.set_power_state(WDDM_GPU_POWER_D3, WDDM_GPU_POWER_ACTION_SLEEP)?,
+            || "SET_POWER_STATE to D3 refused".into(),
+        )?;
+        r.c.forget_device_state();
+        r.target = None;
+        let timeout = control.timeout();
+        let events = r.c.events.collect_all(control, timeout)?;
+        let fence = r.e.fence();
+        let mut b = DmaBufferBuilder::new();
+        b.push(&packets::fence(fence));
+        let cmd = r.e.prepare(&b)?;
+        expect_status(&r.e.submit(&cmd)?, SubmitStatus::BadCommand)?;
+        ensure(
+            r.e.device
+                .control
+                .set_power_state(WDDM_GPU_POWER_D0, WDDM_GPU_POWER_ACTION_NONE)?,
+            || "SET_POWER_STATE to D0 refused".into(),
+        )?;
+        for (offset, what) in [(at, "the test's page"), (KEEP_AT, "the kept pattern")] {
+            let mut page = [0u8; 4096];
+            r.e.vram.read(offset, &mut page);
+            ensure(page.iter().all(|&byte| byte == LOST_BYTE), || {
+                format!("{what} at {offset:#x} was not lost: {:02x?}", &page[..16])
+            })?;
+        }
+        println!(
+            "TDR tdr_power_loss: D3 (sleep): fence {fence} refused unrun, {} WAIT_EVENT(s) came \
+             back; D0: the VRAM segment reads {LOST_BYTE:#04x} (not PreservedDuringStandby)",
+            events.len()
+        );
+        r.e.vram_write_and_verify(KEEP_AT, KEEP_LEN, KEEP_TAG)?;
+        r.c.kmd_ready(&mut r.e)?;
+        Ok(())
     })
 }
 

@@ -91,6 +91,7 @@ TDR_ARMS = {
     # The virtual node (the scenario's VirtualTarget maps this VA; a GpuMmu layout).
     "tdr-virtual-hang": ["hang node=1"],
     "tdr-virtual-page-fault": ["page-fault va=0x18700000000 write"],
+    "tdr-power-loss": ["power-loss"],
 }
 TDR_DONE = "tdr-done"
 PLAN_POINTS["tdr"] = list(TDR_ARMS) + [TDR_DONE]

@@ -363,11 +363,18 @@ impl Ctx {
     /// page is no longer registered and the DMA buffer's pages are no longer mapped.
     pub fn reset(&mut self, e: &mut Engine) -> Outcome {
         let answer = e.device.control.reset()?;
-        self.registered = false;
-        self.dma_mapped = false;
+        self.forget_device_state();
         ensure(answer == VIRTIO_GPU_RESP_OK_NODATA, || {
             format!("RESET answered {answer:#06x}, expected OK_NODATA")
         })
+    }
+
+    /// What a RESET or a power-down took from the device: the status page's registration and
+    /// the DMA buffer's aperture mapping ([`Self::kmd_ready`] and the next submission make
+    /// them again).
+    pub fn forget_device_state(&mut self) {
+        self.registered = false;
+        self.dma_mapped = false;
     }
 
     /// A submission naming the aperture-resident DMA buffer without mapping it first (to see
