@@ -45,7 +45,6 @@ use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use crate::cli::Options;
 use crate::engine::{expect_status, Engine};
 use crate::failure::{ensure, Failure, Outcome};
-use crate::gpu::decode_event;
 use crate::gpummu::dma_page_faulted;
 use crate::packets::{self, DmaBufferBuilder};
 use crate::scatter::Piece;
@@ -831,7 +830,8 @@ fn virtual_page_fault(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome 
     around(r, port, point, make_target, |r, ()| {
         let target = made_target(&r.target)?;
         let pattern = 0x7066_6c74;
-        let event = r.e.device.control.post_wait_event()?;
+        // Events of earlier tests taken, so the next one is this test's.
+        r.c.kmd_ready(&mut r.e)?;
         let cmd = target.fill(&mut r.e, pattern);
         let run = run_virtual(&mut r.e, &cmd, TDR_DELAY)?;
         ensure(run.timeout.is_none(), || {
@@ -856,8 +856,10 @@ fn virtual_page_fault(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome 
                 && payload.node_ordinal == WDDM_GPU_NODE_VIRTUAL,
             || format!("unexpected record {record:?}"),
         )?;
-        let answer = r.e.device.control.wait(event, SYNC_TIMEOUT)?;
-        let event = decode_event(&answer.bytes)?;
+        // The driver's posted WAIT_EVENTs (the paging context keeps them) bring the record.
+        let event =
+            r.c.next_event(&mut r.e, "the virtual node's page fault")?
+                .resp;
         ensure(
             event.kind == WDDM_GPU_EVENT_PAGE_FAULT && event.page_fault == record,
             || format!("event {} carries {:?}", event.kind, event.page_fault),
