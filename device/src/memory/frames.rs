@@ -162,7 +162,8 @@ impl FrameList {
             .and_then(|bytes| address.checked_add(bytes))
             .ok_or(FrameListError::ArrayOverflow { first })?;
         let count = usize::try_from(count).map_err(|_| FrameListError::ArrayNotRam)?;
-        self.frames.clear();
+        // Every entry is overwritten below: a list of the same length as the last is not
+        // zeroed first (a 262,144-frame map would write 2 MiB for nothing).
         self.frames.resize(count, 0);
         ram.read(at, self.frames.as_mut_slice().as_mut_bytes())
             .map_err(|_| FrameListError::ArrayNotRam)?;
@@ -212,6 +213,9 @@ fn check_frames<M: GuestMemoryBackend>(
     frames: &[u64],
     ram: &GuestRam<'_, M>,
 ) -> Result<(), FrameListError> {
+    if within_one_extent(frames, ram) {
+        return Ok(());
+    }
     let mut known_ram = 0..0;
     let mut index = 0;
     while index < frames.len() {
@@ -235,6 +239,28 @@ fn check_frames<M: GuestMemoryBackend>(
         index = end;
     }
     Ok(())
+}
+
+/// Whether every frame lies in the RAM extent of the lowest one: the usual list (guest RAM is
+/// one region below the PCI hole, or the frames are in one of them) settled by a min/max pass
+/// the compiler vectorizes, instead of a walk run by run. `false` sends the list to that walk,
+/// which finds the frame at fault.
+fn within_one_extent<M: GuestMemoryBackend>(frames: &[u64], ram: &GuestRam<'_, M>) -> bool {
+    let (lowest, highest) = frames
+        .iter()
+        .fold((u64::MAX, 0), |(lowest, highest), &frame| {
+            (lowest.min(frame), highest.max(frame))
+        });
+    let (Some(start), Some(end)) = (
+        lowest.checked_mul(WDDM_GPU_PAGE_SIZE),
+        highest
+            .checked_add(1)
+            .and_then(|after| after.checked_mul(WDDM_GPU_PAGE_SIZE)),
+    ) else {
+        return false;
+    };
+    ram.ram_extent(start)
+        .is_some_and(|extent| extent.start <= start && end <= extent.end)
 }
 
 #[cfg(test)]
@@ -328,6 +354,26 @@ mod tests {
         );
         assert_eq!(list.run_at(5 * PAGE, 1), None);
         assert_eq!(list.run_at(u64::MAX, 1), None);
+    }
+
+    #[test]
+    fn one_extent_settles_a_list_only_when_every_frame_is_inside_it() {
+        let mem = mem();
+        let ram = ram(&mem);
+        assert!(within_one_extent(&[0xff, 3, 0x80], &ram));
+        assert!(within_one_extent(&[0x2000, 0x20ff], &ram));
+        // Two regions, a frame past the first region's end, the VRAM window, overflow, nothing:
+        // each left to the walk run by run.
+        assert!(!within_one_extent(&[3, 0x2000], &ram));
+        assert!(!within_one_extent(&[3, 0x100], &ram));
+        assert!(!within_one_extent(&[0x3000], &ram));
+        assert!(!within_one_extent(&[3, u64::MAX], &ram));
+        assert!(!within_one_extent(&[], &ram));
+        // Lists across both regions still load, by the walk.
+        let mut list = FrameList::new();
+        list_at(&mem, 0x8000, &[3, 0x2000]);
+        list.load(&ram, 0x8000, 0, 2, 0).unwrap();
+        assert_eq!(list.frames(), [3, 0x2000]);
     }
 
     #[test]
