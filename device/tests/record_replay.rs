@@ -2,8 +2,8 @@
 //! (transfers between RAM, VRAM and the aperture, MAP/UNMAP, FILL, FENCE, a fault, one deferred
 //! to the engine thread, a RESET and what it clears) is recorded by a live backend, then
 //! replayed offline; the replay's counters equal the live ones, every answer matches, and with
-//! `--record-data` the replayed VRAM equals the live VRAM. A recording altered after the fact
-//! is caught.
+//! `--record-data` the replayed VRAM equals the live VRAM. A packet fault injected in the live
+//! run is recorded and injected again. A recording altered after the fact is caught.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -188,6 +188,17 @@ fn record_a_session(name: &str, record: &Path, data: bool) -> Live {
     ));
     expect(&submit(&mut h, &dma, 8).1, SubmitStatus::Ok);
 
+    // 8. An injected fault: the second of two FILLs faults SEGMENT_RANGE; the recording says
+    // so, and the replay faults it too.
+    h.backend
+        .ctl_ok("arm fault packet=1 status=segment_range fence=9");
+    let mut dma = DmaBufferBuilder::new();
+    dma.push(&fill(0x1111_2222, PAGE, segment(VRAM_SEGMENT, 0xd_0000)));
+    dma.push(&fill(0x3333_4444, PAGE, segment(VRAM_SEGMENT, 0xd_1000)));
+    let (_, injected) = submit(&mut h, &dma, 9);
+    expect(&injected, SubmitStatus::SegmentRange);
+    assert_eq!(injected.packets_completed, 1, "{injected:?}");
+
     let output = binary()
         .args(["stats", "--json"])
         .arg(&h.backend.socket)
@@ -261,11 +272,12 @@ fn a_recorded_session_replays_with_the_same_counts_answers_and_vram() {
     at_exit.push(".stats.json");
     let at_exit: Json = serde_json::from_slice(&std::fs::read(&at_exit).unwrap()).unwrap();
     assert_eq!(counters(&at_exit), counters(&live.stats));
-    assert_eq!(replayed["submissions"]["count"], 7, "{replayed}");
-    assert_eq!(replayed["submissions"]["faults"], 2, "{replayed}");
+    assert_eq!(replayed["submissions"]["count"], 8, "{replayed}");
+    // The bad segment, the unmapped aperture, the injected SEGMENT_RANGE.
+    assert_eq!(replayed["submissions"]["faults"], 3, "{replayed}");
     assert!(replayed["submissions"]["engine"].as_u64().unwrap() >= 1);
     let summary = &replayed["replay"];
-    assert_eq!(summary["submissions"], 7, "{summary}");
+    assert_eq!(summary["submissions"], 8, "{summary}");
     assert_eq!(summary["resets"], 1, "{summary}");
     assert_eq!(summary["data"], true);
     assert_eq!(summary["mismatches"], serde_json::json!([]));
@@ -283,7 +295,7 @@ fn a_recorded_session_replays_with_the_same_counts_answers_and_vram() {
     println!("{stdout}");
     assert!(stdout.contains("transfer"), "{stdout}");
     assert!(
-        stdout.contains("replay: 7 submissions, 1 resets")
+        stdout.contains("replay: 8 submissions, 1 resets")
             && stdout.contains("every answer matched"),
         "{stdout}"
     );
@@ -293,7 +305,7 @@ fn a_recorded_session_replays_with_the_same_counts_answers_and_vram() {
     let output = replay(&record, &["--trace", trace.to_str().unwrap()]);
     assert!(output.status.success());
     let timeline = std::fs::read_to_string(&trace).unwrap();
-    for fence in 1..=8 {
+    for fence in 1..=9 {
         if fence == 2 {
             continue;
         }

@@ -1177,6 +1177,9 @@ impl Execution {
         self.stats.record_submission(&record);
         let cmd_as_sent = job.cmd_as_sent();
         if let (Some(recorder), Some(tape)) = (&self.recorder, job.tape) {
+            if let Some(Action::Fault { packet, status }) = job.injection {
+                recorder.injected_fault(fence, packet, status);
+            }
             let Tape { capture, runs } = *tape;
             let submission = format::Submission {
                 at_ns: recorder.since_start(job.queued),

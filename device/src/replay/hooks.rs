@@ -7,8 +7,10 @@ use std::cell::Cell;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use wddm_gpu_abi::submit::SubmitStatus;
+
 use crate::engine::record::PacketRecord;
-use crate::engine::{EngineHooks, Interruption};
+use crate::engine::{EngineHooks, Fault, Interruption};
 use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::recording::format::{Run, RunEnd};
@@ -22,17 +24,27 @@ pub struct ReplayHooks<'a> {
     asked: u32,
     /// Interruption checks answered "go on".
     checks: Cell<u32>,
+    /// The injected fault the backend ran this run with: the packet (0 = the run's first) and
+    /// its status.
+    injected: Option<(u32, SubmitStatus)>,
     stats: &'a Stats,
     trace: Option<&'a Trace>,
 }
 
 impl<'a> ReplayHooks<'a> {
-    /// Hooks that end the run as `run` ended.
-    pub fn new(run: Run, stats: &'a Stats, trace: Option<&'a Trace>) -> Self {
+    /// Hooks that end the run as `run` ended, faulting packet `injected.0` of the run with
+    /// `injected.1` as the backend's injection did.
+    pub fn new(
+        run: Run,
+        injected: Option<(u32, SubmitStatus)>,
+        stats: &'a Stats,
+        trace: Option<&'a Trace>,
+    ) -> Self {
         Self {
             run,
             asked: 0,
             checks: Cell::new(0),
+            injected,
             stats,
             trace,
         }
@@ -53,6 +65,11 @@ impl EngineHooks for ReplayHooks<'_> {
     fn defer(&mut self, _work: u64) -> bool {
         self.asked = self.asked.saturating_add(1);
         self.run.end == RunEnd::Deferred && self.asked > self.run.packets
+    }
+
+    fn injected_fault(&mut self, index: u32) -> Option<Fault> {
+        let (packet, status) = self.injected?;
+        (index == packet).then_some(Fault::Injected(status))
     }
 
     fn packet(&mut self, record: &PacketRecord) {

@@ -164,6 +164,7 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
         trace,
         ram: ReplayRam::new().map_err(|source| ReplayError::Ram { entry: 0, source })?,
         memory: None,
+        injected: None,
     };
     let mut report = Tally::default();
     let mut entries = EntryReader::new(input);
@@ -208,6 +209,11 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
                 report.preempts += 1;
                 replayer.stats.preempted(u64::from(count));
             }
+            Entry::InjectedFault {
+                fence,
+                packet,
+                status,
+            } => replayer.injected = Some((fence, packet, status)),
         }
     }
     if let Some(trace) = &replayer.trace {
@@ -262,6 +268,9 @@ struct Replayer {
     ram: ReplayRam,
     /// Guest memory of the last memory table, and where the VRAM BAR was in it.
     memory: Option<(GuestMemoryMmap, Option<Range<u64>>)>,
+    /// An injected fault recorded for the next submission with this fence: the fence, the
+    /// packet and its status.
+    injected: Option<(u32, u32, SubmitStatus)>,
 }
 
 impl Replayer {
@@ -285,8 +294,16 @@ impl Replayer {
         let mut cmd = submission.cmd;
         let (mut packets, mut bytes) = (0u32, 0u64);
         let mut last = None;
+        // The fault the backend injected into this submission, faulted here at the same packet.
+        let fence = submission.cmd.submission_fence_id;
+        let fault_at = self
+            .injected
+            .take_if(|(injected, _, _)| *injected == fence)
+            .map(|(_, packet, status)| (packet, status));
         for run in &submission.runs {
-            let mut hooks = ReplayHooks::new(*run, &self.stats, self.trace.as_ref());
+            let injected =
+                fault_at.and_then(|(packet, status)| Some((packet.checked_sub(packets)?, status)));
+            let mut hooks = ReplayHooks::new(*run, injected, &self.stats, self.trace.as_ref());
             let completion = self.engine.execute(&cmd, &memory, &mut hooks);
             packets = packets.saturating_add(completion.packets_completed);
             bytes = bytes.saturating_add(completion.bytes_transferred);

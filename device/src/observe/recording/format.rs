@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use zerocopy::IntoBytes;
 
 use crate::engine::Interruption;
@@ -20,8 +20,12 @@ use crate::memory::capture::{Captured, ReadKind, Store};
 /// The first eight bytes of every recording.
 pub const MAGIC: [u8; 8] = *b"WGPUREC\n";
 
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes; it reads this one and every earlier one
+/// ([`OLDEST_VERSION`]): version 2 added the injected-fault entry.
+pub const VERSION: u32 = 2;
+
+/// The oldest version this build reads.
+pub const OLDEST_VERSION: u32 = 1;
 
 /// Header flag: the bytes copies read (`--record-data`) are in the file, not only metadata.
 pub const FLAG_DATA: u32 = 1;
@@ -57,6 +61,8 @@ pub const TAG_SUBMISSION: u8 = 2;
 pub const TAG_RESET: u8 = 3;
 /// A PREEMPT.
 pub const TAG_PREEMPT: u8 = 4;
+/// A fault injection that faulted one packet of the next submission with its fence (version 2).
+pub const TAG_INJECTED_FAULT: u8 = 5;
 
 /// What the file starts with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +177,16 @@ pub enum Entry {
         /// Submissions it stopped (running and queued).
         count: u32,
     },
+    /// The `fault packet=I status=NAME` injection the next submission with `fence` was taken
+    /// with: its packet `packet` (0 = the first) faulted with `status` instead of running.
+    InjectedFault {
+        /// The submission's fence.
+        fence: u32,
+        /// The packet's index in the submission.
+        packet: u32,
+        /// The status it faulted with.
+        status: SubmitStatus,
+    },
 }
 
 impl Entry {
@@ -185,6 +201,7 @@ impl Entry {
             Entry::Submission(_) => TAG_SUBMISSION,
             Entry::Reset { .. } => TAG_RESET,
             Entry::Preempt { .. } => TAG_PREEMPT,
+            Entry::InjectedFault { .. } => TAG_INJECTED_FAULT,
         }
     }
 }
@@ -196,6 +213,7 @@ pub fn tag_name(tag: u8) -> &'static str {
         TAG_SUBMISSION => "submission",
         TAG_RESET => "reset",
         TAG_PREEMPT => "preempt",
+        TAG_INJECTED_FAULT => "injected fault",
         _ => "unknown",
     }
 }
@@ -354,6 +372,15 @@ pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) -> Result<(), EncodeError>
         Entry::Preempt { at_ns, count } => {
             o.u64(*at_ns);
             o.u32(*count);
+        }
+        Entry::InjectedFault {
+            fence,
+            packet,
+            status,
+        } => {
+            o.u32(*fence);
+            o.u32(*packet);
+            o.u32(*status as u32);
         }
     }
     let payload = (out.len() - payload_start) as u64;

@@ -1,7 +1,7 @@
 //! The recording format: written and read back, through the recorder's writer thread too; and
 //! every cut of a file and corrupted fields refused with the entry and field named.
 
-use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 
 use super::format::*;
 use super::read::{read_header, EntryReader, Place, ReadError};
@@ -91,6 +91,11 @@ fn entries() -> Vec<Entry> {
         Entry::Reset {
             at_ns: 4_000,
             by: ResetBy::Frontend,
+        },
+        Entry::InjectedFault {
+            fence: 9,
+            packet: 2,
+            status: SubmitStatus::SegmentRange,
         },
     ]
 }
@@ -256,6 +261,28 @@ fn corrupt_fields_are_refused_by_name() {
     let mut bytes = file(&header(), &entries());
     bytes[reads + 4 + 2..reads + 4 + 10].copy_from_slice(&u64::MAX.to_le_bytes());
     assert_eq!(field_error(&bytes), (second, "read.length"));
+}
+
+#[test]
+fn version_1_files_still_read_and_an_injected_fault_names_a_known_status() {
+    // A version 1 file (no injected-fault entries) reads as it always did.
+    let mut old = file(&header(), &entries()[..4]);
+    old[8..12].copy_from_slice(&1u32.to_le_bytes());
+    assert_eq!(parse(&old).unwrap(), (header(), entries()[..4].to_vec()));
+    let mut newer = file(&header(), &[]);
+    newer[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
+    assert!(matches!(
+        parse(&newer),
+        Err(ReadError::Version { found }) if found == VERSION + 1
+    ));
+    // The status field (the entry's last four bytes) past every SubmitStatus.
+    let mut bytes = file(&header(), &entries());
+    let end = bytes.len();
+    bytes[end - 4..].copy_from_slice(&99u32.to_le_bytes());
+    assert_eq!(
+        field_error(&bytes),
+        (Place::Entry { index: 5, tag: 5 }, "status")
+    );
 }
 
 #[test]

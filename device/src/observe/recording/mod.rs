@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use log::warn;
+use wddm_gpu_abi::submit::SubmitStatus;
 
 use self::format::{encode_entry, encode_header, Entry, Header, MemoryTable, ResetBy, Run};
 use crate::memory::capture::ReadCapture;
@@ -121,6 +122,16 @@ impl Recorder {
             }
         }
         self.send(Message::Entry(Entry::Submission(submission)));
+    }
+
+    /// The next submission with `fence` ran with packet `packet` faulted `status` by a fault
+    /// injection (written just before that submission).
+    pub fn injected_fault(&self, fence: u32, packet: u32, status: SubmitStatus) {
+        self.send(Message::Entry(Entry::InjectedFault {
+            fence,
+            packet,
+            status,
+        }));
     }
 
     /// The GART was cleared by a reset.

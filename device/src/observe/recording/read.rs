@@ -7,13 +7,14 @@ use std::fmt;
 use std::io::{self, Read};
 use std::ops::Range;
 
-use wddm_gpu_abi::submit::WddmGpuCmdSubmit;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use zerocopy::FromBytes;
 
 use super::format::{
     code, tag_name, Entry, Header, MemoryTable, Outcome, ResetBy, Run, RunEnd, Submission,
     FLAGS_KNOWN, FLAG_DATA, MAGIC, MAX_GUEST_ADDRESS, MAX_LAYOUT_TEXT, MAX_PAYLOAD, MAX_REGIONS,
-    MAX_RUNS, MAX_VRAM_SIZE, TAG_MEMORY_TABLE, TAG_PREEMPT, TAG_RESET, TAG_SUBMISSION, VERSION,
+    MAX_RUNS, MAX_VRAM_SIZE, OLDEST_VERSION, TAG_INJECTED_FAULT, TAG_MEMORY_TABLE, TAG_PREEMPT,
+    TAG_RESET, TAG_SUBMISSION, VERSION,
 };
 use crate::engine::Interruption;
 use crate::memory::capture::{Captured, CapturedRead, ReadKind, Store};
@@ -48,7 +49,7 @@ pub enum ReadError {
     #[error("not a vhost-user-wddm-gpu recording (no WGPUREC magic at its start)")]
     BadMagic,
     /// Another format version.
-    #[error("format version {found}; this build reads version {VERSION}")]
+    #[error("format version {found}; this build reads versions {OLDEST_VERSION} to {VERSION}")]
     Version {
         /// The file's version.
         found: u32,
@@ -191,7 +192,7 @@ pub fn read_header(input: &mut impl Read) -> Result<Header, ReadError> {
         at,
     };
     let version = fields.u32("version")?;
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(ReadError::Version { found: version });
     }
     let flags = fields.u32("flags")?;
@@ -268,7 +269,7 @@ impl<R: Read> EntryReader<R> {
         };
         if !matches!(
             tag[0],
-            TAG_MEMORY_TABLE | TAG_SUBMISSION | TAG_RESET | TAG_PREEMPT
+            TAG_MEMORY_TABLE | TAG_SUBMISSION | TAG_RESET | TAG_PREEMPT | TAG_INJECTED_FAULT
         ) {
             return Err(ReadError::BadField {
                 at,
@@ -317,10 +318,22 @@ impl<R: Read> EntryReader<R> {
                 };
                 Entry::Reset { at_ns, by }
             }
-            _ => Entry::Preempt {
+            TAG_PREEMPT => Entry::Preempt {
                 at_ns: fields.u64("at_ns")?,
                 count: fields.u32("count")?,
             },
+            _ => {
+                let fence = fields.u32("fence")?;
+                let packet = fields.u32("packet")?;
+                let raw = fields.u32("status")?;
+                let status = SubmitStatus::from_raw(raw)
+                    .ok_or_else(|| fields.bad("status", u64::from(raw), "not a SubmitStatus"))?;
+                Entry::InjectedFault {
+                    fence,
+                    packet,
+                    status,
+                }
+            }
         };
         fields.finish()?;
         self.index += 1;
