@@ -15,6 +15,16 @@ fn target(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64) 
         .target
 }
 
+/// Asserts that `va` translates to the guest RAM address `gpa`.
+#[track_caller]
+fn assert_serves(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64, gpa: u64) {
+    assert_eq!(
+        target(rig, geometry, space, va),
+        Target::System(gpa),
+        "VA {va:#x}"
+    );
+}
+
 #[test]
 fn a_changed_entry_is_not_seen_until_a_flush_covers_it() {
     let rig = Rig::new("mmu-tlb");
@@ -23,36 +33,18 @@ fn a_changed_entry_is_not_seen_until_a_flush_covers_it() {
     tables.map(VA, DATA, 0);
     tables.map(VA + PAGE, DATA + PAGE, 0);
     let mut space = tables.space(false);
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA + PAGE),
-        Target::System(DATA + PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + PAGE);
     tables.map(VA, DATA + 8 * PAGE, 0);
     tables.map(VA + PAGE, DATA + 9 * PAGE, 0);
     // Served from the cache, as hardware would.
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
     // A flush of the second page only.
     space.flush(Some(VA + PAGE..VA + 2 * PAGE));
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA + PAGE),
-        Target::System(DATA + 9 * PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + 9 * PAGE);
     space.flush(None);
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA + 8 * PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA + 8 * PAGE);
 }
 
 #[test]
@@ -66,10 +58,7 @@ fn an_invalid_entry_is_never_cached() {
     assert_eq!(missing.kind, FaultKind::NotPresent);
     tables.map(VA, DATA + PAGE, 0);
     // InvalidTlbEntriesNotCached: no flush needed for invalid to valid.
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA + PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA + PAGE);
 }
 
 #[test]
@@ -81,15 +70,9 @@ fn binding_a_root_drops_the_cache() {
     let mut second = PageTables::new(&rig, geometry, 1);
     second.map(VA, DATA + 3 * PAGE, 0);
     let mut space = first.space(false);
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
     space.set_root(&geometry, second.root, 512).unwrap();
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA + 3 * PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA + 3 * PAGE);
 }
 
 #[test]
@@ -99,27 +82,14 @@ fn checking_mode_catches_a_skipped_flush_with_the_level_and_both_entries() {
     let mut tables = PageTables::new(&rig, geometry, 0);
     tables.map(VA, DATA, 0);
     let mut space = tables.space(true);
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
-    let old = u64::from_le_bytes(
-        rig.ram_read(tables.slot(VA, 0, false), 8)
-            .try_into()
-            .unwrap(),
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
+    let leaf = tables.slot(VA, 0, false);
+    let old = tables.read_u64(leaf);
     tables.map(VA, DATA + 5 * PAGE, 0);
-    let new = u64::from_le_bytes(
-        rig.ram_read(tables.slot(VA, 0, false), 8)
-            .try_into()
-            .unwrap(),
-    );
+    let new = tables.read_u64(leaf);
     // The KMD "forgot" FLUSH_TLB: the stale translation is still served, and reported once.
     for _ in 0..3 {
-        assert_eq!(
-            target(&rig, &geometry, &mut space, VA + 0x10),
-            Target::System(DATA + 0x10)
-        );
+        assert_serves(&rig, &geometry, &mut space, VA + 0x10, DATA + 0x10);
     }
     let (stale, count) = space.take_stale();
     assert_eq!(
@@ -134,14 +104,8 @@ fn checking_mode_catches_a_skipped_flush_with_the_level_and_both_entries() {
     assert_eq!(count, 1);
     // With the flush, nothing is stale.
     space.flush(Some(VA..VA + PAGE));
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA + 5 * PAGE)
-    );
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA + 5 * PAGE)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA + 5 * PAGE);
+    assert_serves(&rig, &geometry, &mut space, VA, DATA + 5 * PAGE);
     assert_eq!(space.take_stale().0.count(), 0);
 }
 
@@ -155,12 +119,9 @@ fn checking_mode_names_the_directory_level_that_changed() {
     target(&rig, &geometry, &mut space, VA);
     // The level-1 entry is cleared (the leaf table freed) without a flush.
     let directory = tables.slot(VA, 1, false);
-    let old = u64::from_le_bytes(rig.ram_read(directory, 8).try_into().unwrap());
+    let old = tables.read_u64(directory);
     rig.ram_write(directory, &0u64.to_le_bytes());
-    assert_eq!(
-        target(&rig, &geometry, &mut space, VA),
-        Target::System(DATA)
-    );
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
     let (stale, _) = space.take_stale();
     let stale: Vec<_> = stale.collect();
     assert_eq!(stale.len(), 1);
@@ -217,19 +178,19 @@ fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
         let run = |space: &mut AddressSpace, page: u64| {
             space.translate(&geometry, counting, VA + page * PAGE, 8, Access::Read)
         };
-        // The walk (three levels) and the line (the counting memory reads it an entry at a time).
-        let (walk, line) = (3, u32::try_from(LINE_ENTRIES).unwrap());
-        assert_eq!(
-            run(&mut space, 2).unwrap().target,
-            Target::System(DATA + 18 * PAGE)
-        );
-        assert_eq!(counting.reads.get(), walk + line);
-        for page in [0, 1, 3, 4, 7] {
+        let assert_serves = |space: &mut AddressSpace, page: u64, gpa: u64| {
             assert_eq!(
-                run(&mut space, page).unwrap().target,
-                Target::System(DATA + (16 + page) * PAGE),
+                run(space, page).unwrap().target,
+                Target::System(gpa),
                 "page {page}"
             );
+        };
+        // The walk (three levels) and the line (the counting memory reads it an entry at a time).
+        let (walk, line) = (3, u32::try_from(LINE_ENTRIES).unwrap());
+        assert_serves(&mut space, 2, DATA + 18 * PAGE);
+        assert_eq!(counting.reads.get(), walk + line);
+        for page in [0, 1, 3, 4, 7] {
+            assert_serves(&mut space, page, DATA + (16 + page) * PAGE);
         }
         assert_eq!(
             counting.reads.get(),
@@ -244,37 +205,19 @@ fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
         );
         assert_eq!(counting.reads.get(), 3 * walk + line);
         // Another line is another walk.
-        assert_eq!(
-            run(&mut space, 8).unwrap().target,
-            Target::System(DATA + 24 * PAGE)
-        );
+        assert_serves(&mut space, 8, DATA + 24 * PAGE);
         assert_eq!(counting.reads.get(), 4 * walk + 2 * line);
         // A cached neighbour is served until a flush covers it...
         tables.map(VA + 7 * PAGE, DATA + 41 * PAGE, 0);
-        assert_eq!(
-            run(&mut space, 7).unwrap().target,
-            Target::System(DATA + 23 * PAGE)
-        );
+        assert_serves(&mut space, 7, DATA + 23 * PAGE);
         space.flush(Some(VA + 7 * PAGE..VA + 8 * PAGE));
-        assert_eq!(
-            run(&mut space, 7).unwrap().target,
-            Target::System(DATA + 41 * PAGE)
-        );
+        assert_serves(&mut space, 7, DATA + 41 * PAGE);
         // ...or until another walk refetches its line, as a GPU's would: mapping page 5 needs no
         // flush (it was never cached), and its walk brings page 4's new entry along.
         tables.map(VA + 4 * PAGE, DATA + 42 * PAGE, 0);
         tables.map(VA + 5 * PAGE, DATA + 40 * PAGE, 0);
-        assert_eq!(
-            run(&mut space, 4).unwrap().target,
-            Target::System(DATA + 20 * PAGE)
-        );
-        assert_eq!(
-            run(&mut space, 5).unwrap().target,
-            Target::System(DATA + 40 * PAGE)
-        );
-        assert_eq!(
-            run(&mut space, 4).unwrap().target,
-            Target::System(DATA + 42 * PAGE)
-        );
+        assert_serves(&mut space, 4, DATA + 20 * PAGE);
+        assert_serves(&mut space, 5, DATA + 40 * PAGE);
+        assert_serves(&mut space, 4, DATA + 42 * PAGE);
     });
 }

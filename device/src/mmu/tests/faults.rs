@@ -65,7 +65,7 @@ fn permissions_fault_with_the_level_that_forbids() {
     let mut tables = PageTables::new(&rig, geometry, 1);
     tables.map(VA, DATA, 0);
     let directory = tables.slot(VA, 1, false);
-    let entry = u64::from_le_bytes(rig.ram_read(directory, 8).try_into().unwrap());
+    let entry = tables.read_u64(directory);
     rig.ram_write(directory, &(entry | WDDM_GPU_PTE_READ_ONLY).to_le_bytes());
     let mut space = tables.space(false);
     let write = fault(&rig, &geometry, &mut space, VA, Access::Write);

@@ -106,7 +106,8 @@ impl<'r> PageTables<'r> {
         }
     }
 
-    fn read_u64(&self, address: u64) -> u64 {
+    /// The entry at `address` (a [`Self::slot`]), read from the tables' store.
+    pub fn read_u64(&self, address: u64) -> u64 {
         let bytes = if self.root.segment == 0 {
             self.rig.ram_read(address, 8)
         } else {
