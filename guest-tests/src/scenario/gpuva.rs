@@ -33,7 +33,7 @@ use wddm_gpu_abi::status::{
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
-use zerocopy::IntoBytes;
+use zerocopy::{Immutable, IntoBytes};
 
 use crate::dma::DmaBuf;
 use crate::engine::{expect_ok, Engine};
@@ -267,6 +267,18 @@ impl Ctx {
         Ok(engine.device.control.submit_virtual(&cmd)?)
     }
 
+    /// Runs the one packet `packet` on the virtual node in context `id`.
+    fn run_one_virtual<T: IntoBytes + Immutable>(
+        &self,
+        engine: &mut Engine,
+        id: u32,
+        packet: &T,
+    ) -> Outcome<WddmGpuRespSubmitVirtual> {
+        let mut packets = DmaBufferBuilder::new();
+        packets.push(packet);
+        self.run_virtual(engine, id, &packets)
+    }
+
     fn destroy(engine: &mut Engine, id: u32) -> Outcome {
         let request = destroy_context(id);
         ensure(
@@ -453,13 +465,8 @@ fn two_address_spaces(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     }
     let length = PAGES as u64 * PAGE;
     for &id in &spaces {
-        let mut copy = DmaBufferBuilder::new();
-        copy.push(&virtual_copy(
-            length - 40,
-            VA_SOURCE + 40,
-            VA_DESTINATION + 8,
-        ));
-        let done = ctx.run_virtual(engine, id, &copy)?;
+        let copy = virtual_copy(length - 40, VA_SOURCE + 40, VA_DESTINATION + 8);
+        let done = ctx.run_one_virtual(engine, id, &copy)?;
         expect_status(&done, SubmitStatus::Ok)?;
     }
     for (vram, tag) in [(vram_a, tag_a), (vram_b, tag_b)] {
@@ -469,10 +476,9 @@ fn two_address_spaces(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
             .map_err(|m| Failure(format!("VRAM after the VA copy: {m}")))?;
     }
     // A fill in space B lands in B's VRAM only.
-    let mut fill = DmaBufferBuilder::new();
-    fill.push(&virtual_fill(0x5a5a_5a5a, 2 * PAGE, VA_DESTINATION));
+    let fill = virtual_fill(0x5a5a_5a5a, 2 * PAGE, VA_DESTINATION);
     expect_status(
-        &ctx.run_virtual(engine, spaces[1], &fill)?,
+        &ctx.run_one_virtual(engine, spaces[1], &fill)?,
         SubmitStatus::Ok,
     )?;
     let mut filled = vec![0u8; 2 * PAGE_USIZE];
@@ -513,9 +519,8 @@ fn pages_64k(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .and_then(|()| tables.map(VA_SOURCE, &entries))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
     let id = ctx.context(engine, &mut tables, 0)?;
-    let mut copy = DmaBufferBuilder::new();
-    copy.push(&virtual_copy(5 * LARGE, VA_SOURCE, VA_DESTINATION));
-    expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
+    let copy = virtual_copy(5 * LARGE, VA_SOURCE, VA_DESTINATION);
+    expect_status(&ctx.run_one_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
     let mut in_ram = vec![0u8; LARGE_USIZE];
     system.read(usize::try_from(system_offset).unwrap_or(0), &mut in_ram);
     if let Some(at) = pattern::first_mismatch(0x64, 4 * LARGE, &in_ram) {
@@ -609,9 +614,8 @@ fn monitored_fence(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut tables = ctx.page_tables()?;
     let id = ctx.context(engine, &mut tables, 0)?;
     let ticket = engine.device.control.post_wait_event()?;
-    let mut signal = DmaBufferBuilder::new();
-    signal.push(&virtual_signal(VA_FENCE + 16, 0x0123_4567_89ab_cdef));
-    expect_status(&ctx.run_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
+    let signal = virtual_signal(VA_FENCE + 16, 0x0123_4567_89ab_cdef);
+    expect_status(&ctx.run_one_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
     let mut value = [0u8; 8];
     ctx.fence.read(16, &mut value);
     ensure(u64::from_le_bytes(value) == 0x0123_4567_89ab_cdef, || {
@@ -645,9 +649,8 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 
     // An unmapped page next to a mapped one: the leaf entry is not valid.
     let unmapped = VA_DESTINATION + PAGE + 24;
-    let mut copy = DmaBufferBuilder::new();
-    copy.push(&virtual_copy(8, unmapped, VA_DESTINATION));
-    let done = ctx.run_virtual(engine, id, &copy)?;
+    let copy = virtual_copy(8, unmapped, VA_DESTINATION);
+    let done = ctx.run_one_virtual(engine, id, &copy)?;
     expect_status(&done, SubmitStatus::PageFault)?;
     let record = done.page_fault;
     let payload = dma_page_faulted(&record);
@@ -681,15 +684,14 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     )?;
     // The node refuses work until RESET_ENGINE.
     expect_status(
-        &ctx.run_virtual(engine, id, &copy)?,
+        &ctx.run_one_virtual(engine, id, &copy)?,
         SubmitStatus::NodeFaulted,
     )?;
     reset_virtual_node(engine)?;
 
     // A write through the read-only page.
-    let mut write = DmaBufferBuilder::new();
-    write.push(&virtual_fill(1, 8, VA_SOURCE));
-    let done = ctx.run_virtual(engine, id, &write)?;
+    let write = virtual_fill(1, 8, VA_SOURCE);
+    let done = ctx.run_one_virtual(engine, id, &write)?;
     expect_status(&done, SubmitStatus::PageFault)?;
     ensure(
         done.page_fault.fault.kind == WDDM_GPU_MMU_FAULT_READ_ONLY
@@ -708,9 +710,8 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
             .command("SET_ROOT_PAGE_TABLE", root.as_bytes())?,
         || "SET_ROOT_PAGE_TABLE refused".into(),
     )?;
-    let mut fill = DmaBufferBuilder::new();
-    fill.push(&virtual_fill(2, 8, VA_DESTINATION));
-    let done = ctx.run_virtual(engine, id, &fill)?;
+    let fill = virtual_fill(2, 8, VA_DESTINATION);
+    let done = ctx.run_one_virtual(engine, id, &fill)?;
     expect_status(&done, SubmitStatus::PageFault)?;
     let level = ctx.mmu.geometry.root_level();
     ensure(
@@ -726,22 +727,20 @@ fn page_faults(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
 fn paging_runs_while_faulted(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     let mut tables = ctx.page_tables()?;
     let id = ctx.context(engine, &mut tables, 0)?;
-    let mut copy = DmaBufferBuilder::new();
-    copy.push(&virtual_copy(8, VA_SOURCE, VA_DESTINATION));
+    let copy = virtual_copy(8, VA_SOURCE, VA_DESTINATION);
     expect_status(
-        &ctx.run_virtual(engine, id, &copy)?,
+        &ctx.run_one_virtual(engine, id, &copy)?,
         SubmitStatus::PageFault,
     )?;
     // The virtual node is faulted; the paging node still moves bytes.
     engine.healthy(0x9a61)?;
     expect_status(
-        &ctx.run_virtual(engine, id, &copy)?,
+        &ctx.run_one_virtual(engine, id, &copy)?,
         SubmitStatus::NodeFaulted,
     )?;
     reset_virtual_node(engine)?;
-    let mut signal = DmaBufferBuilder::new();
-    signal.push(&virtual_signal(VA_FENCE, 7));
-    expect_status(&ctx.run_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
+    let signal = virtual_signal(VA_FENCE, 7);
+    expect_status(&ctx.run_one_virtual(engine, id, &signal)?, SubmitStatus::Ok)?;
     Ctx::destroy(engine, id)
 }
 
@@ -858,9 +857,8 @@ fn skipped_flush_caught(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .and_then(|()| tables.map(VA_DESTINATION, &[pte(segment, vram, 0)]))
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
     let id = ctx.context(engine, &mut tables, WDDM_GPU_CONTEXT_FLAG_CHECK_TLB)?;
-    let mut copy = DmaBufferBuilder::new();
-    copy.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
-    expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
+    let copy = virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION);
+    expect_status(&ctx.run_one_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
     let check = |engine: &Engine, tag: u64| {
         engine
             .vram
@@ -875,7 +873,7 @@ fn skipped_flush_caught(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
         .map_err(|e| Failure(format!("page tables: {e:?}")))?;
     ctx.apply(engine, &mut tables)?;
     let ticket = engine.device.control.post_wait_event()?;
-    expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
+    expect_status(&ctx.run_one_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
     check(engine, 0x700)?;
     let event = wait_event(engine, ticket)?;
     println!(
@@ -901,7 +899,7 @@ fn skipped_flush_caught(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     flush.push(&flush_tlb(tables.root(), Some(VA_SOURCE..VA_SOURCE + PAGE)));
     let done = engine.run(&flush)?;
     expect_ok(&done, 0)?;
-    expect_status(&ctx.run_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
+    expect_status(&ctx.run_one_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
     check(engine, 0x701)?;
     Ctx::destroy(engine, id)
 }
