@@ -1,7 +1,7 @@
 //! DMA buffers placed in segments: read through the GART from the aperture, and from VRAM.
 
 use wddm_gpu_abi::build::{self, fill, transfer};
-use wddm_gpu_abi::submit::SubmitStatus;
+use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use wddm_gpu_frontend_kit::{
     harness::{FRAME_LISTS, PAGE, PAGE_USIZE, VRAM_SIZE},
     pattern::pattern,
@@ -10,6 +10,13 @@ use wddm_gpu_frontend_kit::{
 
 use crate::common::*;
 use crate::place::*;
+
+/// A paging submission of `[0, size)` of the DMA buffer at `address` in segment `segment_id`.
+fn in_segment(segment_id: u32, address: u64, size: u32, fence: u32) -> WddmGpuCmdSubmit {
+    let mut cmd = submit_command(address, size, fence);
+    cmd.dma_buffer_segment_id = segment_id;
+    cmd
+}
 
 #[test]
 fn dma_buffer_in_the_aperture_is_read_through_the_gart() {
@@ -36,8 +43,7 @@ fn dma_buffer_in_the_aperture_is_read_through_the_gart() {
         frames: backing.to_vec(),
     };
     place.write(&h, dma.bytes());
-    let mut cmd = submit_command(place_address(&place), dma.len(), 2);
-    cmd.dma_buffer_segment_id = APERTURE_SEGMENT;
+    let cmd = in_segment(APERTURE_SEGMENT, place_address(&place), dma.len(), 2);
     let response = h.submit(&cmd);
     assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
     assert_eq!(response.packets_completed, 3);
@@ -66,9 +72,7 @@ fn dma_buffer_in_the_aperture_is_read_through_the_gart() {
     );
 
     // Every page of the buffer must be mapped: one that reaches page 52 is refused.
-    let mut cmd = submit_command(52 * PAGE - 0x40, 0x80, 4);
-    cmd.dma_buffer_segment_id = APERTURE_SEGMENT;
-    let response = h.submit(&cmd);
+    let response = h.submit(&in_segment(APERTURE_SEGMENT, 52 * PAGE - 0x40, 0x80, 4));
     assert_eq!(
         status(&response),
         Some(SubmitStatus::UnmappedAperture),
@@ -97,9 +101,7 @@ fn dma_buffer_in_vram_executes() {
     dma.push(&fill(0x5555_aaaa, 0x10, segment(VRAM_SEGMENT, 0x30_0000)));
     let buffer = 0x80_0100;
     h.write_vram(buffer, dma.bytes());
-    let mut cmd = submit_command(buffer, dma.len(), 7);
-    cmd.dma_buffer_segment_id = VRAM_SEGMENT;
-    let response = h.submit(&cmd);
+    let response = h.submit(&in_segment(VRAM_SEGMENT, buffer, dma.len(), 7));
     assert_eq!(status(&response), Some(SubmitStatus::Ok), "{response:?}");
     assert_eq!(response.packets_completed, 2);
     Place::Frames {
@@ -114,9 +116,7 @@ fn dma_buffer_in_vram_executes() {
     );
 
     // A buffer that runs past the segment is not reachable.
-    let mut cmd = submit_command(VRAM_SIZE - 0x20, 0x40, 8);
-    cmd.dma_buffer_segment_id = VRAM_SEGMENT;
-    let response = h.submit(&cmd);
+    let response = h.submit(&in_segment(VRAM_SEGMENT, VRAM_SIZE - 0x20, 0x40, 8));
     assert_eq!(
         status(&response),
         Some(SubmitStatus::BadDmaBuffer),
