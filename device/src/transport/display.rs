@@ -346,7 +346,18 @@ mod tests {
         display.update(0, rect, vec![u8::try_from(x).unwrap(); 4].into());
     }
 
-    /// No byte reaches `peer` within 200 ms.
+    /// How long the peer waits for a message before a read fails.
+    const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A display writing to a socket, and the peer end of it (reads wait [`READ_TIMEOUT`]).
+    fn connected(counters: Arc<DisplayCounters>) -> (QemuDisplay, UnixStream) {
+        let (ours, peer) = UnixStream::pair().unwrap();
+        peer.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        let display = QemuDisplay::start(GpuBackend::from_stream(ours), counters);
+        (display, peer)
+    }
+
+    /// No byte reaches `peer` within 200 ms; then reads wait [`READ_TIMEOUT`] again.
     fn nothing_arrives(peer: &mut UnixStream, what: &str) {
         peer.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
@@ -356,6 +367,7 @@ mod tests {
             matches!(read, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
             "{what}: {read:?}"
         );
+        peer.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     }
 
     /// Polls `check` until it gives a value, for at most 10 s.
@@ -383,8 +395,7 @@ mod tests {
 
     #[test]
     fn what_a_kick_shows_reaches_the_socket_only_after_release_and_in_order() {
-        let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
+        let (mut display, mut peer) = connected(Arc::default());
 
         display.hold();
         one_pixel_update(&mut display, 1);
@@ -393,26 +404,20 @@ mod tests {
 
         display.release();
         one_pixel_update(&mut display, 3);
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         let order: Vec<u32> = (0..3).map(|_| read_update_x(&mut peer)).collect();
         assert_eq!(order, [1, 2, 3]);
     }
 
     #[test]
     fn without_a_hold_messages_go_out_at_once() {
-        let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
+        let (mut display, mut peer) = connected(Arc::default());
         one_pixel_update(&mut display, 7);
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         assert_eq!(read_update_x(&mut peer), 7);
     }
 
     #[test]
     fn a_streamed_band_goes_out_during_a_hold_after_what_was_held() {
-        let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
+        let (mut display, mut peer) = connected(Arc::default());
 
         display.hold();
         one_pixel_update(&mut display, 1);
@@ -427,8 +432,6 @@ mod tests {
         assert!(display.stream(0, band_rect, band));
         one_pixel_update(&mut display, 6);
         // Still held: the band and what the kick showed before it are out, not what came after.
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         assert_eq!(read_update_x(&mut peer), 1);
         assert_eq!(read_update_x(&mut peer), 5);
         nothing_arrives(
@@ -436,15 +439,12 @@ mod tests {
             "a message after the band left before the release",
         );
         display.release();
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         assert_eq!(read_update_x(&mut peer), 6);
     }
 
     #[test]
     fn sent_bands_are_handed_out_again_and_the_spares_are_bounded() {
-        let (ours, mut peer) = UnixStream::pair().unwrap();
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), Arc::default());
+        let (mut display, mut peer) = connected(Arc::default());
         let rect = Rect {
             x: 0,
             y: 0,
@@ -489,9 +489,8 @@ mod tests {
 
     #[test]
     fn every_message_written_is_counted_by_kind_with_its_pixel_bytes() {
-        let (ours, mut peer) = UnixStream::pair().unwrap();
         let counters = Arc::new(DisplayCounters::default());
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), counters.clone());
+        let (mut display, mut peer) = connected(counters.clone());
         display.scanout(
             0,
             ScanoutState::Enabled {
@@ -543,16 +542,13 @@ mod tests {
             + 12
             + 12;
         let mut all = vec![0u8; expected];
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         peer.read_exact(&mut all).unwrap();
     }
 
     #[test]
     fn messages_after_the_socket_closed_are_counted_as_dropped() {
-        let (ours, peer) = UnixStream::pair().unwrap();
         let counters = Arc::new(DisplayCounters::default());
-        let mut display = QemuDisplay::start(GpuBackend::from_stream(ours), counters.clone());
+        let (mut display, peer) = connected(counters.clone());
         drop(peer);
         // Every one is lost, whether it was queued before or after the write failed.
         for x in 1..5 {
