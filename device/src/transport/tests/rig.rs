@@ -250,21 +250,19 @@ impl<'m> Ring<'m> {
     pub fn post(&mut self, request: &[u8], room: u32) -> Posted {
         let (address, response) = self.buffers();
         self.mem
-            .write_slice(request, GuestAddress(address))
-            .unwrap();
-        self.mem
             .write_slice(&vec![UNTOUCHED; room as usize], GuestAddress(response))
             .unwrap();
-        let head = self.post_chain(&[
-            (address, u32::try_from(request.len()).unwrap(), false),
-            (response, room, true),
-        ]);
-        Posted { head, response }
+        self.post_request(address, request, response, room)
     }
 
     /// Posts `request` with a response buffer at `response` (anywhere, e.g. in the VRAM BAR).
     pub fn post_to(&mut self, request: &[u8], response: u64, room: u32) -> Posted {
         let (address, _) = self.buffers();
+        self.post_request(address, request, response, room)
+    }
+
+    /// Writes `request` at `address` and posts it with the `room` bytes at `response`.
+    fn post_request(&mut self, address: u64, request: &[u8], response: u64, room: u32) -> Posted {
         self.mem
             .write_slice(request, GuestAddress(address))
             .unwrap();
