@@ -2,6 +2,7 @@
 //! submissions, plus the data checks that prove a transfer moved exactly the right bytes.
 
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
+use zerocopy::{Immutable, IntoBytes};
 
 use crate::caps::{Layout, Segment};
 use crate::dma::{DmaArena, DmaBuf, PiecePool};
@@ -171,6 +172,13 @@ impl Engine {
         self.submit(&cmd)
     }
 
+    /// `packet`, submitted alone.
+    pub fn run_one<T: IntoBytes + Immutable>(&mut self, packet: &T) -> Outcome<Completion> {
+        let mut buffer = DmaBufferBuilder::new();
+        buffer.push(packet);
+        self.run(&buffer)
+    }
+
     /// One TRANSFER, submitted alone.
     pub fn transfer(
         &mut self,
@@ -178,9 +186,7 @@ impl Engine {
         source: Endpoint,
         destination: Endpoint,
     ) -> Outcome<Completion> {
-        let mut buffer = DmaBufferBuilder::new();
-        buffer.push_transfer(&packets::transfer(length, source, destination));
-        self.run(&buffer)
+        self.run_one(&packets::transfer(length, source, destination))
     }
 
     /// Writes pattern `tag` at VRAM `offset` through the BAR and reads it back.

@@ -895,9 +895,7 @@ fn skipped_flush_caught(engine: &mut Engine, ctx: &mut Ctx) -> Outcome {
     )?;
 
     // With the flush, the new page is copied.
-    let mut flush = DmaBufferBuilder::new();
-    flush.push(&flush_tlb(tables.root(), Some(VA_SOURCE..VA_SOURCE + PAGE)));
-    let done = engine.run(&flush)?;
+    let done = engine.run_one(&flush_tlb(tables.root(), Some(VA_SOURCE..VA_SOURCE + PAGE)))?;
     expect_ok(&done, 0)?;
     expect_status(&ctx.run_one_virtual(engine, id, &copy)?, SubmitStatus::Ok)?;
     check(engine, 0x701)?;

@@ -383,13 +383,11 @@ fn long_buffer(e: &Engine, plan: &Plan, start_fence: Option<u32>) -> DmaBufferBu
 fn prepare_long(e: &mut Engine, plan: &Plan, tag: u64) -> Outcome {
     e.require_vram(0, 2 * plan.chunk)?;
     e.vram.fill_pattern(0, plan.chunk, tag);
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::fill(
+    let done = e.run_one(&packets::fill(
         STALE_FILL,
         plan.chunk,
         e.vram_at(plan.chunk),
-    ));
-    let done = e.run(&b)?;
+    ))?;
     expect_status(&done, SubmitStatus::Ok)
         .map_err(|f| Failure(format!("FILL of the destination: {f}")))?;
     let mut head = [0u8; 8];

@@ -310,9 +310,7 @@ impl Ctx {
 
     /// Maps `pieces` at `first_page` (one submission from guest memory).
     pub fn map(&mut self, e: &mut Engine, first_page: u64, pieces: &[Piece]) -> Outcome {
-        let mut b = DmaBufferBuilder::new();
-        b.push(&self.map_packet(first_page, pieces, 0, pieces.len() as u64)?);
-        let done = e.run(&b)?;
+        let done = e.run_one(&self.map_packet(first_page, pieces, 0, pieces.len() as u64)?)?;
         expect_ok(&done, 0).map_err(|f| Failure(format!("MAP_APERTURE: {f}")))
     }
 

@@ -51,14 +51,13 @@ pub fn map_aperture_transfers(e: &mut Engine, c: &mut Ctx) -> Outcome {
     write_pieces(e, &pieces[LEAD..], &model);
     let lead = vec![PAGE_GUARD; LEAD * PAGE_USIZE];
     write_pieces(e, &pieces[..LEAD], &lead);
-    let mut b = DmaBufferBuilder::new();
-    b.push(&c.map_packet(
+    let done = e.run_one(&c.map_packet(
         OPS_PAGE,
         &pieces,
         u32::try_from(LEAD).unwrap(),
         MAPPED as u64,
-    )?);
-    expect_done(&e.run(&b)?, 0, 1).map_err(during("MAP_APERTURE of 37 scattered pages"))?;
+    )?)?;
+    expect_done(&done, 0, 1).map_err(during("MAP_APERTURE of 37 scattered pages"))?;
     let base = OPS_PAGE * PAGE;
     let check_pages = |e: &Engine, model: &[u8], what: &str| -> Outcome {
         compare(
@@ -172,9 +171,7 @@ pub fn fill(e: &mut Engine, c: &mut Ctx) -> Outcome {
         }
         let mut want = pattern_bytes(0x6669_6c6c ^ u64::from(segment.desc.id), 0, len + 2 * guard);
         write_segment(e, c, &segment, offset - guard, &want)?;
-        let mut b = DmaBufferBuilder::new();
-        b.push(&packets::fill(0x0bad_cafe, len, seg_at(&segment, offset)));
-        let done = e.run(&b)?;
+        let done = e.run_one(&packets::fill(0x0bad_cafe, len, seg_at(&segment, offset)))?;
         expect_done(&done, len, 1).map_err(during("FILL on another memory segment"))?;
         want[usize::try_from(guard).unwrap()..usize::try_from(guard + len).unwrap()]
             .copy_from_slice(&fill_bytes(0x0bad_cafe, len));
@@ -309,8 +306,7 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let buf = c.contiguous;
     let mut contiguous = pattern_bytes(0x6d61_7032, 0, 16 * PAGE);
     buf.write(0, &contiguous);
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture2(
+    let done = e.run_one(&packets::map_aperture2(
         ap,
         flags,
         MAP2_PAGE,
@@ -320,8 +316,8 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
             page_count: 16,
         },
         2,
-    ));
-    expect_done(&e.run(&b)?, 0, 1).map_err(during("MAP_APERTURE2 (contiguous)"))?;
+    ))?;
+    expect_done(&done, 0, 1).map_err(during("MAP_APERTURE2 (contiguous)"))?;
     let dst = 0x30_0000u64;
     let len = 12 * PAGE;
     e.require_vram(dst, len)?;
@@ -356,8 +352,7 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let array = pattern_bytes(0x6d61_7034, 0, 10 * PAGE);
     write_pieces(e, &pieces, &array);
     let address = c.place_piece_pfns(&pieces)?;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture2(
+    let done = e.run_one(&packets::map_aperture2(
         ap,
         flags,
         MAP2_PAGE + 16,
@@ -367,8 +362,8 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
             page_count: 10,
         },
         1,
-    ));
-    expect_done(&e.run(&b)?, 0, 1).map_err(during("MAP_APERTURE2 (page array)"))?;
+    ))?;
+    expect_done(&done, 0, 1).map_err(during("MAP_APERTURE2 (page array)"))?;
     let (src, len, dst) = (0x77u64, 8 * PAGE - 0x77 - 0x10, 0x34_0003u64);
     e.guard_vram(dst, len, 0x3434);
     let done = e.transfer(len, c.ap((MAP2_PAGE + 16) * PAGE + src), e.vram_at(dst))?;
@@ -387,8 +382,7 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let fresh = pattern_bytes(0x6d61_7035, 0, 4 * PAGE);
     write_pieces(e, &remap, &fresh);
     let address = c.place_piece_pfns(&remap)?;
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::map_aperture2(
+    let done = e.run_one(&packets::map_aperture2(
         ap,
         flags,
         MAP2_PAGE,
@@ -398,8 +392,8 @@ pub fn map_aperture2(e: &mut Engine, c: &mut Ctx) -> Outcome {
             page_count: 4,
         },
         0,
-    ));
-    expect_done(&e.run(&b)?, 0, 1).map_err(during("MAP_APERTURE2 remap"))?;
+    ))?;
+    expect_done(&done, 0, 1).map_err(during("MAP_APERTURE2 remap"))?;
     let done = e.transfer(len_pages(12), c.ap(MAP2_PAGE * PAGE), e.vram_at(dst))?;
     expect_done(&done, len_pages(12), 1).map_err(during("remapped range -> VRAM"))?;
     let mut want = fresh.clone();
@@ -558,14 +552,13 @@ pub fn unmap_dummy_page(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let ap = c.ap_id();
     let base = UNMAP_PAGE * PAGE;
 
-    let mut b = DmaBufferBuilder::new();
-    b.push(&packets::unmap_aperture(
+    let done = e.run_one(&packets::unmap_aperture(
         ap,
         UNMAP_PAGE + 1,
         2,
         dummy.phys(),
-    ));
-    expect_done(&e.run(&b)?, 0, 1).map_err(during("UNMAP_APERTURE of pages 1-2 of 4"))?;
+    ))?;
+    expect_done(&done, 0, 1).map_err(during("UNMAP_APERTURE of pages 1-2 of 4"))?;
 
     // Reads: page 0, dummy, dummy, page 3.
     let dst = 0x3c_0000u64;
