@@ -627,13 +627,7 @@ pub fn read_segment(
 ) -> Outcome<Vec<u8>> {
     let list = c.list(0x1c8, len)?;
     write_list(e, &list, &vec![0; usize::try_from(len).unwrap()]);
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
-        len,
-        seg_at(segment, offset),
-        c.frames(&list)?,
-    ));
-    let done = e.run(&b)?;
+    let done = e.transfer(len, seg_at(segment, offset), c.frames(&list)?)?;
     expect_done(&done, len, 1).map_err(|f| {
         Failure(format!(
             "reading segment {} [{offset:#x}, +{len:#x}): {f}",
@@ -654,13 +648,7 @@ pub fn write_segment(
     let len = data.len() as u64;
     let list = c.list(0x2a0, len)?;
     write_list(e, &list, data);
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
-        len,
-        c.frames(&list)?,
-        seg_at(segment, offset),
-    ));
-    let done = e.run(&b)?;
+    let done = e.transfer(len, c.frames(&list)?, seg_at(segment, offset))?;
     expect_done(&done, len, 1).map_err(|f| {
         Failure(format!(
             "writing segment {} [{offset:#x}, +{len:#x}): {f}",

@@ -179,13 +179,7 @@ pub fn preempt(e: &mut Engine, c: &mut Ctx) -> Outcome {
     e.vram.write(b_src, &b_data);
     e.guard_vram(b_dst, b_len, 0x7072);
     // A completed submission first, so LastCompletedFenceId is known.
-    let mut warm = DmaBufferBuilder::new();
-    warm.push_transfer(&packets::transfer(
-        8,
-        e.vram_at(b_src),
-        e.vram_at(b_dst + 0x2_0000),
-    ));
-    let warm_done = e.run(&warm)?;
+    let warm_done = e.transfer(8, e.vram_at(b_src), e.vram_at(b_dst + 0x2_0000))?;
     expect_done(&warm_done, 8, 1)?;
     let last_submission = warm_done.fence;
     let before = c.status.header();
@@ -404,13 +398,7 @@ pub fn reset(e: &mut Engine, c: &mut Ctx) -> Outcome {
     let page_after_reset = c.status.header();
 
     // Every mapping is gone: a TRANSFER through the aperture, and the DMA buffer in it.
-    let mut b = DmaBufferBuilder::new();
-    b.push_transfer(&packets::transfer(
-        3 * PAGE,
-        c.ap(RESET_PAGE * PAGE),
-        e.vram_at(scratch),
-    ));
-    let done = e.run(&b)?;
+    let done = e.transfer(3 * PAGE, c.ap(RESET_PAGE * PAGE), e.vram_at(scratch))?;
     expect_status(&done, SubmitStatus::UnmappedAperture).map_err(during(
         "after the reset: TRANSFER from pages mapped before it",
     ))?;
