@@ -422,46 +422,23 @@ impl GpuControl {
                 virtual_node,
             });
         }
-        let running = view
-            .running_fence
-            .map_or("none".to_string(), |fence| fence.to_string());
-        let mut state = Vec::new();
-        if view.hung {
-            state.push("HUNG");
-        }
-        if view.paused {
-            state.push("paused");
-        }
-        if state.is_empty() {
-            state.push("running");
-        }
         let mut out = format!(
-            "node 0 (paging): {}\n  last completed fence {}\n  running fence {running}\n  queued {}\n  answers held by a lost interrupt {}\n",
-            state.join(", "),
+            "node 0 (paging): {}\n  last completed fence {}\n  running fence {}\n  queued {}\n  answers held by a lost interrupt {}\n",
+            state_words(&[(view.hung, "HUNG"), (view.paused, "paused")]),
             view.last_completed_fence,
+            fence_or_none(view.running_fence),
             view.queued,
             view.held_answers
         );
-        let mut state = Vec::new();
-        if virtual_node.hung {
-            state.push("HUNG");
-        }
-        if virtual_node.faulted {
-            state.push("FAULTED (until RESET_ENGINE)");
-        }
-        if virtual_node.paused {
-            state.push("paused");
-        }
-        if state.is_empty() {
-            state.push("running");
-        }
         let _ = write!(
             out,
             "node 1 (virtual): {}\n  running fence {}\n  queued {}\n  page faults {}\n",
-            state.join(", "),
-            virtual_node
-                .running_fence
-                .map_or("none".to_string(), |fence| fence.to_string()),
+            state_words(&[
+                (virtual_node.hung, "HUNG"),
+                (virtual_node.faulted, "FAULTED (until RESET_ENGINE)"),
+                (virtual_node.paused, "paused"),
+            ]),
+            fence_or_none(virtual_node.running_fence),
             virtual_node.queued,
             virtual_node.page_faults
         );
@@ -636,6 +613,25 @@ impl ControlHandler for GpuControl {
             _ => Err(format!("unknown request {request:?}\n{USAGE}")),
         }
     }
+}
+
+/// A node's state in words: the conditions that hold, or `running` when none does.
+fn state_words(conditions: &[(bool, &str)]) -> String {
+    let words: Vec<&str> = conditions
+        .iter()
+        .filter(|(holds, _)| *holds)
+        .map(|(_, word)| *word)
+        .collect();
+    if words.is_empty() {
+        "running".to_string()
+    } else {
+        words.join(", ")
+    }
+}
+
+/// A fence, or `none`.
+fn fence_or_none(fence: Option<u32>) -> String {
+    fence.map_or("none".to_string(), |fence| fence.to_string())
 }
 
 #[cfg(test)]

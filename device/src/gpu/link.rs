@@ -16,12 +16,11 @@
 
 use std::time::Duration;
 
+use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
+
 use crate::engine::record::PacketRecord;
 use crate::layout::link::LinkSpec;
 use crate::layout::{SegmentKind, SegmentLayout};
-
-/// The page the per-page overhead is charged for.
-const PAGE: u64 = 4096;
 
 /// The model of one device: the spec and which segments are in VRAM.
 #[derive(Debug)]
@@ -62,7 +61,7 @@ impl LinkModel {
         let link = if link_bytes == 0 {
             0.0
         } else {
-            let pages = link_bytes.div_ceil(PAGE) as f64;
+            let pages = link_bytes.div_ceil(WDDM_GPU_PAGE_SIZE) as f64;
             self.spec.latency.as_secs_f64()
                 + link_bytes as f64 / self.spec.bandwidth as f64
                 + pages * self.spec.page_overhead.as_secs_f64()

@@ -831,9 +831,14 @@ impl Execution {
     }
 
     /// An injected delay before a submission starts; a PREEMPT or a reset cuts it short and
-    /// stops the submission (returned). Counts as parked, so a pause does not wait for it.
+    /// stops the submission (returned).
     fn delay(&self, delay: Duration) -> Option<Interruption> {
-        let deadline = Instant::now() + delay;
+        self.sleep_parked(Instant::now() + delay)
+    }
+
+    /// Sleeps until `deadline` touching nothing, so counted as parked (a pause need not wait
+    /// for it); returns the PREEMPT or reset that ended the sleep early, if one did.
+    fn sleep_parked(&self, deadline: Instant) -> Option<Interruption> {
         let mut queue = lock(&self.queue);
         queue.parked = true;
         self.idle.notify_all();
@@ -851,28 +856,16 @@ impl Execution {
         stopped
     }
 
-    /// Waits until the link model's `until`, off the engine lock and asleep, counted as
-    /// parked (a pause need not wait for it); a PREEMPT or a reset ends the wait early (the
-    /// next run's first check stops the submission).
+    /// Waits until the link model's `until`, off the engine lock; a PREEMPT or a reset ends the
+    /// wait early (the next run's first check stops the submission).
     fn link_wait(&self, fence: u32, until: Instant) {
         let start = Instant::now();
         if until <= start {
             return;
         }
         let lead = Duration::from_nanos(self.link_lead_ns.load(Ordering::Relaxed));
-        let wake = until.checked_sub(lead).unwrap_or(until);
-        let mut queue = lock(&self.queue);
-        queue.parked = true;
-        self.idle.notify_all();
-        while self.interrupt.load().interruption().is_none() {
-            let left = wake.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            queue = wait_timeout(&self.unpark, queue, left);
-        }
-        queue.parked = false;
-        drop(queue);
+        // Whatever ended it, the wait is over: the next run's check sees an interruption.
+        let _ = self.sleep_parked(until.checked_sub(lead).unwrap_or(until));
         let woke = Instant::now();
         self.learn_link_lead(lead, woke, until);
         let duration = woke.saturating_duration_since(start);

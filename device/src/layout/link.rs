@@ -64,7 +64,7 @@ const RATES: std::ops::RangeInclusive<u64> = 1_000..=100_000_000_000_000;
 const MAX_DURATION: Duration = Duration::from_secs(1);
 
 /// `pcie4x16` and the like: the link's data rate.
-fn preset(name: &str) -> Option<u64> {
+fn preset_rate(name: &str) -> Option<u64> {
     let (generation, width) = name.strip_prefix("pcie")?.split_once('x')?;
     let generation: usize = generation.parse().ok()?;
     let width: u32 = width.parse().ok()?;
@@ -146,8 +146,8 @@ impl LinkSpec {
     /// a preset and/or KEY=VALUE words separated by commas; a key given after a preset
     /// replaces what the preset says.
     pub fn parse(text: &str) -> Result<Self, LinkSpecError> {
-        let mut preset_rate = None;
-        let mut preset_name = None;
+        // The preset named, and its rate.
+        let mut preset: Option<(&str, u64)> = None;
         let (mut bandwidth, mut latency, mut page, mut vram) = (None, None, None, None);
         for word in text
             .split(',')
@@ -165,19 +165,18 @@ impl LinkSpec {
                 Some(("vram", value)) => once(&mut vram, "vram", parse_rate("vram", value)?)?,
                 Some(_) => return Err(LinkSpecError::UnknownWord(word.to_string())),
                 None => {
-                    let rate =
-                        preset(word).ok_or_else(|| LinkSpecError::UnknownWord(word.to_string()))?;
-                    once(&mut preset_rate, "a preset", rate)?;
-                    preset_name = Some(word.to_string());
+                    let rate = preset_rate(word)
+                        .ok_or_else(|| LinkSpecError::UnknownWord(word.to_string()))?;
+                    once(&mut preset, "a preset", (word, rate))?;
                 }
             }
         }
         let bandwidth = bandwidth
-            .or(preset_rate)
+            .or(preset.map(|(_, rate)| rate))
             .ok_or(LinkSpecError::NoBandwidth)?;
         // A custom link without a latency or page overhead has none; a preset's are assumed.
         let assumed = |value: Option<Duration>, preset_value| {
-            value.unwrap_or(if preset_rate.is_some() {
+            value.unwrap_or(if preset.is_some() {
                 preset_value
             } else {
                 Duration::ZERO
@@ -188,7 +187,7 @@ impl LinkSpec {
             latency: assumed(latency, PRESET_LATENCY),
             page_overhead: assumed(page, PRESET_PAGE_OVERHEAD),
             vram_bandwidth: vram,
-            preset: preset_name,
+            preset: preset.map(|(name, _)| name.to_string()),
         })
     }
 }

@@ -7,10 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::render::{bytes, dropped_line, duration};
+use super::render::{bytes, dropped_line, duration, MIB};
 use super::{LatencySnapshot, NamedCount, NodeSnapshot, PacketKindSnapshot, StatsSnapshot};
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// Width of a latency bar: five cells a decade from 1 µs to 1 s.
 const BAR_CELLS: usize = 30;

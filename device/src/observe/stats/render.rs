@@ -11,7 +11,7 @@ use prometheus::TextEncoder;
 use super::display::DisplaySnapshot;
 use super::{LatencySnapshot, StatsSnapshot, TrafficBytes};
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub(super) const MIB: f64 = 1024.0 * 1024.0;
 
 /// `850 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`; `-` before the first sample.
 pub(super) fn duration(ns: Option<u64>) -> String {
