@@ -1387,6 +1387,12 @@
 #define WDDM_GPU_POWER_ACTION_SHUTDOWN 4
 
 /**
+ * What every byte of a memory segment reads after a power-down lost its contents (the
+ * `power-loss` fault injection): not zero, so a missing restore shows.
+ */
+#define WDDM_GPU_POWER_LOST_BYTE 222
+
+/**
  * `flags` bit: this is a paging submission (`DXGK_SUBMITCOMMANDFLAGS.Paging`).
  */
 #define WDDM_GPU_SUBMIT_FLAG_PAGING (1 << 0)

@@ -225,6 +225,9 @@ pub const WDDM_GPU_POWER_ACTION_SLEEP: u32 = 2;
 pub const WDDM_GPU_POWER_ACTION_HIBERNATE: u32 = 3;
 /// `POWER_ACTION.PowerActionShutdown`: the system shuts down; no segment keeps its contents.
 pub const WDDM_GPU_POWER_ACTION_SHUTDOWN: u32 = 4;
+/// What every byte of a memory segment reads after a power-down lost its contents (the
+/// `power-loss` fault injection): not zero, so a missing restore shows.
+pub const WDDM_GPU_POWER_LOST_BYTE: u8 = 0xde;
 
 /// `WDDM_GPU_CMD_SET_POWER_STATE`: the adapter's `DxgkDdiSetPowerState` (`DevicePowerState`,
 /// `ActionType`). Going below D0 stops both nodes as RESET does (their work is answered RESET,

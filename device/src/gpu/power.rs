@@ -8,14 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::status::{
     WddmGpuCmdSetPowerState, WDDM_GPU_POWER_ACTION_HIBERNATE, WDDM_GPU_POWER_ACTION_SHUTDOWN,
-    WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
+    WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3, WDDM_GPU_POWER_LOST_BYTE,
 };
 
 use crate::layout::{SegmentKind, SegmentLayout};
 use crate::memory::vram::Vram;
-
-/// The byte a lost segment holds afterwards: not zero, so a missing restore shows.
-pub const LOST_BYTE: u8 = 0xde;
 
 /// The highest `POWER_ACTION` value (`PowerActionDisplayOff`).
 const MAX_POWER_ACTION: u32 = 8;
@@ -87,11 +84,11 @@ pub fn preserved(flags: SegmentFlags, action: u32) -> bool {
     }
 }
 
-/// Fills every memory segment `action` does not preserve with [`LOST_BYTE`]; returns the ids
+/// Fills every memory segment `action` does not preserve with [`WDDM_GPU_POWER_LOST_BYTE`]; returns the ids
 /// of the segments lost.
 pub fn lose_contents(layout: &SegmentLayout, vram: &Vram, action: u32) -> Vec<u32> {
     const STEP: usize = 1 << 20;
-    let lost_bytes = vec![LOST_BYTE; STEP];
+    let lost_bytes = vec![WDDM_GPU_POWER_LOST_BYTE; STEP];
     let mut lost = Vec::new();
     for segment in &layout.segments {
         let SegmentKind::Memory { vram_offset, .. } = segment.kind else {

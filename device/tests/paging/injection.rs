@@ -367,7 +367,7 @@ fn a_power_loss_takes_what_the_power_action_does_not_preserve() {
     use wddm_gpu_abi::ctrl::{VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER, VIRTIO_GPU_RESP_OK_NODATA};
     use wddm_gpu_abi::status::{
         WDDM_GPU_POWER_ACTION_HIBERNATE, WDDM_GPU_POWER_ACTION_NONE, WDDM_GPU_POWER_ACTION_SLEEP,
-        WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
+        WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3, WDDM_GPU_POWER_LOST_BYTE,
     };
 
     use crate::vram::{device_only_layout, DEVICE_ONLY_SEGMENT};
@@ -404,7 +404,7 @@ fn a_power_loss_takes_what_the_power_action_does_not_preserve() {
     );
     assert_eq!(
         h.read_vram(0, 0x2000),
-        vec![0xde; 0x2000],
+        vec![WDDM_GPU_POWER_LOST_BYTE; 0x2000],
         "standby kept CPU-visible VRAM"
     );
     ok(h.set_power_state(WDDM_GPU_POWER_D0, WDDM_GPU_POWER_ACTION_NONE));
@@ -447,7 +447,10 @@ fn a_power_loss_takes_what_the_power_action_does_not_preserve() {
         ),
         4,
     );
-    assert_eq!(h.read_vram(0x20_0000, 0x2000), vec![0xde; 0x2000]);
+    assert_eq!(
+        h.read_vram(0x20_0000, 0x2000),
+        vec![WDDM_GPU_POWER_LOST_BYTE; 0x2000]
+    );
     assert_eq!(
         h.set_power_state(7, 0).hdr().type_,
         VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER

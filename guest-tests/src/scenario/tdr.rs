@@ -37,7 +37,7 @@ use wddm_gpu_abi::context::{
 };
 use wddm_gpu_abi::status::{
     WDDM_GPU_ENGINE_STATUS_RESPONSIVE, WDDM_GPU_EVENT_PAGE_FAULT, WDDM_GPU_POWER_ACTION_NONE,
-    WDDM_GPU_POWER_ACTION_SLEEP, WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3,
+    WDDM_GPU_POWER_ACTION_SLEEP, WDDM_GPU_POWER_D0, WDDM_GPU_POWER_D3, WDDM_GPU_POWER_LOST_BYTE,
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
@@ -69,9 +69,6 @@ const ARMED: &str = "armed";
 /// The last point, and the host's answer to it.
 const DONE: &str = "tdr-done";
 const GO: &str = "go";
-/// What the device leaves in VRAM a power-down lost (`power-loss`; the backend's
-/// `gpu::power::LOST_BYTE`, documented in docs/fault-injection.md).
-const LOST_BYTE: u8 = 0xde;
 /// How long the host may take to answer (guest time).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -931,13 +928,14 @@ fn power_loss(r: &mut Rig, port: &mut SyncPort, point: &str) -> Outcome {
         for (offset, what) in [(at, "the test's page"), (KEEP_AT, "the kept pattern")] {
             let mut page = [0u8; 4096];
             r.e.vram.read(offset, &mut page);
-            ensure(page.iter().all(|&byte| byte == LOST_BYTE), || {
-                format!("{what} at {offset:#x} was not lost: {:02x?}", &page[..16])
-            })?;
+            ensure(
+                page.iter().all(|&byte| byte == WDDM_GPU_POWER_LOST_BYTE),
+                || format!("{what} at {offset:#x} was not lost: {:02x?}", &page[..16]),
+            )?;
         }
         println!(
             "TDR tdr_power_loss: D3 (sleep): fence {fence} refused unrun, {} WAIT_EVENT(s) came \
-             back; D0: the VRAM segment reads {LOST_BYTE:#04x} (not PreservedDuringStandby)",
+             back; D0: the VRAM segment reads {WDDM_GPU_POWER_LOST_BYTE:#04x} (not PreservedDuringStandby)",
             events.len()
         );
         r.e.vram_write_and_verify(KEEP_AT, KEEP_LEN, KEEP_TAG)?;
