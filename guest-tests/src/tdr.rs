@@ -216,12 +216,7 @@ pub fn run_virtual(
         delay.as_millis(),
         status_text(&status)
     );
-    ensure(
-        e.device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )?;
+    reset_virtual_node(e)?;
     let answer = wait_until(e, ticket, Instant::now() + delay)?
         .ok_or_else(|| Failure(format!("fence {fence}: no answer after RESET_ENGINE")))?;
     let answer = gpu::decode_submit_virtual(cmd, &answer.bytes)?;
@@ -233,6 +228,16 @@ pub fn run_virtual(
         answer,
         timeout: Some(status),
     })
+}
+
+/// RESET_ENGINE of the virtual node (`DxgkDdiResetEngine`), which must be answered OK.
+pub fn reset_virtual_node(e: &mut Engine) -> Outcome {
+    ensure(
+        e.device
+            .control
+            .command("RESET_ENGINE", reset_engine().as_bytes())?,
+        || "RESET_ENGINE refused".into(),
+    )
 }
 
 /// Whether fence `current` is at or past `fence` (fences wrap).

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use wddm_gpu_abi::build::gpuva::{
-    create_context, destroy_context, fill_virtual, flush_tlb, pte, reset_engine,
-    set_root_page_table, signal_monitored_fence, submit_virtual, transfer_virtual, virtual_copy,
-    virtual_fill, virtual_signal,
+    create_context, destroy_context, fill_virtual, flush_tlb, pte, set_root_page_table,
+    signal_monitored_fence, submit_virtual, transfer_virtual, virtual_copy, virtual_fill,
+    virtual_signal,
 };
 use wddm_gpu_abi::build::page_tables::{packets, PageTables, TableWrite};
 use wddm_gpu_abi::build::DmaBufferBuilder;
@@ -42,6 +42,7 @@ use crate::gpu::decode_event;
 use crate::gpummu::{dma_page_faulted, GpuMmu};
 use crate::pattern;
 use crate::scatter::Piece;
+use crate::tdr::reset_virtual_node;
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
 const PAGE_USIZE: usize = 4096;
@@ -334,17 +335,6 @@ impl VirtualTarget {
         page.chunks_exact(4)
             .all(|word| word == pattern.to_le_bytes())
     }
-}
-
-/// RESET_ENGINE of the virtual node (`DxgkDdiResetEngine`), which must be answered OK.
-pub fn reset_virtual_node(engine: &mut Engine) -> Outcome {
-    ensure(
-        engine
-            .device
-            .control
-            .command("RESET_ENGINE", reset_engine().as_bytes())?,
-        || "RESET_ENGINE refused".into(),
-    )
 }
 
 pub fn expect_status(done: &WddmGpuRespSubmitVirtual, status: SubmitStatus) -> Outcome {

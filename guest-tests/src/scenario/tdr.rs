@@ -48,9 +48,7 @@ use crate::failure::{ensure, Failure, Outcome};
 use crate::gpummu::dma_page_faulted;
 use crate::packets::{self, DmaBufferBuilder};
 use crate::scatter::Piece;
-use crate::scenario::gpuva::{
-    expect_status as expect_virtual_status, reset_virtual_node, VirtualTarget,
-};
+use crate::scenario::gpuva::{expect_status as expect_virtual_status, VirtualTarget};
 use crate::scenario::paging::{
     check_vram, expect_done, fill_bytes, pattern_bytes, write_pieces, Ctx,
 };
@@ -58,8 +56,8 @@ use crate::scenario::setup;
 use crate::scenario::suite::Tally;
 use crate::sync::{SyncPort, SYNC_PORT};
 use crate::tdr::{
-    run_virtual, status_text, Ended, PagingNode, Recovery, ResetReport, Submission, TimeoutReport,
-    TDR_DELAY,
+    reset_virtual_node, run_virtual, status_text, Ended, PagingNode, Recovery, ResetReport,
+    Submission, TimeoutReport, TDR_DELAY,
 };
 
 const PAGE: u64 = WDDM_GPU_PAGE_SIZE;
