@@ -545,8 +545,14 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
     };
     for mismatch in &report.mismatches {
         eprintln!(
-            "vhost-user-wddm-gpu: replay: entry {} (fence {}) answered differently:\n  recorded {:?}\n  replayed {:?}",
-            mismatch.entry, mismatch.fence, mismatch.recorded, mismatch.replayed
+            "vhost-user-wddm-gpu: replay: entry {} (node {}, fence {}) answered differently:\n  recorded {:?}\n  replayed {:?}",
+            mismatch.entry, mismatch.node, mismatch.fence, mismatch.recorded, mismatch.replayed
+        );
+    }
+    for refusal in &report.refusals {
+        eprintln!(
+            "vhost-user-wddm-gpu: replay: entry {} ({}) was accepted by the backend, refused here: {}",
+            refusal.entry, refusal.command, refusal.error
         );
     }
     let printed = if json {
@@ -565,7 +571,7 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    if report.mismatches.is_empty() {
+    if report.mismatches.is_empty() && report.refusals.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_MISMATCH)
@@ -574,9 +580,12 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
 
 /// The lines under the replay's table: what was replayed and whether the answers matched.
 fn replay_summary(report: &ReplayReport) -> String {
-    let verdict = match report.mismatches.len() {
-        0 => "every answer matched the recording".to_owned(),
-        n => format!("{n} answer(s) differ from the recording"),
+    let verdict = match (report.mismatches.len(), report.refusals.len()) {
+        (0, 0) => "every answer matched the recording".to_owned(),
+        (n, 0) => format!("{n} answer(s) differ from the recording"),
+        (n, refused) => {
+            format!("{n} answer(s) differ from the recording, {refused} context command(s) refused")
+        }
     };
     let data = match (report.header.data, report.data_dropped) {
         (false, _) => "metadata only".to_owned(),
@@ -584,9 +593,12 @@ fn replay_summary(report: &ReplayReport) -> String {
         (true, dropped) => format!("with data ({dropped} bytes over the limit left out)"),
     };
     format!(
-        "replay: {} submissions, {} resets, {} preempts ({data}); execution {:.3} ms recorded, {:.3} ms replayed; {verdict}",
+        "replay: {} submissions ({} on the virtual node), {} context commands, {} resets, {} engine resets, {} preempts ({data}); execution {:.3} ms recorded, {:.3} ms replayed; {verdict}",
         report.submissions,
+        report.virtual_submissions,
+        report.context_commands,
         report.resets,
+        report.engine_resets,
         report.preempts,
         report.recorded_ns as f64 / 1e6,
         report.replayed_ns as f64 / 1e6,
@@ -602,9 +614,21 @@ fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
         .map(|mismatch| {
             serde_json::json!({
                 "entry": mismatch.entry,
+                "node": mismatch.node,
                 "fence": mismatch.fence,
                 "recorded": format!("{:?}", mismatch.recorded),
                 "replayed": format!("{:?}", mismatch.replayed),
+            })
+        })
+        .collect();
+    let refusals: Vec<serde_json::Value> = report
+        .refusals
+        .iter()
+        .map(|refusal| {
+            serde_json::json!({
+                "entry": refusal.entry,
+                "command": refusal.command,
+                "error": refusal.error.to_string(),
             })
         })
         .collect();
@@ -613,6 +637,9 @@ fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
             "replay".into(),
             serde_json::json!({
                 "submissions": report.submissions,
+                "virtual_submissions": report.virtual_submissions,
+                "context_commands": report.context_commands,
+                "engine_resets": report.engine_resets,
                 "resets": report.resets,
                 "preempts": report.preempts,
                 "data": report.header.data,
@@ -620,6 +647,7 @@ fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
                 "recorded_ns": report.recorded_ns,
                 "replayed_ns": report.replayed_ns,
                 "mismatches": mismatches,
+                "refusals": refusals,
             }),
         );
     }

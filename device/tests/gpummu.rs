@@ -797,3 +797,198 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     signal.push(&virtual_signal(VA_FENCE, 5));
     run_virtual_as(&mut h, &signal, 32, SubmitStatus::Ok);
 }
+
+/// A session of both nodes recorded with `--record-data` and replayed: contexts rebuilt from
+/// the recorded commands, the paging process's GPU VAs, a leaf entry the CPU wrote straight
+/// into VRAM (only the recorded page-table reads carry it), a real and an injected page fault,
+/// NODE_FAULTED, RESET_ENGINE, an injected hang, a preempted long copy; every answer matches,
+/// the per-node counts are the live ones and so is the VRAM. An altered command is caught.
+#[test]
+fn a_recorded_session_of_both_nodes_replays_with_the_same_answers_counts_and_vram() {
+    use wddm_gpu_abi::build::gpuva::transfer_virtual;
+    use wddm_gpu_abi::context::{WddmGpuCmdSubmitVirtual, WDDM_GPU_NODE_PAGING};
+    use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_ZERO;
+    use wddm_gpu_frontend_kit::backend_process::TIMEOUT;
+    use wddm_gpu_frontend_kit::harness::SLOT_ROOM;
+
+    let dir = std::env::temp_dir().join(format!("wddm-gpummu-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("both.wgpurec");
+    let (mut h, mut tables) = mapped_gpu_with(
+        "gpummu-record",
+        0,
+        &["--record", record.to_str().unwrap(), "--record-data"],
+    );
+    const PAGING: u32 = 9;
+    bind_context(&mut h, PAGING, WDDM_GPU_NODE_PAGING, 0, &tables);
+    let data = pattern(0x7ec, 16 * PAGE_USIZE);
+    for (i, page) in data.chunks(PAGE_USIZE).enumerate() {
+        h.write_ram(data_page(i as u64), page);
+    }
+
+    // The virtual node copies, fills and signals; the paging node moves through the paging
+    // process's VAs.
+    let mut work = DmaBufferBuilder::new();
+    work.push(&virtual_copy(
+        16 * PAGE - 100,
+        VA_SOURCE + 100,
+        VA_DESTINATION,
+    ));
+    work.push(&virtual_fill(
+        0x0a0b_0c0d,
+        3 * PAGE,
+        VA_DESTINATION + 17 * PAGE,
+    ));
+    work.push(&virtual_signal(VA_FENCE, 70));
+    run_virtual_as(&mut h, &work, 70, SubmitStatus::Ok);
+    let mut paging = DmaBufferBuilder::new();
+    paging.push(&transfer_virtual(
+        2 * PAGE,
+        VA_SOURCE,
+        VA_DESTINATION + 15 * PAGE,
+    ));
+    h.write_ram(DMA_BUFFER, paging.bytes());
+    let done = h.submit(&submit_command(DMA_BUFFER, paging.len(), 20));
+    assert_eq!(done.status, SubmitStatus::Ok as u32, "{done:?}");
+
+    // A leaf entry written by the CPU through the BAR, no paging packet: the replay finds it
+    // only in the recorded page-table reads from VRAM.
+    tables
+        .map(VA_SOURCE + 16 * PAGE, &[pte(0, data_page(40), 0)])
+        .unwrap();
+    h.write_ram(data_page(40), &pattern(0x40, PAGE_USIZE));
+    for write in tables.take() {
+        let (table, start, entries) = write.slots();
+        assert_ne!(table.segment, 0, "the leaf tables are in VRAM");
+        h.write_vram(table.address + u64::from(start) * 8, entries.as_bytes());
+    }
+    let mut from_new_page = DmaBufferBuilder::new();
+    from_new_page.push(&virtual_copy(
+        PAGE,
+        VA_SOURCE + 16 * PAGE,
+        VA_DESTINATION + 4 * PAGE,
+    ));
+    run_virtual_as(&mut h, &from_new_page, 71, SubmitStatus::Ok);
+
+    // A page fault, NODE_FAULTED until RESET_ENGINE.
+    let mut faulting = DmaBufferBuilder::new();
+    faulting.push(&virtual_copy(64, VA_SOURCE + 17 * PAGE, VA_DESTINATION));
+    run_virtual_as(&mut h, &faulting, 72, SubmitStatus::PageFault);
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(0x0303_0303, 64, VA_DESTINATION + 5 * PAGE));
+    run_virtual_as(&mut h, &fill, 73, SubmitStatus::NodeFaulted);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    run_virtual_as(&mut h, &fill, 74, SubmitStatus::Ok);
+
+    // Injected: a page fault, then a hang that RESET_ENGINE ends.
+    h.backend.ctl_ok("arm page-fault va=0x4321000 fence=75");
+    run_virtual_as(&mut h, &fill, 75, SubmitStatus::PageFault);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    h.backend.ctl_ok("arm hang node=1 fence=76");
+    h.write_ram(DMA_PAGE, fill.bytes());
+    let hung = h.post(
+        submit_virtual(CONTEXT, VA_DMA, fill.len(), 76).as_bytes(),
+        SLOT_ROOM,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    let done: WddmGpuRespSubmitVirtual = h.wait_reply(hung).exact();
+    assert_eq!(done.status, SubmitStatus::Reset as u32, "{done:?}");
+
+    // A long copy between zero pages, preempted part way: the replay stops it at the same
+    // interruption check.
+    let (from, to) = (4u64 << 39, 6u64 << 39);
+    tables.set(from, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
+    tables.set(to, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
+    apply(&mut h, &mut tables, 21);
+    let mut long = DmaBufferBuilder::new();
+    long.push(&virtual_copy(256 << 30, from, to));
+    h.write_ram(DMA_PAGE, long.bytes());
+    let running = h.post(
+        submit_virtual(CONTEXT, VA_DMA, long.len(), 77).as_bytes(),
+        SLOT_ROOM,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let preempt = h.post_preempt();
+    assert_eq!(h.wait_preempt(preempt).preempted_count, 1);
+    let done: WddmGpuRespSubmitVirtual = h.wait_reply(running).exact();
+    assert_eq!(done.status, SubmitStatus::Preempted as u32, "{done:?}");
+    let preempted_bytes = done.bytes_transferred;
+    run_virtual_as(&mut h, &fill, 78, SubmitStatus::Ok);
+
+    let live: serde_json::Value = serde_json::from_str(&h.backend.stats_json()).unwrap();
+    let vram = h.read_vram(0, 16 << 20);
+    let mut backend = h.disconnect();
+    assert!(backend.wait_exit(TIMEOUT).success());
+
+    let replay = |file: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+            .arg("replay")
+            .arg(file)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let dump = dir.join("vram.bin");
+    let output = replay(&record, &["--json", "--dump-vram", dump.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let replayed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let summary = &replayed["replay"];
+    assert_eq!(summary["mismatches"], serde_json::json!([]), "{summary}");
+    assert_eq!(summary["refusals"], serde_json::json!([]), "{summary}");
+    // Fences 70 to 78 on the virtual node; the tables (1), the transfer (20) and the zero
+    // pages (21) on the paging node.
+    assert_eq!(summary["virtual_submissions"], 9, "{summary}");
+    assert_eq!(summary["submissions"], 12, "{summary}");
+    assert_eq!(summary["context_commands"], 4, "{summary}");
+    assert_eq!(summary["engine_resets"], 3, "{summary}");
+    // Each node's counts are the live ones (latencies are the replay's own).
+    let counts = |stats: &serde_json::Value| -> Vec<serde_json::Value> {
+        stats["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|node| {
+                serde_json::json!([
+                    node["node"],
+                    node["submissions"],
+                    node["faults"],
+                    node["bytes"],
+                    node["packets"]
+                ])
+            })
+            .collect()
+    };
+    assert_eq!(counts(&replayed), counts(&live), "{replayed}");
+    let virtual_bytes = &counts(&replayed)[1];
+    assert!(
+        virtual_bytes[3].as_u64().unwrap() > preempted_bytes,
+        "{virtual_bytes}"
+    );
+    assert!(
+        std::fs::read(&dump).unwrap() == vram,
+        "the replayed VRAM differs"
+    );
+
+    // The second copy's command with its end moved to its start: no packet runs.
+    let mut bytes = std::fs::read(&record).unwrap();
+    let sent = submit_virtual(CONTEXT, VA_DMA, from_new_page.len(), 71);
+    let at = bytes
+        .windows(size_of::<WddmGpuCmdSubmitVirtual>())
+        .position(|window| window == sent.as_bytes())
+        .expect("the command is in the recording");
+    let end = std::mem::offset_of!(WddmGpuCmdSubmitVirtual, end_offset);
+    bytes[at + end..at + end + 4].copy_from_slice(&sent.start_offset.to_le_bytes());
+    let tampered = dir.join("tampered.wgpurec");
+    std::fs::write(&tampered, &bytes).unwrap();
+    let output = replay(&tampered, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("(node 1, fence 71) answered differently"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

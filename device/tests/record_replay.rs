@@ -295,8 +295,9 @@ fn a_recorded_session_replays_with_the_same_counts_answers_and_vram() {
     println!("{stdout}");
     assert!(stdout.contains("transfer"), "{stdout}");
     assert!(
-        stdout.contains("replay: 8 submissions, 1 resets")
-            && stdout.contains("every answer matched"),
+        stdout.contains(
+            "replay: 8 submissions (0 on the virtual node), 0 context commands, 1 resets"
+        ) && stdout.contains("every answer matched"),
         "{stdout}"
     );
 
@@ -344,7 +345,7 @@ fn a_metadata_recording_replays_with_the_same_counts_and_tampering_is_caught() {
     let (stdout, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(3), "{stderr}\n{stdout}");
     assert!(
-        stderr.contains("(fence 6) answered differently"),
+        stderr.contains("(node 0, fence 6) answered differently"),
         "{stderr}"
     );
     assert!(stdout.contains("1 answer(s) differ"), "{stdout}");

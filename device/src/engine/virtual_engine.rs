@@ -7,13 +7,16 @@ use std::sync::Mutex;
 
 use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::context::{
-    WddmGpuCmdSubmitVirtual, WddmGpuVirtualCopy, WddmGpuVirtualFill, WddmGpuVirtualSignal,
-    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_VOP_COPY, WDDM_GPU_VOP_FILL, WDDM_GPU_VOP_SIGNAL,
+    WddmGpuCmdSubmitVirtual, WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual, WddmGpuVirtualCopy,
+    WddmGpuVirtualFill, WddmGpuVirtualSignal, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
+    WDDM_GPU_NODE_VIRTUAL, WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED, WDDM_GPU_VOP_COPY,
+    WDDM_GPU_VOP_FILL, WDDM_GPU_VOP_SIGNAL,
 };
+use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE};
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::submit::WDDM_GPU_MAX_DMA_BUFFER_SIZE;
+use wddm_gpu_abi::submit::{SubmitStatus, WDDM_GPU_MAX_DMA_BUFFER_SIZE};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
@@ -21,7 +24,7 @@ use super::access::{copy, read_location, write_location, Location, Repeated};
 use super::place::{ram, segment_offset};
 use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
 use crate::memory::capture::ReadKind;
-use crate::mmu::fault::Access;
+use crate::mmu::fault::{Access, FaultKind, MmuFault};
 use crate::mmu::space::{AddressSpace, Run};
 use crate::mmu::tables::DeviceTables;
 use crate::mmu::walk::Target;
@@ -38,6 +41,62 @@ pub struct VirtualCompletion {
     pub bytes_transferred: u64,
     /// Where and why it stopped early.
     pub stop: Option<(u32, Stop)>,
+}
+
+impl VirtualCompletion {
+    /// A submission stopped at its first packet by a page fault at `address`, as an injected
+    /// page fault reports it (nothing ran).
+    pub fn page_fault_at(cmd: &WddmGpuCmdSubmitVirtual, address: u64, write: bool) -> Self {
+        let fault = MmuFault {
+            kind: FaultKind::NotPresent,
+            address,
+            level: 0,
+            access: if write { Access::Write } else { Access::Read },
+            entry: 0,
+        };
+        Self {
+            fence_id: cmd.submission_fence_id,
+            packets_completed: 0,
+            bytes_transferred: 0,
+            stop: Some((cmd.start_offset, Stop::Fault(Fault::Page(fault)))),
+        }
+    }
+
+    /// The answer the node gives: status, counts, the stopping packet's offset and, for a page
+    /// fault, its record (all but `sequence`, which the node numbers).
+    pub fn response(&self, cmd: &WddmGpuCmdSubmitVirtual) -> WddmGpuRespSubmitVirtual {
+        let mut reply = virtual_response(self.fence_id, SubmitStatus::Ok);
+        reply.packets_completed = self.packets_completed;
+        reply.bytes_transferred = self.bytes_transferred;
+        let Some((offset, stop)) = self.stop else {
+            return reply;
+        };
+        reply.status = stop.status() as u32;
+        reply.fault_packet_offset = offset;
+        if let Stop::Fault(Fault::Page(fault)) = stop {
+            reply.page_fault = WddmGpuPageFaultRecord {
+                sequence: 0,
+                fault: fault.wire(),
+                fence_id: self.fence_id,
+                flags: fault.access_flags() | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+                node_ordinal: WDDM_GPU_NODE_VIRTUAL,
+                context_id: cmd.context_id,
+                error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
+                packet_offset: offset,
+            };
+        }
+        reply
+    }
+}
+
+/// A SUBMIT_VIRTUAL answer with this fence and status and nothing else.
+pub fn virtual_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmitVirtual {
+    WddmGpuRespSubmitVirtual {
+        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
+        submission_fence_id: fence_id,
+        status: status as u32,
+        ..Default::default()
+    }
 }
 
 /// What the virtual engine tells the rest of the device.

@@ -15,7 +15,6 @@ use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SHIFT;
 
 use super::checker::Checker;
-use super::contexts::Contexts;
 use super::inject::{Injector, Listing};
 use super::reply::Notify;
 use super::scheduler::{NodeProbe, NodeState};
@@ -24,6 +23,7 @@ use crate::layout::SegmentLayout;
 use crate::memory::gart::MappedRun;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::contexts::Contexts;
 use crate::mmu::fault::Access;
 use crate::mmu::tables::DeviceTables;
 use crate::mmu::walk::{walk_path, Target, MAX_LEVELS};

@@ -6,7 +6,6 @@
 //! now or later.
 
 pub mod checker;
-pub mod contexts;
 pub mod control;
 pub mod engine_state;
 pub mod inject;
@@ -43,7 +42,6 @@ use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuRespSubmit};
 use zerocopy::IntoBytes;
 
 use self::checker::Checker;
-use self::contexts::{ContextError, Contexts};
 use self::control::GpuControl;
 use self::inject::spec::Action;
 use self::inject::Injector;
@@ -52,10 +50,13 @@ use self::reply::{answer, header, refuse, Mem, Notify, Reply};
 use self::scheduler::{submit_response, Instruments, NodeState, Paused, ResetBy, Scheduler};
 use self::status_page::StatusPage;
 use self::virtual_node::VirtualNode;
+use crate::engine::virtual_engine::virtual_response;
 use crate::layout::capset::{build_capset, MAX_CAPSET_SIZE};
 use crate::layout::SegmentLayout;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{BarChange, Vram};
+use crate::mmu::contexts::{ContextError, Contexts};
+use crate::observe::recording::format::ContextCommand;
 use crate::observe::recording::Recorder;
 use crate::observe::stats::{RequestOutcome, Stats};
 use crate::observe::trace::Trace;
@@ -74,11 +75,13 @@ pub struct PagingGpu {
     /// The latest memory table, for live inspection's walks (requests bring their own).
     latest_memory: Arc<Mutex<Option<GuestMemoryMmap>>>,
     power: Power,
+    /// `--record`: the context commands go here (the nodes record their own submissions).
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl PagingGpu {
     /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
-    /// writing every submission and packet to `trace` and every paging submission with what it
+    /// writing every submission and packet to `trace` and every submission of both nodes with what it
     /// read to `recorder`; starts its engine thread.
     pub fn start(
         layout: Arc<SegmentLayout>,
@@ -93,6 +96,7 @@ impl PagingGpu {
         }));
         let contexts = Arc::new(Mutex::new(Contexts::new(layout.gpummu)));
         let trace = trace.map(Arc::new);
+        let recorder = recorder.map(Arc::new);
         let injector = Arc::new(Injector::new(stats.clone(), trace.clone()));
         let checker = Arc::new(Checker::new(
             layout.clone(),
@@ -101,27 +105,26 @@ impl PagingGpu {
             stats.clone(),
             trace.clone(),
         ));
+        let instruments = Instruments {
+            stats,
+            trace,
+            injector: injector.clone(),
+            checker: checker.clone(),
+            recorder: recorder.clone(),
+        };
         let scheduler = Scheduler::start(
             layout.clone(),
             vram.clone(),
             notify.clone(),
             contexts.clone(),
-            Instruments {
-                stats: stats.clone(),
-                trace,
-                injector: injector.clone(),
-                checker: checker.clone(),
-                recorder: recorder.map(Arc::new),
-            },
+            instruments.clone(),
         )?;
         let virtual_node = VirtualNode::start(
             layout.clone(),
             vram.clone(),
             notify.clone(),
             contexts.clone(),
-            injector.clone(),
-            checker.clone(),
-            stats,
+            instruments,
         )?;
         Ok(Self {
             layout,
@@ -134,6 +137,7 @@ impl PagingGpu {
             checker,
             latest_memory: Arc::new(Mutex::new(None)),
             power: Power::default(),
+            recorder,
         })
     }
 
@@ -254,7 +258,7 @@ impl PagingGpu {
                     "SUBMIT_VIRTUAL fence {} while the adapter is below D0: refused unexecuted",
                     cmd.submission_fence_id
                 );
-                virtual_node::response(cmd.submission_fence_id, SubmitStatus::BadCommand)
+                virtual_response(cmd.submission_fence_id, SubmitStatus::BadCommand)
                     .as_bytes()
                     .to_vec()
             }
@@ -355,7 +359,7 @@ impl PagingGpu {
             }
             ControlCommand::CreateContext(cmd) => {
                 let created = lock(&self.contexts).create(&cmd);
-                return self.context_answer(reply, "CREATE_CONTEXT", created);
+                return self.context_answer(reply, ContextCommand::Create(cmd), created);
             }
             ControlCommand::DestroyContext(cmd) => {
                 let destroyed = if cmd.reserved == 0 {
@@ -365,11 +369,11 @@ impl PagingGpu {
                         "destroy_context: reserved is not zero",
                     ))
                 };
-                return self.context_answer(reply, "DESTROY_CONTEXT", destroyed);
+                return self.context_answer(reply, ContextCommand::Destroy(cmd), destroyed);
             }
             ControlCommand::SetRootPageTable(cmd) => {
                 let bound = lock(&self.contexts).set_root(&cmd);
-                return self.context_answer(reply, "SET_ROOT_PAGE_TABLE", bound);
+                return self.context_answer(reply, ContextCommand::SetRoot(cmd), bound);
             }
             ControlCommand::SubmitVirtual(cmd) => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespSubmitVirtual>() {
@@ -463,16 +467,20 @@ impl PagingGpu {
     fn context_answer(
         &self,
         reply: Box<dyn Reply>,
-        what: &str,
+        command: ContextCommand,
         result: Result<(), ContextError>,
     ) -> RequestOutcome {
         match result {
             Ok(()) => {
+                // Recorded before the answer: work that uses the context comes after it.
+                if let Some(recorder) = &self.recorder {
+                    recorder.context(command);
+                }
                 answer(reply, &header(VIRTIO_GPU_RESP_OK_NODATA));
                 RequestOutcome::Taken
             }
             Err(error) => {
-                crate::guest_warn!("{what} refused: {error}");
+                crate::guest_warn!("{} refused: {error}", command.name());
                 refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER)
             }
         }

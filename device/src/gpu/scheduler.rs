@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::GuestMemoryMmap;
 use wddm_gpu_abi::context::{
     WddmGpuPageFaultRecord, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_PAGING,
 };
@@ -40,7 +40,6 @@ use zerocopy::IntoBytes;
 use crate::engine::record::PacketRecord;
 use crate::engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
 use crate::gpu::checker::Checker;
-use crate::gpu::contexts::Contexts;
 use crate::gpu::engine_state::{EngineSignal, EngineState};
 use crate::gpu::inject::spec::Action;
 use crate::gpu::inject::Injector;
@@ -51,12 +50,14 @@ use crate::layout::SegmentLayout;
 use crate::memory::gart::MappedRun;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
+use crate::mmu::contexts::Contexts;
 use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::recording::format::{self, Outcome, Run, RunEnd};
-use crate::observe::recording::{Recorder, Tape};
+use crate::observe::recording::{regions_of, Recorder, Tape};
 use crate::observe::stats::{Stats, SubmissionRecord};
 use crate::observe::trace::{LinkWait, Trace};
+use crate::support::nanos::nanos;
 use crate::support::sync::{lock, wait, wait_timeout};
 
 /// What a reset does with the requests it drops.
@@ -157,11 +158,6 @@ impl Job {
             ..self.cmd
         }
     }
-}
-
-/// Nanoseconds of a duration, saturated.
-fn nanos(duration: std::time::Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A finished submission's answer, not yet given.
@@ -408,10 +404,7 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 
     fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
-        let contexts = lock(self.contexts);
-        contexts
-            .paging_context()
-            .and_then(|id| contexts.space(id, WDDM_GPU_NODE_PAGING))
+        lock(self.contexts).paging_space()
     }
 
     fn monitored_fence(&mut self, address: u64, value: u64) {
@@ -1191,11 +1184,11 @@ impl Execution {
                 },
                 captured: capture.take(),
             };
-            let regions = job.mem.iter().map(|region| {
-                let start = region.start_addr().0;
-                start..start.saturating_add(region.len())
-            });
-            recorder.submission(regions, job.window.clone(), submission);
+            recorder.submission(
+                regions_of(&job.mem),
+                job.window.clone(),
+                format::Entry::Submission(submission),
+            );
         }
         SubmitAnswer {
             status,

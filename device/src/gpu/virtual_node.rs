@@ -13,6 +13,7 @@
 //!   reset (a PREEMPT stops nothing), a slow one starts late, an injected page fault is
 //!   reported as a real one.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -20,30 +21,32 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 use wddm_gpu_abi::context::{
-    WddmGpuCmdSubmitVirtual, WddmGpuPageFaultRecord, WddmGpuRespSubmitVirtual,
-    WddmGpuStaleTranslation, WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT, WDDM_GPU_NODE_VIRTUAL,
-    WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WddmGpuStaleTranslation,
+    WDDM_GPU_NODE_VIRTUAL,
 };
-use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_STALE_TRANSLATION};
 use wddm_gpu_abi::submit::SubmitStatus;
 use zerocopy::IntoBytes;
 
 use crate::engine::virtual_engine::{
-    VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
+    virtual_response as response, VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory,
 };
 use crate::engine::{DeviceMemory, Fault, Interruption, Stop};
 use crate::gpu::checker::Checker;
-use crate::gpu::contexts::Contexts;
 use crate::gpu::inject::spec::Action;
 use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
+use crate::gpu::scheduler::Instruments;
 use crate::layout::SegmentLayout;
+use crate::memory::capture::ReadCapture;
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::Vram;
-use crate::mmu::fault::{Access, FaultKind, MmuFault};
+use crate::mmu::contexts::Contexts;
 use crate::mmu::space::AddressSpace;
+use crate::observe::recording::format::{Entry, Outcome, RunEnd, VirtualStart, VirtualSubmission};
+use crate::observe::recording::{regions_of, Recorder};
 use crate::observe::stats::{Stats, VirtualSubmissionRecord};
+use crate::support::nanos::nanos;
 use crate::support::sync::{lock, wait, wait_timeout};
 
 /// A queued submission.
@@ -90,6 +93,8 @@ struct Shared {
     injector: Arc<Injector>,
     checker: Arc<Checker>,
     stats: Arc<Stats>,
+    /// `--record`: each answered submission, with what it read, and each RESET_ENGINE.
+    recorder: Option<Arc<Recorder>>,
     state: Mutex<State>,
     /// Work queued, a pause ended, a stop or shutdown began.
     wake: Condvar,
@@ -139,16 +144,6 @@ pub struct VirtualNode {
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// A SUBMIT_VIRTUAL answer with this fence and status and nothing else.
-pub(super) fn response(fence_id: u32, status: SubmitStatus) -> WddmGpuRespSubmitVirtual {
-    WddmGpuRespSubmitVirtual {
-        hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_SUBMIT_VIRTUAL),
-        submission_fence_id: fence_id,
-        status: status as u32,
-        ..Default::default()
-    }
-}
-
 impl VirtualNode {
     /// Starts the node's thread.
     pub fn start(
@@ -156,10 +151,16 @@ impl VirtualNode {
         vram: Arc<Vram>,
         notify: Arc<Mutex<Notify>>,
         contexts: Arc<Mutex<Contexts>>,
-        injector: Arc<Injector>,
-        checker: Arc<Checker>,
-        stats: Arc<Stats>,
+        instruments: Instruments,
     ) -> std::io::Result<Self> {
+        // The node marks nothing on the trace: its submissions are counted in the stats.
+        let Instruments {
+            stats,
+            injector,
+            checker,
+            recorder,
+            trace: _,
+        } = instruments;
         let shared = Arc::new(Shared {
             layout,
             vram,
@@ -168,6 +169,7 @@ impl VirtualNode {
             injector,
             checker,
             stats,
+            recorder,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -227,6 +229,10 @@ impl VirtualNode {
         if by != Stopping::Preempt {
             state.faulted = false;
         }
+        if let (Stopping::Engine, Some(recorder)) = (by, &self.shared.recorder) {
+            // Under the state lock: the node's next submission is recorded after it.
+            recorder.engine_reset(WDDM_GPU_NODE_VIRTUAL);
+        }
         state.stopping = None;
         if by == Stopping::Device {
             // A device reset ends a pause, as it does for the paging node: the rings start anew.
@@ -280,14 +286,19 @@ impl Drop for VirtualNode {
     }
 }
 
-/// The answer of a submission a stop ended before it ran; `None` for a device reset's drop.
-fn stopped_answer(fence: u32, by: Stopping) -> Option<WddmGpuRespSubmitVirtual> {
-    match by {
-        Stopping::Preempt => Some(response(fence, SubmitStatus::Preempted)),
-        Stopping::Engine => Some(response(fence, SubmitStatus::Reset)),
-        Stopping::Device => None,
-    }
+/// The answer of a submission a stop ended before it ran, and how it is recorded; `None` for a
+/// device reset's drop.
+fn stopped_answer(fence: u32, by: Stopping) -> Option<Answered> {
+    let (status, interruption) = match by {
+        Stopping::Preempt => (SubmitStatus::Preempted, Interruption::Preempted),
+        Stopping::Engine => (SubmitStatus::Reset, Interruption::Reset),
+        Stopping::Device => return None,
+    };
+    Some((response(fence, status), VirtualStart::Stopped(interruption)))
 }
+
+/// A submission's answer and how it was taken (for `--record`).
+type Answered = (WddmGpuRespSubmitVirtual, VirtualStart);
 
 fn answer_submit(reply: Box<dyn Reply>, response: &WddmGpuRespSubmitVirtual) {
     answer(reply, response.as_bytes());
@@ -297,6 +308,8 @@ fn answer_submit(reply: Box<dyn Reply>, response: &WddmGpuRespSubmitVirtual) {
 struct Hooks<'a, 'm> {
     shared: &'a Shared,
     ram: &'a GuestRam<'m, vm_memory::GuestMemoryMmap>,
+    /// Interruption checks answered "go on" (a replay stops at the same one).
+    checks: Cell<u32>,
 }
 
 impl VirtualHooks for Hooks<'_, '_> {
@@ -310,6 +323,7 @@ impl VirtualHooks for Hooks<'_, '_> {
                 return Some(Interruption::Reset);
             }
             if !state.paused {
+                self.checks.set(self.checks.get().saturating_add(1));
                 return None;
             }
             state.parked = true;
@@ -345,29 +359,49 @@ impl Shared {
             };
             let fence = job.cmd.submission_fence_id;
             let started = Instant::now();
-            let outcome = if faulted {
-                Some(response(fence, SubmitStatus::NodeFaulted))
+            let capture = self.recorder.as_ref().map(|recorder| recorder.capture());
+            let answered = if faulted {
+                Some((
+                    response(fence, SubmitStatus::NodeFaulted),
+                    VirtualStart::NodeFaulted,
+                ))
             } else {
                 match self.injector.on_submission(WDDM_GPU_NODE_VIRTUAL, fence) {
                     Some(Action::Hang) => stopped_answer(fence, self.hang()),
                     Some(Action::Slow(delay)) => match self.delay(delay) {
                         Some(by) => stopped_answer(fence, by),
-                        None => self.run(&job),
+                        None => self.run(&job, capture.as_ref()),
                     },
-                    Some(Action::PageFault { address, write }) => {
-                        self.injected_page_fault(&job, address, write)
-                    }
-                    _ => self.run(&job),
+                    Some(Action::PageFault { address, write }) => self
+                        .injected_page_fault(&job, address, write)
+                        .map(|reply| (reply, VirtualStart::InjectedPageFault { address, write })),
+                    _ => self.run(&job, capture.as_ref()),
                 }
             };
             // Answered before the node counts as idle: a RESET_ENGINE is answered after it.
             let dropped = lock(&self.state).stopping == Some(Stopping::Device);
-            let preempted = outcome
+            let preempted = answered
                 .as_ref()
-                .is_some_and(|o| o.status == SubmitStatus::Preempted as u32);
-            if let (Some(outcome), false) = (outcome, dropped) {
-                answer_submit(job.reply, &outcome);
-                self.record(&outcome, started.elapsed());
+                .is_some_and(|(reply, _)| reply.status == SubmitStatus::Preempted as u32);
+            if let (Some((reply, start)), false) = (answered, dropped) {
+                answer_submit(job.reply, &reply);
+                let duration = started.elapsed();
+                self.count(&reply, duration);
+                if let Some(recorder) = &self.recorder {
+                    let submission = VirtualSubmission {
+                        at_ns: recorder.since_start(started),
+                        duration_ns: nanos(duration),
+                        cmd: job.cmd,
+                        start,
+                        outcome: Outcome::of_virtual(&reply),
+                        captured: capture.as_ref().map(ReadCapture::take).unwrap_or_default(),
+                    };
+                    recorder.submission(
+                        regions_of(&job.mem),
+                        self.vram.guest_window(),
+                        Entry::VirtualSubmission(submission),
+                    );
+                }
             }
             let mut state = lock(&self.state);
             state.running = false;
@@ -378,7 +412,7 @@ impl Shared {
     }
 
     /// Counts an answered submission in the stats.
-    fn record(&self, outcome: &WddmGpuRespSubmitVirtual, duration: Duration) {
+    fn count(&self, outcome: &WddmGpuRespSubmitVirtual, duration: Duration) {
         // The node writes its own answers: the status is always one it knows.
         let status = SubmitStatus::from_raw(outcome.status).unwrap_or(SubmitStatus::Ok);
         self.stats
@@ -442,25 +476,14 @@ impl Shared {
         address: u64,
         write: bool,
     ) -> Option<WddmGpuRespSubmitVirtual> {
-        let fault = MmuFault {
-            kind: FaultKind::NotPresent,
-            address,
-            level: 0,
-            access: if write { Access::Write } else { Access::Read },
-            entry: 0,
-        };
-        let completion = VirtualCompletion {
-            fence_id: job.cmd.submission_fence_id,
-            packets_completed: 0,
-            bytes_transferred: 0,
-            stop: Some((job.cmd.start_offset, Stop::Fault(Fault::Page(fault)))),
-        };
+        let completion = VirtualCompletion::page_fault_at(&job.cmd, address, write);
         let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
         self.finish(&job.cmd, &completion, &ram)
     }
 
-    /// Runs one submission; `None` when a device reset dropped it.
-    fn run(&self, job: &Job) -> Option<WddmGpuRespSubmitVirtual> {
+    /// Runs one submission, its reads kept in `capture` when recording; `None` when a device
+    /// reset dropped it.
+    fn run(&self, job: &Job, capture: Option<&ReadCapture>) -> Option<Answered> {
         let cmd = &job.cmd;
         let (space, geometry) = {
             let contexts = lock(&self.contexts);
@@ -473,9 +496,10 @@ impl Shared {
                 cmd.submission_fence_id,
                 cmd.context_id
             );
-            return Some(response(cmd.submission_fence_id, SubmitStatus::BadContext));
+            let reply = response(cmd.submission_fence_id, SubmitStatus::BadContext);
+            return Some((reply, VirtualStart::Ran(RunEnd::Finished)));
         };
-        let ram = GuestRam::new(&*job.mem, self.vram.guest_window());
+        let ram = GuestRam::new(&*job.mem, self.vram.guest_window()).recording(capture);
         let memory = DeviceMemory {
             ram,
             vram: &self.vram,
@@ -489,10 +513,19 @@ impl Shared {
         let mut hooks = Hooks {
             shared: self,
             ram: &memory.ram,
+            checks: Cell::new(0),
         };
         let completion = VirtualEngine::default().execute(cmd, &virtual_memory, &mut hooks);
         self.report_stale(cmd, &space, &memory.ram);
-        self.finish(cmd, &completion, &memory.ram)
+        let end = match completion.stop {
+            Some((_, Stop::Interrupted(by))) => RunEnd::Interrupted {
+                by,
+                checks: hooks.checks.get(),
+            },
+            _ => RunEnd::Finished,
+        };
+        let reply = self.finish(cmd, &completion, &memory.ram)?;
+        Some((reply, VirtualStart::Ran(end)))
     }
 
     /// Reports what the checking mode found while the submission ran: a log line and a
@@ -550,9 +583,7 @@ impl Shared {
         completion: &VirtualCompletion,
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) -> Option<WddmGpuRespSubmitVirtual> {
-        let mut reply = response(cmd.submission_fence_id, SubmitStatus::Ok);
-        reply.packets_completed = completion.packets_completed;
-        reply.bytes_transferred = completion.bytes_transferred;
+        let mut reply = completion.response(cmd);
         // A submission that ran to its end or to its fault completes its fence (a preempted or
         // reset one does not), published before the answer as the paging node does.
         if !matches!(completion.stop, Some((_, Stop::Interrupted(_)))) {
@@ -563,8 +594,6 @@ impl Shared {
         let Some((offset, stop)) = completion.stop else {
             return Some(reply);
         };
-        reply.status = stop.status() as u32;
-        reply.fault_packet_offset = offset;
         match stop {
             Stop::Interrupted(_) => {
                 if lock(&self.state).stopping == Some(Stopping::Device) {
@@ -572,29 +601,18 @@ impl Shared {
                 }
             }
             Stop::Fault(Fault::Page(fault)) => {
-                let sequence = {
+                reply.page_fault.sequence = {
                     let mut state = lock(&self.state);
                     state.faulted = true;
                     state.page_faults += 1;
                     state.page_faults
-                };
-                let record = WddmGpuPageFaultRecord {
-                    sequence,
-                    fault: fault.wire(),
-                    fence_id: cmd.submission_fence_id,
-                    flags: fault.access_flags() | WDDM_GPU_PAGE_FAULT_FLAG_ENGINE_RESET_REQUIRED,
-                    node_ordinal: WDDM_GPU_NODE_VIRTUAL,
-                    context_id: cmd.context_id,
-                    error_code: WDDM_GPU_FAULT_ERROR_CODE_PAGE_FAULT,
-                    packet_offset: offset,
                 };
                 crate::guest_warn!(
                     "virtual node page fault, context {} fence {} packet at {offset:#x}: {fault}; the node refuses work until RESET_ENGINE",
                     cmd.context_id,
                     cmd.submission_fence_id
                 );
-                lock(&self.notify).page_fault(record, ram);
-                reply.page_fault = record;
+                lock(&self.notify).page_fault(reply.page_fault, ram);
             }
             Stop::Fault(fault) => {
                 crate::guest_warn!(

@@ -8,7 +8,9 @@
 //! - [`tlb`]: the translation cache of one address space.
 //! - [`space`]: an address space: root, cache, checking mode, runs for copies.
 //! - [`fault`]: why a translation failed.
+//! - [`contexts`]: every context with GPU virtual addressing, each an address space on a node.
 
+pub mod contexts;
 pub mod fault;
 pub mod space;
 pub mod tables;

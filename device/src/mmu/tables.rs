@@ -1,6 +1,7 @@
 //! The device's page-table memory: tables and pages in guest RAM (never inside the VRAM BAR
 //! window: VRAM is mapped by its segment) or in a memory segment of the layout. Every entry read
-//! is bounds-checked against the memory table or the segment; nothing is cached here.
+//! is bounds-checked against the memory table or the segment; nothing is cached here. When a
+//! `--record` capture rides on guest RAM, every entry read is kept in it, VRAM's too.
 
 use vm_memory::{Bytes, GuestMemoryBackend};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
@@ -8,6 +9,7 @@ use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
 use super::fault::FaultKind;
 use super::walk::{TableAddress, TableMemory, Target, LINE_ENTRIES};
 use crate::layout::{Resolved, SegmentLayout};
+use crate::memory::capture::{ReadKind, Store};
 use crate::memory::guest_ram::{GuestRam, RamError};
 use crate::memory::vram::Vram;
 
@@ -93,6 +95,10 @@ impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
                 .ok_or(FaultKind::BadSegment)?
                 .read_slice(bytes, 0)
                 .map_err(|_| FaultKind::BadSegment)?;
+            // Guest RAM's reads keep themselves; VRAM's are handed over here.
+            if let Some(capture) = self.ram.capture() {
+                capture.bytes(Store::Vram, ReadKind::Metadata, vram_offset, bytes);
+            }
         }
         for (entry, chunk) in out.iter_mut().zip(bytes.chunks_exact(size)) {
             let mut raw = [0u8; 8];

@@ -23,6 +23,7 @@ use wddm_gpu_abi::submit::SubmitStatus;
 use self::display::{DisplayCounters, DisplaySnapshot};
 use crate::engine::record::{Direction, PacketRecord, Traffic};
 use crate::layout::SegmentLayout;
+use crate::support::nanos::nanos;
 use crate::support::sync::lock;
 
 pub mod display;
@@ -105,10 +106,6 @@ fn histogram(max: u64) -> Histogram<u64> {
     // Constant, valid bounds: construction cannot fail.
     Histogram::new_with_bounds(1, max, SIGNIFICANT_DIGITS)
         .expect("constant histogram bounds are valid")
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A latency distribution in nanoseconds.

@@ -1,7 +1,9 @@
-//! What the engine is told while it runs one recorded run again: it is deferred after the
+//! What an engine is told while it runs one recorded run again: it is deferred after the
 //! packets the recorded run completed when that run was deferred, interrupted at the recorded
 //! interruption check when it was interrupted, and every packet goes to the statistics and the
-//! trace as it does in the backend.
+//! trace as it does in the backend. The paging engine's GPU virtual addressing reaches the
+//! replay's contexts, rebuilt from the recorded context commands. The same hooks run the
+//! virtual node's engine.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -10,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::engine::record::PacketRecord;
+use crate::engine::virtual_engine::VirtualHooks;
 use crate::engine::{EngineHooks, Fault, Interruption};
+use crate::mmu::contexts::Contexts;
 use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::recording::format::{Run, RunEnd};
@@ -29,6 +33,7 @@ pub struct ReplayHooks<'a> {
     injected: Option<(u32, SubmitStatus)>,
     stats: &'a Stats,
     trace: Option<&'a Trace>,
+    contexts: &'a Contexts,
 }
 
 impl<'a> ReplayHooks<'a> {
@@ -39,6 +44,7 @@ impl<'a> ReplayHooks<'a> {
         injected: Option<(u32, SubmitStatus)>,
         stats: &'a Stats,
         trace: Option<&'a Trace>,
+        contexts: &'a Contexts,
     ) -> Self {
         Self {
             run,
@@ -47,12 +53,12 @@ impl<'a> ReplayHooks<'a> {
             injected,
             stats,
             trace,
+            contexts,
         }
     }
-}
 
-impl EngineHooks for ReplayHooks<'_> {
-    fn interruption(&self) -> Option<Interruption> {
+    /// The interruption the recorded run met at this check, if this is the one.
+    fn stop_here(&self) -> Option<Interruption> {
         if let RunEnd::Interrupted { by, checks } = self.run.end {
             if self.checks.get() == checks {
                 return Some(by);
@@ -60,6 +66,12 @@ impl EngineHooks for ReplayHooks<'_> {
         }
         self.checks.set(self.checks.get().saturating_add(1));
         None
+    }
+}
+
+impl EngineHooks for ReplayHooks<'_> {
+    fn interruption(&self) -> Option<Interruption> {
+        self.stop_here()
     }
 
     fn defer(&mut self, _work: u64) -> bool {
@@ -79,12 +91,21 @@ impl EngineHooks for ReplayHooks<'_> {
         }
     }
 
-    // The paging node's GPU virtual addressing (contexts, roots, their caches) is not
-    // recorded: nothing to flush, no paging process.
-    fn flush_tlb(&mut self, _root: TableAddress, _range: Option<Range<u64>>) {}
+    fn flush_tlb(&mut self, root: TableAddress, range: Option<Range<u64>>) {
+        self.contexts.flush(root, range);
+    }
 
     fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
-        None
+        self.contexts.paging_space()
+    }
+
+    // The status page and events are the scheduler's: a replay writes none.
+    fn monitored_fence(&mut self, _address: u64, _value: u64) {}
+}
+
+impl VirtualHooks for ReplayHooks<'_> {
+    fn interruption(&self) -> Option<Interruption> {
+        self.stop_here()
     }
 
     fn monitored_fence(&mut self, _address: u64, _value: u64) {}

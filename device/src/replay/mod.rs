@@ -1,10 +1,12 @@
 //! `vhost-user-wddm-gpu replay FILE`: runs a `--record` file again, offline, against the
-//! paging engine of this build: no VM, no QEMU. The layout and VRAM size come from the file's
-//! header; guest RAM is a sparse memory file laid out as each recorded memory table says
-//! ([`ram`]); VRAM is anonymous memory. Before each submission its recorded reads are written
-//! back where they were read, then its runs execute as they did (deferred and interrupted at
-//! the same points: [`hooks`]), feeding statistics and, when asked, a trace; RESETs clear the
-//! GART in order. Each answer is compared with the recorded one.
+//! paging engine and the virtual node's engine of this build: no VM, no QEMU. The layout and
+//! VRAM size come from the file's header; guest RAM is a sparse memory file laid out as each
+//! recorded memory table says ([`ram`]); VRAM is anonymous memory. The recorded context
+//! commands rebuild the contexts and their address spaces. Before each submission its recorded
+//! reads are written back where they were read, then its runs execute as they did (deferred and
+//! interrupted at the same points: [`hooks`]), feeding statistics and, when asked, a trace;
+//! RESETs clear the GART in order, RESET_ENGINE the virtual node's fault. Each answer is
+//! compared with the recorded one.
 
 pub mod hooks;
 pub mod ram;
@@ -16,21 +18,33 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use wddm_gpu_abi::context::{
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_VIRTUAL,
+};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use self::hooks::ReplayHooks;
 use self::ram::{RamSetupError, ReplayRam};
-use crate::engine::{Completion, DeviceMemory, Engine};
+use crate::engine::virtual_engine::{
+    virtual_response, VirtualCompletion, VirtualEngine, VirtualMemory,
+};
+use crate::engine::{Completion, DeviceMemory, Engine, Fault, Stop};
 use crate::layout::file::parse_layout;
 use crate::layout::rules::validate;
 use crate::layout::SegmentLayout;
 use crate::memory::capture::{Captured, Store};
 use crate::memory::guest_ram::GuestRam;
 use crate::memory::vram::{Vram, VramError};
-use crate::observe::recording::format::{Entry, Header, Outcome, RunEnd, Submission};
+use crate::mmu::contexts::{ContextError, Contexts};
+use crate::observe::recording::format::{
+    ContextCommand, Entry, Header, Outcome, ResetBy, Run, RunEnd, Submission, VirtualStart,
+    VirtualSubmission,
+};
 use crate::observe::recording::read::{read_header, EntryReader, ReadError};
-use crate::observe::stats::{Stats, SubmissionRecord};
+use crate::observe::stats::{Stats, SubmissionRecord, VirtualSubmissionRecord};
 use crate::observe::trace::Trace;
+use crate::support::nanos::nanos;
+use crate::support::sync::lock;
 
 /// What to produce besides the statistics.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +60,8 @@ pub struct ReplayOptions {
 pub struct Mismatch {
     /// The entry's position in the file.
     pub entry: u64,
+    /// The node it ran on (0 paging, 1 virtual).
+    pub node: u32,
     /// The submission's fence.
     pub fence: u32,
     /// What the backend answered.
@@ -54,20 +70,39 @@ pub struct Mismatch {
     pub replayed: Outcome,
 }
 
+/// A context command the backend accepted that the replay refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The entry's position in the file.
+    pub entry: u64,
+    /// The command.
+    pub command: &'static str,
+    /// Why the replay refused it.
+    pub error: ContextError,
+}
+
 /// What a replay did.
 pub struct ReplayReport {
     /// The file's header.
     pub header: Header,
     /// The statistics of the replay, as the backend's `stats` shows them.
     pub stats: Stats,
-    /// Submissions replayed.
+    /// Submissions replayed (both nodes).
     pub submissions: u64,
+    /// Of them, the virtual node's.
+    pub virtual_submissions: u64,
+    /// Context commands replayed.
+    pub context_commands: u64,
+    /// RESET_ENGINEs replayed.
+    pub engine_resets: u64,
     /// Resets replayed.
     pub resets: u64,
     /// PREEMPT commands recorded.
     pub preempts: u64,
     /// Submissions answered differently.
     pub mismatches: Vec<Mismatch>,
+    /// Context commands the replay refused.
+    pub refusals: Vec<Refusal>,
     /// Data bytes the recording left out (its per-submission limit), over all submissions.
     pub data_dropped: u64,
     /// Nanoseconds the recorded submissions executed, in all.
@@ -158,6 +193,9 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
     };
     let mut replayer = Replayer {
         engine: Engine::new(&layout),
+        virtual_engine: VirtualEngine::default(),
+        contexts: Contexts::new(layout.gpummu),
+        node_faulted: false,
         stats: Stats::new(&layout),
         layout,
         vram,
@@ -191,19 +229,56 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
                     .saturating_add(submission.captured.data_dropped);
                 report.recorded_ns = report.recorded_ns.saturating_add(submission.duration_ns);
                 let (replayed, elapsed) = replayer.submission(index, &submission)?;
-                report.replayed_ns = report.replayed_ns.saturating_add(elapsed);
-                if replayed != submission.outcome {
-                    report.mismatches.push(Mismatch {
+                report.compare(
+                    index,
+                    0,
+                    submission.cmd.submission_fence_id,
+                    &submission.outcome,
+                    replayed,
+                    elapsed,
+                );
+            }
+            Entry::VirtualSubmission(submission) => {
+                report.submissions += 1;
+                report.virtual_submissions += 1;
+                report.data_dropped = report
+                    .data_dropped
+                    .saturating_add(submission.captured.data_dropped);
+                report.recorded_ns = report.recorded_ns.saturating_add(submission.duration_ns);
+                let (replayed, elapsed) = replayer.virtual_submission(index, &submission)?;
+                report.compare(
+                    index,
+                    WDDM_GPU_NODE_VIRTUAL,
+                    submission.cmd.submission_fence_id,
+                    &submission.outcome,
+                    replayed,
+                    elapsed,
+                );
+            }
+            Entry::Context(command) => {
+                report.context_commands += 1;
+                if let Err(error) = replayer.context(command) {
+                    report.refusals.push(Refusal {
                         entry: index,
-                        fence: submission.cmd.submission_fence_id,
-                        recorded: submission.outcome,
-                        replayed,
+                        command: command.name(),
+                        error,
                     });
                 }
             }
-            Entry::Reset { .. } => {
+            Entry::EngineReset { node, .. } => {
+                report.engine_resets += 1;
+                if node == WDDM_GPU_NODE_VIRTUAL {
+                    replayer.node_faulted = false;
+                }
+            }
+            Entry::Reset { by, .. } => {
                 report.resets += 1;
                 replayer.engine.reset();
+                // A virtio reset also ends every context (the driver's RESET keeps them).
+                if by == ResetBy::Frontend {
+                    replayer.contexts.clear();
+                    replayer.node_faulted = false;
+                }
             }
             Entry::Preempt { count, .. } => {
                 report.preempts += 1;
@@ -226,9 +301,13 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
     }
     let Tally {
         submissions,
+        virtual_submissions,
+        context_commands,
+        engine_resets,
         resets,
         preempts,
         mismatches,
+        refusals,
         data_dropped,
         recorded_ns,
         replayed_ns,
@@ -237,9 +316,13 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
         header,
         stats: replayer.stats,
         submissions,
+        virtual_submissions,
+        context_commands,
+        engine_resets,
         resets,
         preempts,
         mismatches,
+        refusals,
         data_dropped,
         recorded_ns,
         replayed_ns,
@@ -250,17 +333,50 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
 #[derive(Default)]
 struct Tally {
     submissions: u64,
+    virtual_submissions: u64,
+    context_commands: u64,
+    engine_resets: u64,
     resets: u64,
     preempts: u64,
     mismatches: Vec<Mismatch>,
+    refusals: Vec<Refusal>,
     data_dropped: u64,
     recorded_ns: u64,
     replayed_ns: u64,
 }
 
+impl Tally {
+    /// Counts a replayed submission's time and keeps its answer when it differs.
+    fn compare(
+        &mut self,
+        entry: u64,
+        node: u32,
+        fence: u32,
+        recorded: &Outcome,
+        replayed: Outcome,
+        elapsed: u64,
+    ) {
+        self.replayed_ns = self.replayed_ns.saturating_add(elapsed);
+        if replayed != *recorded {
+            self.mismatches.push(Mismatch {
+                entry,
+                node,
+                fence,
+                recorded: *recorded,
+                replayed,
+            });
+        }
+    }
+}
+
 /// The replay's state between entries.
 struct Replayer {
     engine: Engine,
+    virtual_engine: VirtualEngine,
+    /// The contexts the recorded context commands built.
+    contexts: Contexts,
+    /// A page fault stopped the virtual node (until RESET_ENGINE).
+    node_faulted: bool,
     stats: Stats,
     layout: SegmentLayout,
     vram: Vram,
@@ -280,16 +396,13 @@ impl Replayer {
         entry: u64,
         submission: &Submission,
     ) -> Result<(Outcome, u64), ReplayError> {
-        let (mem, window) = self
-            .memory
-            .as_ref()
-            .ok_or(ReplayError::NoMemoryTable { entry })?;
-        restore_reads(entry, &submission.captured, mem, &self.vram)?;
-        let memory = DeviceMemory {
-            ram: GuestRam::new(mem, window.clone()),
-            vram: &self.vram,
-            layout: &self.layout,
-        };
+        let memory = restored(
+            &self.memory,
+            &self.vram,
+            &self.layout,
+            entry,
+            &submission.captured,
+        )?;
         let start = Instant::now();
         let mut cmd = submission.cmd;
         let (mut packets, mut bytes) = (0u32, 0u64);
@@ -303,7 +416,13 @@ impl Replayer {
         for run in &submission.runs {
             let injected =
                 fault_at.and_then(|(packet, status)| Some((packet.checked_sub(packets)?, status)));
-            let mut hooks = ReplayHooks::new(*run, injected, &self.stats, self.trace.as_ref());
+            let mut hooks = ReplayHooks::new(
+                *run,
+                injected,
+                &self.stats,
+                self.trace.as_ref(),
+                &self.contexts,
+            );
             let completion = self.engine.execute(&cmd, &memory, &mut hooks);
             packets = packets.saturating_add(completion.packets_completed);
             bytes = bytes.saturating_add(completion.bytes_transferred);
@@ -332,9 +451,118 @@ impl Replayer {
         if let Some(trace) = &self.trace {
             trace.submission(&record);
         }
-        let elapsed = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        Ok((outcome, elapsed))
+        Ok((outcome, nanos(duration)))
     }
+
+    /// Applies a context command as the backend did.
+    fn context(&mut self, command: ContextCommand) -> Result<(), ContextError> {
+        match command {
+            ContextCommand::Create(cmd) => self.contexts.create(&cmd),
+            ContextCommand::Destroy(cmd) => self.contexts.destroy(cmd.context_id),
+            ContextCommand::SetRoot(cmd) => self.contexts.set_root(&cmd),
+        }
+    }
+
+    /// Runs one SUBMIT_VIRTUAL as the node took it; returns its answer and how long it took.
+    /// The node's own state decides as the backend's did: a faulted node runs nothing.
+    fn virtual_submission(
+        &mut self,
+        entry: u64,
+        submission: &VirtualSubmission,
+    ) -> Result<(Outcome, u64), ReplayError> {
+        let cmd = &submission.cmd;
+        let fence = cmd.submission_fence_id;
+        let start = Instant::now();
+        let reply = match submission.start {
+            _ if self.node_faulted => virtual_response(fence, SubmitStatus::NodeFaulted),
+            VirtualStart::Stopped(by) => virtual_response(fence, Stop::Interrupted(by).status()),
+            VirtualStart::InjectedPageFault { address, write } => {
+                self.settle_virtual(cmd, &VirtualCompletion::page_fault_at(cmd, address, write))
+            }
+            // A node the recording found faulted that is not here runs the submission.
+            VirtualStart::NodeFaulted => self.run_virtual(entry, submission, RunEnd::Finished)?,
+            VirtualStart::Ran(end) => self.run_virtual(entry, submission, end)?,
+        };
+        let duration = start.elapsed();
+        // The node writes its own answers: the status is always one it knows.
+        let status = SubmitStatus::from_raw(reply.status).unwrap_or(SubmitStatus::Ok);
+        self.stats
+            .record_virtual_submission(&VirtualSubmissionRecord {
+                duration,
+                packets: reply.packets_completed,
+                bytes: reply.bytes_transferred,
+                status,
+            });
+        Ok((Outcome::of_virtual(&reply), nanos(duration)))
+    }
+
+    /// Runs a virtual submission through the engine, interrupted where the recorded run was.
+    fn run_virtual(
+        &mut self,
+        entry: u64,
+        submission: &VirtualSubmission,
+        end: RunEnd,
+    ) -> Result<WddmGpuRespSubmitVirtual, ReplayError> {
+        let cmd = &submission.cmd;
+        let space = self.contexts.space(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
+        let (Some(space), Some(geometry)) = (space, self.contexts.geometry().copied()) else {
+            return Ok(virtual_response(
+                cmd.submission_fence_id,
+                SubmitStatus::BadContext,
+            ));
+        };
+        let memory = restored(
+            &self.memory,
+            &self.vram,
+            &self.layout,
+            entry,
+            &submission.captured,
+        )?;
+        let virtual_memory = VirtualMemory {
+            mem: &memory,
+            geometry: &geometry,
+            space: &space,
+        };
+        let run = Run { packets: 0, end };
+        let mut hooks = ReplayHooks::new(run, None, &self.stats, None, &self.contexts);
+        let completion = self
+            .virtual_engine
+            .execute(cmd, &virtual_memory, &mut hooks);
+        // The checking mode's findings are the backend's to report: dropped here.
+        drop(lock(&space).take_stale());
+        Ok(self.settle_virtual(cmd, &completion))
+    }
+
+    /// The answer of a virtual submission that ended so; a page fault faults the node.
+    fn settle_virtual(
+        &mut self,
+        cmd: &WddmGpuCmdSubmitVirtual,
+        completion: &VirtualCompletion,
+    ) -> WddmGpuRespSubmitVirtual {
+        if let Some((_, Stop::Fault(Fault::Page(_)))) = completion.stop {
+            self.node_faulted = true;
+        }
+        completion.response(cmd)
+    }
+}
+
+/// The memory of the latest memory table, with `captured`'s reads written back.
+fn restored<'a>(
+    memory: &'a Option<(GuestMemoryMmap, Option<Range<u64>>)>,
+    vram: &'a Vram,
+    layout: &'a SegmentLayout,
+    entry: u64,
+    captured: &Captured,
+) -> Result<DeviceMemory<'a, GuestMemoryMmap>, ReplayError> {
+    let (mem, window) = memory
+        .as_ref()
+        .ok_or(ReplayError::NoMemoryTable { entry })?;
+    restore_reads(entry, captured, mem, vram)?;
+    Ok(DeviceMemory {
+        ram: GuestRam::new(mem, window.clone()),
+        vram,
+        layout,
+    })
 }
 
 /// The status a completion is answered with.

@@ -11,6 +11,10 @@
 
 use std::ops::Range;
 
+use wddm_gpu_abi::context::{
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdSetRootPageTable,
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual,
+};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use zerocopy::IntoBytes;
 
@@ -21,8 +25,9 @@ use crate::memory::capture::{Captured, ReadKind, Store};
 pub const MAGIC: [u8; 8] = *b"WGPUREC\n";
 
 /// The format version this build writes; it reads this one and every earlier one
-/// ([`OLDEST_VERSION`]): version 2 added the injected-fault entry.
-pub const VERSION: u32 = 2;
+/// ([`OLDEST_VERSION`]): version 2 added the injected-fault entry, version 3 the virtual node
+/// (context commands, virtual submissions, engine resets).
+pub const VERSION: u32 = 3;
 
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u32 = 1;
@@ -63,6 +68,12 @@ pub const TAG_RESET: u8 = 3;
 pub const TAG_PREEMPT: u8 = 4;
 /// A fault injection that faulted one packet of the next submission with its fence (version 2).
 pub const TAG_INJECTED_FAULT: u8 = 5;
+/// A context command the device accepted (version 3).
+pub const TAG_CONTEXT: u8 = 6;
+/// A SUBMIT_VIRTUAL and what it read (version 3).
+pub const TAG_VIRTUAL_SUBMISSION: u8 = 7;
+/// A RESET_ENGINE (version 3).
+pub const TAG_ENGINE_RESET: u8 = 8;
 
 /// What the file starts with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +137,21 @@ pub struct Outcome {
     pub fault_opcode: u16,
 }
 
+impl Outcome {
+    /// A SUBMIT_VIRTUAL's answer: the address is the page fault's virtual address (0 without
+    /// one), and there is no opcode.
+    pub fn of_virtual(reply: &WddmGpuRespSubmitVirtual) -> Self {
+        Self {
+            status: reply.status,
+            packets_completed: reply.packets_completed,
+            bytes_transferred: reply.bytes_transferred,
+            fault_packet_offset: reply.fault_packet_offset,
+            fault_address: reply.page_fault.fault.virtual_address,
+            fault_opcode: 0,
+        }
+    }
+}
+
 /// One paging submission.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Submission {
@@ -145,6 +171,63 @@ pub struct Submission {
     pub outcome: Outcome,
     /// What it read.
     pub captured: Captured,
+}
+
+/// How a SUBMIT_VIRTUAL was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VirtualStart {
+    /// It ran through the virtual engine and ended so (never deferred: the node has no budget).
+    Ran(RunEnd),
+    /// The node was faulted: answered NODE_FAULTED without running.
+    NodeFaulted,
+    /// A hang or a delay (fault injections) that a PREEMPT or RESET_ENGINE ended before it ran.
+    Stopped(Interruption),
+    /// An injected page fault at `address` stopped it at its first packet.
+    InjectedPageFault {
+        /// The GPU VA.
+        address: u64,
+        /// A write access (else a read).
+        write: bool,
+    },
+}
+
+/// One SUBMIT_VIRTUAL on the virtual node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VirtualSubmission {
+    /// Nanoseconds from the start of the recording to when the node took it.
+    pub at_ns: u64,
+    /// Nanoseconds it executed.
+    pub duration_ns: u64,
+    /// The command as the driver sent it.
+    pub cmd: WddmGpuCmdSubmitVirtual,
+    /// How it was taken.
+    pub start: VirtualStart,
+    /// Its answer ([`Outcome::of_virtual`]).
+    pub outcome: Outcome,
+    /// What it read: its DMA buffer, the page-table entries its walks read, its copies' sources.
+    pub captured: Captured,
+}
+
+/// A context command the device accepted, as the driver sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextCommand {
+    /// CREATE_CONTEXT.
+    Create(WddmGpuCmdCreateContext),
+    /// DESTROY_CONTEXT.
+    Destroy(WddmGpuCmdDestroyContext),
+    /// SET_ROOT_PAGE_TABLE.
+    SetRoot(WddmGpuCmdSetRootPageTable),
+}
+
+impl ContextCommand {
+    /// The command's name in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ContextCommand::Create(_) => "CREATE_CONTEXT",
+            ContextCommand::Destroy(_) => "DESTROY_CONTEXT",
+            ContextCommand::SetRoot(_) => "SET_ROOT_PAGE_TABLE",
+        }
+    }
 }
 
 /// Who reset the device.
@@ -187,6 +270,17 @@ pub enum Entry {
         /// The status it faulted with.
         status: SubmitStatus,
     },
+    /// A context command the device accepted.
+    Context(ContextCommand),
+    /// A SUBMIT_VIRTUAL.
+    VirtualSubmission(VirtualSubmission),
+    /// A RESET_ENGINE of `node` (answered once the node's work ended).
+    EngineReset {
+        /// When.
+        at_ns: u64,
+        /// The node.
+        node: u32,
+    },
 }
 
 impl Entry {
@@ -202,6 +296,9 @@ impl Entry {
             Entry::Reset { .. } => TAG_RESET,
             Entry::Preempt { .. } => TAG_PREEMPT,
             Entry::InjectedFault { .. } => TAG_INJECTED_FAULT,
+            Entry::Context(_) => TAG_CONTEXT,
+            Entry::VirtualSubmission(_) => TAG_VIRTUAL_SUBMISSION,
+            Entry::EngineReset { .. } => TAG_ENGINE_RESET,
         }
     }
 }
@@ -214,13 +311,16 @@ pub fn tag_name(tag: u8) -> &'static str {
         TAG_RESET => "reset",
         TAG_PREEMPT => "preempt",
         TAG_INJECTED_FAULT => "injected fault",
+        TAG_CONTEXT => "context",
+        TAG_VIRTUAL_SUBMISSION => "virtual submission",
+        TAG_ENGINE_RESET => "engine reset",
         _ => "unknown",
     }
 }
 
 /// Wire values of the small enumerations.
 pub(super) mod code {
-    use super::{Interruption, ReadKind, ResetBy, RunEnd, Store};
+    use super::{Interruption, ReadKind, ResetBy, RunEnd, Store, VirtualStart};
 
     pub const STORE_RAM: u8 = 0;
     pub const STORE_VRAM: u8 = 1;
@@ -232,6 +332,13 @@ pub(super) mod code {
     pub const END_RESET: u8 = 3;
     pub const RESET_DRIVER: u8 = 0;
     pub const RESET_FRONTEND: u8 = 1;
+    pub const CONTEXT_CREATE: u8 = 0;
+    pub const CONTEXT_DESTROY: u8 = 1;
+    pub const CONTEXT_SET_ROOT: u8 = 2;
+    pub const START_RAN: u8 = 0;
+    pub const START_NODE_FAULTED: u8 = 1;
+    pub const START_STOPPED: u8 = 2;
+    pub const START_INJECTED_PAGE_FAULT: u8 = 3;
 
     pub fn store(store: Store) -> u8 {
         match store {
@@ -251,14 +358,23 @@ pub(super) mod code {
         match end {
             RunEnd::Finished => END_FINISHED,
             RunEnd::Deferred => END_DEFERRED,
-            RunEnd::Interrupted {
-                by: Interruption::Preempted,
-                ..
-            } => END_PREEMPTED,
-            RunEnd::Interrupted {
-                by: Interruption::Reset,
-                ..
-            } => END_RESET,
+            RunEnd::Interrupted { by, .. } => interruption(by),
+        }
+    }
+
+    pub fn interruption(by: Interruption) -> u8 {
+        match by {
+            Interruption::Preempted => END_PREEMPTED,
+            Interruption::Reset => END_RESET,
+        }
+    }
+
+    pub fn start(start: VirtualStart) -> u8 {
+        match start {
+            VirtualStart::Ran(_) => START_RAN,
+            VirtualStart::NodeFaulted => START_NODE_FAULTED,
+            VirtualStart::Stopped(_) => START_STOPPED,
+            VirtualStart::InjectedPageFault { .. } => START_INJECTED_PAGE_FAULT,
         }
     }
 
@@ -382,6 +498,25 @@ pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) -> Result<(), EncodeError>
             o.u32(*packet);
             o.u32(*status as u32);
         }
+        Entry::Context(command) => match command {
+            ContextCommand::Create(cmd) => {
+                o.u8(code::CONTEXT_CREATE);
+                o.bytes(cmd.as_bytes());
+            }
+            ContextCommand::Destroy(cmd) => {
+                o.u8(code::CONTEXT_DESTROY);
+                o.bytes(cmd.as_bytes());
+            }
+            ContextCommand::SetRoot(cmd) => {
+                o.u8(code::CONTEXT_SET_ROOT);
+                o.bytes(cmd.as_bytes());
+            }
+        },
+        Entry::VirtualSubmission(submission) => encode_virtual(submission, &mut o)?,
+        Entry::EngineReset { at_ns, node } => {
+            o.u64(*at_ns);
+            o.u32(*node);
+        }
     }
     let payload = (out.len() - payload_start) as u64;
     if let Err(error) = fits("payload", payload, MAX_PAYLOAD) {
@@ -404,7 +539,6 @@ fn encode_submission(submission: &Submission, o: &mut Out<'_>) -> Result<(), Enc
         captured,
     } = submission;
     fits("runs", runs.len() as u64, u64::from(MAX_RUNS))?;
-    fits("reads", captured.reads.len() as u64, u64::from(u32::MAX))?;
     o.u64(*at_ns);
     o.u64(*queue_wait_ns);
     o.u64(*duration_ns);
@@ -419,12 +553,56 @@ fn encode_submission(submission: &Submission, o: &mut Out<'_>) -> Result<(), Enc
             _ => 0,
         });
     }
+    encode_outcome(outcome, o);
+    encode_captured(captured, o)
+}
+
+fn encode_virtual(submission: &VirtualSubmission, o: &mut Out<'_>) -> Result<(), EncodeError> {
+    let VirtualSubmission {
+        at_ns,
+        duration_ns,
+        cmd,
+        start,
+        outcome,
+        captured,
+    } = submission;
+    o.u64(*at_ns);
+    o.u64(*duration_ns);
+    o.bytes(cmd.as_bytes());
+    o.u8(code::start(*start));
+    let (end, checks, address, write) = match *start {
+        VirtualStart::Ran(end) => (
+            code::end(end),
+            match end {
+                RunEnd::Interrupted { checks, .. } => checks,
+                _ => 0,
+            },
+            0,
+            false,
+        ),
+        VirtualStart::Stopped(by) => (code::interruption(by), 0, 0, false),
+        VirtualStart::NodeFaulted => (0, 0, 0, false),
+        VirtualStart::InjectedPageFault { address, write } => (0, 0, address, write),
+    };
+    o.u8(end);
+    o.u32(checks);
+    o.u64(address);
+    o.u8(u8::from(write));
+    encode_outcome(outcome, o);
+    encode_captured(captured, o)
+}
+
+fn encode_outcome(outcome: &Outcome, o: &mut Out<'_>) {
     o.u32(outcome.status);
     o.u32(outcome.packets_completed);
     o.u64(outcome.bytes_transferred);
     o.u32(outcome.fault_packet_offset);
     o.u64(outcome.fault_address);
     o.u16(outcome.fault_opcode);
+}
+
+fn encode_captured(captured: &Captured, o: &mut Out<'_>) -> Result<(), EncodeError> {
+    fits("reads", captured.reads.len() as u64, u64::from(u32::MAX))?;
     o.u64(captured.data_dropped);
     o.u32(u32::try_from(captured.reads.len()).unwrap_or(u32::MAX));
     for read in &captured.reads {

@@ -1,6 +1,10 @@
 //! The recording format: written and read back, through the recorder's writer thread too; and
 //! every cut of a file and corrupted fields refused with the entry and field named.
 
+use wddm_gpu_abi::context::{
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdSetRootPageTable,
+    WddmGpuCmdSubmitVirtual,
+};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 
 use super::format::*;
@@ -73,6 +77,79 @@ fn submission() -> Submission {
     }
 }
 
+fn virtual_submission(start: VirtualStart) -> VirtualSubmission {
+    VirtualSubmission {
+        at_ns: 5_000,
+        duration_ns: 70,
+        cmd: WddmGpuCmdSubmitVirtual {
+            context_id: 3,
+            node_ordinal: 1,
+            dma_buffer_address: 0x40_0000,
+            dma_buffer_size: 96,
+            end_offset: 96,
+            submission_fence_id: 70,
+            ..Default::default()
+        },
+        start,
+        outcome: Outcome {
+            status: 20,
+            packets_completed: 1,
+            bytes_transferred: 4096,
+            fault_packet_offset: 32,
+            fault_address: 0x12_3401_0000,
+            fault_opcode: 0,
+        },
+        captured: Captured {
+            reads: vec![CapturedRead {
+                store: Store::Vram,
+                kind: ReadKind::Metadata,
+                address: 0x80_0000,
+                length: 2,
+            }],
+            bytes: vec![6, 7],
+            data_dropped: 0,
+        },
+    }
+}
+
+/// The entries version 3 added, after [`entries`]' six.
+fn virtual_entries() -> Vec<Entry> {
+    vec![
+        Entry::Context(ContextCommand::Create(WddmGpuCmdCreateContext {
+            context_id: 3,
+            node_ordinal: 1,
+            ..Default::default()
+        })),
+        Entry::Context(ContextCommand::SetRoot(WddmGpuCmdSetRootPageTable {
+            context_id: 3,
+            segment_id: 0,
+            address: 0x100_0000,
+            num_entries: 512,
+            ..Default::default()
+        })),
+        Entry::VirtualSubmission(virtual_submission(VirtualStart::Ran(RunEnd::Interrupted {
+            by: Interruption::Reset,
+            checks: 4,
+        }))),
+        Entry::VirtualSubmission(virtual_submission(VirtualStart::NodeFaulted)),
+        Entry::VirtualSubmission(virtual_submission(VirtualStart::Stopped(
+            Interruption::Preempted,
+        ))),
+        Entry::VirtualSubmission(virtual_submission(VirtualStart::InjectedPageFault {
+            address: 0x432_1000,
+            write: true,
+        })),
+        Entry::EngineReset {
+            at_ns: 6_000,
+            node: 1,
+        },
+        Entry::Context(ContextCommand::Destroy(WddmGpuCmdDestroyContext {
+            context_id: 3,
+            ..Default::default()
+        })),
+    ]
+}
+
 fn entries() -> Vec<Entry> {
     vec![
         Entry::MemoryTable(MemoryTable {
@@ -126,6 +203,9 @@ fn a_file_reads_back_as_written() {
     assert_eq!(&bytes[..8], b"WGPUREC\n");
     assert_eq!(bytes[8..12], VERSION.to_le_bytes());
     assert_eq!(parse(&bytes).unwrap(), (header(), entries()));
+    // The virtual node's entries, every start of a virtual submission among them.
+    let all = [entries(), virtual_entries()].concat();
+    assert_eq!(parse(&file(&header(), &all)).unwrap(), (header(), all));
     // The default layout and a recording without data.
     let plain = Header {
         data: false,
@@ -137,12 +217,13 @@ fn a_file_reads_back_as_written() {
 
 #[test]
 fn every_cut_of_a_file_is_an_error_naming_its_place() {
-    let bytes = file(&header(), &entries());
+    let all = [entries(), virtual_entries()].concat();
+    let bytes = file(&header(), &all);
     let header_len = file(&header(), &[]).len();
     // Cuts at entry boundaries are whole files with fewer entries.
     let mut boundaries = vec![header_len];
-    for count in 1..=entries().len() {
-        boundaries.push(file(&header(), &entries()[..count]).len());
+    for count in 1..=all.len() {
+        boundaries.push(file(&header(), &all[..count]).len());
     }
     for cut in 0..bytes.len() {
         let result = parse(&bytes[..cut]);
@@ -285,6 +366,53 @@ fn version_1_files_still_read_and_an_injected_fault_names_a_known_status() {
     );
 }
 
+/// The file of [`entries`] and one more entry, and where that entry's payload starts.
+fn with_entry(entry: &Entry) -> (Vec<u8>, usize) {
+    let mut bytes = file(&header(), &entries());
+    let payload = bytes.len() + 9;
+    encode_entry(entry, &mut bytes).unwrap();
+    (bytes, payload)
+}
+
+#[test]
+fn corrupt_fields_of_the_virtual_node_entries_are_refused_by_name() {
+    let context = Place::Entry { index: 6, tag: 6 };
+    let submission = Place::Entry { index: 6, tag: 7 };
+    let (mut bytes, payload) = with_entry(&virtual_entries()[0]);
+    bytes[payload] = 3;
+    assert_eq!(field_error(&bytes), (context, "command"));
+
+    // at_ns, duration_ns, the command; then start, end, checks, address, write.
+    let fields = 16 + size_of::<WddmGpuCmdSubmitVirtual>();
+    let ran = Entry::VirtualSubmission(virtual_submission(VirtualStart::Ran(RunEnd::Finished)));
+    let (bytes, start) = with_entry(&ran);
+    let start = start + fields;
+    let corrupt = |at: usize, value: u8| {
+        let mut bytes = bytes.clone();
+        bytes[at] = value;
+        field_error(&bytes)
+    };
+    assert_eq!(corrupt(start, 4), (submission, "start"));
+    // The virtual node defers nothing; an end past 3.
+    assert_eq!(corrupt(start + 1, 1), (submission, "end"));
+    assert_eq!(corrupt(start + 1, 9), (submission, "end"));
+    // An address or a write flag only an injected page fault has.
+    assert_eq!(corrupt(start + 6, 1), (submission, "address"));
+    assert_eq!(corrupt(start + 14, 1), (submission, "write"));
+    assert_eq!(corrupt(start + 14, 2), (submission, "write"));
+    // A stopped submission that ended finished; a faulted node with checks.
+    assert_eq!(corrupt(start, 2), (submission, "end"));
+    let faulted = Entry::VirtualSubmission(virtual_submission(VirtualStart::NodeFaulted));
+    let (mut bytes, at) = with_entry(&faulted);
+    bytes[at + fields + 2] = 1;
+    assert_eq!(field_error(&bytes), (submission, "checks"));
+    // Its reads are checked as a paging submission's are: after the start's 15 bytes, the
+    // answer's 30, data_dropped and read_count.
+    let reads = start + 15 + 30 + 8;
+    assert_eq!(corrupt(reads, 2), (submission, "read_count"));
+    assert_eq!(corrupt(reads + 4, 2), (submission, "read.store"));
+}
+
 #[test]
 fn an_entry_with_bytes_after_its_fields_is_refused() {
     let mut bytes = file(&header(), &[]);
@@ -307,9 +435,17 @@ fn a_recorder_writes_what_it_is_handed_in_order() {
     let regions = [0..0x400_0000u64, 0xe000_0000..0xe100_0000];
     let window = Some(0xe000_0000..0xe100_0000);
     // The same table twice: written once, without the VRAM window's region.
-    recorder.submission(regions.iter().cloned(), window.clone(), submission());
+    recorder.submission(
+        regions.iter().cloned(),
+        window.clone(),
+        Entry::Submission(submission()),
+    );
     recorder.reset(ResetBy::Driver);
-    recorder.submission(regions.iter().cloned(), window.clone(), submission());
+    recorder.submission(
+        regions.iter().cloned(),
+        window.clone(),
+        Entry::Submission(submission()),
+    );
     recorder.preempt(1);
     recorder.finish().unwrap();
     let (read_header, entries) = parse(&std::fs::read(&path).unwrap()).unwrap();

@@ -1,5 +1,5 @@
-//! `--record FILE`: every paging submission, with the bytes it read, its runs and its answer,
-//! and the resets and preemptions between them, in the versioned format of [`format`], so
+//! `--record FILE`: every submission of both nodes, with the bytes it read, its runs and its
+//! answer, and the context commands, resets and preemptions between them, in the versioned format of [`format`], so
 //! `vhost-user-wddm-gpu replay` can run them again offline.
 //!
 //! A submission carries a [`Tape`] while it runs (its [`ReadCapture`] rides on the engine's
@@ -21,10 +21,14 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use log::warn;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use wddm_gpu_abi::submit::SubmitStatus;
 
-use self::format::{encode_entry, encode_header, Entry, Header, MemoryTable, ResetBy, Run};
+use self::format::{
+    encode_entry, encode_header, ContextCommand, Entry, Header, MemoryTable, ResetBy, Run,
+};
 use crate::memory::capture::ReadCapture;
+use crate::support::nanos::nanos;
 use crate::support::sync::lock;
 use crate::support::writer_thread::WriterThread;
 
@@ -41,6 +45,14 @@ pub struct Tape {
     pub capture: ReadCapture,
     /// Its runs so far.
     pub runs: Vec<Run>,
+}
+
+/// The regions of a guest memory table, as [`Recorder::submission`] takes them.
+pub fn regions_of(mem: &GuestMemoryMmap) -> impl Iterator<Item = Range<u64>> + '_ {
+    mem.iter().map(|region| {
+        let start = region.start_addr().0;
+        start..start.saturating_add(region.len())
+    })
 }
 
 /// What the writer is handed.
@@ -79,17 +91,22 @@ impl Recorder {
         })
     }
 
-    /// A tape for a new submission.
+    /// A capture for a new submission's reads.
+    pub fn capture(&self) -> ReadCapture {
+        ReadCapture::new(self.data, DATA_LIMIT)
+    }
+
+    /// A tape for a new paging submission.
     pub fn tape(&self) -> Tape {
         Tape {
-            capture: ReadCapture::new(self.data, DATA_LIMIT),
+            capture: self.capture(),
             runs: Vec::with_capacity(usize::from(format::MAX_RUNS)),
         }
     }
 
     /// Nanoseconds from the start of the recording to `at`.
     pub fn since_start(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+        nanos(at.saturating_duration_since(self.base))
     }
 
     fn send(&self, message: Message) {
@@ -97,31 +114,42 @@ impl Recorder {
         self.writer.send(message);
     }
 
-    /// A submission ran over this memory table: the table goes first when it changed.
+    /// A submission (paging or virtual) ran over this memory table: the table goes first when
+    /// it changed. Both are sent under the table's lock, so a submission of the other node
+    /// cannot come between them.
     pub fn submission(
         &self,
         regions: impl Iterator<Item = Range<u64>>,
         vram_window: Option<Range<u64>>,
-        submission: format::Submission,
+        submission: Entry,
     ) {
-        {
-            let mut last = lock(&self.last_table);
-            let (table, scratch) = &mut *last;
-            scratch.clear();
-            scratch.extend(regions.filter(|region| Some(region) != vram_window.as_ref()));
-            let same = table
-                .as_ref()
-                .is_some_and(|table| table.vram_window == vram_window && table.regions == *scratch);
-            if !same {
-                let changed = MemoryTable {
-                    vram_window,
-                    regions: scratch.clone(),
-                };
-                *table = Some(changed.clone());
-                self.send(Message::Entry(Entry::MemoryTable(changed)));
-            }
+        let mut last = lock(&self.last_table);
+        let (table, scratch) = &mut *last;
+        scratch.clear();
+        scratch.extend(regions.filter(|region| Some(region) != vram_window.as_ref()));
+        let same = table
+            .as_ref()
+            .is_some_and(|table| table.vram_window == vram_window && table.regions == *scratch);
+        if !same {
+            let changed = MemoryTable {
+                vram_window,
+                regions: scratch.clone(),
+            };
+            *table = Some(changed.clone());
+            self.send(Message::Entry(Entry::MemoryTable(changed)));
         }
-        self.send(Message::Entry(Entry::Submission(submission)));
+        self.send(Message::Entry(submission));
+    }
+
+    /// The device accepted a context command.
+    pub fn context(&self, command: ContextCommand) {
+        self.send(Message::Entry(Entry::Context(command)));
+    }
+
+    /// RESET_ENGINE of `node` ended its work.
+    pub fn engine_reset(&self, node: u32) {
+        let at_ns = self.since_start(Instant::now());
+        self.send(Message::Entry(Entry::EngineReset { at_ns, node }));
     }
 
     /// The next submission with `fence` ran with packet `packet` faulted `status` by a fault

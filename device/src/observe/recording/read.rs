@@ -7,14 +7,19 @@ use std::fmt;
 use std::io::{self, Read};
 use std::ops::Range;
 
+use wddm_gpu_abi::context::{
+    WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdSetRootPageTable,
+    WddmGpuCmdSubmitVirtual,
+};
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use super::format::{
-    code, tag_name, Entry, Header, MemoryTable, Outcome, ResetBy, Run, RunEnd, Submission,
-    FLAGS_KNOWN, FLAG_DATA, MAGIC, MAX_GUEST_ADDRESS, MAX_LAYOUT_TEXT, MAX_PAYLOAD, MAX_REGIONS,
-    MAX_RUNS, MAX_VRAM_SIZE, OLDEST_VERSION, TAG_INJECTED_FAULT, TAG_MEMORY_TABLE, TAG_PREEMPT,
-    TAG_RESET, TAG_SUBMISSION, VERSION,
+    code, tag_name, ContextCommand, Entry, Header, MemoryTable, Outcome, ResetBy, Run, RunEnd,
+    Submission, VirtualStart, VirtualSubmission, FLAGS_KNOWN, FLAG_DATA, MAGIC, MAX_GUEST_ADDRESS,
+    MAX_LAYOUT_TEXT, MAX_PAYLOAD, MAX_REGIONS, MAX_RUNS, MAX_VRAM_SIZE, OLDEST_VERSION,
+    TAG_CONTEXT, TAG_ENGINE_RESET, TAG_INJECTED_FAULT, TAG_MEMORY_TABLE, TAG_PREEMPT, TAG_RESET,
+    TAG_SUBMISSION, TAG_VIRTUAL_SUBMISSION, VERSION,
 };
 use crate::engine::Interruption;
 use crate::memory::capture::{Captured, CapturedRead, ReadKind, Store};
@@ -149,6 +154,15 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A wire struct as the driver sent it (any bytes are one).
+    fn command<T: FromBytes + KnownLayout + Immutable>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<T, ReadError> {
+        let bytes = self.take(size_of::<T>(), field)?;
+        T::read_from_bytes(bytes).map_err(|_| self.bad(field, 0, "not the command's size"))
+    }
+
     fn boolean(&mut self, field: &'static str) -> Result<bool, ReadError> {
         match self.u8(field)? {
             0 => Ok(false),
@@ -269,7 +283,14 @@ impl<R: Read> EntryReader<R> {
         };
         if !matches!(
             tag[0],
-            TAG_MEMORY_TABLE | TAG_SUBMISSION | TAG_RESET | TAG_PREEMPT | TAG_INJECTED_FAULT
+            TAG_MEMORY_TABLE
+                | TAG_SUBMISSION
+                | TAG_RESET
+                | TAG_PREEMPT
+                | TAG_INJECTED_FAULT
+                | TAG_CONTEXT
+                | TAG_VIRTUAL_SUBMISSION
+                | TAG_ENGINE_RESET
         ) {
             return Err(ReadError::BadField {
                 at,
@@ -321,6 +342,12 @@ impl<R: Read> EntryReader<R> {
             TAG_PREEMPT => Entry::Preempt {
                 at_ns: fields.u64("at_ns")?,
                 count: fields.u32("count")?,
+            },
+            TAG_CONTEXT => Entry::Context(context(&mut fields)?),
+            TAG_VIRTUAL_SUBMISSION => Entry::VirtualSubmission(virtual_submission(&mut fields)?),
+            TAG_ENGINE_RESET => Entry::EngineReset {
+                at_ns: fields.u64("at_ns")?,
+                node: fields.u32("node")?,
             },
             _ => {
                 let fence = fields.u32("fence")?;
@@ -398,9 +425,7 @@ fn submission(fields: &mut Fields<'_>) -> Result<Submission, ReadError> {
     let queue_wait_ns = fields.u64("queue_wait_ns")?;
     let duration_ns = fields.u64("duration_ns")?;
     let inline = fields.boolean("inline")?;
-    let cmd =
-        WddmGpuCmdSubmit::read_from_bytes(fields.take(size_of::<WddmGpuCmdSubmit>(), "command")?)
-            .map_err(|_| fields.bad("command", 0, "not a SUBMIT command"))?;
+    let cmd: WddmGpuCmdSubmit = fields.command("command")?;
     let run_count = fields.u8("run_count")?;
     if run_count == 0 || run_count > MAX_RUNS {
         return Err(fields.bad("run_count", u64::from(run_count), "must be 1 or 2"));
@@ -410,19 +435,7 @@ fn submission(fields: &mut Fields<'_>) -> Result<Submission, ReadError> {
         let packets = fields.u32("run.packets")?;
         let end = fields.u8("run.end")?;
         let checks = fields.u32("run.checks")?;
-        let end = match end {
-            code::END_FINISHED => RunEnd::Finished,
-            code::END_DEFERRED => RunEnd::Deferred,
-            code::END_PREEMPTED => RunEnd::Interrupted {
-                by: Interruption::Preempted,
-                checks,
-            },
-            code::END_RESET => RunEnd::Interrupted {
-                by: Interruption::Reset,
-                checks,
-            },
-            other => return Err(fields.bad("run.end", u64::from(other), "not 0 to 3")),
-        };
+        let end = run_end(fields, "run.end", end, checks)?;
         // Only a run that was not the last can have been deferred, and the last must not be.
         let last = index + 1 == run_count;
         if (end == RunEnd::Deferred) == last {
@@ -434,14 +447,136 @@ fn submission(fields: &mut Fields<'_>) -> Result<Submission, ReadError> {
         }
         runs.push(Run { packets, end });
     }
-    let outcome = Outcome {
+    let outcome = outcome(fields)?;
+    let captured = captured(fields)?;
+    Ok(Submission {
+        at_ns,
+        queue_wait_ns,
+        duration_ns,
+        inline,
+        cmd,
+        runs,
+        outcome,
+        captured,
+    })
+}
+
+/// A run's end from its wire code and its interruption checks.
+fn run_end(
+    fields: &Fields<'_>,
+    field: &'static str,
+    end: u8,
+    checks: u32,
+) -> Result<RunEnd, ReadError> {
+    Ok(match end {
+        code::END_FINISHED => RunEnd::Finished,
+        code::END_DEFERRED => RunEnd::Deferred,
+        code::END_PREEMPTED => RunEnd::Interrupted {
+            by: Interruption::Preempted,
+            checks,
+        },
+        code::END_RESET => RunEnd::Interrupted {
+            by: Interruption::Reset,
+            checks,
+        },
+        other => return Err(fields.bad(field, u64::from(other), "not 0 to 3")),
+    })
+}
+
+fn virtual_submission(fields: &mut Fields<'_>) -> Result<VirtualSubmission, ReadError> {
+    let at_ns = fields.u64("at_ns")?;
+    let duration_ns = fields.u64("duration_ns")?;
+    let cmd: WddmGpuCmdSubmitVirtual = fields.command("command")?;
+    let start = fields.u8("start")?;
+    let end = fields.u8("end")?;
+    let checks = fields.u32("checks")?;
+    let address = fields.u64("address")?;
+    let write = fields.boolean("write")?;
+    let end = run_end(fields, "end", end, checks)?;
+    // Fields a start does not use are zero, so each start has one spelling.
+    let unused = |used: bool, field: &'static str, value: u64| match used || value == 0 {
+        true => Ok(()),
+        false => Err(fields.bad(field, value, "must be 0 for this start")),
+    };
+    let start = match start {
+        code::START_RAN => {
+            if end == RunEnd::Deferred {
+                return Err(fields.bad(
+                    "end",
+                    u64::from(code::END_DEFERRED),
+                    "the virtual node defers nothing",
+                ));
+            }
+            VirtualStart::Ran(end)
+        }
+        code::START_NODE_FAULTED => {
+            unused(false, "end", u64::from(code::end(end)))?;
+            VirtualStart::NodeFaulted
+        }
+        code::START_STOPPED => match end {
+            RunEnd::Interrupted { by, checks: 0 } => VirtualStart::Stopped(by),
+            _ => {
+                return Err(fields.bad(
+                    "end",
+                    u64::from(code::end(end)),
+                    "a stopped submission ends preempted or reset, at check 0",
+                ))
+            }
+        },
+        code::START_INJECTED_PAGE_FAULT => {
+            unused(false, "end", u64::from(code::end(end)))?;
+            VirtualStart::InjectedPageFault { address, write }
+        }
+        other => return Err(fields.bad("start", u64::from(other), "not 0 to 3")),
+    };
+    if !matches!(start, VirtualStart::InjectedPageFault { .. }) {
+        unused(false, "address", address)?;
+        unused(false, "write", u64::from(write))?;
+    }
+    if !matches!(start, VirtualStart::Ran(_)) {
+        unused(false, "checks", u64::from(checks))?;
+    }
+    let outcome = outcome(fields)?;
+    let captured = captured(fields)?;
+    Ok(VirtualSubmission {
+        at_ns,
+        duration_ns,
+        cmd,
+        start,
+        outcome,
+        captured,
+    })
+}
+
+fn context(fields: &mut Fields<'_>) -> Result<ContextCommand, ReadError> {
+    Ok(match fields.u8("command")? {
+        code::CONTEXT_CREATE => {
+            ContextCommand::Create(fields.command::<WddmGpuCmdCreateContext>("create_context")?)
+        }
+        code::CONTEXT_DESTROY => {
+            ContextCommand::Destroy(fields.command::<WddmGpuCmdDestroyContext>("destroy_context")?)
+        }
+        code::CONTEXT_SET_ROOT => ContextCommand::SetRoot(
+            fields.command::<WddmGpuCmdSetRootPageTable>("set_root_page_table")?,
+        ),
+        other => return Err(fields.bad("command", u64::from(other), "not 0 to 2")),
+    })
+}
+
+/// An answer's fields.
+fn outcome(fields: &mut Fields<'_>) -> Result<Outcome, ReadError> {
+    Ok(Outcome {
         status: fields.u32("status")?,
         packets_completed: fields.u32("packets_completed")?,
         bytes_transferred: fields.u64("bytes_transferred")?,
         fault_packet_offset: fields.u32("fault_packet_offset")?,
         fault_address: fields.u64("fault_address")?,
         fault_opcode: fields.u16("fault_opcode")?,
-    };
+    })
+}
+
+/// A submission's reads and their bytes: the rest of the entry.
+fn captured(fields: &mut Fields<'_>) -> Result<Captured, ReadError> {
     let data_dropped = fields.u64("data_dropped")?;
     let read_count = fields.u32("read_count")?;
     // Each read takes 18 bytes of the payload: a count the payload cannot hold is refused
@@ -490,18 +625,9 @@ fn submission(fields: &mut Fields<'_>) -> Result<Submission, ReadError> {
         ));
     }
     let bytes = fields.take(fields.rest.len(), "read bytes")?.to_vec();
-    Ok(Submission {
-        at_ns,
-        queue_wait_ns,
-        duration_ns,
-        inline,
-        cmd,
-        runs,
-        outcome,
-        captured: Captured {
-            reads,
-            bytes,
-            data_dropped,
-        },
+    Ok(Captured {
+        reads,
+        bytes,
+        data_dropped,
     })
 }

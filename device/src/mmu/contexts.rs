@@ -15,8 +15,8 @@ use wddm_gpu_abi::context::{
 };
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 
-use crate::mmu::space::{AddressSpace, RootError};
-use crate::mmu::walk::TableAddress;
+use super::space::{AddressSpace, RootError};
+use super::walk::TableAddress;
 use crate::support::sync::lock;
 
 /// One context.
@@ -186,6 +186,12 @@ impl Contexts {
                     .is_some_and(|c| c.node == WDDM_GPU_NODE_PAGING)
             })
             .map(|(id, _)| id)
+    }
+
+    /// The address space of the paging node's context (the paging process's GPU VAs), if
+    /// created.
+    pub fn paging_space(&self) -> Option<Arc<Mutex<AddressSpace>>> {
+        self.space(self.paging_context()?, WDDM_GPU_NODE_PAGING)
     }
 
     /// FLUSH_TLB: every context whose root is `root` drops the translations of `range`.
