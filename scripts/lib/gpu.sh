@@ -102,7 +102,7 @@ gpu_start_backend() {
     [[ -n "${LAYOUT:-}" ]] && layout=(--layout "$LAYOUT")
     local trace=()
     [[ -n "${TRACE:-}" ]] && trace=(--trace "$TRACE")
-    # RECORD=1: record every paging submission (docs/record-replay.md) into RECORD_FILE.
+    # RECORD=1: record every submission of both nodes and the context commands (docs/record-replay.md) into RECORD_FILE.
     local record=()
     RECORD_FILE=""
     if [[ -n "${RECORD:-}" ]]; then

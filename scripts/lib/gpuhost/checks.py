@@ -9,9 +9,10 @@ error (None when it passed) and a command:
       (the ratios against the C backend are printed, never judged)
   python3 -m gpuhost.checks soak JSON            scripts/bench --soak 1000000 --json: every
       submission done and the backend's RSS flat
-  python3 -m gpuhost.checks replay LIVE REPLAYED  a recorded guest run replayed: the replay's
-      counts (`replay --json`) equal the live ones the backend left (FILE.stats.json), and
-      every answer matched
+  python3 -m gpuhost.checks replay LIVE REPLAYED [--virtual]  a recorded guest run replayed:
+      the replay's counts (`replay --json`), per node too, equal the live ones the backend
+      left (FILE.stats.json), every answer matched and every context command was applied;
+      with --virtual the live run must have used the virtual node
 
 Exit 0 when the check passed; otherwise its error on stderr and exit 1. Standard library only.
 """
@@ -89,7 +90,8 @@ def soak(figures):
 
 
 def replay_counts(stats):
-    """The counts a replay must reproduce: per packet kind, per submission status, traffic."""
+    """The counts a replay must reproduce: per packet kind, per submission status, traffic, and
+    per engine node (the virtual node's submissions are counted there)."""
     submissions = stats["submissions"]
     return {
         "packets": [(k["kind"], k["count"], k["faults"], k["bytes"], k["pages"])
@@ -98,17 +100,29 @@ def replay_counts(stats):
                         submissions["packets"]),
         "by_status": [(s["status"], s["count"]) for s in submissions["by_status"]],
         "segments": stats["segments"],
+        "nodes": [(n["node"], n["submissions"], n["faults"], n["packets"], n["bytes"])
+                  for n in stats.get("nodes", [])],
     }
 
 
-def replay(live, replayed, out=print):
-    """The replay answered every submission as recorded, with the live run's counts; prints
-    (out) the submissions and packets compared."""
-    mismatches = replayed.get("replay", {}).get("mismatches")
+def virtual_submissions(counts):
+    """Submissions the virtual node (node 1) answered, from replay_counts."""
+    return sum(node[1] for node in counts["nodes"] if node[0] == 1)
+
+
+def replay(live, replayed, out=print, need_virtual=False):
+    """The replay answered every submission as recorded and applied every context command, with
+    the live run's counts; prints (out) the submissions and packets compared. need_virtual: the
+    live run must have used the virtual node."""
+    summary = replayed.get("replay", {})
+    mismatches = summary.get("mismatches")
     if mismatches:
         return f"replay: {len(mismatches)} answer(s) differ: {mismatches[:3]}"
     if mismatches is None:
         return "replay: no replay summary in the output"
+    refusals = summary.get("refusals")
+    if refusals:
+        return f"replay: {len(refusals)} context command(s) refused: {refusals[:3]}"
     want, got = replay_counts(live), replay_counts(replayed)
     differing = [key for key in want if want[key] != got[key]]
     if differing:
@@ -116,8 +130,12 @@ def replay(live, replayed, out=print):
                          for key in differing)
     if want["submissions"][0] == 0:
         return "replay: the live run made no submission"
+    on_virtual = virtual_submissions(want)
+    if need_virtual and on_virtual == 0:
+        return "replay: the live run made no submission on the virtual node"
+    virtual = f", {on_virtual} on the virtual node" if on_virtual else ""
     out(f"replay: {want['submissions'][0]} submissions, {want['submissions'][3]} packets, "
-        f"{want['submissions'][2]} bytes: the same counts as the live run")
+        f"{want['submissions'][2]} bytes{virtual}: the same counts as the live run")
     return None
 
 
@@ -134,12 +152,12 @@ def main(argv):
         error = display_bench(json.loads(argv[1]))
     elif len(argv) == 2 and argv[0] == "soak":
         error = soak(json.loads(argv[1]))
-    elif len(argv) == 3 and argv[0] == "replay":
+    elif len(argv) in (3, 4) and argv[0] == "replay" and argv[3:] in ([], ["--virtual"]):
         with open(argv[1]) as f:
             live = json.load(f)
         with open(argv[2]) as f:
             replayed = json.load(f)
-        error = replay(live, replayed)
+        error = replay(live, replayed, need_virtual=argv[3:] == ["--virtual"])
     else:
         sys.exit(__doc__)
     if error:

@@ -105,13 +105,19 @@ if __name__ == "__main__":
     unittest.main()
 
 
-def stats(submissions=3, fill_count=2, mismatches=()):
+def stats(submissions=3, fill_count=2, mismatches=(), on_virtual=0, refusals=()):
     return {
         "packets": [{"kind": "fill", "count": fill_count, "faults": 0, "bytes": 64, "pages": 0}],
         "submissions": {"count": submissions, "faults": 0, "bytes": 64, "packets": fill_count,
                         "by_status": [{"status": "ok", "count": submissions}]},
         "segments": [{"segment": 1, "read_bytes": 0, "written_bytes": 64}],
-        "replay": {"mismatches": list(mismatches)},
+        "nodes": [
+            {"node": 0, "submissions": submissions, "faults": 0, "packets": fill_count,
+             "bytes": 64},
+            {"node": 1, "submissions": on_virtual, "faults": 0, "packets": on_virtual,
+             "bytes": 0},
+        ],
+        "replay": {"mismatches": list(mismatches), "refusals": list(refusals)},
     }
 
 
@@ -126,6 +132,21 @@ class ReplayTest(unittest.TestCase):
         error = checks.replay(stats(), stats(fill_count=1), out=lambda _: None)
         self.assertIn("replay: packets: live [('fill', 2, 0, 64, 0)], replayed [('fill', 1, 0, "
                       "64, 0)]", error)
+
+    def test_the_virtual_node_counts_are_compared_and_can_be_required(self):
+        printed = []
+        self.assertIsNone(checks.replay(stats(on_virtual=4), stats(on_virtual=4),
+                                        out=printed.append, need_virtual=True))
+        self.assertEqual(printed, ["replay: 3 submissions, 2 packets, 64 bytes, 4 on the virtual "
+                                   "node: the same counts as the live run"])
+        error = checks.replay(stats(on_virtual=4), stats(on_virtual=3), out=lambda _: None)
+        self.assertIn("replay: nodes: live", error)
+        self.assertEqual(checks.replay(stats(), stats(), out=lambda _: None, need_virtual=True),
+                         "replay: the live run made no submission on the virtual node")
+
+    def test_a_refused_context_command_fails(self):
+        error = checks.replay(stats(), stats(refusals=[{"entry": 3}]), out=lambda _: None)
+        self.assertEqual(error, "replay: 1 context command(s) refused: [{'entry': 3}]")
 
     def test_a_mismatched_answer_fails(self):
         error = checks.replay(stats(), stats(mismatches=[{"fence": 7}]), out=lambda _: None)
