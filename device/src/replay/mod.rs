@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use wddm_gpu_abi::context::{
-    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_VIRTUAL,
+    WddmGpuCmdSubmitVirtual, WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL,
 };
 use wddm_gpu_abi::submit::SubmitStatus;
 
@@ -222,38 +222,17 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
                     })?;
                 replayer.memory = Some((mem, table.vram_window));
             }
-            Entry::Submission(submission) => {
-                report.submissions += 1;
-                report.data_dropped = report
-                    .data_dropped
-                    .saturating_add(submission.captured.data_dropped);
-                report.recorded_ns = report.recorded_ns.saturating_add(submission.duration_ns);
-                let (replayed, elapsed) = replayer.submission(index, &submission)?;
-                report.compare(
-                    index,
-                    0,
-                    submission.cmd.submission_fence_id,
-                    &submission.outcome,
-                    replayed,
-                    elapsed,
-                );
+            // The two nodes' submissions are counted alike; each runs on its own engine.
+            Entry::Submission(s) => {
+                let replayed = replayer.submission(index, &s)?;
+                let at = (index, WDDM_GPU_NODE_PAGING, s.cmd.submission_fence_id);
+                report.count(at, (&s.outcome, s.duration_ns, &s.captured), replayed);
             }
-            Entry::VirtualSubmission(submission) => {
-                report.submissions += 1;
+            Entry::VirtualSubmission(s) => {
                 report.virtual_submissions += 1;
-                report.data_dropped = report
-                    .data_dropped
-                    .saturating_add(submission.captured.data_dropped);
-                report.recorded_ns = report.recorded_ns.saturating_add(submission.duration_ns);
-                let (replayed, elapsed) = replayer.virtual_submission(index, &submission)?;
-                report.compare(
-                    index,
-                    WDDM_GPU_NODE_VIRTUAL,
-                    submission.cmd.submission_fence_id,
-                    &submission.outcome,
-                    replayed,
-                    elapsed,
-                );
+                let replayed = replayer.virtual_submission(index, &s)?;
+                let at = (index, WDDM_GPU_NODE_VIRTUAL, s.cmd.submission_fence_id);
+                report.count(at, (&s.outcome, s.duration_ns, &s.captured), replayed);
             }
             Entry::Context(command) => {
                 report.context_commands += 1;
@@ -346,17 +325,18 @@ struct Tally {
 }
 
 impl Tally {
-    /// Counts a replayed submission's time and keeps its answer when it differs.
-    fn compare(
+    /// Counts a replayed submission (entry, node and fence `at`): its recorded answer, time and
+    /// reads, its replayed answer and time; keeps the answer when it differs.
+    fn count(
         &mut self,
-        entry: u64,
-        node: u32,
-        fence: u32,
-        recorded: &Outcome,
-        replayed: Outcome,
-        elapsed: u64,
+        (entry, node, fence): (u64, u32, u32),
+        (recorded, recorded_ns, captured): (&Outcome, u64, &Captured),
+        (replayed, replayed_ns): (Outcome, u64),
     ) {
-        self.replayed_ns = self.replayed_ns.saturating_add(elapsed);
+        self.submissions += 1;
+        self.data_dropped = self.data_dropped.saturating_add(captured.data_dropped);
+        self.recorded_ns = self.recorded_ns.saturating_add(recorded_ns);
+        self.replayed_ns = self.replayed_ns.saturating_add(replayed_ns);
         if replayed != *recorded {
             self.mismatches.push(Mismatch {
                 entry,
