@@ -967,9 +967,13 @@ fn a_recorded_session_of_both_nodes_replays_with_the_same_answers_counts_and_vra
         virtual_bytes[3].as_u64().unwrap() > preempted_bytes,
         "{virtual_bytes}"
     );
+    let replayed_vram = std::fs::read(&dump).unwrap();
+    let differs = (0..vram.len()).find(|&i| replayed_vram.get(i) != vram.get(i));
     assert!(
-        std::fs::read(&dump).unwrap() == vram,
-        "the replayed VRAM differs"
+        differs.is_none(),
+        "the replayed VRAM differs first at {differs:#x?} (live {:02x?}, replayed {:02x?})",
+        differs.map(|i| &vram[i..(i + 16).min(vram.len())]),
+        differs.and_then(|i| replayed_vram.get(i..(i + 16).min(replayed_vram.len())))
     );
 
     // The second copy's command with its end moved to its start: no packet runs.

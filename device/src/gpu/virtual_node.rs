@@ -384,9 +384,9 @@ impl Shared {
                 .as_ref()
                 .is_some_and(|(reply, _)| reply.status == SubmitStatus::Preempted as u32);
             if let (Some((reply, start)), false) = (answered, dropped) {
-                answer_submit(job.reply, &reply);
                 let duration = started.elapsed();
-                self.count(&reply, duration);
+                // Recorded before it is answered: what the driver sends after the answer comes
+                // after it in the file, as the paging node's submissions do.
                 if let Some(recorder) = &self.recorder {
                     let submission = VirtualSubmission {
                         at_ns: recorder.since_start(started),
@@ -402,6 +402,8 @@ impl Shared {
                         Entry::VirtualSubmission(submission),
                     );
                 }
+                answer_submit(job.reply, &reply);
+                self.count(&reply, duration);
             }
             let mut state = lock(&self.state);
             state.running = false;
