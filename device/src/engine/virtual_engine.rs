@@ -153,13 +153,39 @@ fn total(runs: &[Run]) -> u64 {
     runs.iter().map(|run| run.len).sum()
 }
 
-/// What is left of `run` after its first `len` bytes, if anything.
-fn rest(run: Run, len: u64) -> Option<Run> {
-    let left = run.len - len;
-    (left > 0).then(|| Run {
-        target: run.target.advanced(len).unwrap_or(Target::Zero),
-        len: left,
-    })
+/// A run of a copy with its memory located: the bytes left, and where they are (`None`: a
+/// zero page, which reads as zeros and drops writes).
+#[derive(Clone, Copy)]
+struct Located {
+    len: u64,
+    at: Option<Location>,
+}
+
+impl Located {
+    /// The first `limit` bytes of `run`, located.
+    fn of<M: GuestMemoryBackend>(
+        run: Run,
+        limit: u64,
+        memory: &VirtualMemory<'_, '_, M>,
+    ) -> Result<Self, Fault> {
+        let run = Run {
+            len: run.len.min(limit),
+            ..run
+        };
+        Ok(Self {
+            len: run.len,
+            at: memory.location(run)?,
+        })
+    }
+
+    /// What is left after the first `len` bytes, if anything.
+    fn rest(mut self, len: u64) -> Option<Self> {
+        self.len -= len;
+        if let Some(at) = &mut self.at {
+            at.advance(len);
+        }
+        (self.len > 0).then_some(self)
+    }
 }
 
 /// What a submission runs against: memory, the geometry and the context's address space.
@@ -448,33 +474,53 @@ impl VirtualEngine {
         }
     }
 
-    /// Copies the bytes `batch` covered; returns them.
+    /// Copies the bytes `batch` covered; returns them. Each run is located once (its memory
+    /// checked and resolved), then copied piece by piece against the other side's runs.
     fn copy_batch<M: GuestMemoryBackend>(
         &mut self,
         batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
     ) -> Result<u64, Fault> {
         let length = batch.covered;
-        let mut sources = self.sources[..batch.sources].iter().copied();
-        let mut destinations = self.destinations[..batch.destinations].iter().copied();
-        let (mut from, mut to) = (sources.next(), destinations.next());
+        let mut sources = self.sources[..batch.sources].iter();
+        let mut destinations = self.destinations[..batch.destinations].iter();
+        // A run is located only as far as the batch copies (a source run may reach past it).
+        let next = |runs: &mut std::slice::Iter<'_, Run>, moved: u64| {
+            runs.next()
+                .map(|&run| Located::of(run, length - moved, memory))
+                .transpose()
+        };
+        let (mut from, mut to) = (next(&mut sources, 0)?, next(&mut destinations, 0)?);
         let mut moved = 0u64;
         while moved < length {
             let (Some(f), Some(t)) = (from, to) else {
                 break;
             };
             let len = f.len.min(t.len).min(length - moved);
-            let (piece_from, piece_to) = (Run { len, ..f }, Run { len, ..t });
-            match (memory.location(piece_from)?, memory.location(piece_to)?) {
-                (Some(f), Some(t)) => {
-                    copy(f, t, len, ReadKind::Data, memory.mem, &mut self.bounce)?
+            match (f.at, t.at) {
+                (Some(source), Some(destination)) => copy(
+                    source,
+                    destination,
+                    len,
+                    ReadKind::Data,
+                    memory.mem,
+                    &mut self.bounce,
+                )?,
+                (None, Some(destination)) => {
+                    self.repeated
+                        .write(destination.sub(0, len), &[0], memory.mem)?
                 }
-                (None, Some(t)) => self.repeated.write(t, &[0], memory.mem)?,
                 (_, None) => {}
             }
             moved += len;
-            from = rest(f, len).or_else(|| sources.next());
-            to = rest(t, len).or_else(|| destinations.next());
+            from = match f.rest(len) {
+                Some(rest) => Some(rest),
+                None => next(&mut sources, moved)?,
+            };
+            to = match t.rest(len) {
+                Some(rest) => Some(rest),
+                None => next(&mut destinations, moved)?,
+            };
         }
         Ok(moved)
     }
