@@ -220,7 +220,7 @@ enum Command {
         #[arg(required = true, allow_hyphen_values = true, trailing_var_arg = true)]
         request: Vec<String>,
     },
-    /// Run a --record file again, offline, against this build's paging engine: print the
+    /// Run a --record file again, offline, against this build's paging and virtual engines: print the
     /// statistics `stats` prints and check every answer against the recorded one (exit code 3
     /// when one differs).
     Replay {
