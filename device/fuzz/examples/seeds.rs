@@ -538,6 +538,150 @@ fn main() {
     backend(dir);
     gpummu_walk(dir);
     virtual_engine(dir);
+    recording(dir);
+}
+
+/// Recordings: one entry of every kind (both nodes' submissions with reads, every start of a
+/// virtual one), and a header alone with a layout text.
+fn recording(dir: &Path) {
+    use vhost_user_wddm_gpu::recording_format::{
+        encode_entry, encode_header, ContextCommand, Entry, Header, MemoryTable, Outcome, ResetBy,
+        Run, RunEnd, Submission as Recorded, VirtualStart, VirtualSubmission,
+    };
+    use vhost_user_wddm_gpu::{Captured, CapturedRead, Interruption, ReadKind, Store};
+    use wddm_gpu_abi::context::{
+        WddmGpuCmdCreateContext, WddmGpuCmdDestroyContext, WddmGpuCmdSetRootPageTable,
+        WddmGpuCmdSubmitVirtual,
+    };
+    use wddm_gpu_abi::submit::SubmitStatus;
+
+    let captured = || Captured {
+        reads: vec![
+            CapturedRead {
+                store: Store::Ram,
+                kind: ReadKind::Metadata,
+                address: 0x10_0000,
+                length: 4,
+            },
+            CapturedRead {
+                store: Store::Vram,
+                kind: ReadKind::Data,
+                address: 0x2000,
+                length: 2,
+            },
+        ],
+        bytes: vec![1, 2, 3, 4, 5, 6],
+        data_dropped: 0,
+    };
+    let outcome = Outcome {
+        status: SubmitStatus::Ok as u32,
+        packets_completed: 2,
+        bytes_transferred: 4096,
+        ..Outcome::default()
+    };
+    let virtual_submission = |start| {
+        Entry::VirtualSubmission(VirtualSubmission {
+            at_ns: 2_000,
+            duration_ns: 50,
+            cmd: WddmGpuCmdSubmitVirtual {
+                context_id: 3,
+                node_ordinal: 1,
+                dma_buffer_address: 0x40_0000,
+                dma_buffer_size: 64,
+                end_offset: 64,
+                submission_fence_id: 9,
+                ..Default::default()
+            },
+            start,
+            outcome,
+            captured: captured(),
+        })
+    };
+    let entries = [
+        Entry::MemoryTable(MemoryTable {
+            vram_window: Some(0xe000_0000..0xf000_0000),
+            regions: vec![0..0x1000_0000, 0x1_0000_0000..0x1_1000_0000],
+        }),
+        Entry::Context(ContextCommand::Create(WddmGpuCmdCreateContext {
+            context_id: 3,
+            node_ordinal: 1,
+            ..Default::default()
+        })),
+        Entry::Context(ContextCommand::SetRoot(WddmGpuCmdSetRootPageTable {
+            context_id: 3,
+            address: 0x100_0000,
+            num_entries: 512,
+            ..Default::default()
+        })),
+        Entry::InjectedFault {
+            fence: 7,
+            packet: 1,
+            status: SubmitStatus::SegmentRange,
+        },
+        Entry::Submission(Recorded {
+            at_ns: 1_000,
+            queue_wait_ns: 10,
+            duration_ns: 100,
+            inline: true,
+            cmd: submit_command(0x9_0000, 0x40, 7),
+            runs: vec![
+                Run {
+                    packets: 1,
+                    end: RunEnd::Deferred,
+                },
+                Run {
+                    packets: 1,
+                    end: RunEnd::Interrupted {
+                        by: Interruption::Preempted,
+                        checks: 3,
+                    },
+                },
+            ],
+            outcome,
+            captured: captured(),
+        }),
+        virtual_submission(VirtualStart::Ran(RunEnd::Finished)),
+        virtual_submission(VirtualStart::NodeFaulted),
+        virtual_submission(VirtualStart::Stopped(Interruption::Reset)),
+        virtual_submission(VirtualStart::InjectedPageFault {
+            address: 0x432_1000,
+            write: true,
+        }),
+        Entry::EngineReset {
+            at_ns: 3_000,
+            node: 1,
+        },
+        Entry::Preempt {
+            at_ns: 4_000,
+            count: 2,
+        },
+        Entry::Reset {
+            at_ns: 5_000,
+            by: ResetBy::Frontend,
+        },
+        Entry::Context(ContextCommand::Destroy(WddmGpuCmdDestroyContext {
+            context_id: 3,
+            ..Default::default()
+        })),
+    ];
+    let header = Header {
+        data: true,
+        vram_size: 16 << 20,
+        layout: None,
+    };
+    let mut bytes = Vec::new();
+    encode_header(&header, &mut bytes).expect("header");
+    for entry in &entries {
+        encode_entry(entry, &mut bytes).expect("entry");
+    }
+    write(dir, "recording", "every-entry", &bytes);
+    let mut bytes = Vec::new();
+    let with_layout = Header {
+        layout: Some("[[segment]]\nid = 1\n".into()),
+        ..header
+    };
+    encode_header(&with_layout, &mut bytes).expect("header");
+    write(dir, "recording", "header-with-layout", &bytes);
 }
 
 /// A KMD's tables in the gpummu_walk target's image: the root at RAM page `root`, every other
