@@ -66,6 +66,8 @@ pub use observe::recording::{format as recording_format, read as recording_read}
 pub use observe::stats::watch::{watch, WatchError, WatchOptions};
 pub use observe::stats::Stats;
 pub use observe::trace::Trace;
-pub use replay::{replay, Mismatch, ReplayError, ReplayOptions, ReplayReport};
+pub use replay::{
+    replay, Mismatch, Refusal, ReplayCounts, ReplayError, ReplayOptions, ReplayReport,
+};
 pub use transport::backend::{BarModeRequest, WddmGpuBackend, OFFERED_FEATURES};
 pub use transport::fd_relay;

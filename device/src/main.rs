@@ -543,13 +543,13 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
             });
         }
     };
-    for mismatch in &report.mismatches {
+    for mismatch in &report.counts.mismatches {
         eprintln!(
             "vhost-user-wddm-gpu: replay: entry {} (node {}, fence {}) answered differently:\n  recorded {:?}\n  replayed {:?}",
             mismatch.entry, mismatch.node, mismatch.fence, mismatch.recorded, mismatch.replayed
         );
     }
-    for refusal in &report.refusals {
+    for refusal in &report.counts.refusals {
         eprintln!(
             "vhost-user-wddm-gpu: replay: entry {} ({}) was accepted by the backend, refused here: {}",
             refusal.entry, refusal.command, refusal.error
@@ -571,7 +571,7 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    if report.mismatches.is_empty() && report.refusals.is_empty() {
+    if report.counts.mismatches.is_empty() && report.counts.refusals.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_MISMATCH)
@@ -580,28 +580,28 @@ fn replay_command(file: &Path, json: bool, options: ReplayOptions) -> ExitCode {
 
 /// The lines under the replay's table: what was replayed and whether the answers matched.
 fn replay_summary(report: &ReplayReport) -> String {
-    let verdict = match (report.mismatches.len(), report.refusals.len()) {
+    let verdict = match (report.counts.mismatches.len(), report.counts.refusals.len()) {
         (0, 0) => "every answer matched the recording".to_owned(),
         (n, 0) => format!("{n} answer(s) differ from the recording"),
         (n, refused) => {
             format!("{n} answer(s) differ from the recording, {refused} context command(s) refused")
         }
     };
-    let data = match (report.header.data, report.data_dropped) {
+    let data = match (report.header.data, report.counts.data_dropped) {
         (false, _) => "metadata only".to_owned(),
         (true, 0) => "with data".to_owned(),
         (true, dropped) => format!("with data ({dropped} bytes over the limit left out)"),
     };
     format!(
         "replay: {} submissions ({} on the virtual node), {} context commands, {} resets, {} engine resets, {} preempts ({data}); execution {:.3} ms recorded, {:.3} ms replayed; {verdict}",
-        report.submissions,
-        report.virtual_submissions,
-        report.context_commands,
-        report.resets,
-        report.engine_resets,
-        report.preempts,
-        report.recorded_ns as f64 / 1e6,
-        report.replayed_ns as f64 / 1e6,
+        report.counts.submissions,
+        report.counts.virtual_submissions,
+        report.counts.context_commands,
+        report.counts.resets,
+        report.counts.engine_resets,
+        report.counts.preempts,
+        report.counts.recorded_ns as f64 / 1e6,
+        report.counts.replayed_ns as f64 / 1e6,
     )
 }
 
@@ -609,6 +609,7 @@ fn replay_summary(report: &ReplayReport) -> String {
 fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
     let mut value = serde_json::to_value(report.stats.snapshot())?;
     let mismatches: Vec<serde_json::Value> = report
+        .counts
         .mismatches
         .iter()
         .map(|mismatch| {
@@ -622,6 +623,7 @@ fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
         })
         .collect();
     let refusals: Vec<serde_json::Value> = report
+        .counts
         .refusals
         .iter()
         .map(|refusal| {
@@ -636,16 +638,16 @@ fn replay_json(report: &ReplayReport) -> Result<String, serde_json::Error> {
         object.insert(
             "replay".into(),
             serde_json::json!({
-                "submissions": report.submissions,
-                "virtual_submissions": report.virtual_submissions,
-                "context_commands": report.context_commands,
-                "engine_resets": report.engine_resets,
-                "resets": report.resets,
-                "preempts": report.preempts,
+                "submissions": report.counts.submissions,
+                "virtual_submissions": report.counts.virtual_submissions,
+                "context_commands": report.counts.context_commands,
+                "engine_resets": report.counts.engine_resets,
+                "resets": report.counts.resets,
+                "preempts": report.counts.preempts,
                 "data": report.header.data,
-                "data_dropped": report.data_dropped,
-                "recorded_ns": report.recorded_ns,
-                "replayed_ns": report.replayed_ns,
+                "data_dropped": report.counts.data_dropped,
+                "recorded_ns": report.counts.recorded_ns,
+                "replayed_ns": report.counts.replayed_ns,
                 "mismatches": mismatches,
                 "refusals": refusals,
             }),

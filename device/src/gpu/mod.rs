@@ -47,7 +47,9 @@ use self::inject::spec::Action;
 use self::inject::Injector;
 use self::power::{lose_contents, Power, Transition};
 use self::reply::{answer, header, refuse, Mem, Notify, Reply};
-use self::scheduler::{submit_response, Instruments, NodeState, Paused, ResetBy, Scheduler};
+use self::scheduler::{
+    submit_response, Instruments, NodeParts, NodeState, Paused, ResetBy, Scheduler,
+};
 use self::status_page::StatusPage;
 use self::virtual_node::VirtualNode;
 use crate::engine::virtual_engine::virtual_response;
@@ -105,27 +107,21 @@ impl PagingGpu {
             stats.clone(),
             trace.clone(),
         ));
-        let instruments = Instruments {
-            stats,
-            trace,
-            injector: injector.clone(),
-            checker: checker.clone(),
-            recorder: recorder.clone(),
+        let parts = NodeParts {
+            layout: layout.clone(),
+            vram: vram.clone(),
+            notify: notify.clone(),
+            contexts: contexts.clone(),
+            instruments: Instruments {
+                stats,
+                trace,
+                injector: injector.clone(),
+                checker: checker.clone(),
+                recorder: recorder.clone(),
+            },
         };
-        let scheduler = Scheduler::start(
-            layout.clone(),
-            vram.clone(),
-            notify.clone(),
-            contexts.clone(),
-            instruments.clone(),
-        )?;
-        let virtual_node = VirtualNode::start(
-            layout.clone(),
-            vram.clone(),
-            notify.clone(),
-            contexts.clone(),
-            instruments,
-        )?;
+        let scheduler = Scheduler::start(parts.clone())?;
+        let virtual_node = VirtualNode::start(parts)?;
         Ok(Self {
             layout,
             vram,

@@ -250,6 +250,21 @@ pub struct Instruments {
     pub recorder: Option<Arc<Recorder>>,
 }
 
+/// What an engine node starts with: the device's parts both nodes share.
+#[derive(Clone)]
+pub struct NodeParts {
+    /// The segment layout.
+    pub layout: Arc<SegmentLayout>,
+    /// The VRAM.
+    pub vram: Arc<Vram>,
+    /// The status page and the posted events.
+    pub notify: Arc<Mutex<Notify>>,
+    /// The contexts with GPU virtual addressing.
+    pub contexts: Arc<Mutex<Contexts>>,
+    /// Counters, timeline, injection, checker and recording.
+    pub instruments: Instruments,
+}
+
 /// The paging node at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeState {
@@ -424,20 +439,21 @@ pub(super) fn submit_response(fence_id: u32, status: SubmitStatus) -> WddmGpuRes
 
 impl Scheduler {
     /// Starts the engine thread.
-    pub fn start(
-        layout: Arc<SegmentLayout>,
-        vram: Arc<Vram>,
-        notify: Arc<Mutex<Notify>>,
-        contexts: Arc<Mutex<Contexts>>,
-        instruments: Instruments,
-    ) -> std::io::Result<Self> {
-        let Instruments {
-            stats,
-            trace,
-            injector,
-            checker,
-            recorder,
-        } = instruments;
+    pub fn start(parts: NodeParts) -> std::io::Result<Self> {
+        let NodeParts {
+            layout,
+            vram,
+            notify,
+            contexts,
+            instruments:
+                Instruments {
+                    stats,
+                    trace,
+                    injector,
+                    checker,
+                    recorder,
+                },
+        } = parts;
         let link = layout
             .link
             .clone()

@@ -36,7 +36,7 @@ use crate::gpu::checker::Checker;
 use crate::gpu::inject::spec::Action;
 use crate::gpu::inject::Injector;
 use crate::gpu::reply::{answer, Mem, Notify, Reply};
-use crate::gpu::scheduler::Instruments;
+use crate::gpu::scheduler::{Instruments, NodeParts};
 use crate::layout::SegmentLayout;
 use crate::memory::capture::ReadCapture;
 use crate::memory::guest_ram::GuestRam;
@@ -146,21 +146,22 @@ pub struct VirtualNode {
 
 impl VirtualNode {
     /// Starts the node's thread.
-    pub fn start(
-        layout: Arc<SegmentLayout>,
-        vram: Arc<Vram>,
-        notify: Arc<Mutex<Notify>>,
-        contexts: Arc<Mutex<Contexts>>,
-        instruments: Instruments,
-    ) -> std::io::Result<Self> {
+    pub fn start(parts: NodeParts) -> std::io::Result<Self> {
         // The node marks nothing on the trace: its submissions are counted in the stats.
-        let Instruments {
-            stats,
-            injector,
-            checker,
-            recorder,
-            trace: _,
-        } = instruments;
+        let NodeParts {
+            layout,
+            vram,
+            notify,
+            contexts,
+            instruments:
+                Instruments {
+                    stats,
+                    injector,
+                    checker,
+                    recorder,
+                    trace: _,
+                },
+        } = parts;
         let shared = Arc::new(Shared {
             layout,
             vram,

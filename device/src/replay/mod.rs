@@ -87,6 +87,13 @@ pub struct ReplayReport {
     pub header: Header,
     /// The statistics of the replay, as the backend's `stats` shows them.
     pub stats: Stats,
+    /// What was replayed and how it compared.
+    pub counts: ReplayCounts,
+}
+
+/// What the replay counts as it goes.
+#[derive(Debug, Default)]
+pub struct ReplayCounts {
     /// Submissions replayed (both nodes).
     pub submissions: u64,
     /// Of them, the virtual node's.
@@ -204,7 +211,7 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
         memory: None,
         injected: None,
     };
-    let mut report = Tally::default();
+    let mut report = ReplayCounts::default();
     let mut entries = EntryReader::new(input);
     loop {
         let index = entries.index();
@@ -278,53 +285,14 @@ pub fn replay(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, Repl
     if let Some(out) = &options.dump_vram {
         dump_vram(&replayer.vram, out).map_err(|e| ReplayError::Dump(out.clone(), e))?;
     }
-    let Tally {
-        submissions,
-        virtual_submissions,
-        context_commands,
-        engine_resets,
-        resets,
-        preempts,
-        mismatches,
-        refusals,
-        data_dropped,
-        recorded_ns,
-        replayed_ns,
-    } = report;
     Ok(ReplayReport {
         header,
         stats: replayer.stats,
-        submissions,
-        virtual_submissions,
-        context_commands,
-        engine_resets,
-        resets,
-        preempts,
-        mismatches,
-        refusals,
-        data_dropped,
-        recorded_ns,
-        replayed_ns,
+        counts: report,
     })
 }
 
-/// What the replay counts as it goes.
-#[derive(Default)]
-struct Tally {
-    submissions: u64,
-    virtual_submissions: u64,
-    context_commands: u64,
-    engine_resets: u64,
-    resets: u64,
-    preempts: u64,
-    mismatches: Vec<Mismatch>,
-    refusals: Vec<Refusal>,
-    data_dropped: u64,
-    recorded_ns: u64,
-    replayed_ns: u64,
-}
-
-impl Tally {
+impl ReplayCounts {
     /// Counts a replayed submission (entry, node and fence `at`): its recorded answer, time and
     /// reads, its replayed answer and time; keeps the answer when it differs.
     fn count(

@@ -102,9 +102,10 @@ fn vram_fills_move_at_the_vram_bandwidth_and_a_preempt_still_stops_the_work() {
         Some(SubmitStatus::Preempted),
         "{response:?}"
     );
-    // Stopped between packets, part way: at least the ones the 100 ms allowed, far from all.
+    // Stopped between packets, part way: not all 64 (how many ran in the 100 ms depends on how
+    // busy the machine is, so no lower bound beyond the preemption's answer).
     assert!(
-        (5..64).contains(&response.packets_completed),
+        response.packets_completed < 64,
         "{response:?} after {took:?}"
     );
     // The same submission runs to its end afterwards, at the modelled pace.
