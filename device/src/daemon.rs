@@ -63,7 +63,7 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// Where the timeline stops growing.
     pub trace_max_size: u64,
-    /// The `--record` file of every paging submission.
+    /// The `--record` file of every submission of both nodes.
     pub record: Option<PathBuf>,
     /// Whether the recording keeps the bytes copies read too (`--record-data`).
     pub record_data: bool,
@@ -195,7 +195,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
             let recorder =
                 Recorder::create(path, &header).map_err(|e| StartError::Record(path.clone(), e))?;
             info!(
-                "record: writing every paging submission to {}{}",
+                "record: writing every submission of both nodes to {}{}",
                 path.display(),
                 if args.record_data {
                     ", with the bytes copies read"

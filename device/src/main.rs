@@ -100,8 +100,9 @@ struct RunArgs {
     /// decides how many packets there are.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     trace_max_size: u64,
-    /// Record every paging submission (its command, the packets, frame lists and page arrays
-    /// it read, how it ran and its answer) and every RESET and PREEMPT to this file, for
+    /// Record every submission of both engine nodes (its command, the packets, frame lists,
+    /// page arrays and page-table entries it read, how it ran and its answer), the context
+    /// commands, and every RESET, RESET_ENGINE and PREEMPT to this file, for
     /// `vhost-user-wddm-gpu replay`.
     #[arg(long)]
     record: Option<PathBuf>,
@@ -220,9 +221,9 @@ enum Command {
         #[arg(required = true, allow_hyphen_values = true, trailing_var_arg = true)]
         request: Vec<String>,
     },
-    /// Run a --record file again, offline, against this build's paging and virtual engines: print the
-    /// statistics `stats` prints and check every answer against the recorded one (exit code 3
-    /// when one differs).
+    /// Run a --record file again, offline, against this build's paging and virtual engines:
+    /// print the statistics `stats` prints and check every answer against the recorded one (exit
+    /// code 3 when one differs or a context command is refused).
     Replay {
         /// The recording.
         file: PathBuf,

@@ -83,8 +83,8 @@ pub struct PagingGpu {
 
 impl PagingGpu {
     /// A paging GPU with this layout over this VRAM, recording into `stats` and, when given,
-    /// writing every submission and packet to `trace` and every submission of both nodes with what it
-    /// read to `recorder`; starts its engine thread.
+    /// writing every submission and packet to `trace` and every submission of both nodes with
+    /// what it read to `recorder`; starts its engine thread.
     pub fn start(
         layout: Arc<SegmentLayout>,
         vram: Arc<Vram>,

@@ -54,8 +54,8 @@ impl Gpu {
     }
 
     /// A GPU recording into `stats` and, when given, writing every submission and packet to
-    /// `trace` and every paging submission with what it read to `recorder`, with the scanouts
-    /// and 2D memory of `display`; starts its engine thread.
+    /// `trace` and every submission of both nodes with what it read to `recorder`, with the
+    /// scanouts and 2D memory of `display`; starts its engine thread.
     pub fn with_telemetry(
         layout: SegmentLayout,
         vram: Vram,
