@@ -1054,10 +1054,9 @@ impl Execution {
             self.link_wait(job.cmd.submission_fence_id, until);
         }
         if let Some(tape) = &mut job.tape {
-            let end = match (completion.deferred, completion.stop) {
-                (Some(_), _) => RunEnd::Deferred,
-                (None, Some((_, Stop::Interrupted(by)))) => RunEnd::Interrupted { by, checks },
-                (None, _) => RunEnd::Finished,
+            let end = match completion.deferred {
+                Some(_) => RunEnd::Deferred,
+                None => RunEnd::after(completion.stop.map(|(_, stop)| stop), checks),
             };
             tape.runs.push(Run {
                 packets: completion.packets_completed,

@@ -404,7 +404,10 @@ impl Shared {
                     );
                 }
                 answer_submit(job.reply, &reply);
-                self.count(&reply, duration);
+                self.stats
+                    .record_virtual_submission(&VirtualSubmissionRecord::answered(
+                        &reply, duration,
+                    ));
             }
             let mut state = lock(&self.state);
             state.running = false;
@@ -412,19 +415,6 @@ impl Shared {
             drop(state);
             self.idle.notify_all();
         }
-    }
-
-    /// Counts an answered submission in the stats.
-    fn count(&self, outcome: &WddmGpuRespSubmitVirtual, duration: Duration) {
-        // The node writes its own answers: the status is always one it knows.
-        let status = SubmitStatus::from_raw(outcome.status).unwrap_or(SubmitStatus::Ok);
-        self.stats
-            .record_virtual_submission(&VirtualSubmissionRecord {
-                duration,
-                packets: outcome.packets_completed,
-                bytes: outcome.bytes_transferred,
-                status,
-            });
     }
 
     /// An injected hang: waits, touching nothing, until RESET_ENGINE, a reset or shutdown
@@ -488,12 +478,8 @@ impl Shared {
     /// reset dropped it.
     fn run(&self, job: &Job, capture: Option<&ReadCapture>) -> Option<Answered> {
         let cmd = &job.cmd;
-        let (space, geometry) = {
-            let contexts = lock(&self.contexts);
-            let space = contexts.space(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
-            (space, contexts.geometry().copied())
-        };
-        let (Some(space), Some(geometry)) = (space, geometry) else {
+        let walkable = lock(&self.contexts).walkable(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
+        let Some((space, geometry)) = walkable else {
             crate::guest_warn!(
                 "SUBMIT_VIRTUAL fence {}: context {} does not exist on the virtual node",
                 cmd.submission_fence_id,
@@ -520,13 +506,7 @@ impl Shared {
         };
         let completion = VirtualEngine::default().execute(cmd, &virtual_memory, &mut hooks);
         self.report_stale(cmd, &space, &memory.ram);
-        let end = match completion.stop {
-            Some((_, Stop::Interrupted(by))) => RunEnd::Interrupted {
-                by,
-                checks: hooks.checks.get(),
-            },
-            _ => RunEnd::Finished,
-        };
+        let end = RunEnd::after(completion.stop.map(|(_, stop)| stop), hooks.checks.get());
         let reply = self.finish(cmd, &completion, &memory.ram)?;
         Some((reply, VirtualStart::Ran(end)))
     }

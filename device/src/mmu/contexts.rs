@@ -171,6 +171,12 @@ impl Contexts {
         (context.node == node).then(|| context.space.clone())
     }
 
+    /// What a submission of context `id` on `node` walks: its address space and the geometry,
+    /// if the context lives there (the virtual node and the replay take both at once).
+    pub fn walkable(&self, id: u32, node: u32) -> Option<(Arc<Mutex<AddressSpace>>, MmuGeometry)> {
+        Some((self.space(id, node)?, self.geometry?))
+    }
+
     /// Context `id`'s node and address space, whatever its node (live inspection).
     pub fn any_space(&self, id: u32) -> Option<(u32, Arc<Mutex<AddressSpace>>)> {
         let context = self.slots.get(usize::try_from(id).ok()?)?.as_ref()?;

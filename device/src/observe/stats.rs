@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use wddm_gpu_abi::context::{WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL};
+use wddm_gpu_abi::context::{
+    WddmGpuRespSubmitVirtual, WDDM_GPU_NODE_PAGING, WDDM_GPU_NODE_VIRTUAL,
+};
 use wddm_gpu_abi::decode::PacketKind;
 use wddm_gpu_abi::submit::SubmitStatus;
 
@@ -63,6 +65,19 @@ pub struct VirtualSubmissionRecord {
     pub bytes: u64,
     /// How it ended.
     pub status: SubmitStatus,
+}
+
+impl VirtualSubmissionRecord {
+    /// The record of a SUBMIT_VIRTUAL the node answered with `reply` after `duration`.
+    pub fn answered(reply: &WddmGpuRespSubmitVirtual, duration: Duration) -> Self {
+        Self {
+            duration,
+            packets: reply.packets_completed,
+            bytes: reply.bytes_transferred,
+            // The node writes its own answers: the status is always one it knows.
+            status: SubmitStatus::from_raw(reply.status).unwrap_or(SubmitStatus::Ok),
+        }
+    }
 }
 
 /// Counters per packet kind: one per [`PacketKind`], in report order, then one that takes every

@@ -432,15 +432,8 @@ impl Replayer {
             VirtualStart::Ran(end) => self.run_virtual(entry, submission, end)?,
         };
         let duration = start.elapsed();
-        // The node writes its own answers: the status is always one it knows.
-        let status = SubmitStatus::from_raw(reply.status).unwrap_or(SubmitStatus::Ok);
         self.stats
-            .record_virtual_submission(&VirtualSubmissionRecord {
-                duration,
-                packets: reply.packets_completed,
-                bytes: reply.bytes_transferred,
-                status,
-            });
+            .record_virtual_submission(&VirtualSubmissionRecord::answered(&reply, duration));
         Ok((Outcome::of_virtual(&reply), nanos(duration)))
     }
 
@@ -452,8 +445,10 @@ impl Replayer {
         end: RunEnd,
     ) -> Result<WddmGpuRespSubmitVirtual, ReplayError> {
         let cmd = &submission.cmd;
-        let space = self.contexts.space(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
-        let (Some(space), Some(geometry)) = (space, self.contexts.geometry().copied()) else {
+        let walkable = self
+            .contexts
+            .walkable(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
+        let Some((space, geometry)) = walkable else {
             return Ok(virtual_response(
                 cmd.submission_fence_id,
                 SubmitStatus::BadContext,

@@ -18,7 +18,7 @@ use wddm_gpu_abi::context::{
 use wddm_gpu_abi::submit::{SubmitStatus, WddmGpuCmdSubmit};
 use zerocopy::IntoBytes;
 
-use crate::engine::Interruption;
+use crate::engine::{Interruption, Stop};
 use crate::memory::capture::{Captured, ReadKind, Store};
 
 /// The first eight bytes of every recording.
@@ -109,6 +109,17 @@ pub enum RunEnd {
         /// Interruption checks answered "go on" in this run before the one that stopped it.
         checks: u32,
     },
+}
+
+impl RunEnd {
+    /// How a run that was not deferred ended, from where it stopped and the interruption checks
+    /// it passed: interrupted at the next one, or finished (or faulted).
+    pub fn after(stop: Option<Stop>, checks: u32) -> Self {
+        match stop {
+            Some(Stop::Interrupted(by)) => RunEnd::Interrupted { by, checks },
+            _ => RunEnd::Finished,
+        }
+    }
 }
 
 /// One run of a submission: the packets it completed and how it ended.
