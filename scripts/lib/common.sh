@@ -31,6 +31,33 @@ readonly _RUST_MIN_VERSION=1.89
 log() { printf '%s: %s\n' "$SCRIPT_NAME" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# ----------------------------------------------------------- result lines --
+
+# The check scripts' (firmware-test, libvirt-test) verdicts: each printed as one line,
+# "${RESULT_MARKER} CASE:CHECK VERDICT DETAIL", and counted; PASS and XFAIL (an expected
+# failure) pass, anything else fails.
+RESULT_MARKER=RESULT
+_RESULTS_PASSED=0
+_RESULTS_FAILED=0
+_RESULTS_FAILURES=()
+
+result_line() { # result_line CASE CHECK VERDICT DETAIL
+    echo "${RESULT_MARKER} $1:$2 $3 $4"
+    if [[ "$3" == PASS || "$3" == XFAIL ]]; then
+        _RESULTS_PASSED=$((_RESULTS_PASSED + 1))
+    else
+        _RESULTS_FAILED=$((_RESULTS_FAILED + 1))
+        _RESULTS_FAILURES+=("$1:$2")
+    fi
+}
+
+# results_summary: logs the failed checks, prints "N passed, M failed"; fails when one failed.
+results_summary() {
+    ((${#_RESULTS_FAILURES[@]} == 0)) || log "failed: ${_RESULTS_FAILURES[*]}"
+    echo "${_RESULTS_PASSED} passed, ${_RESULTS_FAILED} failed"
+    ((_RESULTS_FAILED == 0))
+}
+
 # ---------------------------------------------------------------- cleanup --
 
 _CLEANUP_CMDS=()
