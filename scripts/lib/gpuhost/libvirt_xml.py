@@ -1,10 +1,10 @@
 """A libvirt domain of the repository rewritten for one run of scripts/libvirt-test
 (docs/libvirt.md): the paths a user edits by hand are set here, nothing else changes.
 
-  python3 -m gpuhost.libvirt_xml SOURCE OUT windows --disk QCOW2 --nvram VARS
-      the system disk's file, the variable store's copy; the install ISOs (CD-ROMs) are left out
-      (an empty disk, as the test boots it) and so is the TCP serial port (a fixed port two runs
-      could both want)
+  python3 -m gpuhost.libvirt_xml SOURCE OUT windows --disk QCOW2 --nvram VARS [--emulator E]
+      the system disk's file, the variable store's copy (and the emulator, for a QEMU that is not
+      the host's); the install ISOs (CD-ROMs) are left out (an empty disk, as the test boots it)
+      and so is the TCP serial port (a fixed port two runs could both want)
   python3 -m gpuhost.libvirt_xml SOURCE OUT linux --kernel K --initrd I --cmdline C --console LOG
       the guest's kernel, initrd and command line, and the console's log file
 
@@ -14,6 +14,9 @@ Standard library only. Exit 0, or 2 with the reason on stderr (an element the do
 import argparse
 import sys
 import xml.etree.ElementTree as ET
+
+# The prefix the domains use for QEMU's namespace (qemu:commandline); kept when written back.
+ET.register_namespace("qemu", "http://libvirt.org/schemas/domain/qemu/1.0")
 
 
 class DomainError(Exception):
@@ -27,10 +30,12 @@ def _one(root, path):
     return found
 
 
-def windows(root, disk, nvram):
-    """Points the system disk and the variable store at the run's files; drops the CD-ROMs and
-    the TCP serial port."""
+def windows(root, disk, nvram, emulator=None):
+    """Points the system disk and the variable store (and the emulator, when given) at the run's
+    files; drops the CD-ROMs and the TCP serial port."""
     devices = _one(root, "devices")
+    if emulator is not None:
+        _one(devices, "emulator").text = emulator
     system = [d for d in devices.findall("disk") if d.get("device") == "disk"]
     if len(system) != 1:
         raise DomainError(f"the domain has {len(system)} system disks, not 1")
@@ -60,6 +65,7 @@ def main(argv):
     win = kinds.add_parser("windows")
     win.add_argument("--disk", required=True)
     win.add_argument("--nvram", required=True)
+    win.add_argument("--emulator")
     lin = kinds.add_parser("linux")
     for option in ("--kernel", "--initrd", "--cmdline", "--console"):
         lin.add_argument(option, required=True)
@@ -67,7 +73,7 @@ def main(argv):
     tree = ET.parse(args.source)
     try:
         if args.kind == "windows":
-            windows(tree.getroot(), args.disk, args.nvram)
+            windows(tree.getroot(), args.disk, args.nvram, args.emulator)
         else:
             linux(tree.getroot(), args.kernel, args.initrd, args.cmdline, args.console)
     except DomainError as error:

@@ -25,6 +25,28 @@ class WindowsTest(unittest.TestCase):
         self.assertEqual(root.find("devices/shmem").get("name"), "vhost-user-wddm-gpu-libvirt.vram")
         self.assertIsNotNone(root.find("devices/tpm"))
 
+    def test_the_emulator_is_set_and_the_qemu_namespace_kept_in_mode_2(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "d.xml")
+            source = os.path.join(REPO, "qemu-configs/windows/libvirt/win11-shmem-qemu11.xml")
+            code = libvirt_xml.main([source, out, "windows", "--disk", "/d", "--nvram", "/n",
+                                     "--emulator", "/opt/qemu-11.1"])
+            self.assertEqual(code, 0)
+            with open(out, encoding="utf-8") as written:
+                text = written.read()
+        root = ET.fromstring(text)
+        self.assertEqual(root.find("devices/emulator").text, "/opt/qemu-11.1")
+        # libvirt reads qemu:commandline by its namespace; the prefix stays the one users know.
+        self.assertIn('xmlns:qemu="http://libvirt.org/schemas/domain/qemu/1.0"', text)
+        self.assertIn("<qemu:commandline>", text)
+        args = [a.get("value") for a in root.iter("{http://libvirt.org/schemas/domain/qemu/1.0}arg")]
+        self.assertIn("-device", args)
+
+    def test_without_an_emulator_option_the_domain_keeps_its_own(self):
+        root = domain("qemu-configs/windows/libvirt/win11-ivshmem.xml")
+        libvirt_xml.windows(root, "/d", "/n")
+        self.assertEqual(root.find("devices/emulator").text, "/usr/bin/qemu-system-x86_64")
+
     def test_a_domain_without_a_system_disk_is_refused(self):
         root = ET.fromstring("<domain><os><nvram>x</nvram></os><devices/></domain>")
         with self.assertRaisesRegex(libvirt_xml.DomainError, "0 system disks"):
