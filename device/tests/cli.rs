@@ -13,6 +13,8 @@ fn backend() -> Command {
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wddm-cli-{}-{name}", std::process::id()));
+    // Empty: an earlier run whose process had this pid may have left a socket here.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

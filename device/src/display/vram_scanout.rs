@@ -132,6 +132,9 @@ pub struct Vblank {
     /// Segment and address shown from this vblank on; segment 0 once turned off.
     pub segment_id: u32,
     pub address: u64,
+    /// A flip took effect at this vblank (or the scanout turned off): what the scanout shows
+    /// changed, so the driver must get this event even if it posted no WAIT_EVENT in time.
+    pub changed: bool,
 }
 
 /// What changed on the display at a vblank.
@@ -200,6 +203,7 @@ impl VramScanout {
     ) -> Option<(Shown, Vblank)> {
         let before = self.shown;
         let mut shown = Shown::SameSize;
+        let changed = self.pending.is_some();
         if let Some(next) = self.pending.take() {
             self.shown = next;
             self.whole = true;
@@ -230,6 +234,7 @@ impl VramScanout {
                 .shown
                 .map_or(WDDM_GPU_SCANOUT_VRAM_OFF, |s| s.segment_id),
             address: self.shown.map_or(0, |s| s.address),
+            changed,
         };
         if self.shown.is_none() {
             self.pushed = Vec::new();

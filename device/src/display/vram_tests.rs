@@ -224,13 +224,15 @@ fn a_flip_shows_at_the_next_vblank_and_only_changed_rows_follow() {
     rig.set(surface(1, 0x1000, width, height, pitch)).unwrap();
     assert_eq!(rig.taken(), vec![], "nothing is shown before the vblank");
     assert!(rig.display.shows_vram());
-    let shown = |count, address| Vblank {
+    // `changed`: the vblank a flip (the first showing included) took effect at.
+    let shown = |count, address, changed| Vblank {
         scanout: 0,
         count,
         segment_id: 1,
         address,
+        changed,
     };
-    assert_eq!(rig.vblank(), vec![shown(1, 0x1000)]);
+    assert_eq!(rig.vblank(), vec![shown(1, 0x1000, true)]);
     assert_eq!(
         rig.taken(),
         vec![
@@ -239,14 +241,14 @@ fn a_flip_shows_at_the_next_vblank_and_only_changed_rows_follow() {
         ]
     );
     // Unchanged: an event, no update.
-    assert_eq!(rig.vblank(), vec![shown(2, 0x1000)]);
+    assert_eq!(rig.vblank(), vec![shown(2, 0x1000, false)]);
     assert_eq!(rig.taken(), vec![]);
     // Rows 3 and 5 change: rows 3 to 5 are pushed.
     vram_write(&rig.vram, 0x1000 + 3 * u64::from(pitch), &[9; 4]);
     vram_write(&rig.vram, 0x1000 + 5 * u64::from(pitch) + 60, &[9; 4]);
     // Bytes past the visible width (the pitch's padding) are not damage.
     vram_write(&rig.vram, 0x1000 + 7 * u64::from(pitch) + 64, &[9; 4]);
-    assert_eq!(rig.vblank(), vec![shown(3, 0x1000)]);
+    assert_eq!(rig.vblank(), vec![shown(3, 0x1000, false)]);
     // B8G8R8X8 is the display's own order: the X byte goes as is (the display ignores it).
     let mut expected = first_packed[3 * 64..6 * 64].to_vec();
     expected[..4].copy_from_slice(&[9, 9, 9, 9]);
@@ -261,7 +263,7 @@ fn a_flip_shows_at_the_next_vblank_and_only_changed_rows_follow() {
     rig.set(surface(1, second_at, width, height, pitch))
         .unwrap();
     assert_eq!(rig.taken(), vec![]);
-    assert_eq!(rig.vblank(), vec![shown(4, second_at)]);
+    assert_eq!(rig.vblank(), vec![shown(4, second_at, true)]);
     assert_eq!(
         rig.taken(),
         vec![Event::Update(0, whole(width, height), second_packed)]
@@ -274,7 +276,8 @@ fn a_flip_shows_at_the_next_vblank_and_only_changed_rows_follow() {
             scanout: 0,
             count: 5,
             segment_id: 0,
-            address: 0
+            address: 0,
+            changed: true,
         }]
     );
     assert_eq!(rig.taken(), vec![Event::Scanout(0, ScanoutState::Disabled)]);
@@ -282,7 +285,7 @@ fn a_flip_shows_at_the_next_vblank_and_only_changed_rows_follow() {
     assert!(!rig.display.shows_vram());
     // Shown again: the counter starts over.
     rig.set(surface(1, 0x1000, width, height, pitch)).unwrap();
-    assert_eq!(rig.vblank(), vec![shown(1, 0x1000)]);
+    assert_eq!(rig.vblank(), vec![shown(1, 0x1000, true)]);
 }
 
 #[test]
@@ -321,7 +324,8 @@ fn after_a_reset_the_next_display_is_told_the_scanout_is_off_once() {
             scanout: 0,
             count: 1,
             segment_id: 1,
-            address: 0x1000
+            address: 0x1000,
+            changed: true,
         }]
     );
 }

@@ -16,7 +16,6 @@ pub mod scheduler;
 pub mod status_page;
 pub mod virtual_node;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,10 +91,7 @@ impl PagingGpu {
         trace: Option<Trace>,
         recorder: Option<Recorder>,
     ) -> std::io::Result<Self> {
-        let notify = Arc::new(Mutex::new(Notify {
-            status: StatusPage::default(),
-            events: VecDeque::new(),
-        }));
+        let notify = Arc::new(Mutex::new(Notify::new(StatusPage::default())));
         let contexts = Arc::new(Mutex::new(Contexts::new(layout.gpummu)));
         let trace = trace.map(Arc::new);
         let recorder = recorder.map(Arc::new);
@@ -290,7 +286,7 @@ impl PagingGpu {
                     );
                     return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
                 }
-                lock(&self.notify).events.push_back(reply);
+                lock(&self.notify).post(reply);
                 return RequestOutcome::Taken;
             }
             ControlCommand::Preempt => {

@@ -90,10 +90,39 @@ pub struct Notify {
     /// The registered status page.
     pub status: StatusPage,
     /// WAIT_EVENT requests not yet completed, oldest first.
-    pub events: VecDeque<Box<dyn Reply>>,
+    events: VecDeque<Box<dyn Reply>>,
+    /// VBLANK events that changed what a scanout shows and found no WAIT_EVENT posted, newest
+    /// per scanout, for the next ones posted ([`Self::vblank`]).
+    kept_vblanks: Vec<WddmGpuRespEvent>,
 }
 
 impl Notify {
+    /// No status page, no WAIT_EVENT posted.
+    pub fn new(status: StatusPage) -> Self {
+        Self {
+            status,
+            events: VecDeque::new(),
+            kept_vblanks: Vec::new(),
+        }
+    }
+
+    /// A WAIT_EVENT posted: a kept VBLANK completes it at once; otherwise it waits for the next
+    /// event.
+    pub fn post(&mut self, reply: Box<dyn Reply>) {
+        if self.kept_vblanks.is_empty() {
+            self.events.push_back(reply);
+        } else {
+            reply.complete(self.kept_vblanks.remove(0).as_bytes());
+        }
+    }
+
+    /// A device reset: posted WAIT_EVENTs are forgotten (the frontend has taken the rings back)
+    /// and so are kept VBLANKs (the reset turned every scanout off).
+    pub fn forget_events(&mut self) {
+        self.events.clear();
+        self.kept_vblanks.clear();
+    }
+
     /// Publishes the status page, then completes the oldest posted WAIT_EVENT with `event` (or
     /// counts it as dropped, in what the page shows): a driver woken by the event finds the
     /// page already up to date.
@@ -150,19 +179,32 @@ impl Notify {
         );
     }
 
-    /// Completes the oldest posted WAIT_EVENT with `event` if one is posted; otherwise the event
-    /// is lost uncounted and the status page left alone (vblanks: the next one's counter says
-    /// how many were missed, and the vblank thread holds no guest memory to publish with).
-    pub fn signal_if_waiting(&mut self, mut event: WddmGpuRespEvent) -> bool {
-        let Some(reply) = self.events.pop_front() else {
-            return false;
-        };
+    /// A vblank's VBLANK `event`: completes the oldest posted WAIT_EVENT. With none posted, an
+    /// ordinary vblank is lost uncounted (the next one's counter says how many were missed), but
+    /// one that `changed` what its scanout shows (a flip took effect, the scanout turned off) is
+    /// kept for the next WAIT_EVENT posted, and so are the vblanks after it until then (newest
+    /// per scanout): the last VBLANK of a scanout turned off has no successor that would tell
+    /// the driver. The status page is left alone (the vblank thread holds no guest memory).
+    pub fn vblank(&mut self, mut event: WddmGpuRespEvent, changed: bool) {
         event.hdr = WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_EVENT);
-        reply.complete(event.as_bytes());
-        true
+        if let Some(reply) = self.events.pop_front() {
+            reply.complete(event.as_bytes());
+            return;
+        }
+        let scanout = event.scanout_id;
+        match self
+            .kept_vblanks
+            .iter_mut()
+            .find(|k| k.scanout_id == scanout)
+        {
+            Some(kept) => *kept = event,
+            None if changed => self.kept_vblanks.push(event),
+            None => {}
+        }
     }
 
-    /// Completes every posted WAIT_EVENT as cancelled (a driver-requested reset).
+    /// Completes every posted WAIT_EVENT as cancelled (a driver-requested reset). Kept VBLANKs
+    /// stay for the WAIT_EVENTs the driver posts after it: its RESET does not touch the display.
     pub fn cancel_events(&mut self) {
         while let Some(reply) = self.events.pop_front() {
             let event = WddmGpuRespEvent {

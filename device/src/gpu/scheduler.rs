@@ -682,7 +682,7 @@ impl Scheduler {
             if by == ResetBy::Driver {
                 notify.cancel_events();
             } else {
-                notify.events.clear();
+                notify.forget_events();
             }
         }
         {

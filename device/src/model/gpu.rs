@@ -229,6 +229,11 @@ impl Gpu {
     /// A reset also ends a pause ([`Self::pause`]: QEMU stops the rings first): the vblanks
     /// tick again, with nothing shown until the next SET_SCANOUT_VRAM.
     pub fn device_reset(&self) {
+        // No tick between the two resets: one that read the scanouts before the display's reset
+        // would keep a VBLANK from before it for the driver's first WAIT_EVENT after it.
+        if let Some(vblank) = &self.vblank {
+            vblank.pause();
+        }
         self.paging.device_reset();
         lock(&self.display).reset();
         if let Some(vblank) = &self.vblank {
@@ -256,8 +261,8 @@ impl Gpu {
 }
 
 /// One vblank: the display takes its flips and shows changed VRAM (display lock), then each
-/// scanout's event completes a posted WAIT_EVENT of the GPU (notify lock; the two are never
-/// held together).
+/// scanout's event completes a posted WAIT_EVENT of the GPU, or is kept for the next one when
+/// it shows a change (notify lock; the two are never held together).
 fn vblank_tick(
     display: Arc<Mutex<Display>>,
     vram: Arc<Vram>,
@@ -270,14 +275,15 @@ fn vblank_tick(
         }
         let mut notify = lock(&notify);
         for vblank in vblanks {
-            notify.signal_if_waiting(WddmGpuRespEvent {
+            let event = WddmGpuRespEvent {
                 kind: WDDM_GPU_EVENT_VBLANK,
                 scanout_id: vblank.scanout,
                 vblank_count: vblank.count,
                 scanout_segment_id: vblank.segment_id,
                 scanout_address: vblank.address,
                 ..Default::default()
-            });
+            };
+            notify.vblank(event, vblank.changed);
         }
     }
 }

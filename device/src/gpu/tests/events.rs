@@ -291,3 +291,49 @@ fn vblanks_come_again_after_a_reset_that_followed_a_pause() {
         (WDDM_GPU_EVENT_VBLANK, 1, 0x10000)
     );
 }
+
+#[test]
+fn a_vblank_that_changes_the_scanout_waits_for_the_next_wait_event() {
+    use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+    // Long enough for many vblanks at 60 Hz, even on a loaded machine.
+    let none_posted = || std::thread::sleep(std::time::Duration::from_millis(300));
+    let rig = GpuRig::new("vblank-kept");
+    // Shown while no WAIT_EVENT is posted: the flip's vblank is kept, and the ones after it
+    // replace it, so the next WAIT_EVENT gets the newest.
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x10000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    none_posted();
+    let shown = event(&rig.post_event());
+    assert_eq!(
+        (shown.kind, shown.scanout_segment_id, shown.scanout_address),
+        (WDDM_GPU_EVENT_VBLANK, 1, 0x10000)
+    );
+    assert!(shown.vblank_count > 1, "{shown:?}");
+    // Turned off while none is posted (a driver reposts only after it read its events): the
+    // last VBLANK has no successor, so it waits for the next WAIT_EVENT, and then nothing.
+    assert_eq!(set_scanout_vram(&rig, 0, 0), VIRTIO_GPU_RESP_OK_NODATA);
+    none_posted();
+    let off = event(&rig.post_event());
+    assert_eq!((off.scanout_segment_id, off.scanout_address), (0, 0));
+    no_answer_yet(&rig.post_event());
+    // Vblanks nobody waited for are not counted as dropped events.
+    assert_eq!(rig.status_page().events_dropped, 0);
+}
+
+#[test]
+fn a_device_reset_forgets_a_kept_vblank() {
+    use wddm_gpu_abi::ctrl::VIRTIO_GPU_RESP_OK_NODATA;
+    let rig = GpuRig::new("vblank-kept-reset");
+    assert_eq!(
+        set_scanout_vram(&rig, 1, 0x10000),
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // QEMU's reset: the rings stop, then the device is reset; the scanout is off and what was
+    // kept from before is gone with it.
+    let _ = rig.gpu.pause();
+    rig.gpu.device_reset();
+    no_answer_yet(&rig.post_event());
+}
