@@ -6,7 +6,8 @@
       the host's); the install ISOs (CD-ROMs) are left out (an empty disk, as the test boots it)
       and so is the TCP serial port (a fixed port two runs could both want)
   python3 -m gpuhost.libvirt_xml SOURCE OUT linux --kernel K --initrd I --cmdline C --console LOG
-      the guest's kernel, initrd and command line, and the console's log file
+          [--emulator E]
+      the guest's kernel, initrd and command line, and the console's log file (and the emulator)
 
 Standard library only. Exit 0, or 2 with the reason on stderr (an element the domain lacks).
 """
@@ -30,12 +31,17 @@ def _one(root, path):
     return found
 
 
+def set_emulator(root, emulator):
+    """Sets the domain's emulator (a QEMU that is not the host's), when one is given."""
+    if emulator is not None:
+        _one(root, "devices/emulator").text = emulator
+
+
 def windows(root, disk, nvram, emulator=None):
     """Points the system disk and the variable store (and the emulator, when given) at the run's
     files; drops the CD-ROMs and the TCP serial port."""
     devices = _one(root, "devices")
-    if emulator is not None:
-        _one(devices, "emulator").text = emulator
+    set_emulator(root, emulator)
     system = [d for d in devices.findall("disk") if d.get("device") == "disk"]
     if len(system) != 1:
         raise DomainError(f"the domain has {len(system)} system disks, not 1")
@@ -48,8 +54,10 @@ def windows(root, disk, nvram, emulator=None):
             devices.remove(element)
 
 
-def linux(root, kernel, initrd, cmdline, console):
-    """Sets the guest's kernel, initrd, command line and console log."""
+def linux(root, kernel, initrd, cmdline, console, emulator=None):
+    """Sets the guest's kernel, initrd, command line and console log (and the emulator, when
+    given)."""
+    set_emulator(root, emulator)
     _one(root, "os/kernel").text = kernel
     _one(root, "os/initrd").text = initrd
     _one(root, "os/cmdline").text = cmdline
@@ -65,17 +73,19 @@ def main(argv):
     win = kinds.add_parser("windows")
     win.add_argument("--disk", required=True)
     win.add_argument("--nvram", required=True)
-    win.add_argument("--emulator")
     lin = kinds.add_parser("linux")
     for option in ("--kernel", "--initrd", "--cmdline", "--console"):
         lin.add_argument(option, required=True)
+    for kind in (win, lin):
+        kind.add_argument("--emulator")
     args = parser.parse_args(argv)
     tree = ET.parse(args.source)
     try:
         if args.kind == "windows":
             windows(tree.getroot(), args.disk, args.nvram, args.emulator)
         else:
-            linux(tree.getroot(), args.kernel, args.initrd, args.cmdline, args.console)
+            linux(tree.getroot(), args.kernel, args.initrd, args.cmdline, args.console,
+                  args.emulator)
     except DomainError as error:
         print(f"gpuhost.libvirt_xml: {args.source}: {error}", file=sys.stderr)
         return 2

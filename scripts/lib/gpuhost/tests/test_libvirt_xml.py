@@ -63,6 +63,13 @@ class LinuxTest(unittest.TestCase):
         self.assertEqual(root.find("devices/serial/source").get("path"), "/c.log")
         self.assertEqual(root.find("devices/console/source").get("path"), "/c.log")
 
+    def test_mode_2_sets_the_emulator_and_keeps_the_gpu_on_qemus_command_line(self):
+        root = domain("qemu-configs/libvirt/linux-guest-shmem-qemu11.xml")
+        libvirt_xml.linux(root, "/k", "/i", "c", "/c.log", emulator="/opt/qemu-11.1")
+        self.assertEqual(root.find("devices/emulator").text, "/opt/qemu-11.1")
+        args = [a.get("value") for a in root.iter("{http://libvirt.org/schemas/domain/qemu/1.0}arg")]
+        self.assertTrue(any(a.startswith("vhost-user-test-device-pci,") for a in args), args)
+
     def test_the_command_line_writes_the_file(self):
         with tempfile.TemporaryDirectory() as scratch:
             out = os.path.join(scratch, "d.xml")
