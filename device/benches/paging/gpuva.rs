@@ -391,11 +391,7 @@ impl Translation {
 
     fn translate(&mut self, va: u64) -> vhost_user_wddm_gpu::Run {
         let ram = GuestRam::new(&self.mem, None);
-        let tables = DeviceTables {
-            ram: &ram,
-            vram: &self.vram,
-            layout: &self.layout,
-        };
+        let tables = DeviceTables::new(&ram, &self.vram, &self.layout);
         self.space
             .translate(&self.geometry, &tables, va, PAGE, Access::Read)
             .expect("a mapped page")
@@ -404,11 +400,7 @@ impl Translation {
     /// `count` translations of 4 KiB pages, page `i` at `VA_T + (i % cycle) * PAGE`: ns each.
     fn per_page(&mut self, count: u64, cycle: u64) -> f64 {
         let ram = GuestRam::new(&self.mem, None);
-        let tables = DeviceTables {
-            ram: &ram,
-            vram: &self.vram,
-            layout: &self.layout,
-        };
+        let tables = DeviceTables::new(&ram, &self.vram, &self.layout);
         let start = Instant::now();
         for i in 0..count {
             let va = VA_T + (i % cycle) * PAGE;

@@ -251,11 +251,7 @@ impl State {
         // What the submission may write: what the tables map now, and what the cache may hold.
         let (layout, _) = &world.layouts[self.layout];
         let ram = guest_ram(world);
-        let tables = DeviceTables {
-            ram: &ram,
-            vram: &world.vram,
-            layout,
-        };
+        let tables = DeviceTables::new(&ram, &world.vram, layout);
         let root = self.space().root();
         let now = match root {
             Some(root) => mapped(&self.geometry, &root, &tables, layout, ENUMERATION_BUDGET),

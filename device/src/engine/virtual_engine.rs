@@ -206,11 +206,7 @@ impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
         length: u64,
         access: Access,
     ) -> Result<Run, Fault> {
-        let tables = DeviceTables {
-            ram: &self.mem.ram,
-            vram: self.mem.vram,
-            layout: self.mem.layout,
-        };
+        let tables = DeviceTables::new(&self.mem.ram, self.mem.vram, self.mem.layout);
         lock(self.space)
             .translate(self.geometry, &tables, address, length, access)
             .map_err(Fault::Page)
@@ -225,11 +221,7 @@ impl<M: GuestMemoryBackend> VirtualMemory<'_, '_, M> {
         access: Access,
         runs: &mut [Run],
     ) -> (usize, Option<Fault>) {
-        let tables = DeviceTables {
-            ram: &self.mem.ram,
-            vram: self.mem.vram,
-            layout: self.mem.layout,
-        };
+        let tables = DeviceTables::new(&self.mem.ram, self.mem.vram, self.mem.layout);
         let (count, fault) =
             space.translate_runs(self.geometry, &tables, address, length, access, runs);
         (count, fault.map(Fault::Page))

@@ -268,11 +268,7 @@ impl GpuControl {
             .clone()
             .ok_or("no memory table yet (the guest has not started the device)")?;
         let ram = GuestRam::new(&memory, self.vram.guest_window());
-        let tables = DeviceTables {
-            ram: &ram,
-            vram: &self.vram,
-            layout: &self.layout,
-        };
+        let tables = DeviceTables::new(&ram, &self.vram, &self.layout);
         let mut path = [0; MAX_LEVELS];
         let walked = walk_path(&geometry, &root, address, Access::Read, &tables, &mut path);
         let levels: Vec<LevelView> = (0..=geometry.root_level())

@@ -1,7 +1,11 @@
 //! The device's page-table memory: tables and pages in guest RAM (never inside the VRAM BAR
 //! window: VRAM is mapped by its segment) or in a memory segment of the layout. Every entry read
-//! is bounds-checked against the memory table or the segment; nothing is cached here. When a
-//! `--record` capture rides on guest RAM, every entry read is kept in it, VRAM's too.
+//! is bounds-checked against the memory table or the segment; no entry is cached here (only the
+//! RAM extent the last page check found, while the snapshot of the memory table it came from
+//! is borrowed). When a `--record` capture rides on guest RAM, every entry read is kept in it,
+//! VRAM's too.
+
+use std::cell::Cell;
 
 use vm_memory::{Bytes, GuestMemoryBackend};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
@@ -21,6 +25,22 @@ pub struct DeviceTables<'a, M> {
     pub vram: &'a Vram,
     /// The segment layout.
     pub layout: &'a SegmentLayout,
+    /// The RAM extent ([`GuestRam::ram_extent`]) of the last system page checked: the pages of
+    /// a line, which mostly share it, are checked without a memory-table lookup each. It
+    /// stays right while this lives: `ram` is a snapshot of the memory table.
+    known_ram: Cell<(u64, u64)>,
+}
+
+impl<'a, M> DeviceTables<'a, M> {
+    /// The tables and pages of `ram`, `vram` and `layout`.
+    pub fn new(ram: &'a GuestRam<'a, M>, vram: &'a Vram, layout: &'a SegmentLayout) -> Self {
+        Self {
+            ram,
+            vram,
+            layout,
+            known_ram: Cell::new((0, 0)),
+        }
+    }
 }
 
 impl<M> DeviceTables<'_, M> {
@@ -110,7 +130,18 @@ impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
 
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {
         match target {
-            Target::System(address) => self.ram.check(address, size).map(drop).map_err(ram_fault),
+            Target::System(address) => {
+                let end = address.checked_add(size).ok_or(FaultKind::OutsideRam)?;
+                let (start, known_end) = self.known_ram.get();
+                if start <= address && end <= known_end {
+                    return Ok(());
+                }
+                self.ram.check(address, size).map_err(ram_fault)?;
+                if let Some(extent) = self.ram.ram_extent(address) {
+                    self.known_ram.set((extent.start, extent.end));
+                }
+                Ok(())
+            }
             Target::Segment { segment, offset } => {
                 self.segment_range(segment, offset, size).map(drop)
             }

@@ -5,7 +5,7 @@ use super::*;
 use crate::mmu::fault::FaultKind;
 use crate::mmu::space::StaleTranslation;
 use crate::mmu::walk::{Target, LINE_ENTRIES};
-use crate::testkit::engine_rig::DATA;
+use crate::testkit::engine_rig::{DATA, RAM_SIZE, VRAM_GPA};
 
 const VA: u64 = 0x4000_0000;
 
@@ -162,6 +162,36 @@ fn a_line_of_a_leaf_table_in_vram_is_cached_alike() {
         address: 0,
     };
     line_fill(&rig, PageTables::at(&rig, geometry, root));
+}
+
+#[test]
+fn a_line_fill_checks_each_page_that_leaves_the_ram_extent_the_others_lay_in() {
+    // One line: the last page of RAM, the page after it (no RAM), a page of the VRAM BAR
+    // window (RAM in the memory table, never a page), then RAM again. The fill checks the
+    // first against the memory table and the rest against the extent it found, looking up
+    // again only what lies outside it.
+    let rig = Rig::new("mmu-tlb-line-extent");
+    let mut tables = PageTables::new(&rig, geometry(&[9, 9, 9]), 0);
+    let geometry = tables.geometry;
+    let pages = [RAM_SIZE - PAGE, RAM_SIZE, VRAM_GPA, DATA];
+    for (page, gpa) in (0..).zip(pages) {
+        tables.map(VA + page * PAGE, gpa, 0);
+    }
+    let mut space = tables.space(false);
+    assert_serves(&rig, &geometry, &mut space, VA, RAM_SIZE - PAGE);
+    assert_serves(&rig, &geometry, &mut space, VA + 3 * PAGE, DATA);
+    for (page, kind) in [(1, FaultKind::OutsideRam), (2, FaultKind::InVramWindow)] {
+        let fault = translate(
+            &rig,
+            &geometry,
+            &mut space,
+            VA + page * PAGE,
+            8,
+            Access::Read,
+        )
+        .expect_err("a page outside RAM is neither cached nor served");
+        assert_eq!(fault.kind, kind, "page {page}");
+    }
 }
 
 /// Eight pages of one leaf line and the first of the next, translated through `tables`.

@@ -193,11 +193,7 @@ pub fn translate(
     access: Access,
 ) -> Result<Run, MmuFault> {
     let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-    let tables = DeviceTables {
-        ram: &ram,
-        vram: &rig.vram,
-        layout: &rig.layout,
-    };
+    let tables = DeviceTables::new(&ram, &rig.vram, &rig.layout);
     space.translate(geometry, &tables, va, length, access)
 }
 
@@ -207,11 +203,7 @@ pub fn counting<R>(
     f: impl FnOnce(&Counting<'_, DeviceTables<'_, GuestMemoryMmap<()>>>) -> R,
 ) -> R {
     let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-    let tables = DeviceTables {
-        ram: &ram,
-        vram: &rig.vram,
-        layout: &rig.layout,
-    };
+    let tables = DeviceTables::new(&ram, &rig.vram, &rig.layout);
     f(&Counting {
         inner: &tables,
         reads: Cell::new(0),
