@@ -231,11 +231,10 @@ fn check_frames<M: GuestMemoryBackend>(
             .and_then(|pages| pages.checked_mul(WDDM_GPU_PAGE_SIZE))
             .ok_or(overflow)?;
         let address = frame.checked_mul(WDDM_GPU_PAGE_SIZE).ok_or(overflow)?;
-        let last = address.checked_add(bytes).ok_or(overflow)?;
-        if address < known_ram.start || last > known_ram.end {
-            ram.check(address, bytes).map_err(FrameListError::Frame)?;
-            known_ram = ram.ram_extent(address).unwrap_or(0..0);
-        }
+        // A run past 64 bits is the frame's overflow, not a RAM error.
+        address.checked_add(bytes).ok_or(overflow)?;
+        ram.check_within(&mut known_ram, address, bytes)
+            .map_err(FrameListError::Frame)?;
         index = end;
     }
     Ok(())

@@ -105,6 +105,27 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         Ok(range)
     }
 
+    /// [`Self::check`], without a memory-table lookup when the range lies inside `known` (the
+    /// extent an earlier call found, or empty), which it sets to the extent of `address` after
+    /// a lookup: a run of frames or of a line's pages mostly lies in one extent.
+    #[inline]
+    pub fn check_within(
+        &self,
+        known: &mut Range<u64>,
+        address: u64,
+        length: u64,
+    ) -> Result<(), RamError> {
+        let end = address
+            .checked_add(length)
+            .ok_or(RamError::Overflow { address, length })?;
+        if known.start <= address && end <= known.end {
+            return Ok(());
+        }
+        self.check(address, length)?;
+        *known = self.ram_extent(address).unwrap_or(0..0);
+        Ok(())
+    }
+
     /// Checks that `[address, address + length)` does not overflow or touch the VRAM window;
     /// returns its end.
     fn outside_vram(&self, address: u64, length: u64) -> Result<u64, RamError> {

@@ -6,6 +6,7 @@
 //! VRAM's too.
 
 use std::cell::Cell;
+use std::ops::Range;
 
 use vm_memory::{Bytes, GuestMemoryBackend};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PTE_SIZE;
@@ -28,7 +29,7 @@ pub struct DeviceTables<'a, M> {
     /// The RAM extent ([`GuestRam::ram_extent`]) of the last system page checked: the pages of
     /// a line, which mostly share it, are checked without a memory-table lookup each. It
     /// stays right while this lives: `ram` is a snapshot of the memory table.
-    known_ram: Cell<(u64, u64)>,
+    known_ram: Cell<Range<u64>>,
 }
 
 impl<'a, M> DeviceTables<'a, M> {
@@ -38,7 +39,7 @@ impl<'a, M> DeviceTables<'a, M> {
             ram,
             vram,
             layout,
-            known_ram: Cell::new((0, 0)),
+            known_ram: Cell::new(0..0),
         }
     }
 }
@@ -131,16 +132,10 @@ impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
     fn check_page(&self, target: Target, size: u64) -> Result<(), FaultKind> {
         match target {
             Target::System(address) => {
-                let end = address.checked_add(size).ok_or(FaultKind::OutsideRam)?;
-                let (start, known_end) = self.known_ram.get();
-                if start <= address && end <= known_end {
-                    return Ok(());
-                }
-                self.ram.check(address, size).map_err(ram_fault)?;
-                if let Some(extent) = self.ram.ram_extent(address) {
-                    self.known_ram.set((extent.start, extent.end));
-                }
-                Ok(())
+                let mut known = self.known_ram.take();
+                let checked = self.ram.check_within(&mut known, address, size);
+                self.known_ram.set(known);
+                checked.map_err(ram_fault)
             }
             Target::Segment { segment, offset } => {
                 self.segment_range(segment, offset, size).map(drop)
