@@ -155,9 +155,9 @@ class FirmwareHost:
                 problems.append(f"00:{GPU_SLOT:02x}.{function} missing or without BARs")
                 continue
             for bar, description in sorted(bars.items()):
-                where = info_pci.bar_range(description)
+                where = info_pci.assigned_range(description)
                 name = f"{GPU_SLOT:02x}.{function} BAR{bar}"
-                if where is None or where[0] == 0 or "not mapped" in description:
+                if where is None:
                     problems.append(f"{name}: {description}")
                 else:
                     assigned.append(f"{name}={where[0]:#x}")

@@ -1,4 +1,7 @@
+import contextlib
+import io
 import unittest
+from unittest import mock
 
 from gpuhost import firmware_host, info_pci
 
@@ -70,6 +73,32 @@ class BarsTest(unittest.TestCase):
         # An unassigned BAR parses too: its start is all ones, which the hosts refuse.
         start, _ = info_pci.bar_range(parsed[(0, 0)][0])
         self.assertEqual(start, 0xffffffffffffffff)
+
+
+class AssignedTest(unittest.TestCase):
+    def test_an_assigned_bar_has_its_range_and_an_unmapped_one_none(self):
+        blocks = info_pci.functions(INFO_PCI)
+        self.assertEqual(info_pci.assigned_range(info_pci.bars(blocks[(4, 1)])[2]),
+                         (0x400000000, 0x10000000))
+        # The e1000e's BAR0 (bus 1 replaced bus 0's device 0) is at QEMU's unmapped address.
+        self.assertIsNone(info_pci.assigned_range(info_pci.bars(blocks[(0, 0)])[0]))
+        self.assertIsNone(info_pci.assigned_range("64 bit memory at 0x0 [0xfff]."))
+        self.assertIsNone(info_pci.assigned_range(""))
+
+    def run_main(self, *argv):
+        out = io.StringIO()
+        with mock.patch("sys.stdin", io.StringIO(INFO_PCI)), contextlib.redirect_stdout(out):
+            code = info_pci.main(list(argv))
+        return code, out.getvalue()
+
+    def test_the_command_prints_an_assigned_bar_and_fails_on_the_others(self):
+        self.assertEqual(self.run_main("bar", "4", "0", "4"),
+                         (0, "0x800000000 16384 64 bit prefetchable memory at 0x800000000 "
+                             "[0x800003fff].\n"))
+        self.assertEqual(self.run_main("bar", "4", "1", "4"), (1, ""))
+        self.assertEqual(self.run_main("bar", "0", "0", "0"), (1, ""))
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(self.run_main("bar", "4"), (2, ""))
 
 
 if __name__ == "__main__":
