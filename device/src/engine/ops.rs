@@ -10,7 +10,7 @@ use super::access::{copy, fitting, run_at, Location, Side};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
 use crate::memory::capture::ReadKind;
-use crate::memory::frames::{FrameError, FrameListError, FrameRun};
+use crate::memory::frames::{FrameError, FrameListError, FrameRun, PageArray};
 use crate::memory::gart::AperturePages;
 use crate::memory::guest_ram::RamError;
 
@@ -253,7 +253,9 @@ impl Engine {
     }
 
     /// Points aperture `pages` at the entries from `frame_offset` on of the `frame_count`-entry
-    /// PFN array at `list_address` (MAP_APERTURE, and MAP_APERTURE2 with a page-array ADL).
+    /// PFN array at `list_address` (MAP_APERTURE, and MAP_APERTURE2 with a page-array ADL). The
+    /// entries go from the guest's array straight into the table, every one checked before any
+    /// entry changes.
     fn map_page_array<M: GuestMemoryBackend>(
         &mut self,
         pages: AperturePages,
@@ -263,9 +265,20 @@ impl Engine {
         page_count: u64,
         mem: &DeviceMemory<'_, M>,
     ) -> Result<(), Fault> {
-        self.load_page_array(list_address, frame_count, frame_offset, page_count, mem)?;
-        self.gart.map(pages, &self.frame_lists[0])?;
-        Ok(())
+        check_entry_count(list_address, frame_count)?;
+        let end = u64::from(frame_offset)
+            .checked_add(page_count)
+            .ok_or(Fault::LengthOverflow(page_count))?;
+        if end > u64::from(frame_count) {
+            return Err(Fault::BadFrameList {
+                address: list_address,
+                reason: "too few frames for MdlOffset + NumberOfPages",
+            });
+        }
+        let refused = |error| frame_list_fault(list_address, error);
+        let mut array =
+            PageArray::new(&mem.ram, list_address, u64::from(frame_offset)).map_err(refused)?;
+        self.gart.map(pages, &mut array).map_err(refused)
     }
 
     fn map_aperture2<M: GuestMemoryBackend>(
@@ -416,31 +429,6 @@ impl Engine {
                 pages,
                 in_first,
             )
-            .map_err(|error| frame_list_fault(address, error))
-    }
-
-    /// Copies `page_count` entries from index `offset` of a `count`-entry page array into
-    /// `frame_lists[0]` and checks them (MAP and the page-array ADL form).
-    fn load_page_array<M: GuestMemoryBackend>(
-        &mut self,
-        address: u64,
-        count: u32,
-        offset: u32,
-        page_count: u64,
-        mem: &DeviceMemory<'_, M>,
-    ) -> Result<(), Fault> {
-        check_entry_count(address, count)?;
-        let end = u64::from(offset)
-            .checked_add(page_count)
-            .ok_or(Fault::LengthOverflow(page_count))?;
-        if end > u64::from(count) {
-            return Err(Fault::BadFrameList {
-                address,
-                reason: "too few frames for MdlOffset + NumberOfPages",
-            });
-        }
-        self.frame_lists[0]
-            .load(&mem.ram, address, u64::from(offset), page_count, 0)
             .map_err(|error| frame_list_fault(address, error))
     }
 }

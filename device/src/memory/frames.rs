@@ -1,5 +1,6 @@
-//! Guest page frames that were checked: a run of contiguous frames ([`FrameRun`]) and a frame
-//! list copied out of the guest ([`FrameList`]). A checked frame `f` is guest RAM outside the
+//! Guest page frames that were checked: a run of contiguous frames ([`FrameRun`]), a frame list
+//! copied out of the guest ([`FrameList`]), and a guest page array read piece by piece into
+//! wherever its frames go ([`PageArray`]). A checked frame `f` is guest RAM outside the
 //! VRAM window and `(f + 1) * WDDM_GPU_PAGE_SIZE` fits in 64 bits, so walking checked frames
 //! needs no overflow checks.
 
@@ -123,7 +124,7 @@ impl FrameList {
     }
 
     /// The checked frames.
-    #[inline]
+    #[cfg(test)]
     pub fn frames(&self) -> &[u64] {
         &self.frames
     }
@@ -139,10 +140,7 @@ impl FrameList {
         count: u64,
         start: u64,
     ) -> Result<(), FrameListError> {
-        let loaded = self.read(ram, address, first, count).and_then(|()| {
-            check_frames(&self.frames, ram)?;
-            Ok(())
-        });
+        let loaded = self.read(ram, address, first, count);
         match loaded {
             Ok(()) => self.start = start,
             Err(_) => self.clear(),
@@ -150,6 +148,8 @@ impl FrameList {
         loaded
     }
 
+    /// Copies the entries in, a cache-sized chunk at a time, each checked while it is in the
+    /// cache (a separate pass would read the whole list again).
     fn read<M: GuestMemoryBackend>(
         &mut self,
         ram: &GuestRam<'_, M>,
@@ -157,18 +157,13 @@ impl FrameList {
         first: u64,
         count: u64,
     ) -> Result<(), FrameListError> {
-        let at = first
-            .checked_mul(8)
-            .and_then(|bytes| address.checked_add(bytes))
-            .ok_or(FrameListError::ArrayOverflow { first })?;
+        let mut array = PageArray::new(ram, address, first)?;
         let count = usize::try_from(count).map_err(|_| FrameListError::ArrayNotRam)?;
         // Every entry is overwritten below: a list of the same length as the last is not
         // zeroed first (a 262,144-frame map would write 2 MiB for nothing).
         self.frames.resize(count, 0);
-        ram.read(at, self.frames.as_mut_slice().as_mut_bytes())
-            .map_err(|_| FrameListError::ArrayNotRam)?;
-        for frame in self.frames.iter_mut() {
-            *frame = u64::from_le(*frame);
+        for chunk in self.frames.chunks_mut(CHECK_CHUNK_ENTRIES) {
+            array.read_into(chunk)?;
         }
         Ok(())
     }
@@ -184,9 +179,62 @@ impl FrameList {
     }
 }
 
+/// A guest array of little-endian frame numbers, read in pieces in order, every frame of a piece
+/// checked as it lands.
+pub struct PageArray<'r, 'a, M: GuestMemoryBackend> {
+    ram: &'r GuestRam<'a, M>,
+    /// The address of the next entry.
+    next: u64,
+    /// The extent of the first frame, once read (`None` inside when that frame is not RAM).
+    extent: Option<Option<ExtentFrames>>,
+}
+
+impl<'r, 'a, M: GuestMemoryBackend> PageArray<'r, 'a, M> {
+    /// The array at `address`, from entry `first` on.
+    pub fn new(ram: &'r GuestRam<'a, M>, address: u64, first: u64) -> Result<Self, FrameListError> {
+        let next = first
+            .checked_mul(8)
+            .and_then(|bytes| address.checked_add(bytes))
+            .ok_or(FrameListError::ArrayOverflow { first })?;
+        Ok(Self {
+            ram,
+            next,
+            extent: None,
+        })
+    }
+
+    /// Reads the next `frames.len()` entries into `frames` and checks them. A piece in the RAM
+    /// extent of the array's first frame (the usual case) is settled by a pass the compiler
+    /// vectorizes; any other is walked run by run, which names the frame at fault.
+    pub fn read_into(&mut self, frames: &mut [u64]) -> Result<(), FrameListError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        let bytes = frames.as_mut_bytes();
+        self.ram
+            .read(self.next, bytes)
+            .map_err(|_| FrameListError::ArrayNotRam)?;
+        self.next = self
+            .next
+            .checked_add(bytes.len() as u64)
+            .ok_or(FrameListError::ArrayNotRam)?;
+        for frame in frames.iter_mut() {
+            *frame = u64::from_le(*frame);
+        }
+        let ram = self.ram;
+        let extent = *self
+            .extent
+            .get_or_insert_with(|| ExtentFrames::of(frames[0], ram));
+        if !extent.is_some_and(|extent| extent.holds(frames)) {
+            walk_frames(frames, ram)?;
+        }
+        Ok(())
+    }
+}
+
 /// The run of contiguous bytes of checked `frames` from `in_page` bytes into `frames[index]`, at
 /// most `limit` long; `None` when `index` is past the end. Every frame must have been checked
-/// (by [`FrameList::load`] or [`FrameRun::check`]): consecutive checked frames end at a 64-bit
+/// (by [`FrameList::load`], [`PageArray::read_into`] or [`FrameRun::check`]): consecutive checked frames end at a 64-bit
 /// address, so the sums below fit.
 #[inline]
 pub(super) fn checked_frames_run(
@@ -206,16 +254,13 @@ pub(super) fn checked_frames_run(
     RamRange::checked_before((frame << WDDM_GPU_PAGE_SHIFT) + in_page, length.min(limit))
 }
 
-/// Checks that every frame is guest RAM and not VRAM, one run of consecutive frames at a time.
-/// Runs inside the RAM extent the previous lookup found need no lookup of their own, which
-/// keeps a 262,144-frame map at a few nanoseconds per frame.
-fn check_frames<M: GuestMemoryBackend>(
+/// Checks that every frame is guest RAM and not VRAM, one run of consecutive frames at a time,
+/// naming the frame at fault. Runs inside the RAM extent the previous lookup found need no
+/// lookup of their own.
+fn walk_frames<M: GuestMemoryBackend>(
     frames: &[u64],
     ram: &GuestRam<'_, M>,
 ) -> Result<(), FrameListError> {
-    if within_one_extent(frames, ram) {
-        return Ok(());
-    }
     let mut known_ram = 0..0;
     let mut index = 0;
     while index < frames.len() {
@@ -240,26 +285,38 @@ fn check_frames<M: GuestMemoryBackend>(
     Ok(())
 }
 
-/// Whether every frame lies in the RAM extent of the lowest one: the usual list (guest RAM is
-/// one region below the PCI hole, or the frames are in one of them) settled by a min/max pass
-/// the compiler vectorizes, instead of a walk run by run. `false` sends the list to that walk,
-/// which finds the frame at fault.
-fn within_one_extent<M: GuestMemoryBackend>(frames: &[u64], ram: &GuestRam<'_, M>) -> bool {
-    let (lowest, highest) = frames
-        .iter()
-        .fold((u64::MAX, 0), |(lowest, highest), &frame| {
-            (lowest.min(frame), highest.max(frame))
+/// Entries read and checked at a time: 32 KiB, well inside a core's L1 data cache.
+const CHECK_CHUNK_ENTRIES: usize = 4096;
+
+/// The frames of a RAM extent, `lowest..=highest`: the usual list (guest RAM is one region below
+/// the PCI hole, or the frames are in one of them) lies in the extent of its first frame, and is
+/// settled by a pass the compiler vectorizes instead of a walk run by run.
+#[derive(Clone, Copy)]
+struct ExtentFrames {
+    lowest: u64,
+    highest: u64,
+}
+
+impl ExtentFrames {
+    /// The frames of the RAM extent holding `frame`, if it is RAM.
+    fn of<M: GuestMemoryBackend>(frame: u64, ram: &GuestRam<'_, M>) -> Option<Self> {
+        let extent = ram.ram_extent(frame.checked_mul(WDDM_GPU_PAGE_SIZE)?)?;
+        Some(Self {
+            lowest: extent.start.div_ceil(WDDM_GPU_PAGE_SIZE),
+            highest: (extent.end / WDDM_GPU_PAGE_SIZE).checked_sub(1)?,
+        })
+    }
+
+    /// Whether every frame is inside. Subtractions and ORs only (x86-64's baseline has no 64-bit
+    /// compare or min/max to vectorize): a frame inside leaves both `frame - lowest` and
+    /// `highest - frame` below 2^63, and one outside makes one of them wrap to 2^63 or more (an
+    /// extent spans less than 2^52 frames).
+    fn holds(self, frames: &[u64]) -> bool {
+        let outside = frames.iter().fold(0, |outside, &frame| {
+            outside | frame.wrapping_sub(self.lowest) | self.highest.wrapping_sub(frame)
         });
-    let (Some(start), Some(end)) = (
-        lowest.checked_mul(WDDM_GPU_PAGE_SIZE),
-        highest
-            .checked_add(1)
-            .and_then(|after| after.checked_mul(WDDM_GPU_PAGE_SIZE)),
-    ) else {
-        return false;
-    };
-    ram.ram_extent(start)
-        .is_some_and(|extent| extent.start <= start && end <= extent.end)
+        outside >> 63 == 0
+    }
 }
 
 #[cfg(test)]
@@ -359,20 +416,57 @@ mod tests {
     fn one_extent_settles_a_list_only_when_every_frame_is_inside_it() {
         let mem = mem();
         let ram = ram(&mem);
-        assert!(within_one_extent(&[0xff, 3, 0x80], &ram));
-        assert!(within_one_extent(&[0x2000, 0x20ff], &ram));
-        // Two regions, a frame past the first region's end, the VRAM window, overflow, nothing:
-        // each left to the walk run by run.
-        assert!(!within_one_extent(&[3, 0x2000], &ram));
-        assert!(!within_one_extent(&[3, 0x100], &ram));
-        assert!(!within_one_extent(&[0x3000], &ram));
-        assert!(!within_one_extent(&[3, u64::MAX], &ram));
-        assert!(!within_one_extent(&[], &ram));
+        let in_first_extent = |frames: &[u64]| {
+            ExtentFrames::of(frames[0], &ram).is_some_and(|extent| extent.holds(frames))
+        };
+        assert!(in_first_extent(&[0xff, 3, 0, 0x80]));
+        assert!(in_first_extent(&[0x2000, 0x20ff]));
+        // The other region, past the first region's end, below the second's start, the VRAM
+        // window, past 2^63 or at the top (where a subtraction wraps back), overflow: each left
+        // to the walk run by run.
+        assert!(!in_first_extent(&[3, 0x2000]));
+        assert!(!in_first_extent(&[3, 0x100]));
+        assert!(!in_first_extent(&[0x2000, 0x1fff]));
+        assert!(!in_first_extent(&[0x3000]));
+        assert!(!in_first_extent(&[3, 1 << 63 | 3]));
+        assert!(!in_first_extent(&[0x2000, u64::MAX - 0x2000]));
+        assert!(!in_first_extent(&[3, u64::MAX]));
+        assert!(!in_first_extent(&[u64::MAX]));
         // Lists across both regions still load, by the walk.
         let mut list = FrameList::new();
         list_at(&mem, 0x8000, &[3, 0x2000]);
         list.load(&ram, 0x8000, 0, 2, 0).unwrap();
         assert_eq!(list.frames(), [3, 0x2000]);
+    }
+
+    #[test]
+    fn a_long_list_is_checked_in_every_chunk() {
+        let mem = mem();
+        let ram = ram(&mem);
+        let count = 2 * CHECK_CHUNK_ENTRIES + 5;
+        let mut frames: Vec<u64> = (0..count as u64).map(|i| i % 0x100).collect();
+        list_at(&mem, 0x4_0000, &frames);
+        let mut list = FrameList::new();
+        list.load(&ram, 0x4_0000, 0, count as u64, 0).unwrap();
+        assert_eq!(list.frames(), frames);
+        // A bad frame in the second chunk, then in the short last one: refused, named.
+        for at in [CHECK_CHUNK_ENTRIES + 7, count - 1] {
+            let mut bad = frames.clone();
+            bad[at] = 0x3000;
+            list_at(&mem, 0x4_0000, &bad);
+            assert_eq!(
+                list.load(&ram, 0x4_0000, 0, count as u64, 0),
+                Err(FrameListError::Frame(RamError::InVram {
+                    address: 0x300_0000
+                }))
+            );
+            assert!(list.frames().is_empty());
+        }
+        // The other region in a later chunk only: loaded by the walk.
+        frames[count - 2] = 0x20ff;
+        list_at(&mem, 0x4_0000, &frames);
+        list.load(&ram, 0x4_0000, 0, count as u64, 0).unwrap();
+        assert_eq!(list.frames(), frames);
     }
 
     #[test]

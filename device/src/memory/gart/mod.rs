@@ -1,21 +1,22 @@
 //! The GART: one translation table per aperture segment, aperture page -> guest page frame.
 //!
-//! Tables are flat arrays (one u64 per aperture page, so a 1 GiB aperture costs 2 MiB) and
-//! start with every entry unmapped. UNMAP points entries at a dummy page, so device accesses
-//! through an unmapped range keep working; only an entry that was never mapped (or was cleared
-//! by a reset) faults. Callers check a whole request before calling [`Gart::map`]: the page
-//! range comes as [`AperturePages`] (built by [`Gart::check_range`]) and the frames as checked
-//! [`FrameList`] or [`FrameRun`], so every entry holds a checked frame and walking entries needs
-//! no overflow checks.
+//! Tables hold one u64 per aperture page (a 1 GiB aperture costs 2 MiB), in leaves of 512
+//! ([`table`]), and start with every entry unmapped. UNMAP points entries at a dummy page, so
+//! device accesses through an unmapped range keep working; only an entry that was never mapped
+//! (or was cleared by a reset) faults. The page range comes as [`AperturePages`] (built by
+//! [`Gart::check_range`]) and the frames as a [`FrameRun`] or a [`PageArray`] whose every frame
+//! is checked before any entry changes, so every entry holds a checked frame and walking entries
+//! needs no overflow checks.
 
+mod table;
+
+use vm_memory::GuestMemoryBackend;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
-use super::frames::{checked_frames_run, FrameList, FrameRun};
+use self::table::{Table, NEVER_MAPPED};
+use super::frames::{checked_frames_run, FrameListError, FrameRun, PageArray};
 use super::guest_ram::RamRange;
 use crate::layout::{SegmentKind, SegmentLayout, SegmentRange};
-
-/// Entry value of a page that was never mapped.
-const NEVER_MAPPED: u64 = u64::MAX;
 
 /// Why a table operation was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -45,16 +46,16 @@ pub enum GartError {
 
 /// One aperture's table.
 #[derive(Clone, Debug)]
-struct Table {
+struct ApertureTable {
     segment: u32,
-    entries: Vec<u64>,
+    entries: Table,
 }
 
 /// The translation tables of every aperture segment.
 #[derive(Clone, Debug, Default)]
 pub struct Gart {
     /// Indexed by segment id - 1; `None` for memory segments.
-    tables: Vec<Option<Table>>,
+    tables: Vec<Option<ApertureTable>>,
 }
 
 /// `count` pages from `first` of aperture `segment`, checked by [`Gart::check_range`] to lie
@@ -123,11 +124,11 @@ impl Gart {
             .segments
             .iter()
             .map(|segment| match segment.kind {
-                SegmentKind::Aperture => Some(Table {
+                SegmentKind::Aperture => Some(ApertureTable {
                     segment: segment.id,
                     // Layout sizes are validated page multiples; a table beyond usize cannot be
                     // allocated anyway.
-                    entries: vec![NEVER_MAPPED; (segment.size >> WDDM_GPU_PAGE_SHIFT) as usize],
+                    entries: Table::new((segment.size >> WDDM_GPU_PAGE_SHIFT) as usize),
                 }),
                 SegmentKind::Memory { .. } => None,
             })
@@ -138,11 +139,11 @@ impl Gart {
     /// Forgets every mapping (device reset).
     pub fn clear(&mut self) {
         for table in self.tables.iter_mut().flatten() {
-            table.entries.fill(NEVER_MAPPED);
+            table.entries.clear();
         }
     }
 
-    fn table(&self, segment: u32) -> Result<&Table, GartError> {
+    fn table(&self, segment: u32) -> Result<&ApertureTable, GartError> {
         usize::try_from(segment.wrapping_sub(1))
             .ok()
             .and_then(|index| self.tables.get(index))
@@ -150,24 +151,13 @@ impl Gart {
             .ok_or(GartError::NotAnAperture(segment))
     }
 
-    /// The entries of checked pages (their table exists and holds them).
-    fn entries(&self, pages: AperturePages) -> &[u64] {
-        match self.table(pages.segment) {
-            Ok(table) => &table.entries[pages.indices()],
-            Err(_) => &[],
-        }
-    }
-
-    /// The entries of checked pages, to write.
-    fn entries_mut(&mut self, pages: AperturePages) -> &mut [u64] {
-        let table = usize::try_from(pages.segment.wrapping_sub(1))
+    /// The table of checked pages (it exists and holds them).
+    fn entries_mut(&mut self, pages: AperturePages) -> Option<&mut Table> {
+        usize::try_from(pages.segment.wrapping_sub(1))
             .ok()
             .and_then(|index| self.tables.get_mut(index))
-            .and_then(Option::as_mut);
-        match table {
-            Some(table) => &mut table.entries[pages.indices()],
-            None => &mut [],
-        }
+            .and_then(Option::as_mut)
+            .map(|table| &mut table.entries)
     }
 
     /// Checks that `count` pages from `first` lie inside aperture `segment`.
@@ -192,19 +182,17 @@ impl Gart {
         }
     }
 
-    /// Maps `frames[i]` at page `pages.first() + i`; the list must hold `pages.count()` frames.
-    pub fn map(&mut self, pages: AperturePages, frames: &FrameList) -> Result<(), GartError> {
-        let frames = frames.frames();
-        let entries = self.entries_mut(pages);
-        if entries.len() != frames.len() {
-            return Err(GartError::OutOfRange {
-                segment: pages.segment,
-                first: pages.first,
-                count: frames.len() as u64,
-            });
+    /// Maps the next `pages.count()` frames of `array` at `pages`, in order; a refused frame
+    /// leaves every entry as it was.
+    pub fn map<M: GuestMemoryBackend>(
+        &mut self,
+        pages: AperturePages,
+        array: &mut PageArray<'_, '_, M>,
+    ) -> Result<(), FrameListError> {
+        match self.entries_mut(pages) {
+            Some(entries) => entries.replace(pages.indices(), |piece| array.read_into(piece)),
+            None => Ok(()),
         }
-        entries.copy_from_slice(frames);
-        Ok(())
     }
 
     /// Maps the frames of `run` at `pages` (a contiguous ADL); the run must hold
@@ -217,15 +205,22 @@ impl Gart {
                 count: run.pages(),
             });
         }
-        for (entry, frame) in self.entries_mut(pages).iter_mut().zip(run.frames()) {
-            *entry = frame;
+        if let Some(entries) = self.entries_mut(pages) {
+            let mut frames = run.frames();
+            entries.write_each(pages.indices(), |piece| {
+                for (entry, frame) in piece.iter_mut().zip(&mut frames) {
+                    *entry = frame;
+                }
+            });
         }
         Ok(())
     }
 
     /// Points `pages` at the dummy frame (the first of `dummy`).
     pub fn unmap(&mut self, pages: AperturePages, dummy: FrameRun) {
-        self.entries_mut(pages).fill(dummy.first());
+        if let Some(entries) = self.entries_mut(pages) {
+            entries.write_each(pages.indices(), |piece| piece.fill(dummy.first()));
+        }
     }
 
     /// Checks that every page holding the bytes of `range` in aperture `segment` is mapped.
@@ -236,9 +231,11 @@ impl Gart {
         let first = range.start() >> WDDM_GPU_PAGE_SHIFT;
         // The last byte is at or after the first: the page count is at least 1.
         let pages = self.check_range(segment, first, (last >> WDDM_GPU_PAGE_SHIFT) - first + 1)?;
-        match self
-            .entries(pages)
-            .iter()
+        let table = self.table(segment)?;
+        match table
+            .entries
+            .pieces(pages.indices())
+            .flatten()
             .position(|&entry| entry == NEVER_MAPPED)
         {
             Some(index) => Err(GartError::Unmapped {
@@ -271,18 +268,17 @@ impl Gart {
             count: 1,
         };
         let index = usize::try_from(page).map_err(|_| out_of_range)?;
-        match table.entries.get(index) {
+        match table.entries.leaf_of(index) {
             None => Err(out_of_range),
-            Some(&NEVER_MAPPED) => Err(GartError::Unmapped { segment, page }),
+            Some((entries, at)) if entries[at] == NEVER_MAPPED => {
+                Err(GartError::Unmapped { segment, page })
+            }
             // Mapped entries hold checked frames (never NEVER_MAPPED, which no checked frame
-            // reaches), so the run's sums fit.
-            Some(_) => checked_frames_run(
-                &table.entries,
-                index,
-                offset & (WDDM_GPU_PAGE_SIZE - 1),
-                limit,
-            )
-            .ok_or(out_of_range),
+            // reaches), so the run's sums fit. A run ends at its leaf's end at the latest.
+            Some((entries, at)) => {
+                checked_frames_run(entries, at, offset & (WDDM_GPU_PAGE_SIZE - 1), limit)
+                    .ok_or(out_of_range)
+            }
         }
     }
 
@@ -292,7 +288,6 @@ impl Gart {
         table
             .entries
             .get(usize::try_from(page).ok()?)
-            .copied()
             .filter(|&frame| frame != NEVER_MAPPED)
     }
 
@@ -304,7 +299,7 @@ impl Gart {
         let mut left_out = 0;
         for table in self.tables.iter().flatten() {
             let mut current: Option<MappedRun> = None;
-            for (page, &frame) in (0u64..).zip(&table.entries) {
+            for (page, frame) in (0u64..).zip(table.entries.iter()) {
                 let extends = current.as_ref().is_some_and(|run| {
                     frame != NEVER_MAPPED
                         && run.first_page + run.pages == page
@@ -367,7 +362,7 @@ mod tests {
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
     use super::*;
-    use crate::memory::guest_ram::GuestRam;
+    use crate::memory::guest_ram::{GuestRam, RamError};
 
     const PAGES: u64 = (512u64 << 20) >> 12;
 
@@ -392,10 +387,9 @@ mod tests {
         let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_le_bytes()).collect();
         mem.write_slice(&bytes, GuestAddress(0)).unwrap();
         let ram = GuestRam::new(mem, None);
-        let mut list = FrameList::new();
-        list.load(&ram, 0, 0, frames.len() as u64, 0).unwrap();
         let pages = gart.check_range(2, first, frames.len() as u64).unwrap();
-        gart.map(pages, &list).unwrap();
+        gart.map(pages, &mut PageArray::new(&ram, 0, 0).unwrap())
+            .unwrap();
     }
 
     fn run(mem: &GuestMemoryMmap<()>, first: u64, pages: u64) -> FrameRun {
@@ -568,10 +562,43 @@ mod tests {
         let pages = gart.check_range(2, 0, 2).unwrap();
         assert!(gart.map_contiguous(pages, run(&mem, 5, 3)).is_err());
         assert_eq!(gart.entry(2, 0), None);
+    }
+
+    #[test]
+    fn a_map_across_leaves_is_whole_or_refused_whole() {
+        let mut gart = gart();
+        let mem = mem();
+        // 1,500 pages from page 100: part of a leaf, two whole ones, part of a fourth.
+        let frames: Vec<u64> = (0..1500).map(|i| 0x100 + 2 * i).collect();
+        map(&mut gart, &mem, 100, &frames);
+        let mapped: Vec<_> = (100..1600).map(|page| gart.entry(2, page)).collect();
+        assert_eq!(mapped, frames.iter().map(|&f| Some(f)).collect::<Vec<_>>());
+        assert_eq!((gart.entry(2, 99), gart.entry(2, 1600)), (None, None));
+        // A frame past RAM in the last part: refused, and no page changed, not even those of
+        // the parts and leaves read before it.
+        let mut bad = frames.clone();
+        bad[1499] = 1 << 20;
+        let bytes: Vec<u8> = bad.iter().flat_map(|f| f.to_le_bytes()).collect();
+        mem.write_slice(&bytes, GuestAddress(0x8000)).unwrap();
         let ram = GuestRam::new(&mem, None);
-        let mut list = FrameList::new();
-        list.load(&ram, 0, 0, 1, 0).unwrap();
-        assert!(gart.map(pages, &list).is_err());
+        let pages = gart.check_range(2, 0, 1500).unwrap();
+        let refused = gart.map(pages, &mut PageArray::new(&ram, 0x8000, 0).unwrap());
+        assert_eq!(
+            refused,
+            Err(FrameListError::Frame(RamError::NotRam { address: 1 << 32 }))
+        );
         assert_eq!(gart.entry(2, 0), None);
+        let unchanged: Vec<_> = (100..1600).map(|page| gart.entry(2, page)).collect();
+        assert_eq!(unchanged, mapped);
+        // Runs of consecutive frames end at a leaf's end.
+        let all = gart.check_range(2, 0, 1024).unwrap();
+        gart.map_contiguous(all, run(&mem, 0x800, 1024)).unwrap();
+        assert_eq!(
+            gart.run_at(2, 500 * 4096, u64::MAX),
+            Ok(Run {
+                address: 0x800 * 4096 + 500 * 4096,
+                length: 12 * 4096
+            })
+        );
     }
 }
