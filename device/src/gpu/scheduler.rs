@@ -502,6 +502,9 @@ impl Scheduler {
     pub fn submit(&self, cmd: WddmGpuCmdSubmit, reply: Box<dyn Reply>, mem: Mem) {
         let execution = &self.execution;
         let fence = cmd.submission_fence_id;
+        // The one clock reading before the engine's: when the submission was queued, when the
+        // queue depth changed, and, run inline, when it started.
+        let queued = Instant::now();
         let injection = execution
             .injector
             .on_submission(WDDM_GPU_NODE_PAGING, fence);
@@ -516,7 +519,7 @@ impl Scheduler {
             // The transport hands requests over while no memory table can change, so the
             // window read now is the one of `mem`.
             window: self.execution.vram.guest_window(),
-            queued: Instant::now(),
+            queued,
             before: None,
             injection,
             tape: execution
@@ -537,14 +540,14 @@ impl Scheduler {
                 && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
-                execution.stats.queue_depth(queue.depth());
+                execution.stats.queue_depth_at(queue.depth(), queued);
                 execution.wake.notify_one();
                 return;
             }
             queue.running = Some(fence);
-            execution.stats.queue_depth(queue.depth());
+            execution.stats.queue_depth_at(queue.depth(), queued);
         }
-        let ran = execution.run(job, &mut budget);
+        let ran = execution.run(job, &mut budget, queued);
         *lock(&self.kick_budget) = budget.unwrap_or(InlineBudget {
             bytes: 0,
             packets: 0,
@@ -579,7 +582,7 @@ impl Scheduler {
         // Bookkeeping first, the response last: the guest's wake-up is not delayed behind
         // this thread. Nothing can start in between: only this thread starts inline work and
         // the queue was empty.
-        execution.finished(fence, answer.status);
+        execution.finished(fence, answer.status, answer.record.end());
         execution.answer(answer);
     }
 
@@ -936,34 +939,34 @@ impl Execution {
             let fence = job.cmd.submission_fence_id;
             if let Some(interruption) = self.injected_wait(&job) {
                 let answer = self.stop_deferred(job, interruption);
-                let status = answer.status;
+                let (status, ended) = (answer.status, answer.record.end());
                 self.answer(answer);
-                self.finished(fence, status);
+                self.finished(fence, status, ended);
                 continue;
             }
             let mut job = job;
             let answer = loop {
-                match self.run(job, &mut None) {
+                match self.run(job, &mut None, Instant::now()) {
                     Ran::Finished(answer) => break answer,
                     // Only the link model defers a run here (only inline runs have a budget):
                     // its wait is over, the rest runs now.
                     Ran::Deferred(rest) => job = rest,
                 }
             };
-            let status = answer.status;
+            let (status, ended) = (answer.status, answer.record.end());
             self.answer(answer);
-            self.finished(fence, status);
+            self.finished(fence, status, ended);
         }
     }
 
-    /// The running submission ended with `status`: the engine is free again.
-    fn finished(&self, fence: u32, status: SubmitStatus) {
+    /// The running submission ended with `status` at `ended`: the engine is free again.
+    fn finished(&self, fence: u32, status: SubmitStatus, ended: Instant) {
         let mut queue = lock(&self.queue);
         queue.running = None;
         if status == SubmitStatus::Preempted {
             queue.preempted_running = Some(fence);
         }
-        self.stats.queue_depth(queue.depth());
+        self.stats.queue_depth_at(queue.depth(), ended);
         // Only a stop waits for idle, and it raises `interrupt` under this lock before waiting:
         // checking it here spares every other submission a futex wake (a system call).
         if self.interrupt.load() != EngineState::Run {
@@ -1007,13 +1010,14 @@ impl Execution {
             deferred: None,
         };
         // A deferred job carries the start of its first part, which `settle` reports.
-        self.settle(job, completion, Instant::now(), Runner::Engine)
+        let now = Instant::now();
+        self.settle(job, completion, now..now, Runner::Engine)
     }
 
-    /// Executes one submission (the rest of it, for a deferred one) with this inline budget;
-    /// settles it unless it was deferred.
+    /// Executes one submission (the rest of it, for a deferred one), starting at `start`, with
+    /// this inline budget; settles it unless it was deferred.
     /// `inline_budget` is left with what the run did not use.
-    fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>) -> Ran {
+    fn run(&self, mut job: Job, inline_budget: &mut Option<InlineBudget>, start: Instant) -> Ran {
         let capture = job.tape.as_deref().map(|tape| &tape.capture);
         let memory = DeviceMemory {
             ram: GuestRam::new(&*job.mem, job.window.clone()).recording(capture),
@@ -1040,8 +1044,8 @@ impl Execution {
             link: self.link.as_ref(),
             link_until: None,
         };
-        let start = Instant::now();
-        let completion = lock(&self.engine).execute(&job.cmd, &memory, &mut hooks);
+        let (completion, ended) =
+            lock(&self.engine).execute_from(&job.cmd, &memory, &mut hooks, start);
         // Only the control-queue thread runs with a budget.
         let runner = if inline_budget.is_some() {
             Runner::ControlQueue
@@ -1050,9 +1054,14 @@ impl Execution {
         };
         *inline_budget = hooks.inline_budget;
         let checks = hooks.checks.get();
-        if let Some(until) = hooks.link_until {
-            self.link_wait(job.cmd.submission_fence_id, until);
-        }
+        // The modelled link's wait is part of the submission's time.
+        let ended = match hooks.link_until {
+            Some(until) => {
+                self.link_wait(job.cmd.submission_fence_id, until);
+                Instant::now()
+            }
+            None => ended,
+        };
         if let Some(tape) = &mut job.tape {
             let end = match completion.deferred {
                 Some(_) => RunEnd::Deferred,
@@ -1075,7 +1084,7 @@ impl Execution {
             job.cmd.start_offset = offset;
             return Ran::Deferred(job);
         }
-        Ran::Finished(self.settle(job, completion, start, runner))
+        Ran::Finished(self.settle(job, completion, start..ended, runner))
     }
 
     /// Publishes a submission's effects and records it; the answer is given by [`Self::answer`].
@@ -1084,9 +1093,10 @@ impl Execution {
         &self,
         job: Job,
         mut completion: Completion,
-        start: Instant,
+        ran: Range<Instant>,
         runner: Runner,
     ) -> SubmitAnswer {
+        let Range { start, end: ended } = ran;
         let ram = GuestRam::new(&*job.mem, job.window.clone());
         let lost_interrupt = job.injection == Some(Action::LostInterrupt);
         // Inline: the whole submission ran on the control-queue thread.
@@ -1169,7 +1179,7 @@ impl Execution {
             fence,
             queued: job.queued,
             start,
-            duration: start.elapsed(),
+            duration: ended.saturating_duration_since(start),
             packets: completion.packets_completed,
             bytes: completion.bytes_transferred,
             status,

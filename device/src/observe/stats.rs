@@ -54,6 +54,13 @@ pub struct SubmissionRecord {
     pub inline: bool,
 }
 
+impl SubmissionRecord {
+    /// When execution ended.
+    pub fn end(&self) -> Instant {
+        self.start + self.duration
+    }
+}
+
 /// One submission the virtual node (node 1) answered.
 #[derive(Clone, Copy, Debug)]
 pub struct VirtualSubmissionRecord {

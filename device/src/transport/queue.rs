@@ -41,6 +41,10 @@ pub struct Queues {
     in_flight: Arc<InFlight>,
     /// The control and cursor rings' avail index was found out of range (reported once).
     broken_ring: [bool; 2],
+    /// The chains of one pass and the bytes of one request: kept from kick to kick, so taking
+    /// a request allocates neither.
+    chains: Vec<Chain>,
+    request: Vec<u8>,
 }
 
 impl Queues {
@@ -50,6 +54,8 @@ impl Queues {
             gate,
             in_flight,
             broken_ring: [false; 2],
+            chains: Vec::new(),
+            request: Vec::new(),
         }
     }
 
@@ -89,8 +95,12 @@ impl Queues {
         // worker for good, and with it every later request, even after a ring reset. It is
         // reported once; the guest must set the ring up again (a device reset).
         let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
-        let chains: Vec<_> = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
-            Ok(chains) => chains.collect(),
+        let mut chains = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
+            Ok(available) => {
+                let mut chains = std::mem::take(&mut self.chains);
+                chains.extend(available);
+                chains
+            }
             // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
             Err(virtio_queue::Error::QueueNotReady) => return Drained::Refused,
             Err(error) => {
@@ -102,7 +112,8 @@ impl Queues {
         };
         *broken = false;
         let window = gpu.vram().guest_window();
-        for chain in chains {
+        let mut request = std::mem::take(&mut self.request);
+        for chain in chains.drain(..) {
             if let Some(window) = &window {
                 if touches_window(&chain, window) {
                     // VRAM is not guest RAM: nothing is read from or written into the BAR
@@ -132,16 +143,18 @@ impl Queues {
                 claim,
             ));
             match queue {
-                CONTROL_QUEUE => hand_over(gpu, kick, chain, reply, mem),
+                CONTROL_QUEUE => hand_over(gpu, kick, chain, reply, mem, &mut request),
                 // Cursor commands have no response.
                 _ => {
-                    if let Some(request) = read_request(&chain, mem) {
+                    if read_request(&chain, mem, &mut request) {
                         gpu.handle_cursor(kick, decode_cursor(&request));
                     }
                     reply.complete(&[]);
                 }
             }
         }
+        self.chains = chains;
+        self.request = request;
         Drained::Done
     }
 
@@ -182,29 +195,36 @@ fn hand_over(
     chain: Chain,
     reply: Box<ChainReply>,
     mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    request: &mut Vec<u8>,
 ) {
-    match read_request(&chain, mem) {
+    if read_request(&chain, mem, request) {
         // The one decode of the request: everything after works on its type.
-        Some(request) => gpu.handle(kick, decode_control(&request), reply, mem.clone()),
-        None => reply.complete(&[]),
+        gpu.handle(kick, decode_control(request), reply, mem.clone());
+    } else {
+        reply.complete(&[]);
     }
 }
 
-/// The readable bytes of a chain, up to [`MAX_REQUEST_SIZE`]; `None` (logged) when unreadable.
-fn read_request(chain: &Chain, mem: &GuestMemoryLoadGuard<GuestMemoryMmap>) -> Option<Vec<u8>> {
+/// Reads the readable bytes of a chain, up to [`MAX_REQUEST_SIZE`], into `request`; `false`
+/// (logged) when they are unreadable.
+fn read_request(
+    chain: &Chain,
+    mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    request: &mut Vec<u8>,
+) -> bool {
     let mut reader = match chain.clone().reader(mem) {
         Ok(reader) => reader,
         Err(error) => {
             crate::guest_warn!("descriptor chain refused: {error}");
-            return None;
+            return false;
         }
     };
-    let mut request = vec![0u8; reader.available_bytes().min(MAX_REQUEST_SIZE)];
-    if let Err(error) = reader.read_exact(&mut request) {
+    request.resize(reader.available_bytes().min(MAX_REQUEST_SIZE), 0);
+    if let Err(error) = reader.read_exact(request) {
         crate::guest_warn!("request unreadable: {error}");
-        return None;
+        return false;
     }
-    Some(request)
+    true
 }
 
 /// Whether any buffer of `chain` overlaps `window` (guest-physical).
