@@ -180,22 +180,21 @@ impl AddressSpace {
                 Ok(page) => page,
                 Err(fault) => return (count, Some(fault)),
             };
-            let step = (page.base + page.size()).min(end) - cursor;
-            let target = page.target_of(cursor);
-            match count.checked_sub(1).and_then(|last| runs.get_mut(last)) {
-                Some(run) if run.target.advanced(run.len) == Some(target) => run.len += step,
-                _ => match runs.get_mut(count) {
-                    Some(run) => {
-                        *run = Run { target, len: step };
-                        count += 1;
-                    }
-                    // Full: the next call looks this page up again.
-                    None => return (count, None),
-                },
-            }
-            cursor += step;
-            if cursor >= end {
+            if append(runs, &mut count, &page, &mut cursor, end) == Appended::Last {
                 return (count, None);
+            }
+            if self.checking {
+                // Every page served from the cache is walked again: one at a time.
+                continue;
+            }
+            // The rest of a cached line of 4 KiB pages follows from one lookup.
+            for page in self.tlb.line_from(cursor) {
+                if let Err(fault) = page.allows(cursor, access) {
+                    return (count, Some(fault));
+                }
+                if append(runs, &mut count, page, &mut cursor, end) == Appended::Last {
+                    return (count, None);
+                }
             }
         }
     }
@@ -216,27 +215,57 @@ impl AddressSpace {
             entry: 0,
         })?;
         let checking = self.checking;
-        if let Some(hit) = self.tlb.lookup(address) {
-            let page = hit.walk.page;
-            if checking && !*hit.reported {
-                let cached = *hit.walk;
+        if let Some(mut hit) = self.tlb.lookup(address) {
+            let page = hit.page;
+            if checking && !hit.reported() {
+                let cached = hit.walk();
                 let mut path = [0; MAX_LEVELS];
                 let fresh = walk_path(geometry, &root, address, access, tables, &mut path);
                 if let Some(stale) = disagreement(&cached, fresh.ok().as_ref(), &path, address) {
-                    *hit.reported = true;
+                    hit.report();
                     self.record_stale(stale);
                 }
             }
             page.allows(address, access)?;
             return Ok(page);
         }
-        let (fresh, leaf) = walk_to_leaf(geometry, &root, address, access, tables)?;
-        self.tlb.insert(address, fresh);
+        // Past a cached leaf table only the page's own entry is read, the entries above it as
+        // cached (a GPU's page-directory cache).
+        let (fresh, leaf, above_cached) = match self.tlb.directory(address) {
+            Some(cached) => {
+                let (walk, leaf) =
+                    cached
+                        .leaf
+                        .walk_within(cached.walk, cached.start, address, access, tables)?;
+                (walk, Some(leaf), true)
+            }
+            None => {
+                let (walk, leaf) = walk_to_leaf(geometry, &root, address, access, tables)?;
+                (walk, leaf, false)
+            }
+        };
+        // The checking mode holds such a walk against a whole one now, as it does a hit: a
+        // directory entry changed without a flush is reported the first time it is used.
+        let stale = if checking && above_cached {
+            let mut path = [0; MAX_LEVELS];
+            let now = walk_path(geometry, &root, address, access, tables, &mut path);
+            disagreement(&fresh, now.ok().as_ref(), &path, address)
+        } else {
+            None
+        };
+        self.tlb.insert(address, fresh, |cache| {
+            if let Some(leaf) = leaf {
+                leaf.line(&fresh, tables, cache);
+            }
+        });
         if let Some(leaf) = leaf {
-            let tlb = &mut self.tlb;
-            leaf.line(&fresh, tables, |neighbour| {
-                tlb.insert(neighbour.page.base, neighbour);
-            });
+            self.tlb.remember_directory(&fresh, leaf);
+        }
+        if let Some(stale) = stale {
+            if let Some(mut hit) = self.tlb.lookup(address) {
+                hit.report();
+            }
+            self.record_stale(stale);
         }
         fresh.page.allows(address, access)?;
         Ok(fresh.page)
@@ -248,6 +277,44 @@ impl AddressSpace {
             *slot = Some(stale);
         }
         self.stale_count += 1;
+    }
+}
+
+/// Whether [`append`] left room to go on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Appended {
+    More,
+    /// `end` reached, or `runs` full (the next call looks the page up again).
+    Last,
+}
+
+/// Adds the bytes of `page` from `cursor` (inside it) up to `end` to the runs: onto the last
+/// run when they continue it, else as a new run; moves `cursor` past them.
+#[inline]
+fn append(
+    runs: &mut [Run],
+    count: &mut usize,
+    page: &Page,
+    cursor: &mut u64,
+    end: u64,
+) -> Appended {
+    let step = (page.base + page.size()).min(end) - *cursor;
+    let target = page.target_of(*cursor);
+    match count.checked_sub(1).and_then(|last| runs.get_mut(last)) {
+        Some(run) if run.target.advanced(run.len) == Some(target) => run.len += step,
+        _ => match runs.get_mut(*count) {
+            Some(run) => {
+                *run = Run { target, len: step };
+                *count += 1;
+            }
+            None => return Appended::Last,
+        },
+    }
+    *cursor += step;
+    if *cursor >= end {
+        Appended::Last
+    } else {
+        Appended::More
     }
 }
 

@@ -1,84 +1,225 @@
 //! The translation cache of one address space, with hardware's contract: a translation once
 //! cached is served until a flush covers it, even if the tables in memory changed; an invalid
-//! entry is never cached (`InvalidTlbEntriesNotCached`). Two two-way set-associative arrays, one
-//! for 4 KiB pages and one for larger pages (by their 64 KiB frame), allocated once: a lookup or
-//! an insert never allocates.
+//! entry is never cached (`InvalidTlbEntriesNotCached`). Two two-way set-associative arrays,
+//! allocated once (a lookup or an insert never allocates):
+//! - 4 KiB pages by line: a slot holds the pages of one line of a leaf table
+//!   ([`LINE_ENTRIES`] pages, filled by one walk), with the entries above the leaf once for all
+//!   of them, so a line fill writes one slot rather than eight;
+//! - larger pages one a slot, by their 64 KiB frame.
+//!
+//! Beside them, the leaf table the last walk reached and the entries above it, as a GPU's
+//! page-directory cache keeps them: a walk to another page of that table reads only the page's
+//! own entry. It is flushed with the translations.
 
 use std::ops::Range;
 
-use super::walk::Walk;
+use super::walk::{Leaf, Page, Target, Walk, LINE_ENTRIES, MAX_LEVELS};
 
-/// Sets for 4 KiB pages (two ways each).
-const SMALL_SETS: u64 = 512;
-const _: () = assert!(SMALL_SETS.is_power_of_two() && LARGE_SETS.is_power_of_two());
+/// Line slots (two ways each): 1,024 pages of 4 KiB.
+const LINE_SETS: u64 = 64;
 /// Sets for 64 KiB and larger pages (two ways each).
 const LARGE_SETS: u64 = 64;
+const _: () = assert!(LINE_SETS.is_power_of_two() && LARGE_SETS.is_power_of_two());
 /// Ways per set.
 const WAYS: usize = 2;
+/// log2 of a 4 KiB page.
+const SMALL_SHIFT: u32 = 12;
+/// log2 of the bytes a line of 4 KiB pages maps.
+const LINE_SHIFT: u32 = SMALL_SHIFT + LINE_ENTRIES.trailing_zeros();
+const _: () = assert!(LINE_ENTRIES.is_power_of_two() && LINE_ENTRIES <= 8);
 /// log2 of the frame a large slot is indexed by.
 const LARGE_INDEX_SHIFT: u32 = 16;
 
+/// Generation of a slot that holds nothing (the cache's starts at 1).
+const EMPTY: u64 = 0;
+
+/// Stands in a line slot for a page not cached (never served: its bit is clear).
+const NO_PAGE: Page = Page {
+    base: 0,
+    shift: SMALL_SHIFT,
+    target: Target::Zero,
+    level: 0,
+    read_only: None,
+    no_execute: None,
+    entry: 0,
+};
+
+/// The 4 KiB pages of one line of a leaf table.
 #[derive(Clone, Copy, Debug)]
-struct Slot {
-    /// The frame number the slot was filled for.
+struct LineSlot {
+    /// The line (`address >> LINE_SHIFT`).
     key: u64,
     /// Valid while it equals the cache's generation.
     generation: u64,
-    /// Whether the checking mode already reported this slot stale.
-    reported: bool,
+    /// Bit `i`: page `i` of the line is cached.
+    cached: u8,
+    /// Bit `i`: the checking mode already reported page `i` stale.
+    reported: u8,
+    /// The entries the filling walk read above the leaf (`path[0]` is each page's own entry).
+    path: [u64; MAX_LEVELS],
+    pages: [Page; LINE_ENTRIES],
+}
+
+const EMPTY_LINE: LineSlot = LineSlot {
+    key: 0,
+    generation: EMPTY,
+    cached: 0,
+    reported: 0,
+    path: [0; MAX_LEVELS],
+    pages: [NO_PAGE; LINE_ENTRIES],
+};
+
+/// One page of 64 KiB or more.
+#[derive(Clone, Copy, Debug)]
+struct LargeSlot {
+    /// The page's 64 KiB frame (`address >> LARGE_INDEX_SHIFT`) it was filled for.
+    key: u64,
+    generation: u64,
+    reported: u8,
     walk: Walk,
 }
 
 /// A cached translation, as [`Tlb::lookup`] finds it.
 pub struct Hit<'a> {
-    /// The walk it was cached from.
-    pub walk: &'a Walk,
-    /// Whether it was already reported stale.
-    pub reported: &'a mut bool,
+    /// The page.
+    pub page: Page,
+    /// The entries read on the walk that cached it (`path[0]` is filled from the page's entry
+    /// for a level-0 page).
+    path: &'a [u64; MAX_LEVELS],
+    /// The slot's reported bits, and the page's.
+    reported: &'a mut u8,
+    bit: u8,
 }
 
-/// Two-way sets of slots with their replacement order.
-struct Ways {
-    slots: Box<[[Option<Slot>; WAYS]]>,
+impl Hit<'_> {
+    /// The walk the page was cached from.
+    pub fn walk(&self) -> Walk {
+        let mut path = *self.path;
+        if self.page.level == 0 {
+            path[0] = self.page.entry;
+        }
+        Walk {
+            page: self.page,
+            path,
+        }
+    }
+
+    /// Whether the checking mode already reported this translation stale.
+    pub fn reported(&self) -> bool {
+        *self.reported & self.bit != 0
+    }
+
+    /// Notes that the checking mode reported it.
+    pub fn report(&mut self) {
+        *self.reported |= self.bit;
+    }
+}
+
+const EMPTY_LARGE: LargeSlot = LargeSlot {
+    key: 0,
+    generation: EMPTY,
+    reported: 0,
+    walk: Walk {
+        page: NO_PAGE,
+        path: [0; MAX_LEVELS],
+    },
+};
+
+/// Two-way sets of slots (a slot of generation [`EMPTY`] holds nothing) with their replacement
+/// order.
+struct Ways<S> {
+    slots: Box<[[S; WAYS]]>,
     /// Per set: the way the next insert replaces when both are live.
     victim: Box<[u8]>,
 }
 
-impl Ways {
-    fn new(sets: u64) -> Self {
+impl<S: Copy> Ways<S> {
+    fn new(sets: u64, empty: S) -> Self {
         debug_assert!(sets.is_power_of_two());
         let sets = usize::try_from(sets).unwrap_or(1);
         Self {
-            slots: vec![[None; WAYS]; sets].into_boxed_slice(),
+            slots: vec![[empty; WAYS]; sets].into_boxed_slice(),
             victim: vec![0; sets].into_boxed_slice(),
         }
     }
 
-    /// The set of frame `key`: higher bits folded in, so ranges a power-of-two apart (a copy's
-    /// source and destination) do not share a set. Set counts are powers of two: a mask, not a
+    /// The set of `key`: higher bits folded in, so ranges a power-of-two apart (a copy's source
+    /// and destination) do not share a set. Set counts are powers of two: a mask, not a
     /// division, on every lookup.
     #[inline]
     fn set(&self, key: u64) -> usize {
-        let folded = key ^ (key >> 9) ^ (key >> 18) ^ (key >> 27);
+        let folded = key ^ (key >> 6) ^ (key >> 12) ^ (key >> 18) ^ (key >> 27);
         usize::try_from(folded).unwrap_or(0) & (self.slots.len() - 1)
     }
+
+    /// The way of `set` whose slot `is` (its key, its life), if any.
+    #[inline]
+    fn find(&self, set: usize, is: impl Fn(&S) -> bool) -> Option<usize> {
+        (0..WAYS).find(|&way| is(&self.slots[set][way]))
+    }
+
+    /// The way an insert into `set` fills: a dead one (`dead` tells), else the victim.
+    fn place(&mut self, set: usize, dead: impl Fn(&S) -> bool) -> usize {
+        let free = (0..WAYS).find(|&way| dead(&self.slots[set][way]));
+        free.unwrap_or_else(|| {
+            let victim = usize::from(self.victim[set]);
+            self.victim[set] = u8::from(victim == 0);
+            victim
+        })
+    }
+}
+
+/// A leaf table a walk reached: the addresses it maps (from `start` to `end`), where it is, and
+/// the walk (the entries above it).
+#[derive(Clone, Copy)]
+struct Directory {
+    generation: u64,
+    start: u64,
+    end: u64,
+    leaf: Leaf,
+    walk: Walk,
+}
+
+/// A cached leaf table, as [`Tlb::directory`] finds it.
+pub struct CachedLeaf<'a> {
+    /// Where the table is.
+    pub leaf: &'a Leaf,
+    /// The walk that reached it.
+    pub walk: &'a Walk,
+    /// The first address it maps.
+    pub start: u64,
 }
 
 /// One address space's translation cache.
 pub struct Tlb {
-    small: Ways,
-    large: Ways,
+    lines: Ways<LineSlot>,
+    large: Ways<LargeSlot>,
+    directory: Option<Directory>,
     generation: u64,
 }
 
 impl Default for Tlb {
     fn default() -> Self {
         Self {
-            small: Ways::new(SMALL_SETS),
-            large: Ways::new(LARGE_SETS),
+            lines: Ways::new(LINE_SETS, EMPTY_LINE),
+            large: Ways::new(LARGE_SETS, EMPTY_LARGE),
+            directory: None,
             generation: 1,
         }
     }
+}
+
+/// Which page of its line `address` is in.
+#[inline]
+fn line_index(address: u64) -> usize {
+    // Below LINE_ENTRIES: it fits.
+    usize::try_from((address >> SMALL_SHIFT) & (LINE_ENTRIES as u64 - 1)).unwrap_or(0)
+}
+
+/// [`line_index`] as a bit.
+#[inline]
+fn line_bit(address: u64) -> u8 {
+    1 << line_index(address)
 }
 
 impl Tlb {
@@ -86,56 +227,151 @@ impl Tlb {
     #[inline]
     pub fn lookup(&mut self, address: u64) -> Option<Hit<'_>> {
         let generation = self.generation;
-        let live = |slot: &Option<Slot>, key: u64| {
-            slot.as_ref().is_some_and(|slot| {
-                slot.generation == generation
-                    && slot.key == key
-                    && address.wrapping_sub(slot.walk.page.base) < slot.walk.page.size()
-            })
+        let line_key = address >> LINE_SHIFT;
+        let bit = line_bit(address);
+        let line_set = self.lines.set(line_key);
+        let line = |slot: &LineSlot| {
+            slot.generation == generation && slot.key == line_key && slot.cached & bit != 0
         };
-        let small_key = address >> 12;
-        let small_set = self.small.set(small_key);
-        let found = if let Some(way) =
-            (0..WAYS).find(|&way| live(&self.small.slots[small_set][way], small_key))
-        {
-            &mut self.small.slots[small_set][way]
-        } else {
-            let large_key = address >> LARGE_INDEX_SHIFT;
-            let large_set = self.large.set(large_key);
-            let way = (0..WAYS).find(|&way| live(&self.large.slots[large_set][way], large_key))?;
-            &mut self.large.slots[large_set][way]
+        if let Some(way) = self.lines.find(line_set, line) {
+            let slot = &mut self.lines.slots[line_set][way];
+            return Some(Hit {
+                page: slot.pages[line_index(address)],
+                path: &slot.path,
+                reported: &mut slot.reported,
+                bit,
+            });
+        }
+        let large_key = address >> LARGE_INDEX_SHIFT;
+        let large_set = self.large.set(large_key);
+        let large = |slot: &LargeSlot| {
+            slot.generation == generation
+                && slot.key == large_key
+                && address.wrapping_sub(slot.walk.page.base) < slot.walk.page.size()
         };
-        found.as_mut().map(|slot| Hit {
-            walk: &slot.walk,
+        let way = self.large.find(large_set, large)?;
+        let slot = &mut self.large.slots[large_set][way];
+        Some(Hit {
+            page: slot.walk.page,
+            path: &slot.walk.path,
             reported: &mut slot.reported,
+            bit: 1,
         })
     }
 
-    /// Caches `walk`, which translated `address`.
+    /// The cached 4 KiB pages of `address`'s line, from the one holding `address` on, as long
+    /// as they are cached (none when that one is not): pages one lookup serves in a row.
     #[inline]
-    pub fn insert(&mut self, address: u64, walk: Walk) {
+    pub fn line_from(&self, address: u64) -> impl Iterator<Item = &Page> {
         let generation = self.generation;
-        let (ways, key) = if walk.page.shift == 12 {
-            (&mut self.small, address >> 12)
-        } else {
-            (&mut self.large, address >> LARGE_INDEX_SHIFT)
+        let key = address >> LINE_SHIFT;
+        let set = self.lines.set(key);
+        let slot = self
+            .lines
+            .find(set, |slot| slot.generation == generation && slot.key == key)
+            .map(|way| &self.lines.slots[set][way]);
+        let cached = slot.map_or(0, |slot| slot.cached);
+        // Pages from `address`'s on, up to the first one not cached.
+        let from = line_index(address);
+        let run = (cached >> from).trailing_ones() as usize;
+        slot.into_iter()
+            .flat_map(move |slot| slot.pages[from..from + run].iter())
+    }
+
+    /// Caches `walk`, which translated `address`, and the pages `line` hands over: the other
+    /// valid entries of its leaf line, which a walk reaches through the same entries above.
+    /// A 4 KiB page's line is written into one slot, its pages as they come.
+    #[inline]
+    pub fn insert(&mut self, address: u64, walk: Walk, line: impl FnOnce(&mut dyn FnMut(Page))) {
+        if walk.page.shift != SMALL_SHIFT {
+            self.insert_large(address, walk);
+            let large = &mut *self;
+            line(&mut |page| {
+                let mut path = walk.path;
+                path[0] = page.entry;
+                large.insert_large(page.base, Walk { page, path });
+            });
+            return;
+        }
+        let generation = self.generation;
+        let key = walk.page.base >> LINE_SHIFT;
+        let set = self.lines.set(key);
+        // A slot of this line filled through the same entries above the leaf goes on; one
+        // filled through others (tables changed without a flush) is started again.
+        let same_line = |slot: &LineSlot| {
+            slot.generation == generation && slot.key == key && slot.path[1..] == walk.path[1..]
         };
-        let set = ways.set(key);
-        let dead = (0..WAYS).find(|&way| {
-            ways.slots[set][way]
-                .as_ref()
-                .is_none_or(|slot| slot.generation != generation || slot.key == key)
-        });
-        let way = dead.unwrap_or_else(|| {
-            let victim = usize::from(ways.victim[set]);
-            ways.victim[set] = u8::from(victim == 0);
-            victim
-        });
-        ways.slots[set][way] = Some(Slot {
+        let way = match self.lines.find(set, same_line) {
+            Some(way) => way,
+            None => {
+                let way = self
+                    .lines
+                    .place(set, |slot| slot.generation != generation || slot.key == key);
+                let slot = &mut self.lines.slots[set][way];
+                slot.key = key;
+                slot.generation = generation;
+                slot.cached = 0;
+                slot.reported = 0;
+                slot.path = walk.path;
+                way
+            }
+        };
+        let slot = &mut self.lines.slots[set][way];
+        let mut cache = |page: Page| {
+            // Siblings lie in the same line; anything else is not cached.
+            if page.shift == SMALL_SHIFT && page.base >> LINE_SHIFT == key {
+                let bit = line_bit(page.base);
+                slot.pages[line_index(page.base)] = page;
+                slot.cached |= bit;
+                slot.reported &= !bit;
+            }
+        };
+        cache(walk.page);
+        line(&mut cache);
+    }
+
+    fn insert_large(&mut self, address: u64, walk: Walk) {
+        let generation = self.generation;
+        let key = address >> LARGE_INDEX_SHIFT;
+        let set = self.large.set(key);
+        let way = self
+            .large
+            .place(set, |slot| slot.generation != generation || slot.key == key);
+        self.large.slots[set][way] = LargeSlot {
             key,
             generation,
-            reported: false,
+            reported: 0,
             walk,
+        };
+    }
+
+    /// The cached leaf table that maps `address`, if any.
+    #[inline]
+    pub fn directory(&self, address: u64) -> Option<CachedLeaf<'_>> {
+        self.directory
+            .as_ref()
+            .filter(|cached| {
+                cached.generation == self.generation
+                    && cached.start <= address
+                    && address < cached.end
+            })
+            .map(|cached| CachedLeaf {
+                leaf: &cached.leaf,
+                walk: &cached.walk,
+                start: cached.start,
+            })
+    }
+
+    /// Caches the leaf table `walk` reached.
+    #[inline]
+    pub fn remember_directory(&mut self, walk: &Walk, leaf: Leaf) {
+        let span = leaf.span(walk);
+        self.directory = Some(Directory {
+            generation: self.generation,
+            start: span.start,
+            end: span.end,
+            leaf,
+            walk: *walk,
         });
     }
 
@@ -146,19 +382,26 @@ impl Tlb {
 
     /// Drops the translations of pages that share a byte with `range`.
     pub fn flush(&mut self, range: Range<u64>) {
-        let sets = self
-            .small
-            .slots
-            .iter_mut()
-            .chain(self.large.slots.iter_mut());
-        for slot in sets.flat_map(|set| set.iter_mut()) {
-            let overlaps = slot.as_ref().is_some_and(|slot| {
-                let page = &slot.walk.page;
-                page.base < range.end && range.start < page.base.saturating_add(page.size())
-            });
-            if overlaps {
-                *slot = None;
+        let overlaps = |page: &Page| {
+            page.base < range.end && range.start < page.base.saturating_add(page.size())
+        };
+        for line in self.lines.slots.iter_mut().flat_map(|set| set.iter_mut()) {
+            for (index, page) in line.pages.iter().enumerate() {
+                if overlaps(page) {
+                    line.cached &= !(1 << index);
+                }
             }
+        }
+        for slot in self.large.slots.iter_mut().flat_map(|set| set.iter_mut()) {
+            if slot.generation != EMPTY && overlaps(&slot.walk.page) {
+                slot.generation = EMPTY;
+            }
+        }
+        if self
+            .directory
+            .is_some_and(|cached| cached.start < range.end && range.start < cached.end)
+        {
+            self.directory = None;
         }
     }
 }

@@ -3,6 +3,8 @@
 //! never loops), reading every entry through [`TableMemory`] so that where the tables live
 //! (guest RAM, a VRAM segment, a test's map) is not the walker's business.
 
+use std::ops::Range;
+
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::gpuva::{
     WDDM_GPU_64KB_PAGE_INDEX_BITS, WDDM_GPU_MMU_CAP_LARGE_PAGE, WDDM_GPU_PTE_ADDRESS_MASK,
@@ -174,11 +176,11 @@ pub struct Leaf {
 }
 
 impl Leaf {
-    /// Calls `each` with the walk every other entry of the line holding `walk`'s leaf entry
-    /// would end in (the same entries above it, read by that walk). Entries a walk would fault
+    /// Calls `each` with the page every other entry of the line holding `walk`'s leaf entry
+    /// maps (a walk to it reads the same entries above it as `walk`). Entries a walk would fault
     /// on are left out, so an invalid entry is never cached, and a line that cannot be read is
     /// no fill at all.
-    pub fn line<T: TableMemory>(&self, walk: &Walk, tables: &T, mut each: impl FnMut(Walk)) {
+    pub fn line<T: TableMemory>(&self, walk: &Walk, tables: &T, mut each: impl FnMut(Page)) {
         let line_entries = LINE_ENTRIES as u64;
         let first = self.index & !(line_entries - 1);
         let count = line_entries.min(self.entries.saturating_sub(first));
@@ -196,11 +198,45 @@ impl Leaf {
             }
             let base = table_base + (index << self.shift);
             if let Ok(page) = self.page(entry, base, tables) {
-                let mut path = walk.path;
-                path[0] = entry;
-                each(Walk { page, path });
+                each(page);
             }
         }
+    }
+
+    /// The virtual addresses the leaf table maps (`walk` is the walk that found it).
+    pub fn span(&self, walk: &Walk) -> Range<u64> {
+        let start = walk.page.base - (self.index << self.shift);
+        start..start.saturating_add(self.entries << self.shift)
+    }
+
+    /// The walk to `address` (inside [`Self::span`], which starts at `start`) through this leaf
+    /// table, the entries above it taken as `walk` read them: what a walk reads past a cached
+    /// directory. Its own entry is read and checked as a full walk reads and checks it.
+    pub fn walk_within<T: TableMemory>(
+        &self,
+        walk: &Walk,
+        start: u64,
+        address: u64,
+        access: Access,
+        tables: &T,
+    ) -> Result<(Walk, Leaf), MmuFault> {
+        let fault = |kind, entry| MmuFault {
+            kind,
+            address,
+            level: 0,
+            access,
+            entry,
+        };
+        let index = (address - start) >> self.shift;
+        let raw = tables
+            .read_entry(self.table, index)
+            .map_err(|kind| fault(kind, 0))?;
+        let page = self
+            .page(raw, start + (index << self.shift), tables)
+            .map_err(|kind| fault(kind, raw))?;
+        let mut path = walk.path;
+        path[0] = raw;
+        Ok((Walk { page, path }, Leaf { index, ..*self }))
     }
 
     /// The page leaf entry `entry` maps at `base`, checked as the walk checks it.

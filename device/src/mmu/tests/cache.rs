@@ -132,6 +132,47 @@ fn checking_mode_names_the_directory_level_that_changed() {
 }
 
 #[test]
+fn a_cached_leaf_table_serves_its_other_pages_until_a_flush_in_both_modes() {
+    for checking in [false, true] {
+        let rig = Rig::new("mmu-directory-cache");
+        let geometry = geometry(&[9, 9, 9]);
+        let mut tables = PageTables::new(&rig, geometry, 0);
+        // Two pages of one leaf table, in different lines; only the first is used.
+        let other = VA + 64 * PAGE;
+        tables.map(VA, DATA, 0);
+        tables.map(other, DATA + PAGE, 0);
+        let mut space = tables.space(checking);
+        assert_serves(&rig, &geometry, &mut space, VA, DATA);
+        // The level-1 entry is pointed at another leaf table, mapping the other page elsewhere,
+        // without a flush: the cached leaf table still serves it, as a GPU's directory cache
+        // would, and the checking mode (which changes nothing it serves) names the level.
+        let directory = tables.slot(VA, 1, false);
+        let old = tables.read_u64(directory);
+        let mut moved = PageTables::new(&rig, geometry, 1);
+        moved.map(other, DATA + 7 * PAGE, 0);
+        let moved_directory = moved.slot(other, 1, false);
+        let new = moved.read_u64(moved_directory);
+        rig.ram_write(directory, &new.to_le_bytes());
+        assert_serves(&rig, &geometry, &mut space, other, DATA + PAGE);
+        let (stale, count) = space.take_stale();
+        let stale: Vec<_> = stale
+            .map(|s| (s.address, s.level, s.cached, s.memory))
+            .collect();
+        if checking {
+            assert_eq!(stale, [(other, 1, old, new)]);
+            // Reported once: the page is cached now, and a hit does not report it again.
+            assert_serves(&rig, &geometry, &mut space, other, DATA + PAGE);
+            assert_eq!(space.take_stale().1, count);
+        } else {
+            assert_eq!((stale, count), (vec![], 0));
+        }
+        // A flush covering any page of the leaf table drops it with the translations.
+        space.flush(Some(other..other + PAGE));
+        assert_serves(&rig, &geometry, &mut space, other, DATA + 7 * PAGE);
+    }
+}
+
+#[test]
 fn without_checking_mode_nothing_is_rewalked() {
     let rig = Rig::new("mmu-no-checking");
     let geometry = geometry(&[9, 9, 9]);
@@ -202,6 +243,8 @@ fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
     for page in (0..9).filter(|&page| page != 5) {
         tables.map(VA + page * PAGE, DATA + (16 + page) * PAGE, 0);
     }
+    // And page 16, two lines on in the same leaf table.
+    tables.map(VA + 16 * PAGE, DATA + 32 * PAGE, 0);
     tables.set(VA + 6 * PAGE, 0, pte(0, DATA, 0) | 1 << 60);
     let mut space = tables.space(false);
     counting(rig, |counting| {
@@ -227,16 +270,23 @@ fn line_fill(rig: &Rig, mut tables: PageTables<'_>) {
             walk + line,
             "the line's valid pages were cached"
         );
-        // The invalid and the reserved entry were not: each is walked, and faults.
+        // The invalid and the reserved entry were not: each is read again, and faults. The leaf
+        // table the walk reached is cached (a page-directory cache): only their own entries are
+        // read.
         assert_eq!(run(&mut space, 5).unwrap_err().kind, FaultKind::NotPresent);
         assert_eq!(
             run(&mut space, 6).unwrap_err().kind,
             FaultKind::ReservedBits
         );
-        assert_eq!(counting.reads.get(), 3 * walk + line);
-        // Another line is another walk.
+        assert_eq!(counting.reads.get(), walk + line + 2);
+        // Another line of the same leaf table: its entry, then its line.
         assert_serves(&mut space, 8, DATA + 24 * PAGE);
-        assert_eq!(counting.reads.get(), 4 * walk + 2 * line);
+        assert_eq!(counting.reads.get(), walk + 2 * line + 3);
+        // A flush covering any page the leaf table maps drops the cached table with the
+        // translations: the next line is walked whole.
+        space.flush(Some(VA + 8 * PAGE..VA + 9 * PAGE));
+        assert_serves(&mut space, 16, DATA + 32 * PAGE);
+        assert_eq!(counting.reads.get(), 2 * walk + 3 * line + 3);
         // A cached neighbour is served until a flush covers it...
         tables.map(VA + 7 * PAGE, DATA + 41 * PAGE, 0);
         assert_serves(&mut space, 7, DATA + 23 * PAGE);
