@@ -1,12 +1,14 @@
 //! Bytes named by a guest-physical address or by an offset in a memory segment (how page tables
 //! and their entries address memory), checked and turned into the engine's [`Location`].
 
+use std::ops::Range;
+
 use vm_memory::GuestMemoryBackend;
 
 use super::access::Location;
 use super::{DeviceMemory, Fault};
 use crate::layout::Resolved;
-use crate::memory::guest_ram::RamError;
+use crate::memory::guest_ram::{RamError, RamRange};
 
 /// Guest RAM at `address`, `length` bytes long, as the engine's location.
 pub(super) fn ram<M: GuestMemoryBackend>(
@@ -14,7 +16,22 @@ pub(super) fn ram<M: GuestMemoryBackend>(
     address: u64,
     length: u64,
 ) -> Result<Location, Fault> {
-    match mem.ram.check(address, length) {
+    location_of(mem.ram.check(address, length), length)
+}
+
+/// [`ram`], with no memory-table lookup inside `known`, the RAM extent an earlier call found
+/// (see [`GuestRam::check_within`](crate::memory::guest_ram::GuestRam::check_within)).
+pub(super) fn ram_within<M: GuestMemoryBackend>(
+    mem: &DeviceMemory<'_, M>,
+    known: &mut Range<u64>,
+    address: u64,
+    length: u64,
+) -> Result<Location, Fault> {
+    location_of(mem.ram.check_within(known, address, length), length)
+}
+
+fn location_of(checked: Result<RamRange, RamError>, length: u64) -> Result<Location, Fault> {
+    match checked {
         Ok(range) => Ok(Location::Guest(range)),
         Err(RamError::InVram { address }) => Err(Fault::FrameInVram { address }),
         Err(RamError::Overflow { .. }) => Err(Fault::LengthOverflow(length)),

@@ -3,6 +3,7 @@
 //! fault), copies and fills move runs the MMU hands out (contiguous pages as one run), and a
 //! SIGNAL writes a monitored fence. A page fault stops the submission at the faulting packet.
 
+use std::ops::Range;
 use std::sync::Mutex;
 
 use vm_memory::GuestMemoryBackend;
@@ -21,7 +22,7 @@ use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
 use super::access::{copy, read_location, write_location, Location, Repeated};
-use super::place::{ram, segment_offset};
+use super::place::{ram, ram_within, segment_offset};
 use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
 use crate::memory::capture::ReadKind;
 use crate::mmu::fault::{Access, FaultKind, MmuFault};
@@ -162,20 +163,20 @@ struct Located {
 }
 
 impl Located {
-    /// The first `limit` bytes of `run`, located.
+    /// The first `limit` bytes of `run`, located (guest RAM checked against `known`, the RAM
+    /// extent the batch's last check found).
     fn of<M: GuestMemoryBackend>(
         run: Run,
         limit: u64,
         memory: &VirtualMemory<'_, '_, M>,
+        known: &mut Range<u64>,
     ) -> Result<Self, Fault> {
-        let run = Run {
-            len: run.len.min(limit),
-            ..run
+        let len = run.len.min(limit);
+        let at = match run.target {
+            Target::System(address) => Some(ram_within(memory.mem, known, address, len)?),
+            _ => memory.location(Run { len, ..run })?,
         };
-        Ok(Self {
-            len: run.len,
-            at: memory.location(run)?,
-        })
+        Ok(Self { len, at })
     }
 
     /// What is left after the first `len` bytes, if anything.
@@ -477,9 +478,10 @@ impl VirtualEngine {
         let mut sources = self.sources[..batch.sources].iter();
         let mut destinations = self.destinations[..batch.destinations].iter();
         // A run is located only as far as the batch copies (a source run may reach past it).
-        let next = |runs: &mut std::slice::Iter<'_, Run>, moved: u64| {
+        let mut known = 0..0;
+        let mut next = |runs: &mut std::slice::Iter<'_, Run>, moved: u64| {
             runs.next()
-                .map(|&run| Located::of(run, length - moved, memory))
+                .map(|&run| Located::of(run, length - moved, memory, &mut known))
                 .transpose()
         };
         let (mut from, mut to) = (next(&mut sources, 0)?, next(&mut destinations, 0)?);

@@ -114,16 +114,15 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
         known: &mut Range<u64>,
         address: u64,
         length: u64,
-    ) -> Result<(), RamError> {
-        let end = address
-            .checked_add(length)
-            .ok_or(RamError::Overflow { address, length })?;
+    ) -> Result<RamRange, RamError> {
+        let overflow = RamError::Overflow { address, length };
+        let end = address.checked_add(length).ok_or(overflow)?;
         if known.start <= address && end <= known.end {
-            return Ok(());
+            return Span::new(InRam(()), address, length).ok_or(overflow);
         }
-        self.check(address, length)?;
+        let range = self.check(address, length)?;
         *known = self.ram_extent(address).unwrap_or(0..0);
-        Ok(())
+        Ok(range)
     }
 
     /// Checks that `[address, address + length)` does not overflow or touch the VRAM window;

@@ -30,6 +30,9 @@ pub struct DeviceTables<'a, M> {
     /// a line, which mostly share it, are checked without a memory-table lookup each. It
     /// stays right while this lives: `ram` is a snapshot of the memory table.
     known_ram: Cell<Range<u64>>,
+    /// The memory segment the last checked page lay in, and its size: pages of a line mostly
+    /// lie in one, and need no resolve of their own.
+    known_segment: Cell<Option<(u32, u64)>>,
 }
 
 impl<'a, M> DeviceTables<'a, M> {
@@ -40,6 +43,7 @@ impl<'a, M> DeviceTables<'a, M> {
             vram,
             layout,
             known_ram: Cell::new(0..0),
+            known_segment: Cell::new(None),
         }
     }
 }
@@ -135,10 +139,23 @@ impl<M: GuestMemoryBackend> TableMemory for DeviceTables<'_, M> {
                 let mut known = self.known_ram.take();
                 let checked = self.ram.check_within(&mut known, address, size);
                 self.known_ram.set(known);
-                checked.map_err(ram_fault)
+                checked.map(drop).map_err(ram_fault)
             }
             Target::Segment { segment, offset } => {
-                self.segment_range(segment, offset, size).map(drop)
+                let inside = |(known, known_size)| {
+                    known == segment
+                        && offset
+                            .checked_add(size)
+                            .is_some_and(|end| end <= known_size)
+                };
+                if self.known_segment.get().is_some_and(inside) {
+                    return Ok(());
+                }
+                self.segment_range(segment, offset, size)?;
+                // A memory segment: the resolve above found the bytes in it.
+                let segment_size = self.layout.segment(segment).map_or(0, |s| s.size);
+                self.known_segment.set(Some((segment, segment_size)));
+                Ok(())
             }
             Target::Zero => Ok(()),
         }

@@ -5,7 +5,7 @@ use super::*;
 use crate::mmu::fault::FaultKind;
 use crate::mmu::space::StaleTranslation;
 use crate::mmu::walk::{Target, LINE_ENTRIES};
-use crate::testkit::engine_rig::{DATA, RAM_SIZE, VRAM_GPA};
+use crate::testkit::engine_rig::{DATA, RAM_SIZE, VRAM_GPA, VRAM_SIZE};
 
 const VA: u64 = 0x4000_0000;
 
@@ -232,6 +232,47 @@ fn a_line_fill_checks_each_page_that_leaves_the_ram_extent_the_others_lay_in() {
         )
         .expect_err("a page outside RAM is neither cached nor served");
         assert_eq!(fault.kind, kind, "page {page}");
+    }
+}
+
+#[test]
+fn a_line_fill_checks_each_page_that_leaves_the_segment_the_others_lay_in() {
+    // One line: the first and the last page of the VRAM segment, the page after its end, and a
+    // page of the aperture (a segment, but not memory). The fill resolves the first and holds
+    // the others against the segment it found, resolving again only what lies outside it.
+    let rig = Rig::new("mmu-tlb-line-segment");
+    let mut tables = PageTables::new(&rig, geometry(&[9, 9, 9]), 0);
+    let geometry = tables.geometry;
+    let pages = [
+        pte(VRAM_SEGMENT, 0, 0),
+        pte(VRAM_SEGMENT, VRAM_SIZE - PAGE, 0),
+        pte(VRAM_SEGMENT, VRAM_SIZE, 0),
+        pte(VRAM_SEGMENT + 1, 0, 0),
+    ];
+    for (page, entry) in (0..).zip(pages) {
+        tables.set(VA + page * PAGE, 0, entry);
+    }
+    let mut space = tables.space(false);
+    for (page, offset) in [(0, 0), (1, VRAM_SIZE - PAGE)] {
+        assert_eq!(
+            target(&rig, &geometry, &mut space, VA + page * PAGE),
+            Target::Segment {
+                segment: VRAM_SEGMENT,
+                offset
+            }
+        );
+    }
+    for page in [2, 3] {
+        let fault = translate(
+            &rig,
+            &geometry,
+            &mut space,
+            VA + page * PAGE,
+            8,
+            Access::Read,
+        )
+        .expect_err("a page outside a memory segment is neither cached nor served");
+        assert_eq!(fault.kind, FaultKind::BadSegment, "page {page}");
     }
 }
 
