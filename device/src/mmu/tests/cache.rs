@@ -25,6 +25,14 @@ fn assert_serves(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va
     );
 }
 
+/// How translating `va` faults (it must).
+#[track_caller]
+fn fault_at(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64) -> FaultKind {
+    translate(rig, geometry, space, va, 8, Access::Read)
+        .expect_err("the translation faults")
+        .kind
+}
+
 #[test]
 fn a_changed_entry_is_not_seen_until_a_flush_covers_it() {
     let rig = Rig::new("mmu-tlb");
@@ -221,17 +229,10 @@ fn a_line_fill_checks_each_page_that_leaves_the_ram_extent_the_others_lay_in() {
     let mut space = tables.space(false);
     assert_serves(&rig, &geometry, &mut space, VA, RAM_SIZE - PAGE);
     assert_serves(&rig, &geometry, &mut space, VA + 3 * PAGE, DATA);
+    // A page outside RAM is neither cached nor served.
     for (page, kind) in [(1, FaultKind::OutsideRam), (2, FaultKind::InVramWindow)] {
-        let fault = translate(
-            &rig,
-            &geometry,
-            &mut space,
-            VA + page * PAGE,
-            8,
-            Access::Read,
-        )
-        .expect_err("a page outside RAM is neither cached nor served");
-        assert_eq!(fault.kind, kind, "page {page}");
+        let fault = fault_at(&rig, &geometry, &mut space, VA + page * PAGE);
+        assert_eq!(fault, kind, "page {page}");
     }
 }
 
@@ -262,17 +263,10 @@ fn a_line_fill_checks_each_page_that_leaves_the_segment_the_others_lay_in() {
             }
         );
     }
+    // A page outside a memory segment is neither cached nor served.
     for page in [2, 3] {
-        let fault = translate(
-            &rig,
-            &geometry,
-            &mut space,
-            VA + page * PAGE,
-            8,
-            Access::Read,
-        )
-        .expect_err("a page outside a memory segment is neither cached nor served");
-        assert_eq!(fault.kind, FaultKind::BadSegment, "page {page}");
+        let fault = fault_at(&rig, &geometry, &mut space, VA + page * PAGE);
+        assert_eq!(fault, FaultKind::BadSegment, "page {page}");
     }
 }
 
