@@ -74,10 +74,22 @@ const EMPTY_LINE: LineSlot = LineSlot {
 struct LargeSlot {
     /// The page's 64 KiB frame (`address >> LARGE_INDEX_SHIFT`) it was filled for.
     key: u64,
+    /// Valid while it equals the cache's generation.
     generation: u64,
+    /// Bit 0: the checking mode already reported it stale.
     reported: u8,
     walk: Walk,
 }
+
+const EMPTY_LARGE: LargeSlot = LargeSlot {
+    key: 0,
+    generation: EMPTY,
+    reported: 0,
+    walk: Walk {
+        page: NO_PAGE,
+        path: [0; MAX_LEVELS],
+    },
+};
 
 /// A cached translation, as [`Tlb::lookup`] finds it.
 pub struct Hit<'a> {
@@ -114,16 +126,6 @@ impl Hit<'_> {
         *self.reported |= self.bit;
     }
 }
-
-const EMPTY_LARGE: LargeSlot = LargeSlot {
-    key: 0,
-    generation: EMPTY,
-    reported: 0,
-    walk: Walk {
-        page: NO_PAGE,
-        path: [0; MAX_LEVELS],
-    },
-};
 
 /// Two-way sets of slots (a slot of generation [`EMPTY`] holds nothing) with their replacement
 /// order.
