@@ -790,17 +790,17 @@ fn main() -> ExitCode {
         (
             "transfer_vs_memcpy",
             ratio(&transfer, &memcpy, transfer_ratio),
-            Target::AtLeast(0.9),
+            Target::AtLeast(0.95),
         ),
         (
             "scattered_vs_memcpy",
             ratio(&scattered_transfer, &scattered_memcpy, scattered_ratio),
-            Target::AtLeast(0.9),
+            Target::AtLeast(0.95),
         ),
         (
             "aperture_vs_memcpy",
             ratio(&aperture, &scattered_memcpy, aperture_ratio),
-            Target::AtLeast(0.85),
+            Target::AtLeast(0.95),
         ),
         (
             "va_copy_vs_scattered_transfer",
@@ -812,7 +812,7 @@ fn main() -> ExitCode {
         ratios.push((
             "submit_rtt_vs_pingpong",
             ratio(&rtt_p50, &pingpong_p50, rtt_ratio),
-            Target::AtMost(1.5),
+            Target::AtMost(1.1),
         ));
     }
     for (name, (value, per_round), target) in ratios {
