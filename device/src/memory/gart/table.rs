@@ -113,48 +113,31 @@ impl Table {
 
     /// Writes the entries of `range` (inside the table) with what `read` puts in the slices it
     /// is handed, in index order and together as long as the range: all of them, or none when
-    /// `read` refuses one. Whole leaves are read into spares and swapped in; the parts of a leaf
-    /// at either end of the range are read aside and copied in.
+    /// `read` refuses one. Each leaf's part is read into a spare first; a whole leaf is then
+    /// swapped in, the part of a leaf at either end of the range copied in.
     pub fn replace<E>(
         &mut self,
         range: Range<usize>,
         mut read: impl FnMut(&mut [u64]) -> Result<(), E>,
     ) -> Result<(), E> {
-        // At most two leaves are written in part: the first and the last.
-        let mut head = [NEVER_MAPPED; LEAF_ENTRIES];
-        let mut tail = [NEVER_MAPPED; LEAF_ENTRIES];
-        let first_leaf = range.start / LEAF_ENTRIES;
-        for (leaf, part, whole) in pieces(self.len, range.clone()) {
-            let read_one = if whole {
-                let mut spare = self.spares.pop().unwrap_or_else(unmapped_leaf);
-                let result = read(&mut spare[part]);
-                self.staged.push(spare);
-                result
-            } else if leaf == first_leaf {
-                read(&mut head[..part.len()])
-            } else {
-                read(&mut tail[..part.len()])
-            };
-            if let Err(error) = read_one {
+        for (_, part, _) in pieces(self.len, range.clone()) {
+            let mut spare = self.spares.pop().unwrap_or_else(unmapped_leaf);
+            let result = read(&mut spare[part]);
+            self.staged.push(spare);
+            if let Err(error) = result {
                 self.spares.append(&mut self.staged);
                 return Err(error);
             }
         }
         let mut staged = std::mem::take(&mut self.staged);
-        let mut filled = staged.drain(..);
-        for (leaf, part, whole) in pieces(self.len, range) {
+        for ((leaf, part, whole), mut filled) in pieces(self.len, range).zip(staged.drain(..)) {
             if whole {
-                if let Some(mut new) = filled.next() {
-                    std::mem::swap(&mut self.leaves[leaf], &mut new);
-                    self.spares.push(new);
-                }
+                std::mem::swap(&mut self.leaves[leaf], &mut filled);
             } else {
-                let written = if leaf == first_leaf { &head } else { &tail };
-                let length = part.len();
-                self.leaves[leaf][part].copy_from_slice(&written[..length]);
+                self.leaves[leaf][part.clone()].copy_from_slice(&filled[part]);
             }
+            self.spares.push(filled);
         }
-        drop(filled);
         self.staged = staged;
         Ok(())
     }
@@ -235,7 +218,8 @@ mod tests {
         assert_eq!(refused, Err("bad frame"));
         assert!(table.iter().eq(0..len as u64));
         assert!(table.staged.is_empty());
-        // The four leaves the first map replaced, the two the refused one took given back.
+        // The four leaves the first map replaced, and the spares the refused one read its four
+        // parts into given back.
         let spares = table.spares.len();
         assert_eq!(spares, 4);
         // The next write uses them, and what it replaced becomes spare.
