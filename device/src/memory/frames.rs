@@ -234,8 +234,8 @@ impl<'r, 'a, M: GuestMemoryBackend> PageArray<'r, 'a, M> {
 
 /// The run of contiguous bytes of checked `frames` from `in_page` bytes into `frames[index]`, at
 /// most `limit` long; `None` when `index` is past the end. Every frame must have been checked
-/// (by [`FrameList::load`], [`PageArray::read_into`] or [`FrameRun::check`]): consecutive checked frames end at a 64-bit
-/// address, so the sums below fit.
+/// (by [`FrameList::load`], [`PageArray::read_into`] or [`FrameRun::check`]): consecutive
+/// checked frames end at a 64-bit address, so the sums below fit.
 #[inline]
 pub(super) fn checked_frames_run(
     frames: &[u64],

@@ -233,10 +233,9 @@ impl AddressSpace {
         // cached (a GPU's page-directory cache).
         let (fresh, leaf, above_cached) = match self.tlb.directory(address) {
             Some(cached) => {
-                let (walk, leaf) =
-                    cached
-                        .leaf
-                        .walk_within(cached.walk, cached.start, address, access, tables)?;
+                let (walk, leaf) = cached
+                    .leaf
+                    .walk_within(cached.walk, address, access, tables)?;
                 (walk, Some(leaf), true)
             }
             None => {
@@ -258,7 +257,8 @@ impl AddressSpace {
                 leaf.line(&fresh, tables, cache);
             }
         });
-        if let Some(leaf) = leaf {
+        // A walk past the cached leaf table leaves it as it is.
+        if let (Some(leaf), false) = (leaf, above_cached) {
             self.tlb.remember_directory(&fresh, leaf);
         }
         if let Some(stale) = stale {

@@ -1,8 +1,8 @@
 //! The device's page-table memory: tables and pages in guest RAM (never inside the VRAM BAR
 //! window: VRAM is mapped by its segment) or in a memory segment of the layout. Every entry read
 //! is bounds-checked against the memory table or the segment; no entry is cached here (only the
-//! RAM extent the last page check found, while the snapshot of the memory table it came from
-//! is borrowed). When a `--record` capture rides on guest RAM, every entry read is kept in it,
+//! RAM extent and the segment the last page checks found, while the snapshot of the memory
+//! table they came from is borrowed). When a `--record` capture rides on guest RAM, every entry read is kept in it,
 //! VRAM's too.
 
 use std::cell::Cell;

@@ -171,8 +171,8 @@ impl<S: Copy> Ways<S> {
     }
 }
 
-/// A leaf table a walk reached: the addresses it maps (from `start` to `end`), where it is, and
-/// the walk (the entries above it).
+/// A leaf table a walk reached: where it is, the walk (the entries above it), and the addresses
+/// it maps (`start..end`, its span kept for the lookup).
 #[derive(Clone, Copy)]
 struct Directory {
     generation: u64,
@@ -188,8 +188,6 @@ pub struct CachedLeaf<'a> {
     pub leaf: &'a Leaf,
     /// The walk that reached it.
     pub walk: &'a Walk,
-    /// The first address it maps.
-    pub start: u64,
 }
 
 /// One address space's translation cache.
@@ -360,7 +358,6 @@ impl Tlb {
             .map(|cached| CachedLeaf {
                 leaf: &cached.leaf,
                 walk: &cached.walk,
-                start: cached.start,
             })
     }
 

@@ -191,7 +191,7 @@ impl Leaf {
         if tables.read_entries(self.table, first, line).is_err() {
             return;
         }
-        let table_base = walk.page.base - (self.index << self.shift);
+        let table_base = self.start(walk);
         for (index, &entry) in (first..).zip(line.iter()) {
             if index == self.index {
                 continue;
@@ -205,17 +205,22 @@ impl Leaf {
 
     /// The virtual addresses the leaf table maps (`walk` is the walk that found it).
     pub fn span(&self, walk: &Walk) -> Range<u64> {
-        let start = walk.page.base - (self.index << self.shift);
+        let start = self.start(walk);
         start..start.saturating_add(self.entries << self.shift)
     }
 
-    /// The walk to `address` (inside [`Self::span`], which starts at `start`) through this leaf
-    /// table, the entries above it taken as `walk` read them: what a walk reads past a cached
-    /// directory. Its own entry is read and checked as a full walk reads and checks it.
+    /// The first virtual address the leaf table maps.
+    #[inline]
+    fn start(&self, walk: &Walk) -> u64 {
+        walk.page.base - (self.index << self.shift)
+    }
+
+    /// The walk to `address` (inside [`Self::span`]) through this leaf table, the entries above
+    /// it taken as `walk` read them: what a walk reads past a cached directory. Its own entry is
+    /// read and checked as a full walk reads and checks it.
     pub fn walk_within<T: TableMemory>(
         &self,
         walk: &Walk,
-        start: u64,
         address: u64,
         access: Access,
         tables: &T,
@@ -227,6 +232,7 @@ impl Leaf {
             access,
             entry,
         };
+        let start = self.start(walk);
         let index = (address - start) >> self.shift;
         let raw = tables
             .read_entry(self.table, index)
