@@ -58,6 +58,19 @@ impl Target {
             Target::Zero => Some(Target::Zero),
         }
     }
+
+    /// The same store at another address (a [`Target::Zero`] stays one).
+    #[inline]
+    fn at(self, address: u64) -> Target {
+        match self {
+            Target::System(_) => Target::System(address),
+            Target::Segment { segment, .. } => Target::Segment {
+                segment,
+                offset: address,
+            },
+            Target::Zero => Target::Zero,
+        }
+    }
 }
 
 /// What the device reads page tables and checks pages through.
@@ -192,14 +205,59 @@ impl Leaf {
             return;
         }
         let table_base = self.start(walk);
-        for (index, &entry) in (first..).zip(line.iter()) {
-            if index == self.index {
-                continue;
+        let siblings = || {
+            (first..)
+                .zip(line.iter().copied())
+                .filter(|&(index, _)| index != self.index)
+        };
+        if self.alike(walk, siblings(), tables) {
+            for (index, entry) in siblings() {
+                each(Page {
+                    base: table_base + (index << self.shift),
+                    target: walk.page.target.at(entry & WDDM_GPU_PTE_ADDRESS_MASK),
+                    entry,
+                    ..walk.page
+                });
             }
+            return;
+        }
+        for (index, entry) in siblings() {
             let base = table_base + (index << self.shift);
             if let Ok(page) = self.page(entry, base, tables) {
                 each(page);
             }
+        }
+    }
+
+    /// Whether every one of `siblings` differs from `walk`'s entry in its address alone, each
+    /// address aligned to the page, and the storage from the lowest address to the end of the
+    /// highest page passes one check: then each makes the page [`Self::page`] would make of it
+    /// (the same bits pass the same checks, and a page inside a checked span is checked), so
+    /// a line of one allocation's pages is checked once rather than entry by entry.
+    fn alike<T: TableMemory>(
+        &self,
+        walk: &Walk,
+        siblings: impl Iterator<Item = (u64, u64)>,
+        tables: &T,
+    ) -> bool {
+        let bits = walk.page.entry & !WDDM_GPU_PTE_ADDRESS_MASK;
+        let size = 1u64 << self.shift;
+        let (mut lowest, mut highest, mut differ) = (u64::MAX, 0, 0);
+        for (_, entry) in siblings {
+            let address = entry & WDDM_GPU_PTE_ADDRESS_MASK;
+            differ |= ((entry & !WDDM_GPU_PTE_ADDRESS_MASK) ^ bits) | (address & (size - 1));
+            lowest = lowest.min(address);
+            highest = highest.max(address);
+        }
+        if differ != 0 || walk.page.level != 0 || walk.page.shift != self.shift {
+            return false;
+        }
+        match (walk.page.target, highest.checked_sub(lowest)) {
+            // No sibling, or zero pages (no storage).
+            (_, None) | (Target::Zero, _) => true,
+            (target, Some(spread)) => spread
+                .checked_add(size)
+                .is_some_and(|span| tables.check_page(target.at(lowest), span).is_ok()),
         }
     }
 

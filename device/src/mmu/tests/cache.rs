@@ -1,13 +1,18 @@
 //! The translation cache's contract (served until a flush covers it; invalid entries never
 //! cached) and the checking mode that reports a flush the KMD skipped.
 
+use wddm_gpu_abi::gpuva::{WDDM_GPU_PTE_READ_ONLY, WDDM_GPU_PTE_ZERO};
+
 use super::*;
 use crate::mmu::fault::FaultKind;
 use crate::mmu::space::StaleTranslation;
-use crate::mmu::walk::{Target, LINE_ENTRIES};
+use crate::mmu::walk::{walk, Root, Target, LINE_ENTRIES};
 use crate::testkit::engine_rig::{DATA, RAM_SIZE, VRAM_GPA, VRAM_SIZE};
 
 const VA: u64 = 0x4000_0000;
+/// Pages of 64 KiB, in leaf tables of their own (a level-1 entry of their own).
+const VA_64K: u64 = VA + (1 << 21);
+const SIZE_64K: u64 = 1 << 16;
 
 fn target(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64) -> Target {
     translate(rig, geometry, space, va, 8, Access::Read)
@@ -268,6 +273,109 @@ fn a_line_fill_checks_each_page_that_leaves_the_segment_the_others_lay_in() {
         let fault = fault_at(&rig, &geometry, &mut space, VA + page * PAGE);
         assert_eq!(fault, FaultKind::BadSegment, "page {page}");
     }
+}
+
+#[test]
+fn a_line_checked_as_one_span_serves_what_walks_page_by_page_would() {
+    // Lines whose entries differ in their addresses alone are checked as one span. One that
+    // fails (a page past RAM's end, in the VRAM window, past the segment's end, misaligned) or
+    // an entry that differs in another bit (read-only) sends the line entry by entry. Either
+    // way each page translates, or faults, as a walk of it alone does, and the line's valid
+    // pages are cached by the walk that read it.
+    let rig = Rig::new("mmu-tlb-line-span");
+    let mut tables = PageTables::new(&rig, geometry(&[9, 9, 9]), 0);
+    let geometry = tables.geometry;
+    let ram = |page: u64| pte(0, DATA + page * PAGE, 0);
+    let vram = |page: u64| pte(VRAM_SEGMENT, page * PAGE, 0);
+    let lines = [
+        [3, 9, 1, 30, 2, 7, 12, 5].map(ram),
+        [
+            ram(3),
+            ram(9),
+            pte(0, RAM_SIZE, 0),
+            ram(4),
+            pte(0, VRAM_GPA, 0),
+            ram(1),
+            ram(6),
+            ram(2),
+        ],
+        [
+            ram(3),
+            ram(9),
+            pte(0, DATA, WDDM_GPU_PTE_READ_ONLY),
+            ram(4),
+            ram(8),
+            ram(1),
+            ram(6),
+            ram(2),
+        ],
+        [5, 0, 1, 2, 3, 4, 6, VRAM_SIZE / PAGE - 1].map(vram),
+        [5, 0, 1, 2, 3, 4, 6, VRAM_SIZE / PAGE].map(vram),
+        [0, 1, 2, 3, 4, 5, 6, 7].map(|page| pte(0, DATA + page * PAGE, WDDM_GPU_PTE_ZERO)),
+    ];
+    // 64 KiB pages: aligned, then one that is not.
+    let ram_64k = |page: u64| pte(0, DATA + page * SIZE_64K, 0);
+    let lines_64k = [
+        [7, 0, 3, 1, 6, 2, 5, 4].map(ram_64k),
+        [
+            ram_64k(7),
+            ram_64k(0),
+            ram_64k(3) + PAGE,
+            ram_64k(1),
+            ram_64k(6),
+            ram_64k(2),
+            ram_64k(5),
+            ram_64k(4),
+        ],
+    ];
+    let line_bytes = (LINE_ENTRIES as u64) * PAGE;
+    let line_bytes_64k = (LINE_ENTRIES as u64) * SIZE_64K;
+    let mut starts = Vec::new();
+    for (line, entries) in (0..).zip(&lines) {
+        for (page, &entry) in (0..).zip(entries) {
+            tables.set(VA + line * line_bytes + page * PAGE, 0, entry);
+        }
+        starts.push((VA + line * line_bytes, PAGE));
+    }
+    for (line, entries) in (0..).zip(&lines_64k) {
+        for (page, &entry) in (0..).zip(entries) {
+            tables.set_64k(VA_64K + line * line_bytes_64k + page * SIZE_64K, entry);
+        }
+        starts.push((VA_64K + line * line_bytes_64k, SIZE_64K));
+    }
+    let root = Root {
+        table: tables.root,
+        entries: geometry.level(geometry.root_level()).unwrap().entries(),
+    };
+    let mut space = tables.space(false);
+    counting(&rig, |counting| {
+        for &(start, size) in &starts {
+            for access in [Access::Read, Access::Write] {
+                space.flush(None);
+                let pages = (0..LINE_ENTRIES as u64).map(|page| start + page * size);
+                let mut reads = None;
+                for va in pages {
+                    let expected = walk(&geometry, &root, va, access, counting.inner)
+                        .and_then(|walk| walk.page.allows(va, access).map(|()| walk.page.target))
+                        .map_err(|fault| fault.kind);
+                    let before = counting.reads.get();
+                    let served = space
+                        .translate(&geometry, counting, va, 1, access)
+                        .map(|run| run.target)
+                        .map_err(|fault| fault.kind);
+                    assert_eq!(served, expected, "VA {va:#x}, {access:?}");
+                    // The first page's walk reads the line; a valid page after it is served
+                    // without a read.
+                    let read = counting.reads.get() - before;
+                    match (reads, expected) {
+                        (None, _) => reads = Some(read),
+                        (Some(_), Ok(_)) => assert_eq!(read, 0, "VA {va:#x}, {access:?}"),
+                        (Some(_), Err(_)) => {}
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// Eight pages of one leaf line and the first of the next, translated through `tables`.
