@@ -229,18 +229,19 @@ impl AddressSpace {
             page.allows(address, access)?;
             return Ok(page);
         }
-        // Past a cached leaf table only the page's own entry is read, the entries above it as
-        // cached (a GPU's page-directory cache).
-        let (fresh, leaf, above_cached) = match self.tlb.directory(address) {
+        // Past a cached leaf table only the line holding the page's entry is read, the entries
+        // above it as cached (a GPU's page-directory cache).
+        let (fresh, leaf, line, above_cached) = match self.tlb.directory(address) {
             Some(cached) => {
-                let (walk, leaf) = cached
-                    .leaf
-                    .walk_within(cached.walk, address, access, tables)?;
-                (walk, Some(leaf), true)
+                let (walk, leaf, line) =
+                    cached
+                        .leaf
+                        .walk_within(cached.walk, address, access, tables)?;
+                (walk, Some(leaf), line, true)
             }
             None => {
                 let (walk, leaf) = walk_to_leaf(geometry, &root, address, access, tables)?;
-                (walk, leaf, false)
+                (walk, leaf, None, false)
             }
         };
         // The checking mode holds such a walk against a whole one now, as it does a hit: a
@@ -254,7 +255,7 @@ impl AddressSpace {
         };
         self.tlb.insert(address, fresh, |cache| {
             if let Some(leaf) = leaf {
-                leaf.line(&fresh, tables, cache);
+                leaf.line(&fresh, line.as_ref(), tables, cache);
             }
         });
         // A walk past the cached leaf table leaves it as it is.

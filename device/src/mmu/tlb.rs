@@ -8,8 +8,8 @@
 //! - larger pages one a slot, by their 64 KiB frame.
 //!
 //! Beside them, the leaf table the last walk reached and the entries above it, as a GPU's
-//! page-directory cache keeps them: a walk to another page of that table reads only the page's
-//! own entry. It is flushed with the translations.
+//! page-directory cache keeps them: a walk to another page of that table reads only the line
+//! holding the page's entry. It is flushed with the translations.
 
 use std::ops::Range;
 

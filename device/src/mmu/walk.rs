@@ -174,6 +174,29 @@ pub struct Walk {
 /// the one walked to, so a run of pages costs one walk per line rather than one per page.
 pub const LINE_ENTRIES: usize = 8;
 
+/// The entries of one line of a leaf table, as one read brought them.
+#[derive(Clone, Copy, Debug)]
+pub struct Line {
+    /// The index of its first entry.
+    first: u64,
+    /// Entries read (a table shorter than a line has fewer).
+    count: usize,
+    entries: [u64; LINE_ENTRIES],
+}
+
+impl Line {
+    /// Each entry with its index in the table.
+    fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (self.first..).zip(self.entries[..self.count].iter().copied())
+    }
+
+    /// Entry `index` of the table, if the line holds it.
+    fn entry(&self, index: u64) -> Option<u64> {
+        let at = usize::try_from(index.checked_sub(self.first)?).ok()?;
+        self.entries[..self.count].get(at).copied()
+    }
+}
+
 /// Where a walk found its level-0 entry: what a fill of the rest of its line needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leaf {
@@ -193,23 +216,19 @@ impl Leaf {
     /// maps (a walk to it reads the same entries above it as `walk`). Entries a walk would fault
     /// on are left out, so an invalid entry is never cached, and a line that cannot be read is
     /// no fill at all.
-    pub fn line<T: TableMemory>(&self, walk: &Walk, tables: &T, mut each: impl FnMut(Page)) {
-        let line_entries = LINE_ENTRIES as u64;
-        let first = self.index & !(line_entries - 1);
-        let count = line_entries.min(self.entries.saturating_sub(first));
-        let mut line = [0u64; LINE_ENTRIES];
-        let Some(line) = line.get_mut(..usize::try_from(count).unwrap_or(0)) else {
+    /// `read` is the line if the walk already read it ([`Self::walk_within`]).
+    pub fn line<T: TableMemory>(
+        &self,
+        walk: &Walk,
+        read: Option<&Line>,
+        tables: &T,
+        mut each: impl FnMut(Page),
+    ) {
+        let Some(line) = read.copied().or_else(|| self.read_line(tables)) else {
             return;
         };
-        if tables.read_entries(self.table, first, line).is_err() {
-            return;
-        }
         let table_base = self.start(walk);
-        let siblings = || {
-            (first..)
-                .zip(line.iter().copied())
-                .filter(|&(index, _)| index != self.index)
-        };
+        let siblings = || line.entries().filter(|&(index, _)| index != self.index);
         if self.alike(walk, siblings(), tables) {
             for (index, entry) in siblings() {
                 each(Page {
@@ -282,7 +301,7 @@ impl Leaf {
         address: u64,
         access: Access,
         tables: &T,
-    ) -> Result<(Walk, Leaf), MmuFault> {
+    ) -> Result<(Walk, Leaf, Option<Line>), MmuFault> {
         let fault = |kind, entry| MmuFault {
             kind,
             address,
@@ -292,15 +311,37 @@ impl Leaf {
         };
         let start = self.start(walk);
         let index = (address - start) >> self.shift;
-        let raw = tables
-            .read_entry(self.table, index)
-            .map_err(|kind| fault(kind, 0))?;
+        let leaf = Leaf { index, ..*self };
+        // The entry comes with its line, which the fill then needs no second read for; alone
+        // only when the line cannot be read whole.
+        let line = leaf.read_line(tables);
+        let raw = match line.and_then(|line| line.entry(index)) {
+            Some(raw) => raw,
+            None => tables
+                .read_entry(self.table, index)
+                .map_err(|kind| fault(kind, 0))?,
+        };
         let page = self
             .page(raw, start + (index << self.shift), tables)
             .map_err(|kind| fault(kind, raw))?;
         let mut path = walk.path;
         path[0] = raw;
-        Ok((Walk { page, path }, Leaf { index, ..*self }))
+        Ok((Walk { page, path }, leaf, line))
+    }
+
+    /// The line holding this leaf's entry, in one read; `None` when it cannot be read whole.
+    fn read_line<T: TableMemory>(&self, tables: &T) -> Option<Line> {
+        let line_entries = LINE_ENTRIES as u64;
+        let first = self.index & !(line_entries - 1);
+        let count = line_entries.min(self.entries.saturating_sub(first));
+        let mut line = Line {
+            first,
+            count: usize::try_from(count).ok()?,
+            entries: [0; LINE_ENTRIES],
+        };
+        let entries = line.entries.get_mut(..line.count)?;
+        tables.read_entries(self.table, first, entries).ok()?;
+        Some(line)
     }
 
     /// The page leaf entry `entry` maps at `base`, checked as the walk checks it.
