@@ -1,12 +1,19 @@
-//! Completing one descriptor chain: the response written into its device-writable buffers, the
-//! chain put on the used ring and the queue's interrupt raised, through the [`AnswerGate`].
+//! One descriptor chain's buffers: its request read and its room counted in one pass when it
+//! is taken ([`read_chain`]), and its completion: the response written into its
+//! device-writable buffers, the chain put on the used ring and the queue's interrupt raised,
+//! through the [`AnswerGate`].
+//!
+//! The buffers are walked here rather than through virtio-queue's `Reader` and `Writer`: a
+//! request is one or two small buffers, and building those (each walks the whole chain and
+//! collects its slices) was a third of the device's work per submission.
 
-use std::io::Write;
+use std::ops::Range;
 use std::sync::Arc;
 
 use log::warn;
 use vhost_user_backend::{VringRwLock, VringT};
-use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
+use wddm_gpu_abi::request::MAX_REQUEST_SIZE;
 
 use crate::gpu::reply::Reply;
 use crate::transport::gate::{AnswerGate, Deliver};
@@ -31,19 +38,15 @@ pub struct ChainReply {
 }
 
 impl ChainReply {
-    /// A reply for `chain`, with room for the chain's writable bytes.
+    /// A reply for `chain`, with `room` bytes for the response ([`read_chain`] counted them).
     pub fn new(
         chain: Chain,
         mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
         vring: VringRwLock,
         gate: Arc<Gate>,
         claim: Option<Claim>,
+        room: usize,
     ) -> Self {
-        let room = chain
-            .clone()
-            .writer(&mem)
-            .map(|w| w.available_bytes())
-            .unwrap_or(0);
         Self {
             chain,
             mem,
@@ -73,16 +76,10 @@ impl Deliver for ChainReply {
         let written = if response.is_empty() {
             0
         } else {
-            match self.chain.writer(&self.mem) {
-                Ok(mut writer) => match writer.write_all(response) {
-                    Ok(()) => u32::try_from(writer.bytes_written()).unwrap_or(0),
-                    Err(error) => {
-                        crate::guest_warn!("control response unwritable: {error}");
-                        0
-                    }
-                },
+            match write_chain(&self.chain, &self.mem, response) {
+                Ok(written) => written,
                 Err(error) => {
-                    crate::guest_warn!("control descriptor chain refused: {error}");
+                    crate::guest_warn!("control response unwritable: {error}");
                     0
                 }
             }
@@ -103,4 +100,97 @@ impl Deliver for ChainReply {
             Err(error) => warn!("used ring: {error}"),
         }
     }
+}
+
+/// Why a chain's buffers were refused: the chain is completed with nothing written.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChainRefusal {
+    /// VRAM is not guest RAM: nothing is read from or written into the BAR window through a
+    /// descriptor (a response there would overwrite VRAM).
+    #[error("a buffer at {address:#x} lies in the VRAM BAR window")]
+    InVramWindow { address: u64 },
+    /// A driver-readable buffer is not guest RAM.
+    #[error("the readable buffer of {len} bytes at {address:#x} is not guest RAM")]
+    Unreadable { address: u64, len: u32 },
+}
+
+/// Why a response could not be written in full.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteRefusal {
+    /// A device-writable buffer is not guest RAM.
+    #[error("the writable buffer of {len} bytes at {address:#x} is not guest RAM")]
+    Unwritable { address: u64, len: u32 },
+    /// The writable buffers hold fewer bytes than the response.
+    #[error("{left} bytes of the response found no room")]
+    NoRoom { left: usize },
+}
+
+/// One pass over `chain`'s buffers, as the virtio spec lays them out (driver-readable, then
+/// device-writable): the readable bytes, up to [`MAX_REQUEST_SIZE`], read into `request`, and
+/// the writable bytes counted as the room for the response, which is 0 when one of them is not
+/// guest RAM (nothing could be written). No buffer may touch `window`, the VRAM BAR.
+pub fn read_chain(
+    chain: &Chain,
+    mem: &GuestMemoryMmap,
+    window: Option<&Range<u64>>,
+    request: &mut Vec<u8>,
+) -> Result<usize, ChainRefusal> {
+    request.clear();
+    let (mut room, mut writable) = (0usize, true);
+    for descriptor in chain.clone() {
+        let (address, len) = (descriptor.addr(), descriptor.len());
+        let start = address.0;
+        let end = start.saturating_add(u64::from(len));
+        if let Some(window) = window {
+            if start < window.end && window.start < end {
+                return Err(ChainRefusal::InVramWindow { address: start });
+            }
+        }
+        let bytes = usize::try_from(len).unwrap_or(usize::MAX);
+        let in_ram = mem.check_range(address, bytes);
+        if descriptor.is_write_only() {
+            writable &= in_ram;
+            room = room.saturating_add(bytes);
+            continue;
+        }
+        let unreadable = ChainRefusal::Unreadable {
+            address: start,
+            len,
+        };
+        if !in_ram {
+            return Err(unreadable);
+        }
+        let at = request.len();
+        let take = bytes.min(MAX_REQUEST_SIZE - at);
+        if take > 0 {
+            request.resize(at + take, 0);
+            mem.read_slice(&mut request[at..], address)
+                .map_err(|_| unreadable)?;
+        }
+    }
+    Ok(if writable { room } else { 0 })
+}
+
+/// Writes `response` into `chain`'s device-writable buffers in order; returns the bytes written.
+fn write_chain(chain: &Chain, mem: &GuestMemoryMmap, response: &[u8]) -> Result<u32, WriteRefusal> {
+    let mut left = response;
+    for descriptor in chain.clone().writable() {
+        if left.is_empty() {
+            break;
+        }
+        let (address, len) = (descriptor.addr(), descriptor.len());
+        let (now, later) =
+            left.split_at(left.len().min(usize::try_from(len).unwrap_or(usize::MAX)));
+        mem.write_slice(now, address)
+            .map_err(|_| WriteRefusal::Unwritable {
+                address: address.0,
+                len,
+            })?;
+        left = later;
+    }
+    if !left.is_empty() {
+        return Err(WriteRefusal::NoRoom { left: left.len() });
+    }
+    // A response is at most a page: it fits.
+    Ok(u32::try_from(response.len()).unwrap_or(u32::MAX))
 }

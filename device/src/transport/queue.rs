@@ -3,19 +3,19 @@
 //! completed with nothing written; a ring whose avail index is out of range is refused until
 //! the guest sets it up again. Nothing here returns an error for what the guest wrote.
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::QueueOwnedT;
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
-use wddm_gpu_abi::request::{decode_control, decode_cursor, MAX_REQUEST_SIZE};
+use wddm_gpu_abi::request::{decode_control, decode_cursor};
 
 use crate::gpu::reply::Reply;
 use crate::model::gpu::Gpu;
 use crate::model::kick::Kick;
 use crate::observe::stats::RequestOutcome;
-use crate::transport::chain_reply::{Chain, ChainReply, Gate};
+use crate::transport::chain_reply::{read_chain, Chain, ChainReply, Gate};
 use crate::transport::in_flight::InFlight;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
@@ -114,15 +114,14 @@ impl Queues {
         let window = gpu.vram().guest_window();
         let mut request = std::mem::take(&mut self.request);
         for chain in chains.drain(..) {
-            if let Some(window) = &window {
-                if touches_window(&chain, window) {
-                    // VRAM is not guest RAM: nothing is read from or written into the BAR
-                    // window through a descriptor (a response there would overwrite VRAM).
-                    crate::guest_warn!("queue {queue}: descriptor chain {} has a buffer in the VRAM BAR window; completed with nothing written", chain.head_index());
+            let room = match read_chain(&chain, mem, window.as_ref(), &mut request) {
+                Ok(room) => room,
+                Err(refusal) => {
+                    crate::guest_warn!("queue {queue}: descriptor chain {} refused: {refusal}; completed with nothing written", chain.head_index());
                     self.complete_unread(pass, chain);
                     continue;
                 }
-            }
+            };
             let claim = match queue {
                 CONTROL_QUEUE => match self.in_flight.claim(chain.head_index()) {
                     Some(claim) => Some(claim),
@@ -136,19 +135,19 @@ impl Queues {
                 _ => None,
             };
             let reply = Box::new(ChainReply::new(
-                chain.clone(),
+                chain,
                 mem.clone(),
                 vring.clone(),
                 self.gate.clone(),
                 claim,
+                room,
             ));
             match queue {
-                CONTROL_QUEUE => hand_over(gpu, kick, chain, reply, mem, &mut request),
+                // The one decode of the request: everything after works on its type.
+                CONTROL_QUEUE => gpu.handle(kick, decode_control(&request), reply, mem.clone()),
                 // Cursor commands have no response.
                 _ => {
-                    if read_request(&chain, mem, &mut request) {
-                        gpu.handle_cursor(kick, decode_cursor(&request));
-                    }
+                    gpu.handle_cursor(kick, decode_cursor(&request));
                     reply.complete(&[]);
                 }
             }
@@ -167,6 +166,7 @@ impl Queues {
             pass.vring.clone(),
             self.gate.clone(),
             None,
+            0,
         );
         self.gate.pass(reply, &[]);
     }
@@ -185,53 +185,4 @@ pub struct Pass<'a> {
     pub queue: u16,
     /// The guest memory of this kick.
     pub mem: &'a GuestMemoryLoadGuard<GuestMemoryMmap>,
-}
-
-/// Reads one request from the chain and hands it to the GPU with its reply (completed at once,
-/// with nothing written, when the chain is unreadable).
-fn hand_over(
-    gpu: &Gpu,
-    kick: &Kick,
-    chain: Chain,
-    reply: Box<ChainReply>,
-    mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-    request: &mut Vec<u8>,
-) {
-    if read_request(&chain, mem, request) {
-        // The one decode of the request: everything after works on its type.
-        gpu.handle(kick, decode_control(request), reply, mem.clone());
-    } else {
-        reply.complete(&[]);
-    }
-}
-
-/// Reads the readable bytes of a chain, up to [`MAX_REQUEST_SIZE`], into `request`; `false`
-/// (logged) when they are unreadable.
-fn read_request(
-    chain: &Chain,
-    mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-    request: &mut Vec<u8>,
-) -> bool {
-    let mut reader = match chain.clone().reader(mem) {
-        Ok(reader) => reader,
-        Err(error) => {
-            crate::guest_warn!("descriptor chain refused: {error}");
-            return false;
-        }
-    };
-    request.resize(reader.available_bytes().min(MAX_REQUEST_SIZE), 0);
-    if let Err(error) = reader.read_exact(request) {
-        crate::guest_warn!("request unreadable: {error}");
-        return false;
-    }
-    true
-}
-
-/// Whether any buffer of `chain` overlaps `window` (guest-physical).
-fn touches_window(chain: &Chain, window: &std::ops::Range<u64>) -> bool {
-    chain.clone().any(|descriptor| {
-        let start = descriptor.addr().0;
-        let end = start.saturating_add(u64::from(descriptor.len()));
-        start < window.end && window.start < end
-    })
 }

@@ -3,6 +3,7 @@
 //! and what lands on the used rings, in the response buffers and on the call eventfds.
 
 mod broken;
+mod buffers;
 mod cursor;
 mod in_flight;
 mod pause;

@@ -281,7 +281,7 @@ impl<'m> Ring<'m> {
 
     /// Writes a chain of `(address, length, device-writable)` buffers into the descriptor
     /// table and makes it available; returns its head.
-    fn post_chain(&mut self, buffers: &[(u64, u32, bool)]) -> u16 {
+    pub fn post_chain(&mut self, buffers: &[(u64, u32, bool)]) -> u16 {
         let head = self.next_descriptor;
         let last = buffers.len() - 1;
         let descriptors: Vec<RawDescriptor> = buffers
