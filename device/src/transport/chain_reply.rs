@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use log::warn;
 use vhost_user_backend::{VringRwLock, VringT};
-use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::request::MAX_REQUEST_SIZE;
 
 use crate::gpu::reply::Reply;
@@ -32,20 +32,20 @@ pub struct ChainReply {
     mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
     vring: VringRwLock,
     gate: Arc<Gate>,
-    room: usize,
+    room: Room,
     /// The head's claim (control queue), released when this reply is written or dropped.
     claim: Option<Claim>,
 }
 
 impl ChainReply {
-    /// A reply for `chain`, with `room` bytes for the response ([`read_chain`] counted them).
+    /// A reply for `chain`, with `room` for the response ([`read_chain`] found it).
     pub fn new(
         chain: Chain,
         mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
         vring: VringRwLock,
         gate: Arc<Gate>,
         claim: Option<Claim>,
-        room: usize,
+        room: Room,
     ) -> Self {
         Self {
             chain,
@@ -60,7 +60,7 @@ impl ChainReply {
 
 impl Reply for ChainReply {
     fn room(&self) -> usize {
-        self.room
+        self.room.bytes
     }
 
     fn complete(self: Box<Self>, response: &[u8]) {
@@ -76,7 +76,7 @@ impl Deliver for ChainReply {
         let written = if response.is_empty() {
             0
         } else {
-            match write_chain(&self.chain, &self.mem, response) {
+            match write_chain(&self.chain, self.room, &self.mem, response) {
                 Ok(written) => written,
                 Err(error) => {
                     crate::guest_warn!("control response unwritable: {error}");
@@ -125,18 +125,29 @@ pub enum WriteRefusal {
     NoRoom { left: usize },
 }
 
+/// Where a chain's response goes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Room {
+    /// Bytes of its device-writable buffers; 0 when one of them is not guest RAM (nothing could
+    /// be written).
+    pub bytes: usize,
+    /// Its first writable buffer: a response that fits there is written without walking the
+    /// chain again.
+    first: Option<(GuestAddress, u32)>,
+}
+
 /// One pass over `chain`'s buffers, as the virtio spec lays them out (driver-readable, then
 /// device-writable): the readable bytes, up to [`MAX_REQUEST_SIZE`], read into `request`, and
-/// the writable bytes counted as the room for the response, which is 0 when one of them is not
-/// guest RAM (nothing could be written). No buffer may touch `window`, the VRAM BAR.
+/// the writable ones taken as the room for the response. No buffer may touch `window`, the
+/// VRAM BAR.
 pub fn read_chain(
     chain: &Chain,
     mem: &GuestMemoryMmap,
     window: Option<&Range<u64>>,
     request: &mut Vec<u8>,
-) -> Result<usize, ChainRefusal> {
+) -> Result<Room, ChainRefusal> {
     request.clear();
-    let (mut room, mut writable) = (0usize, true);
+    let (mut room, mut writable) = (Room::default(), true);
     for descriptor in chain.clone() {
         let (address, len) = (descriptor.addr(), descriptor.len());
         let start = address.0;
@@ -150,7 +161,8 @@ pub fn read_chain(
         let in_ram = mem.check_range(address, bytes);
         if descriptor.is_write_only() {
             writable &= in_ram;
-            room = room.saturating_add(bytes);
+            room.bytes = room.bytes.saturating_add(bytes);
+            room.first = room.first.or(Some((address, len)));
             continue;
         }
         let unreadable = ChainRefusal::Unreadable {
@@ -168,11 +180,29 @@ pub fn read_chain(
                 .map_err(|_| unreadable)?;
         }
     }
-    Ok(if writable { room } else { 0 })
+    Ok(if writable { room } else { Room::default() })
 }
 
-/// Writes `response` into `chain`'s device-writable buffers in order; returns the bytes written.
-fn write_chain(chain: &Chain, mem: &GuestMemoryMmap, response: &[u8]) -> Result<u32, WriteRefusal> {
+/// Writes `response` into `chain`'s device-writable buffers in order (`room` as [`read_chain`]
+/// found it); returns the bytes written.
+fn write_chain(
+    chain: &Chain,
+    room: Room,
+    mem: &GuestMemoryMmap,
+    response: &[u8],
+) -> Result<u32, WriteRefusal> {
+    // A response is at most a page: it fits.
+    let written = u32::try_from(response.len()).unwrap_or(u32::MAX);
+    if let Some((address, len)) = room.first {
+        if written <= len {
+            mem.write_slice(response, address)
+                .map_err(|_| WriteRefusal::Unwritable {
+                    address: address.0,
+                    len,
+                })?;
+            return Ok(written);
+        }
+    }
     let mut left = response;
     for descriptor in chain.clone().writable() {
         if left.is_empty() {
@@ -191,6 +221,5 @@ fn write_chain(chain: &Chain, mem: &GuestMemoryMmap, response: &[u8]) -> Result<
     if !left.is_empty() {
         return Err(WriteRefusal::NoRoom { left: left.len() });
     }
-    // A response is at most a page: it fits.
-    Ok(u32::try_from(response.len()).unwrap_or(u32::MAX))
+    Ok(written)
 }

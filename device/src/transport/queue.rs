@@ -15,7 +15,7 @@ use crate::gpu::reply::Reply;
 use crate::model::gpu::Gpu;
 use crate::model::kick::Kick;
 use crate::observe::stats::RequestOutcome;
-use crate::transport::chain_reply::{read_chain, Chain, ChainReply, Gate};
+use crate::transport::chain_reply::{read_chain, Chain, ChainReply, Gate, Room};
 use crate::transport::in_flight::InFlight;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
@@ -166,7 +166,7 @@ impl Queues {
             pass.vring.clone(),
             self.gate.clone(),
             None,
-            0,
+            Room::default(),
         );
         self.gate.pass(reply, &[]);
     }
