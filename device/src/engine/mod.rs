@@ -150,6 +150,11 @@ enum DmaBuffer {
     Aperture(Side),
 }
 
+/// Bytes of a DMA buffer the first read of a packet brings (see [`Engine::read_packet`]): every
+/// packet but the largest fits.
+const FIRST_READ: u32 = 256;
+const _: () = assert!(FIRST_READ <= WDDM_GPU_MAX_PACKET_SIZE);
+
 /// Executes DMA buffers. Owns the GART and scratch space reused across submissions, so the hot
 /// path does not allocate.
 pub struct Engine {
@@ -383,7 +388,15 @@ impl Engine {
             }
         };
         let position = u64::from(offset);
-        read(position, &mut packet[..header_size as usize])?;
+        // The first read brings the header and, for most packets, the rest with it: up to
+        // `FIRST_READ` bytes, never past `end_offset` (the buffer was checked to its end). Not
+        // through an aperture, whose pages an earlier packet may have remapped: there the
+        // header alone, so a page the packet does not reach cannot fault it.
+        let first = match buffer {
+            DmaBuffer::Guest(_) | DmaBuffer::Vram(_) => available.min(FIRST_READ),
+            DmaBuffer::Aperture(_) => header_size,
+        };
+        read(position, &mut packet[..first as usize])?;
         let header = read_header(&packet[..])?;
         let size = header.size;
         check_packet_size(size, available)?;
@@ -392,12 +405,12 @@ impl Engine {
             size,
             reason: "runs past end_offset",
         })?;
-        // The rest of the packet after the header already read: what executes is this copy, with
-        // that header, so a guest rewriting its buffer meanwhile changes nothing checked.
-        if size > header_size {
+        // The rest of the packet after what was read: what executes is this copy, with that
+        // header, so a guest rewriting its buffer meanwhile changes nothing checked.
+        if size > first {
             read(
-                position + u64::from(header_size),
-                &mut packet[header_size as usize..size as usize],
+                position + u64::from(first),
+                &mut packet[first as usize..size as usize],
             )?;
         }
         Ok(PacketAt { header, size, next })

@@ -8,7 +8,7 @@ use super::hooks::Hooks;
 use super::model::{Loc, Model};
 use super::unmapped_at;
 use crate::engine::Fault;
-use crate::testkit::engine_rig::{command, data_frames, status, Rig, PAGE, VRAM_SIZE};
+use crate::testkit::engine_rig::{command, data_frames, status, Rig, PAGE, RAM_SIZE, VRAM_SIZE};
 use crate::testkit::packets::{in_vram, packet_bytes, APERTURE_SEGMENT};
 
 /// 16 bytes of unknown opcode: faults if it ever executes.
@@ -136,4 +136,31 @@ fn a_dma_buffer_in_vram_executes_and_only_its_window_runs() {
     assert_eq!(completion.fault(), Some((0, Fault::UnknownOpcode(0x55))));
     let completion = rig.execute(&command(1, VRAM_SIZE - 8, 16, 0, 16), &mut ());
     assert_eq!(status(&completion), Some(SubmitStatus::BadDmaBuffer));
+}
+
+#[test]
+fn a_packet_is_read_no_further_than_end_offset_and_the_end_of_ram() {
+    // A packet's first read brings more than its header, but never a byte past end_offset: a
+    // buffer that ends at the last byte of guest RAM runs to its end, and the poison after a
+    // short end_offset is neither read into a fault nor run.
+    let mut rig = Rig::new("dma-end-of-ram");
+    let mut bytes = packet_bytes(fill(0x1234_5678, 8, in_vram(0x40)));
+    bytes.extend(packet_bytes(fence(5)));
+    let size = u32::try_from(bytes.len()).unwrap();
+    let at = RAM_SIZE - u64::from(size);
+    rig.ram_write(at, &bytes);
+    let completion = rig.execute(&command(0, at, size, 0, size), &mut ());
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(completion.packets_completed, 2);
+    assert_eq!(rig.vram_read(0x40, 8), [0x78, 0x56, 0x34, 0x12].repeat(2));
+
+    let mut bytes = packet_bytes(fence(6));
+    let fence_size = u32::try_from(bytes.len()).unwrap();
+    bytes.extend(poison());
+    let size = u32::try_from(bytes.len()).unwrap();
+    let at = RAM_SIZE - u64::from(size);
+    rig.ram_write(at, &bytes);
+    let completion = rig.execute(&command(0, at, size, 0, fence_size), &mut ());
+    assert_eq!(completion.stop, None, "{completion:?}");
+    assert_eq!(completion.packets_completed, 1);
 }
