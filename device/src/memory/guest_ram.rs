@@ -170,12 +170,31 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
             .unwrap_or(0)
     }
 
+    /// The bytes at `address` as one slice, when they lie outside the VRAM window in one
+    /// region: one lookup, where a check and a copy across regions take one each.
+    #[inline]
+    fn in_one_region(
+        &self,
+        address: u64,
+        length: usize,
+    ) -> Option<VolatileSlice<'a, impl BitmapSlice + 'a>> {
+        self.outside_vram(address, length as u64).ok()?;
+        let (region, offset): (&'a M::R, MemoryRegionAddress) =
+            self.mem.to_region_addr(GuestAddress(address))?;
+        region.get_slice(offset, length).ok()
+    }
+
     /// Reads `buf.len()` bytes at a checked address.
     pub fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), RamError> {
-        self.check(address, buf.len() as u64)?;
-        self.mem
-            .read_slice(buf, GuestAddress(address))
-            .map_err(|_| RamError::NotRam { address })?;
+        if let Some(slice) = self.in_one_region(address, buf.len()) {
+            slice.copy_to(buf);
+        } else {
+            // Across regions, or not RAM (the check names the first byte that is not).
+            self.check(address, buf.len() as u64)?;
+            self.mem
+                .read_slice(buf, GuestAddress(address))
+                .map_err(|_| RamError::NotRam { address })?;
+        }
         if let Some(capture) = self.capture {
             capture.bytes(Store::Ram, ReadKind::Metadata, address, buf);
         }
@@ -213,6 +232,11 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
 
     /// Writes `buf` at a checked address.
     pub fn write(&self, address: u64, buf: &[u8]) -> Result<(), RamError> {
+        if let Some(slice) = self.in_one_region(address, buf.len()) {
+            slice.copy_from(buf);
+            return Ok(());
+        }
+        // Across regions, or not RAM (the check names the first byte that is not).
         self.check(address, buf.len() as u64)?;
         self.mem
             .write_slice(buf, GuestAddress(address))
@@ -285,14 +309,30 @@ mod tests {
             assert_eq!(ram.read_u64(address), Ok(u64::from_le_bytes(bytes)));
             assert_eq!(ram.read_u64(address), Ok(value));
         }
-        // The refusals of read: past RAM, at a hole, in the VRAM window, overflowing.
-        for address in [0x1f_fffc, 0x20_0000, 0x100_7ffc, 0x100_0000, u64::MAX - 3] {
+        // The refusals of read and write: past RAM, at a hole, in the VRAM window, overflowing,
+        // each naming the first byte that is not RAM.
+        let overflow = |address| RamError::Overflow { address, length: 8 };
+        for (address, refusal) in [
+            (0x1f_fffc, RamError::NotRam { address: 0x20_0000 }),
+            (0x20_0000, RamError::NotRam { address: 0x20_0000 }),
+            (
+                0x100_7ffc,
+                RamError::InVram {
+                    address: 0x100_7ffc,
+                },
+            ),
+            (
+                0x0ff_fffc,
+                RamError::InVram {
+                    address: 0x100_0000,
+                },
+            ),
+            (u64::MAX - 3, overflow(u64::MAX - 3)),
+        ] {
             let mut bytes = [0; 8];
-            assert_eq!(
-                ram.read_u64(address).map(drop),
-                ram.read(address, &mut bytes),
-                "{address:#x}"
-            );
+            assert_eq!(ram.read(address, &mut bytes), Err(refusal), "{address:#x}");
+            assert_eq!(ram.read_u64(address), Err(refusal), "{address:#x}");
+            assert_eq!(ram.write(address, &bytes), Err(refusal), "{address:#x}");
         }
     }
 
