@@ -86,11 +86,16 @@ impl Deliver for ChainReply {
         };
         // Free before the guest can see the answer and post the head again.
         drop(self.claim.take());
-        if let Err(error) = self.vring.add_used(head, written) {
-            crate::guest_warn!("head index {head} refused: {error}");
-            return;
-        }
-        match self.vring.needs_notification() {
+        // The used entry and the notification decision under one hold of the ring's lock.
+        let notify = {
+            let mut ring = self.vring.get_mut();
+            if let Err(error) = ring.add_used(head, written) {
+                crate::guest_warn!("head index {head} refused: {error}");
+                return;
+            }
+            ring.needs_notification()
+        };
+        match notify {
             Ok(true) => {
                 if let Err(error) = self.vring.signal_used_queue() {
                     warn!("cannot signal the used queue: {error}");
@@ -158,9 +163,8 @@ pub fn read_chain(
             }
         }
         let bytes = usize::try_from(len).unwrap_or(usize::MAX);
-        let in_ram = mem.check_range(address, bytes);
         if descriptor.is_write_only() {
-            writable &= in_ram;
+            writable &= mem.check_range(address, bytes);
             room.bytes = room.bytes.saturating_add(bytes);
             room.first = room.first.or(Some((address, len)));
             continue;
@@ -169,11 +173,13 @@ pub fn read_chain(
             address: start,
             len,
         };
-        if !in_ram {
-            return Err(unreadable);
-        }
         let at = request.len();
         let take = bytes.min(MAX_REQUEST_SIZE - at);
+        // The read below proves the bytes it reads are RAM; the rest of a buffer longer than
+        // the request's limit is checked on its own.
+        if take < bytes && !mem.check_range(address, bytes) {
+            return Err(unreadable);
+        }
         if take > 0 {
             request.resize(at + take, 0);
             mem.read_slice(&mut request[at..], address)
