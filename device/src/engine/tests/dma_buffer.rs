@@ -1,7 +1,7 @@
 //! DMA buffers in VRAM and in the aperture: executed through the segment, only their window.
 
 use wddm_gpu_abi::build::{fence, fill, map_aperture, transfer};
-use wddm_gpu_abi::packet::{WddmGpuPacketFill, WddmGpuPacketTransfer};
+use wddm_gpu_abi::packet::{WddmGpuPacketFence, WddmGpuPacketFill, WddmGpuPacketTransfer};
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use super::hooks::Hooks;
@@ -144,23 +144,23 @@ fn a_packet_is_read_no_further_than_end_offset_and_the_end_of_ram() {
     // buffer that ends at the last byte of guest RAM runs to its end, and the poison after a
     // short end_offset is neither read into a fault nor run.
     let mut rig = Rig::new("dma-end-of-ram");
-    let mut bytes = packet_bytes(fill(0x1234_5678, 8, in_vram(0x40)));
-    bytes.extend(packet_bytes(fence(5)));
-    let size = u32::try_from(bytes.len()).unwrap();
-    let at = RAM_SIZE - u64::from(size);
-    rig.ram_write(at, &bytes);
-    let completion = rig.execute(&command(0, at, size, 0, size), &mut ());
-    assert_eq!(completion.stop, None, "{completion:?}");
-    assert_eq!(completion.packets_completed, 2);
+    let fill_then_fence = [
+        packet_bytes(fill(0x1234_5678, 8, in_vram(0x40))),
+        packet_bytes(fence(5)),
+    ]
+    .concat();
+    let fence_then_poison = [packet_bytes(fence(6)), poison()].concat();
+    for (bytes, end_offset, packets) in [
+        (fill_then_fence.clone(), fill_then_fence.len(), 2),
+        (fence_then_poison, size_of::<WddmGpuPacketFence>(), 1),
+    ] {
+        let size = u32::try_from(bytes.len()).unwrap();
+        let at = RAM_SIZE - u64::from(size);
+        rig.ram_write(at, &bytes);
+        let end_offset = u32::try_from(end_offset).unwrap();
+        let completion = rig.execute(&command(0, at, size, 0, end_offset), &mut ());
+        assert_eq!(completion.stop, None, "{completion:?}");
+        assert_eq!(completion.packets_completed, packets);
+    }
     assert_eq!(rig.vram_read(0x40, 8), [0x78, 0x56, 0x34, 0x12].repeat(2));
-
-    let mut bytes = packet_bytes(fence(6));
-    let fence_size = u32::try_from(bytes.len()).unwrap();
-    bytes.extend(poison());
-    let size = u32::try_from(bytes.len()).unwrap();
-    let at = RAM_SIZE - u64::from(size);
-    rig.ram_write(at, &bytes);
-    let completion = rig.execute(&command(0, at, size, 0, fence_size), &mut ());
-    assert_eq!(completion.stop, None, "{completion:?}");
-    assert_eq!(completion.packets_completed, 1);
 }

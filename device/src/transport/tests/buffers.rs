@@ -59,51 +59,45 @@ fn a_request_and_its_response_spread_over_several_buffers_read_and_write_as_one(
 }
 
 #[test]
-fn a_chain_with_a_readable_buffer_outside_ram_is_completed_with_nothing_written() {
-    let mut rig = Rig::new("buffers-unreadable", false);
-    let mem = rig.memory();
-    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
-    ring.write(REQUEST, &display_info());
-    ring.write(RESPONSE, &[UNTOUCHED; ANSWER]);
+fn a_chain_with_a_buffer_outside_ram_is_completed_with_nothing_written() {
+    // A readable buffer running past the end of RAM (after a good one) refuses the chain before
+    // the GPU sees the request. A writable one (after a good one) leaves the response nowhere
+    // whole to go: the request is answered and counted, and none of the response is written.
     let answer = u32::try_from(ANSWER).unwrap();
-    // A readable buffer running past the end of RAM, after a good one.
-    let head = ring.post_chain(&[
-        (REQUEST, 24, false),
-        (RAM - 8, 16, false),
-        (RESPONSE, answer, true),
-    ]);
-    rig.kick(CONTROL_QUEUE);
-    let posted = Posted {
-        head,
-        response: RESPONSE,
-    };
-    assert_eq!(ring.used(), [posted.used_entry(0)]);
-    assert!(ring.untouched(posted, ANSWER));
-    assert_eq!(rig.requests(), (0, 0), "the request reached the GPU");
-    assert!(rig.called(CONTROL_QUEUE));
-}
-
-#[test]
-fn a_chain_with_a_writable_buffer_outside_ram_has_no_room_and_gets_nothing_written() {
-    let mut rig = Rig::new("buffers-unwritable", false);
-    let mem = rig.memory();
-    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
-    ring.write(REQUEST, &display_info());
-    ring.write(RESPONSE, &[UNTOUCHED; ANSWER]);
-    let answer = u32::try_from(ANSWER).unwrap();
-    // The first writable buffer is RAM, the second is not: the response has nowhere whole to
-    // go, so none of it is written (the request itself is answered, and counted).
-    let head = ring.post_chain(&[
-        (REQUEST, 24, false),
-        (RESPONSE, answer, true),
-        (RAM - 8, 16, true),
-    ]);
-    rig.kick(CONTROL_QUEUE);
-    let posted = Posted {
-        head,
-        response: RESPONSE,
-    };
-    assert_eq!(ring.used(), [posted.used_entry(0)]);
-    assert!(ring.untouched(posted, ANSWER));
-    assert_eq!(rig.requests().0, 1);
+    let past_ram = |writable| (RAM - 8, 16, writable);
+    for (name, chain, requests_taken) in [
+        (
+            "buffers-unreadable",
+            [
+                (REQUEST, 24, false),
+                past_ram(false),
+                (RESPONSE, answer, true),
+            ],
+            0,
+        ),
+        (
+            "buffers-unwritable",
+            [
+                (REQUEST, 24, false),
+                (RESPONSE, answer, true),
+                past_ram(true),
+            ],
+            1,
+        ),
+    ] {
+        let mut rig = Rig::new(name, false);
+        let mem = rig.memory();
+        let mut ring = rig.ring(&mem, CONTROL_QUEUE);
+        ring.write(REQUEST, &display_info());
+        ring.write(RESPONSE, &[UNTOUCHED; ANSWER]);
+        let posted = Posted {
+            head: ring.post_chain(&chain),
+            response: RESPONSE,
+        };
+        rig.kick(CONTROL_QUEUE);
+        assert_eq!(ring.used(), [posted.used_entry(0)], "{name}");
+        assert!(ring.untouched(posted, ANSWER), "{name}");
+        assert_eq!(rig.requests().0, requests_taken, "{name}");
+        assert!(rig.called(CONTROL_QUEUE), "{name}");
+    }
 }
