@@ -253,9 +253,9 @@ impl AddressSpace {
         } else {
             None
         };
-        self.tlb.insert(address, fresh, |cache| {
+        self.tlb.insert(address, fresh, |sink| {
             if let Some(leaf) = leaf {
-                leaf.line(&fresh, line.as_ref(), tables, cache);
+                leaf.line(&fresh, line.as_ref(), tables, |page| sink.put(page));
             }
         });
         // A walk past the cached leaf table leaves it as it is.

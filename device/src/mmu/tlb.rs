@@ -182,6 +182,43 @@ struct Directory {
     walk: Walk,
 }
 
+/// Where a line fill puts its pages ([`Tlb::insert`]): a concrete type, so that putting a page
+/// is inlined into the fill's loop rather than called through a pointer.
+pub struct LineSink<'a>(Sink<'a>);
+
+enum Sink<'a> {
+    /// 4 KiB pages: the slot of their line.
+    Small { slot: &'a mut LineSlot, key: u64 },
+    /// Larger pages: a slot each, with the entries above the leaf as the walk read them.
+    Large {
+        tlb: &'a mut Tlb,
+        path: [u64; MAX_LEVELS],
+    },
+}
+
+impl LineSink<'_> {
+    /// Caches `page`, one of the line's.
+    #[inline]
+    pub fn put(&mut self, page: Page) {
+        match &mut self.0 {
+            Sink::Small { slot, key } => {
+                // Siblings lie in the same line; anything else is not cached.
+                if page.shift == SMALL_SHIFT && page.base >> LINE_SHIFT == *key {
+                    let bit = line_bit(page.base);
+                    slot.pages[line_index(page.base)] = page;
+                    slot.cached |= bit;
+                    slot.reported &= !bit;
+                }
+            }
+            Sink::Large { tlb, path } => {
+                let mut path = *path;
+                path[0] = page.entry;
+                tlb.insert_large(page.base, Walk { page, path });
+            }
+        }
+    }
+}
+
 /// A cached leaf table, as [`Tlb::directory`] finds it.
 pub struct CachedLeaf<'a> {
     /// Where the table is.
@@ -278,19 +315,18 @@ impl Tlb {
             .flat_map(move |slot| slot.pages[from..from + run].iter())
     }
 
-    /// Caches `walk`, which translated `address`, and the pages `line` hands over: the other
-    /// valid entries of its leaf line, which a walk reaches through the same entries above.
-    /// A 4 KiB page's line is written into one slot, its pages as they come.
+    /// Caches `walk`, which translated `address`, and the pages `line` puts into the
+    /// [`LineSink`] it is given: the other valid entries of its leaf line, which a walk reaches
+    /// through the same entries above. A 4 KiB page's line is written into one slot, its pages
+    /// as they come.
     #[inline]
-    pub fn insert(&mut self, address: u64, walk: Walk, line: impl FnOnce(&mut dyn FnMut(Page))) {
+    pub fn insert(&mut self, address: u64, walk: Walk, line: impl FnOnce(&mut LineSink<'_>)) {
         if walk.page.shift != SMALL_SHIFT {
             self.insert_large(address, walk);
-            let large = &mut *self;
-            line(&mut |page| {
-                let mut path = walk.path;
-                path[0] = page.entry;
-                large.insert_large(page.base, Walk { page, path });
-            });
+            line(&mut LineSink(Sink::Large {
+                tlb: self,
+                path: walk.path,
+            }));
             return;
         }
         let generation = self.generation;
@@ -316,18 +352,12 @@ impl Tlb {
                 way
             }
         };
-        let slot = &mut self.lines.slots[set][way];
-        let mut cache = |page: Page| {
-            // Siblings lie in the same line; anything else is not cached.
-            if page.shift == SMALL_SHIFT && page.base >> LINE_SHIFT == key {
-                let bit = line_bit(page.base);
-                slot.pages[line_index(page.base)] = page;
-                slot.cached |= bit;
-                slot.reported &= !bit;
-            }
-        };
-        cache(walk.page);
-        line(&mut cache);
+        let mut sink = LineSink(Sink::Small {
+            slot: &mut self.lines.slots[set][way],
+            key,
+        });
+        sink.put(walk.page);
+        line(&mut sink);
     }
 
     fn insert_large(&mut self, address: u64, walk: Walk) {
