@@ -28,8 +28,8 @@ pub type Gate = AnswerGate<ChainReply>;
 /// Completes one descriptor chain. Completed from whichever thread finishes the request (the
 /// engine thread for submissions), through the [`Gate`].
 pub struct ChainReply {
+    /// The chain, with the memory table it was taken over (its buffers are written there).
     chain: Chain,
-    mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
     vring: VringRwLock,
     gate: Arc<Gate>,
     room: Room,
@@ -41,7 +41,6 @@ impl ChainReply {
     /// A reply for `chain`, with `room` for the response ([`read_chain`] found it).
     pub fn new(
         chain: Chain,
-        mem: GuestMemoryLoadGuard<GuestMemoryMmap>,
         vring: VringRwLock,
         gate: Arc<Gate>,
         claim: Option<Claim>,
@@ -49,7 +48,6 @@ impl ChainReply {
     ) -> Self {
         Self {
             chain,
-            mem,
             vring,
             gate,
             room,
@@ -76,7 +74,7 @@ impl Deliver for ChainReply {
         let written = if response.is_empty() {
             0
         } else {
-            match write_chain(&self.chain, self.room, &self.mem, response) {
+            match write_chain(&self.chain, self.room, response) {
                 Ok(written) => written,
                 Err(error) => {
                     crate::guest_warn!("control response unwritable: {error}");
@@ -191,12 +189,8 @@ pub fn read_chain(
 
 /// Writes `response` into `chain`'s device-writable buffers in order (`room` as [`read_chain`]
 /// found it); returns the bytes written.
-fn write_chain(
-    chain: &Chain,
-    room: Room,
-    mem: &GuestMemoryMmap,
-    response: &[u8],
-) -> Result<u32, WriteRefusal> {
+fn write_chain(chain: &Chain, room: Room, response: &[u8]) -> Result<u32, WriteRefusal> {
+    let mem = chain.memory();
     // A response is at most a page: it fits.
     let written = u32::try_from(response.len()).unwrap_or(u32::MAX);
     if let Some((address, len)) = room.first {

@@ -136,7 +136,6 @@ impl Queues {
             };
             let reply = Box::new(ChainReply::new(
                 chain,
-                mem.clone(),
                 vring.clone(),
                 self.gate.clone(),
                 claim,
@@ -162,7 +161,6 @@ impl Queues {
     fn complete_unread(&self, pass: &Pass<'_>, chain: Chain) {
         let reply = ChainReply::new(
             chain,
-            pass.mem.clone(),
             pass.vring.clone(),
             self.gate.clone(),
             None,
