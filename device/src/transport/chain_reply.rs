@@ -5,17 +5,18 @@
 //!
 //! The buffers are walked here rather than through virtio-queue's `Reader` and `Writer`: a
 //! request is one or two small buffers, and building those (each walks the whole chain and
-//! collects its slices) was a third of the device's work per submission.
+//! collects its slices) was a fifth of the device's work per submission. What a buffer may be
+//! is [`GuestRam`]'s rule: guest RAM outside the VRAM window.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use log::warn;
 use vhost_user_backend::{VringRwLock, VringT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::request::MAX_REQUEST_SIZE;
 
 use crate::gpu::reply::Reply;
+use crate::memory::guest_ram::{GuestRam, RamError};
 use crate::transport::gate::{AnswerGate, Deliver};
 use crate::transport::in_flight::Claim;
 
@@ -141,12 +142,12 @@ pub struct Room {
 
 /// One pass over `chain`'s buffers, as the virtio spec lays them out (driver-readable, then
 /// device-writable): the readable bytes, up to [`MAX_REQUEST_SIZE`], read into `request`, and
-/// the writable ones taken as the room for the response. No buffer may touch `window`, the
-/// VRAM BAR.
+/// the writable ones taken as the room for the response. Every buffer is held to `ram`'s rule;
+/// one in the VRAM window refuses the chain (nothing is read from or written into VRAM through
+/// a descriptor).
 pub fn read_chain(
     chain: &Chain,
-    mem: &GuestMemoryMmap,
-    window: Option<&Range<u64>>,
+    ram: &GuestRam<'_, GuestMemoryMmap>,
     request: &mut Vec<u8>,
 ) -> Result<Room, ChainRefusal> {
     request.clear();
@@ -154,34 +155,38 @@ pub fn read_chain(
     for descriptor in chain.clone() {
         let (address, len) = (descriptor.addr(), descriptor.len());
         let start = address.0;
-        let end = start.saturating_add(u64::from(len));
-        if let Some(window) = window {
-            if start < window.end && window.start < end {
-                return Err(ChainRefusal::InVramWindow { address: start });
-            }
-        }
-        let bytes = usize::try_from(len).unwrap_or(usize::MAX);
+        let refusal = |error| match error {
+            RamError::InVram { .. } => ChainRefusal::InVramWindow { address: start },
+            _ => ChainRefusal::Unreadable {
+                address: start,
+                len,
+            },
+        };
         if descriptor.is_write_only() {
-            writable &= mem.check_range(address, bytes);
-            room.bytes = room.bytes.saturating_add(bytes);
+            match ram.check(start, u64::from(len)) {
+                Ok(_) => {}
+                Err(RamError::InVram { .. }) => {
+                    return Err(ChainRefusal::InVramWindow { address: start })
+                }
+                Err(_) => writable = false,
+            }
+            room.bytes = room
+                .bytes
+                .saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
             room.first = room.first.or(Some((address, len)));
             continue;
         }
-        let unreadable = ChainRefusal::Unreadable {
-            address: start,
-            len,
-        };
+        let bytes = usize::try_from(len).unwrap_or(usize::MAX);
         let at = request.len();
         let take = bytes.min(MAX_REQUEST_SIZE - at);
-        // The read below proves the bytes it reads are RAM; the rest of a buffer longer than
-        // the request's limit is checked on its own.
-        if take < bytes && !mem.check_range(address, bytes) {
-            return Err(unreadable);
+        // The read below proves the bytes it reads are RAM outside the window; the rest of a
+        // buffer longer than the request's limit is checked on its own.
+        if take < bytes {
+            ram.check(start, u64::from(len)).map_err(refusal)?;
         }
         if take > 0 {
             request.resize(at + take, 0);
-            mem.read_slice(&mut request[at..], address)
-                .map_err(|_| unreadable)?;
+            ram.read(start, &mut request[at..]).map_err(refusal)?;
         }
     }
     Ok(if writable { room } else { Room::default() })

@@ -12,6 +12,7 @@ use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::request::{decode_control, decode_cursor};
 
 use crate::gpu::reply::Reply;
+use crate::memory::guest_ram::GuestRam;
 use crate::model::gpu::Gpu;
 use crate::model::kick::Kick;
 use crate::observe::stats::RequestOutcome;
@@ -111,10 +112,10 @@ impl Queues {
             }
         };
         *broken = false;
-        let window = gpu.vram().guest_window();
+        let ram = GuestRam::new(&**mem, gpu.vram().guest_window());
         let mut request = std::mem::take(&mut self.request);
         for chain in chains.drain(..) {
-            let room = match read_chain(&chain, mem, window.as_ref(), &mut request) {
+            let room = match read_chain(&chain, &ram, &mut request) {
                 Ok(room) => room,
                 Err(refusal) => {
                     crate::guest_warn!("queue {queue}: descriptor chain {} refused: {refusal}; completed with nothing written", chain.head_index());
