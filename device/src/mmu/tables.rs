@@ -2,8 +2,8 @@
 //! window: VRAM is mapped by its segment) or in a memory segment of the layout. Every entry read
 //! is bounds-checked against the memory table or the segment; no entry is cached here (only the
 //! RAM extent and the segment the last page checks found, while the snapshot of the memory
-//! table they came from is borrowed). When a `--record` capture rides on guest RAM, every entry read is kept in it,
-//! VRAM's too.
+//! table they came from is borrowed). When a `--record` capture rides on guest RAM, every entry
+//! read is kept in it, VRAM's too.
 
 use std::cell::Cell;
 use std::ops::Range;
