@@ -31,8 +31,13 @@ pub const VRAM: u64 = 64 << 20;
 pub const VRAM_GPA: u64 = 0xe000_0000;
 /// Descriptors per ring.
 pub const QUEUE_SIZE: u16 = 16;
-/// Where each ring's descriptor table starts (the avail and used rings follow it).
+/// Where each ring's descriptor table starts (the available ring follows it).
 const RING_BASE: [u64; 2] = [0x10_0000, 0x11_0000];
+/// Where each ring's used ring starts, past the available ring. Not where virtio-queue's mock
+/// puts it: the mock ends the available ring one byte per entry after its start, not two, so
+/// its used ring overlaps the available ring's second half and `used_event`, and the device's
+/// used entries overwrite what the driver wrote there.
+const USED_OFFSET: u64 = 0x400;
 /// Request buffer `n` of queue `q` at `REQUESTS + q * 1 MiB + n * 4 KiB`, responses likewise.
 const REQUESTS: u64 = 0x20_0000;
 const RESPONSES: u64 = 0x40_0000;
@@ -97,7 +102,7 @@ impl Rig {
             .set_queue_info(
                 ring.mock.desc_table_addr().0,
                 ring.mock.avail_addr().0,
-                ring.mock.used_addr().0,
+                ring.used_addr(),
             )
             .unwrap();
         vring.set_queue_event_idx(self.event_idx);
@@ -236,13 +241,17 @@ impl<'m> Ring<'m> {
     /// A new ring for `queue` (its indices and flags zero), laid out at that queue's place.
     pub fn new(mem: &'m GuestMemoryMmap, queue: u16) -> Self {
         let queue = usize::from(queue);
-        Self {
+        let ring = Self {
             mock: MockSplitQueue::create(mem, GuestAddress(RING_BASE[queue]), QUEUE_SIZE),
             mem,
             queue,
             next_descriptor: 0,
             next_buffer: 0,
-        }
+        };
+        // The used ring of a ring set up before at this place starts over too.
+        let used_bytes = 4 + 8 * usize::from(QUEUE_SIZE) + 2;
+        guest::write(mem, ring.used_addr(), &vec![0; used_bytes]);
+        ring
     }
 
     /// Posts `request` (device-readable) and a response buffer of `room` bytes
@@ -335,20 +344,23 @@ impl<'m> Ring<'m> {
 
     /// `avail_event` (EVENT_IDX): the avail index the device wants a kick after.
     pub fn avail_event(&self) -> u16 {
-        let address = self.mock.used_addr().0 + 4 + 8 * u64::from(QUEUE_SIZE);
+        let address = self.used_addr() + 4 + 8 * u64::from(QUEUE_SIZE);
         self.mem.read_obj(GuestAddress(address)).unwrap()
+    }
+
+    /// Where the used ring is ([`USED_OFFSET`]).
+    fn used_addr(&self) -> u64 {
+        RING_BASE[self.queue] + USED_OFFSET
     }
 
     /// Every used entry so far, as `(head, bytes written)`.
     pub fn used(&self) -> Vec<(u32, u32)> {
-        let used = self.mock.used();
-        (0..used.idx().load())
+        let ring = self.used_addr();
+        let used_index: u16 = self.mem.read_obj(GuestAddress(ring + 2)).unwrap();
+        (0..used_index)
             .map(|index| {
-                let element: VirtqUsedElem = used
-                    .ring()
-                    .ref_at(usize::from(index % QUEUE_SIZE))
-                    .unwrap()
-                    .load();
+                let entry = ring + 4 + 8 * u64::from(index % QUEUE_SIZE);
+                let element: VirtqUsedElem = self.mem.read_obj(GuestAddress(entry)).unwrap();
                 (element.id(), element.len())
             })
             .collect()

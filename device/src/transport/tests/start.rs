@@ -72,11 +72,21 @@ fn event_idx_decides_the_interrupt_and_rearms_the_kick() {
     assert_eq!(ring.avail_event(), 1, "notifications not enabled again");
     assert!(rig.called(CONTROL_QUEUE));
 
-    // The driver wants an interrupt only after the used index passes 5.
-    ring.set_used_event(5);
+    // The driver wants an interrupt once the used index passes 1: the second answer.
+    ring.set_used_event(1);
     ring.post(&display_info(), 1024);
     rig.kick(CONTROL_QUEUE);
     assert_eq!(ring.used().len(), 2);
     assert_eq!(ring.avail_event(), 2);
+    assert!(
+        rig.called(CONTROL_QUEUE),
+        "no interrupt once used_event was passed"
+    );
+
+    // Only after it passes 5: the third answer is not signalled.
+    ring.set_used_event(5);
+    ring.post(&display_info(), 1024);
+    rig.kick(CONTROL_QUEUE);
+    assert_eq!(ring.used().len(), 3);
     assert!(!rig.called(CONTROL_QUEUE), "signalled against used_event");
 }
