@@ -8,29 +8,46 @@
 //! collects its slices) was a fifth of the device's work per submission. What a buffer may be
 //! is [`GuestRam`]'s rule: guest RAM outside the VRAM window.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use log::warn;
 use vhost_user_backend::{VringRwLock, VringT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryLoadGuard, GuestMemoryMmap};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use wddm_gpu_abi::request::MAX_REQUEST_SIZE;
 
-use crate::gpu::reply::Reply;
+use crate::gpu::reply::{Mem, Reply};
 use crate::memory::guest_ram::{GuestRam, RamError};
 use crate::transport::gate::{AnswerGate, Deliver};
 use crate::transport::in_flight::Claim;
 
-/// A descriptor chain taken from a ring, over the memory table of that moment.
-pub type Chain = virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+/// A descriptor chain as a pass reads it, over the memory table of the kick (borrowed: taking
+/// a chain costs no reference count).
+pub type Chain<'m> = virtio_queue::DescriptorChain<&'m GuestMemoryMmap>;
 
 /// The gate every chain's answer passes through.
 pub type Gate = AnswerGate<ChainReply>;
 
+/// A chain taken off a ring and read ([`read_chain`]): what is left of it once the ring is
+/// let go.
+#[derive(Debug)]
+pub struct Taken {
+    /// Its head index, which goes back on the used ring.
+    pub head: u16,
+    /// Its request: these bytes of the pass's request buffer.
+    pub request: Range<usize>,
+    /// Where its response goes, or why none may be written.
+    pub room: Result<Room, ChainRefusal>,
+}
+
 /// Completes one descriptor chain. Completed from whichever thread finishes the request (the
 /// engine thread for submissions), through the [`Gate`].
 pub struct ChainReply {
-    /// The chain, with the memory table it was taken over (its buffers are written there).
-    chain: Chain,
+    head: u16,
+    /// The memory table the chain was taken over: its buffers and the used ring are written
+    /// there.
+    mem: Mem,
     vring: VringRwLock,
     gate: Arc<Gate>,
     room: Room,
@@ -39,16 +56,19 @@ pub struct ChainReply {
 }
 
 impl ChainReply {
-    /// A reply for `chain`, with `room` for the response ([`read_chain`] found it).
+    /// A reply for the chain at `head`, taken over `mem`, with `room` for the response
+    /// ([`read_chain`] found it).
     pub fn new(
-        chain: Chain,
+        head: u16,
+        mem: Mem,
         vring: VringRwLock,
         gate: Arc<Gate>,
         claim: Option<Claim>,
         room: Room,
     ) -> Self {
         Self {
-            chain,
+            head,
+            mem,
             vring,
             gate,
             room,
@@ -69,13 +89,16 @@ impl Reply for ChainReply {
 }
 
 impl Deliver for ChainReply {
-    /// Writes the response and puts the chain on the used ring (the gate is open).
+    /// Writes the response and puts the chain on the used ring (the gate is open). The ring is
+    /// reached through the chain's memory table, under one hold of its lock: the used entry,
+    /// the notification decision and the interrupt (each of vhost-user-backend's calls would
+    /// take the lock and load the ring's memory table again).
     fn deliver(mut self, response: &[u8]) {
-        let head = self.chain.head_index();
+        let head = self.head;
         let written = if response.is_empty() {
             0
         } else {
-            match write_chain(&self.chain, self.room, response) {
+            match write_response(&self.mem, &self.room, response) {
                 Ok(written) => written,
                 Err(error) => {
                     crate::guest_warn!("control response unwritable: {error}");
@@ -85,18 +108,15 @@ impl Deliver for ChainReply {
         };
         // Free before the guest can see the answer and post the head again.
         drop(self.claim.take());
-        // The used entry and the notification decision under one hold of the ring's lock.
-        let notify = {
-            let mut ring = self.vring.get_mut();
-            if let Err(error) = ring.add_used(head, written) {
-                crate::guest_warn!("head index {head} refused: {error}");
-                return;
-            }
-            ring.needs_notification()
-        };
-        match notify {
+        let mut ring = self.vring.get_mut();
+        let queue = ring.get_queue_mut();
+        if let Err(error) = queue.add_used(&*self.mem, head, written) {
+            crate::guest_warn!("head index {head} refused: {error}");
+            return;
+        }
+        match queue.needs_notification(&*self.mem) {
             Ok(true) => {
-                if let Err(error) = self.vring.signal_used_queue() {
+                if let Err(error) = ring.signal_used_queue() {
                     warn!("cannot signal the used queue: {error}");
                 }
             }
@@ -129,91 +149,100 @@ pub enum WriteRefusal {
     NoRoom { left: usize },
 }
 
+/// One device-writable buffer: where it is and its bytes.
+type Buffer = (GuestAddress, u32);
+
 /// Where a chain's response goes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Room {
     /// Bytes of its device-writable buffers; 0 when one of them is not guest RAM (nothing could
     /// be written).
     pub bytes: usize,
-    /// Its first writable buffer: a response that fits there is written without walking the
-    /// chain again.
-    first: Option<(GuestAddress, u32)>,
+    /// Its first writable buffer: a response that fits there is one write.
+    first: Option<Buffer>,
+    /// The writable buffers after the first (a driver that splits its response buffer; none
+    /// allocated otherwise).
+    rest: Vec<Buffer>,
 }
 
 /// One pass over `chain`'s buffers, as the virtio spec lays them out (driver-readable, then
-/// device-writable): the readable bytes, up to [`MAX_REQUEST_SIZE`], read into `request`, and
-/// the writable ones taken as the room for the response. Every buffer is held to `ram`'s rule;
-/// one in the VRAM window refuses the chain (nothing is read from or written into VRAM through
-/// a descriptor).
+/// device-writable): the readable bytes, up to [`MAX_REQUEST_SIZE`], appended to `requests`,
+/// and the writable ones taken as the room for the response. Every buffer is held to `ram`'s
+/// rule; one in the VRAM window refuses the chain (nothing is read from or written into VRAM
+/// through a descriptor). A refused chain leaves `requests` as it found it.
 pub fn read_chain(
-    chain: &Chain,
+    chain: Chain<'_>,
     ram: &GuestRam<'_, GuestMemoryMmap>,
-    request: &mut Vec<u8>,
+    requests: &mut Vec<u8>,
 ) -> Result<Room, ChainRefusal> {
-    request.clear();
+    let start = requests.len();
+    let room = read_buffers(chain, ram, requests, start);
+    if room.is_err() {
+        requests.truncate(start);
+    }
+    room
+}
+
+fn read_buffers(
+    chain: Chain<'_>,
+    ram: &GuestRam<'_, GuestMemoryMmap>,
+    requests: &mut Vec<u8>,
+    start: usize,
+) -> Result<Room, ChainRefusal> {
     let (mut room, mut writable) = (Room::default(), true);
-    for descriptor in chain.clone() {
+    for descriptor in chain {
         let (address, len) = (descriptor.addr(), descriptor.len());
-        let start = address.0;
+        let at = address.0;
         let refusal = |error| match error {
-            RamError::InVram { .. } => ChainRefusal::InVramWindow { address: start },
-            _ => ChainRefusal::Unreadable {
-                address: start,
-                len,
-            },
+            RamError::InVram { .. } => ChainRefusal::InVramWindow { address: at },
+            _ => ChainRefusal::Unreadable { address: at, len },
         };
         if descriptor.is_write_only() {
-            match ram.check(start, u64::from(len)) {
+            match ram.check(at, u64::from(len)) {
                 Ok(_) => {}
                 Err(RamError::InVram { .. }) => {
-                    return Err(ChainRefusal::InVramWindow { address: start })
+                    return Err(ChainRefusal::InVramWindow { address: at })
                 }
                 Err(_) => writable = false,
             }
             room.bytes = room
                 .bytes
                 .saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-            room.first = room.first.or(Some((address, len)));
+            match room.first {
+                None => room.first = Some((address, len)),
+                Some(_) => room.rest.push((address, len)),
+            }
             continue;
         }
         let bytes = usize::try_from(len).unwrap_or(usize::MAX);
-        let at = request.len();
-        let take = bytes.min(MAX_REQUEST_SIZE - at);
+        let end = requests.len();
+        let take = bytes.min(MAX_REQUEST_SIZE - (end - start));
         // The read below proves the bytes it reads are RAM outside the window; the rest of a
         // buffer longer than the request's limit is checked on its own.
         if take < bytes {
-            ram.check(start, u64::from(len)).map_err(refusal)?;
+            ram.check(at, u64::from(len)).map_err(refusal)?;
         }
         if take > 0 {
-            request.resize(at + take, 0);
-            ram.read(start, &mut request[at..]).map_err(refusal)?;
+            requests.resize(end + take, 0);
+            ram.read(at, &mut requests[end..]).map_err(refusal)?;
         }
     }
     Ok(if writable { room } else { Room::default() })
 }
 
-/// Writes `response` into `chain`'s device-writable buffers in order (`room` as [`read_chain`]
-/// found it); returns the bytes written.
-fn write_chain(chain: &Chain, room: Room, response: &[u8]) -> Result<u32, WriteRefusal> {
-    let mem = chain.memory();
+/// Writes `response` into the writable buffers of `room` in order; returns the bytes written.
+fn write_response(
+    mem: &GuestMemoryMmap,
+    room: &Room,
+    response: &[u8],
+) -> Result<u32, WriteRefusal> {
     // A response is at most a page: it fits.
     let written = u32::try_from(response.len()).unwrap_or(u32::MAX);
-    if let Some((address, len)) = room.first {
-        if written <= len {
-            mem.write_slice(response, address)
-                .map_err(|_| WriteRefusal::Unwritable {
-                    address: address.0,
-                    len,
-                })?;
-            return Ok(written);
-        }
-    }
     let mut left = response;
-    for descriptor in chain.clone().writable() {
+    for &(address, len) in room.first.iter().chain(&room.rest) {
         if left.is_empty() {
             break;
         }
-        let (address, len) = (descriptor.addr(), descriptor.len());
         let (now, later) =
             left.split_at(left.len().min(usize::try_from(len).unwrap_or(usize::MAX)));
         mem.write_slice(now, address)

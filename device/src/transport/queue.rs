@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use vhost_user_backend::{VringRwLock, VringT};
-use virtio_queue::QueueOwnedT;
+use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 use wddm_gpu_abi::request::{decode_control, decode_cursor};
 
@@ -16,7 +16,7 @@ use crate::memory::guest_ram::GuestRam;
 use crate::model::gpu::Gpu;
 use crate::model::kick::Kick;
 use crate::observe::stats::RequestOutcome;
-use crate::transport::chain_reply::{read_chain, Chain, ChainReply, Gate, Room};
+use crate::transport::chain_reply::{read_chain, ChainReply, Gate, Room, Taken};
 use crate::transport::in_flight::InFlight;
 
 /// Queue 0 carries control requests, queue 1 cursor updates.
@@ -42,10 +42,10 @@ pub struct Queues {
     in_flight: Arc<InFlight>,
     /// The control and cursor rings' avail index was found out of range (reported once).
     broken_ring: [bool; 2],
-    /// The chains of one pass and the bytes of one request: kept from kick to kick, so taking
-    /// a request allocates neither.
-    chains: Vec<Chain>,
-    request: Vec<u8>,
+    /// The chains of one pass and the bytes of their requests: kept from kick to kick, so
+    /// taking a request allocates neither.
+    taken: Vec<Taken>,
+    requests: Vec<u8>,
 }
 
 impl Queues {
@@ -55,8 +55,8 @@ impl Queues {
             gate,
             in_flight,
             broken_ring: [false; 2],
-            chains: Vec::new(),
-            request: Vec::new(),
+            taken: Vec::new(),
+            requests: Vec::new(),
         }
     }
 
@@ -65,25 +65,29 @@ impl Queues {
     /// only when the ring's notification state cannot be changed.
     pub fn serve(&mut self, pass: &Pass<'_>, event_idx: bool) -> io::Result<()> {
         loop {
-            if event_idx {
-                pass.vring
-                    .disable_notification()
-                    .map_err(io::Error::other)?;
-            }
             // A ring that hands out nothing must not be asked again: its avail index stays ahead
             // of the device's, so re-enabling notifications would report work forever and this
             // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
-            if self.drain(pass) == Drained::Refused {
+            if self.drain(pass, event_idx)? == Drained::Refused || !event_idx {
                 break;
             }
-            if !event_idx || !pass.vring.enable_notification().map_err(io::Error::other)? {
+            let more = pass
+                .vring
+                .get_mut()
+                .get_queue_mut()
+                .enable_notification(&**pass.mem)
+                .map_err(io::Error::other)?;
+            if !more {
                 break;
             }
         }
         Ok(())
     }
 
-    fn drain(&mut self, pass: &Pass<'_>) -> Drained {
+    /// Takes and reads every available chain under one hold of the ring's lock (through the
+    /// kick's memory table, not a load of the ring's own for each call), then hands each to
+    /// the GPU with the ring let go: an answer given meanwhile takes the lock again.
+    fn drain(&mut self, pass: &Pass<'_>, event_idx: bool) -> io::Result<Drained> {
         let Pass {
             gpu,
             kick,
@@ -91,77 +95,102 @@ impl Queues {
             queue,
             mem,
         } = *pass;
-        // A ring the guest corrupted (an avail index running past the queue size) is refused
-        // here rather than returned as an error: an error from handle_event would end the vring
-        // worker for good, and with it every later request, even after a ring reset. It is
-        // reported once; the guest must set the ring up again (a device reset).
-        let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
-        let mut chains = match vring.get_mut().get_queue_mut().iter(mem.clone()) {
-            Ok(available) => {
-                let mut chains = std::mem::take(&mut self.chains);
-                chains.extend(available);
-                chains
-            }
-            // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
-            Err(virtio_queue::Error::QueueNotReady) => return Drained::Refused,
-            Err(error) => {
-                if !std::mem::replace(broken, true) {
-                    crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
-                }
-                return Drained::Refused;
-            }
-        };
-        *broken = false;
         let ram = GuestRam::new(&**mem, gpu.vram().guest_window());
-        let mut request = std::mem::take(&mut self.request);
-        for chain in chains.drain(..) {
-            let room = match read_chain(&chain, &ram, &mut request) {
+        let mut taken = std::mem::take(&mut self.taken);
+        let mut requests = std::mem::take(&mut self.requests);
+        requests.clear();
+        {
+            let mut ring = vring.get_mut();
+            let ring = ring.get_queue_mut();
+            if event_idx {
+                ring.disable_notification(&**mem)
+                    .map_err(io::Error::other)?;
+            }
+            // A ring the guest corrupted (an avail index running past the queue size) is
+            // refused here rather than returned as an error: an error from handle_event would
+            // end the vring worker for good, and with it every later request, even after a ring
+            // reset. It is reported once; the guest must set the ring up again (a device reset).
+            let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
+            match ring.iter(&**mem) {
+                Ok(available) => {
+                    *broken = false;
+                    for chain in available {
+                        let head = chain.head_index();
+                        let start = requests.len();
+                        let room = read_chain(chain, &ram, &mut requests);
+                        taken.push(Taken {
+                            head,
+                            request: start..requests.len(),
+                            room,
+                        });
+                    }
+                }
+                // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
+                Err(virtio_queue::Error::QueueNotReady) => return Ok(Drained::Refused),
+                Err(error) => {
+                    if !std::mem::replace(broken, true) {
+                        crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                    }
+                    return Ok(Drained::Refused);
+                }
+            }
+        }
+        for Taken {
+            head,
+            request,
+            room,
+        } in taken.drain(..)
+        {
+            let room = match room {
                 Ok(room) => room,
                 Err(refusal) => {
-                    crate::guest_warn!("queue {queue}: descriptor chain {} refused: {refusal}; completed with nothing written", chain.head_index());
-                    self.complete_unread(pass, chain);
+                    crate::guest_warn!("queue {queue}: descriptor chain {head} refused: {refusal}; completed with nothing written");
+                    self.complete_unread(pass, head);
                     continue;
                 }
             };
             let claim = match queue {
-                CONTROL_QUEUE => match self.in_flight.claim(chain.head_index()) {
+                CONTROL_QUEUE => match self.in_flight.claim(head) {
                     Some(claim) => Some(claim),
                     None => {
-                        crate::guest_warn!("queue {queue}: head {} made available again before its answer; completed with nothing written", chain.head_index());
+                        crate::guest_warn!("queue {queue}: head {head} made available again before its answer; completed with nothing written");
                         gpu.stats().request(RequestOutcome::Refused);
-                        self.complete_unread(pass, chain);
+                        self.complete_unread(pass, head);
                         continue;
                     }
                 },
                 _ => None,
             };
             let reply = Box::new(ChainReply::new(
-                chain,
+                head,
+                mem.clone(),
                 vring.clone(),
                 self.gate.clone(),
                 claim,
                 room,
             ));
+            let request = &requests[request];
             match queue {
                 // The one decode of the request: everything after works on its type.
-                CONTROL_QUEUE => gpu.handle(kick, decode_control(&request), reply, mem.clone()),
+                CONTROL_QUEUE => gpu.handle(kick, decode_control(request), reply, mem.clone()),
                 // Cursor commands have no response.
                 _ => {
-                    gpu.handle_cursor(kick, decode_cursor(&request));
+                    gpu.handle_cursor(kick, decode_cursor(request));
                     reply.complete(&[]);
                 }
             }
         }
-        self.chains = chains;
-        self.request = request;
-        Drained::Done
+        self.taken = taken;
+        self.requests = requests;
+        Ok(Drained::Done)
     }
 
     /// Completes a chain the device refuses to read, with nothing written (through the gate, so
     /// it keeps its place among the answers).
-    fn complete_unread(&self, pass: &Pass<'_>, chain: Chain) {
+    fn complete_unread(&self, pass: &Pass<'_>, head: u16) {
         let reply = ChainReply::new(
-            chain,
+            head,
+            pass.mem.clone(),
             pass.vring.clone(),
             self.gate.clone(),
             None,
