@@ -55,7 +55,7 @@ use crate::mmu::space::AddressSpace;
 use crate::mmu::walk::TableAddress;
 use crate::observe::recording::format::{self, Outcome, Run, RunEnd};
 use crate::observe::recording::{regions_of, Recorder, Tape};
-use crate::observe::stats::{Stats, SubmissionRecord};
+use crate::observe::stats::{PacketBatch, Stats, SubmissionRecord};
 use crate::observe::trace::{LinkWait, Trace};
 use crate::support::nanos::nanos;
 use crate::support::sync::{lock, wait, wait_timeout};
@@ -111,6 +111,35 @@ impl InlineBudget {
     /// Whether a submission may still start inline.
     fn has_room(&self) -> bool {
         self.packets > 0 && self.bytes > 0
+    }
+}
+
+/// What is left of the current kick's [`InlineBudget`]. Only the control-queue thread reads and
+/// writes it (kicks and submissions come from there), so plain loads and stores do: a lock
+/// cost two atomic read-modify-writes each time, on every submission's path.
+struct KickBudget {
+    bytes: AtomicU64,
+    packets: AtomicU32,
+}
+
+impl KickBudget {
+    fn full() -> Self {
+        Self {
+            bytes: AtomicU64::new(InlineBudget::FULL.bytes),
+            packets: AtomicU32::new(InlineBudget::FULL.packets),
+        }
+    }
+
+    fn get(&self) -> InlineBudget {
+        InlineBudget {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            packets: self.packets.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set(&self, budget: InlineBudget) {
+        self.bytes.store(budget.bytes, Ordering::Relaxed);
+        self.packets.store(budget.packets, Ordering::Relaxed);
     }
 }
 
@@ -295,7 +324,7 @@ pub struct Paused {
 pub struct Scheduler {
     execution: Arc<Execution>,
     /// What this kick may still run on the control-queue thread (only that thread uses it).
-    kick_budget: Mutex<InlineBudget>,
+    kick_budget: KickBudget,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -323,6 +352,8 @@ struct Hooks<'a, 'm> {
     link: Option<&'a LinkModel>,
     /// When the modelled link finishes what the run's packets gave it.
     link_until: Option<Instant>,
+    /// The run's packets not recorded in the stats yet.
+    packets: PacketBatch,
 }
 
 impl Hooks<'_, '_> {
@@ -405,7 +436,7 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 
     fn packet(&mut self, record: &PacketRecord) {
-        self.stats.record_packet(record);
+        self.stats.keep_packet(&mut self.packets, record);
         if let Some(trace) = self.trace {
             trace.packet(record);
         }
@@ -486,7 +517,7 @@ impl Scheduler {
             .spawn(move || thread_shared.work())?;
         Ok(Self {
             execution,
-            kick_budget: Mutex::new(InlineBudget::FULL),
+            kick_budget: KickBudget::full(),
             worker: Mutex::new(Some(worker)),
         })
     }
@@ -494,7 +525,7 @@ impl Scheduler {
     /// A new kick: the control-queue thread may run [`INLINE_WORK`] bytes and
     /// [`INLINE_PACKETS`] packets again before handing work to the engine thread.
     pub fn new_kick(&self) {
-        *lock(&self.kick_budget) = InlineBudget::FULL;
+        self.kick_budget.set(InlineBudget::FULL);
     }
 
     /// Runs a submission: here, within what is left of this kick's inline budget, when the
@@ -527,7 +558,7 @@ impl Scheduler {
                 .as_ref()
                 .map(|recorder| Box::new(recorder.tape())),
         };
-        let mut budget = Some(*lock(&self.kick_budget));
+        let mut budget = Some(self.kick_budget.get());
         {
             let mut queue = lock(&execution.queue);
             let idle = queue.pending.is_empty()
@@ -544,14 +575,15 @@ impl Scheduler {
                 execution.wake.notify_one();
                 return;
             }
+            // Its depth of 1 from `queued` is recorded with the depth after it, when it ends
+            // or is deferred: one hold of the stats' lock instead of two.
             queue.running = Some(fence);
-            execution.stats.queue_depth_at(queue.depth(), queued);
         }
         let ran = execution.run(job, &mut budget, queued);
-        *lock(&self.kick_budget) = budget.unwrap_or(InlineBudget {
+        self.kick_budget.set(budget.unwrap_or(InlineBudget {
             bytes: 0,
             packets: 0,
-        });
+        }));
         let answer = match ran {
             Ran::Finished(answer) => answer,
             Ran::Deferred(job) => {
@@ -563,7 +595,9 @@ impl Scheduler {
                     EngineState::Run | EngineState::Pause => {
                         queue.pending.push_front(job);
                         queue.running = None;
-                        execution.stats.queue_depth(queue.depth());
+                        execution
+                            .stats
+                            .queue_depths(&[(1, queued), (queue.depth(), Instant::now())]);
                         execution.wake.notify_one();
                         execution.idle.notify_all();
                         return;
@@ -582,7 +616,7 @@ impl Scheduler {
         // Bookkeeping first, the response last: the guest's wake-up is not delayed behind
         // this thread. Nothing can start in between: only this thread starts inline work and
         // the queue was empty.
-        execution.finished(fence, answer.status, answer.record.end());
+        execution.finished(fence, answer.status, answer.record.end(), Some(queued));
         execution.answer(answer);
     }
 
@@ -941,7 +975,7 @@ impl Execution {
                 let answer = self.stop_deferred(job, interruption);
                 let (status, ended) = (answer.status, answer.record.end());
                 self.answer(answer);
-                self.finished(fence, status, ended);
+                self.finished(fence, status, ended, None);
                 continue;
             }
             let mut job = job;
@@ -955,18 +989,30 @@ impl Execution {
             };
             let (status, ended) = (answer.status, answer.record.end());
             self.answer(answer);
-            self.finished(fence, status, ended);
+            self.finished(fence, status, ended, None);
         }
     }
 
     /// The running submission ended with `status` at `ended`: the engine is free again.
-    fn finished(&self, fence: u32, status: SubmitStatus, ended: Instant) {
+    /// `inline_since`: it started on the control-queue thread when queued then, and the depth
+    /// of 1 it made is recorded here.
+    fn finished(
+        &self,
+        fence: u32,
+        status: SubmitStatus,
+        ended: Instant,
+        inline_since: Option<Instant>,
+    ) {
         let mut queue = lock(&self.queue);
         queue.running = None;
         if status == SubmitStatus::Preempted {
             queue.preempted_running = Some(fence);
         }
-        self.stats.queue_depth_at(queue.depth(), ended);
+        let after = (queue.depth(), ended);
+        match inline_since {
+            Some(queued) => self.stats.queue_depths(&[(1, queued), after]),
+            None => self.stats.queue_depths(&[after]),
+        }
         // Only a stop waits for idle, and it raises `interrupt` under this lock before waiting:
         // checking it here spares every other submission a futex wake (a system call).
         if self.interrupt.load() != EngineState::Run {
@@ -1011,7 +1057,13 @@ impl Execution {
         };
         // A deferred job carries the start of its first part, which `settle` reports.
         let now = Instant::now();
-        self.settle(job, completion, now..now, Runner::Engine)
+        self.settle(
+            job,
+            completion,
+            now..now,
+            Runner::Engine,
+            &mut PacketBatch::new(),
+        )
     }
 
     /// Executes one submission (the rest of it, for a deferred one), starting at `start`, with
@@ -1043,6 +1095,7 @@ impl Execution {
             checks: Cell::new(0),
             link: self.link.as_ref(),
             link_until: None,
+            packets: PacketBatch::new(),
         };
         let (completion, ended) =
             lock(&self.engine).execute_from(&job.cmd, &memory, &mut hooks, start);
@@ -1054,6 +1107,7 @@ impl Execution {
         };
         *inline_budget = hooks.inline_budget;
         let checks = hooks.checks.get();
+        let mut packets = hooks.packets;
         // The modelled link's wait is part of the submission's time.
         let ended = match hooks.link_until {
             Some(until) => {
@@ -1073,6 +1127,7 @@ impl Execution {
             });
         }
         if let Some(offset) = completion.deferred {
+            self.stats.record_packets(&mut packets);
             let before = job.before.get_or_insert(Partial {
                 start_offset: job.cmd.start_offset,
                 start,
@@ -1084,17 +1139,18 @@ impl Execution {
             job.cmd.start_offset = offset;
             return Ran::Deferred(job);
         }
-        Ran::Finished(self.settle(job, completion, start..ended, runner))
+        Ran::Finished(self.settle(job, completion, start..ended, runner, &mut packets))
     }
 
-    /// Publishes a submission's effects and records it; the answer is given by [`Self::answer`].
-    /// `runner`: the thread this last run was on.
+    /// Publishes a submission's effects and records it, after `packets` (its last ones); the
+    /// answer is given by [`Self::answer`]. `runner`: the thread this last run was on.
     fn settle(
         &self,
         job: Job,
         mut completion: Completion,
         ran: Range<Instant>,
         runner: Runner,
+        packets: &mut PacketBatch,
     ) -> SubmitAnswer {
         let Range { start, end: ended } = ran;
         let ram = GuestRam::new(&*job.mem, job.window.clone());
@@ -1185,7 +1241,7 @@ impl Execution {
             status,
             inline,
         };
-        self.stats.record_submission(&record);
+        self.stats.record_submission_after(&record, packets);
         let cmd_as_sent = job.cmd_as_sent();
         if let (Some(recorder), Some(tape)) = (&self.recorder, job.tape) {
             if let Some(Action::Fault { packet, status }) = job.injection {

@@ -11,6 +11,7 @@
 //! uses saturating arithmetic, buckets unknown opcodes and segments, and never allocates, so a
 //! hostile record cannot panic or slow the engine.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,80 @@ fn kind_bucket(opcode: u16) -> usize {
 /// The report name of a packet opcode: `transfer`, `fill`, ..., or `unknown`.
 pub fn kind_name(opcode: u16) -> &'static str {
     PacketKind::from_opcode(opcode).map_or(UNKNOWN_KIND, PacketKind::name)
+}
+
+/// Counts one packet in `inner` (the caller holds the lock).
+fn add_packet(inner: &mut Inner, packet: &PacketRecord) {
+    let kind = &mut inner.kinds[kind_bucket(packet.opcode)];
+    kind.count = kind.count.saturating_add(1);
+    if packet.faulted {
+        kind.faults = kind.faults.saturating_add(1);
+    }
+    kind.bytes = kind.bytes.saturating_add(packet.bytes);
+    kind.pages = kind.pages.saturating_add(packet.pages);
+    kind.latency.record(packet.duration);
+    for traffic in packet.traffic.iter().flatten() {
+        if traffic.length == 0 {
+            continue;
+        }
+        let segment = usize::try_from(traffic.segment)
+            .ok()
+            .and_then(|index| inner.segments.get_mut(index));
+        match segment {
+            Some(segment) => segment.add(traffic),
+            None => inner.unknown_segment.add(traffic.direction, traffic.length),
+        }
+    }
+}
+
+/// Packet records kept while a run goes on and recorded together: one hold of the lock for up
+/// to [`PacketBatch::CAPACITY`] packets, or for a submission's last ones with the submission
+/// ([`Stats::record_submission_after`]). Each hold is two atomic read-modify-writes, which a
+/// one-packet submission paid twice.
+#[derive(Clone, Copy)]
+pub struct PacketBatch {
+    records: [Option<PacketRecord>; PacketBatch::CAPACITY],
+    len: usize,
+}
+
+impl Default for PacketBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PacketBatch {
+    /// Packets a batch holds before it must be recorded: few enough that the counters a live
+    /// view reads lag a run by no more than these.
+    pub const CAPACITY: usize = 8;
+
+    /// No packets.
+    pub const fn new() -> Self {
+        Self {
+            records: [None; Self::CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// Keeps `record`; true when the batch is full ([`Stats::keep_packet`] records it then).
+    fn push(&mut self, record: PacketRecord) -> bool {
+        if let Some(slot) = self.records.get_mut(self.len) {
+            *slot = Some(record);
+            self.len += 1;
+        }
+        self.len >= Self::CAPACITY
+    }
+
+    /// Whether no packet is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The kept packets, in order; the batch is empty after.
+    fn drain(&mut self) -> impl Iterator<Item = PacketRecord> + '_ {
+        let len = std::mem::take(&mut self.len);
+        self.records[..len].iter_mut().filter_map(Option::take)
+    }
 }
 
 /// Whether a submission status is a fault (the driver's or the guest's error), rather than a
@@ -297,8 +372,6 @@ struct Inner {
     segments: Vec<SegmentTraffic>,
     /// Traffic naming a segment the layout does not have.
     unknown_segment: Bytes,
-    requests: u64,
-    refused: u64,
     /// Fault injections fired, by action name, in first-fired order.
     injections: Vec<(&'static str, u64)>,
     /// Checker warnings, by kind, in first-found order.
@@ -323,6 +396,10 @@ pub enum RequestOutcome {
 pub struct Stats {
     started: Instant,
     inner: Mutex<Inner>,
+    /// Control requests taken, and of those refused: counted on every request, outside the
+    /// lock (one atomic add, not a lock's two read-modify-writes).
+    requests: AtomicU64,
+    refused: AtomicU64,
     display: Arc<DisplayCounters>,
 }
 
@@ -394,12 +471,12 @@ impl Stats {
                 },
                 segments,
                 unknown_segment: Bytes::default(),
-                requests: 0,
-                refused: 0,
                 injections: Vec::new(),
                 warnings: Vec::new(),
             }),
             display: Arc::default(),
+            requests: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -415,33 +492,38 @@ impl Stats {
 
     /// A packet executed.
     pub fn record_packet(&self, packet: &PacketRecord) {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let kind = &mut inner.kinds[kind_bucket(packet.opcode)];
-        kind.count = kind.count.saturating_add(1);
-        if packet.faulted {
-            kind.faults = kind.faults.saturating_add(1);
+        add_packet(&mut self.lock(), packet);
+    }
+
+    /// A packet executed: kept in `batch`, which is recorded when it fills.
+    pub fn keep_packet(&self, batch: &mut PacketBatch, packet: &PacketRecord) {
+        if batch.push(*packet) {
+            self.record_packets(batch);
         }
-        kind.bytes = kind.bytes.saturating_add(packet.bytes);
-        kind.pages = kind.pages.saturating_add(packet.pages);
-        kind.latency.record(packet.duration);
-        for traffic in packet.traffic.iter().flatten() {
-            if traffic.length == 0 {
-                continue;
-            }
-            let segment = usize::try_from(traffic.segment)
-                .ok()
-                .and_then(|index| inner.segments.get_mut(index));
-            match segment {
-                Some(segment) => segment.add(traffic),
-                None => inner.unknown_segment.add(traffic.direction, traffic.length),
+    }
+
+    /// The packets of `batch`, under one hold of the lock; leaves it empty.
+    pub fn record_packets(&self, batch: &mut PacketBatch) {
+        if !batch.is_empty() {
+            let mut inner = self.lock();
+            for packet in batch.drain() {
+                add_packet(&mut inner, &packet);
             }
         }
     }
 
     /// A submission was answered.
     pub fn record_submission(&self, submission: &SubmissionRecord) {
+        self.record_submission_after(submission, &mut PacketBatch::new());
+    }
+
+    /// The last packets of a submission (`batch`, left empty) and the submission, under one
+    /// hold of the lock.
+    pub fn record_submission_after(&self, submission: &SubmissionRecord, batch: &mut PacketBatch) {
         let mut inner = self.lock();
+        for packet in batch.drain() {
+            add_packet(&mut inner, &packet);
+        }
         let s = &mut inner.submissions;
         s.count = s.count.saturating_add(1);
         if submission.inline {
@@ -496,15 +578,22 @@ impl Stats {
 
     /// [`Self::queue_depth`] at a given instant (tests replay a timeline with it).
     pub(crate) fn queue_depth_at(&self, depth: usize, now: Instant) {
-        let depth = u64::try_from(depth).unwrap_or(u64::MAX);
+        self.queue_depths(&[(depth, now)]);
+    }
+
+    /// Changes of the queue depth, in order: `(depth, when)`, under one hold of the lock.
+    pub(crate) fn queue_depths(&self, changes: &[(usize, Instant)]) {
         let mut inner = self.lock();
         let queue = &mut inner.queue;
-        queue.area = queue.area_until(now);
-        queue.since = now;
-        queue.current = depth;
-        queue.max = queue.max.max(depth);
-        queue.changes = queue.changes.saturating_add(1);
-        queue.histogram.saturating_record(depth);
+        for &(depth, now) in changes {
+            let depth = u64::try_from(depth).unwrap_or(u64::MAX);
+            queue.area = queue.area_until(now);
+            queue.since = now;
+            queue.current = depth;
+            queue.max = queue.max.max(depth);
+            queue.changes = queue.changes.saturating_add(1);
+            queue.histogram.saturating_record(depth);
+        }
     }
 
     /// `count` submissions were preempted.
@@ -525,10 +614,9 @@ impl Stats {
 
     /// A control request was taken: answered, or (for submissions and events) to be answered.
     pub fn request(&self, outcome: RequestOutcome) {
-        let mut inner = self.lock();
-        inner.requests = inner.requests.saturating_add(1);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         if outcome == RequestOutcome::Refused {
-            inner.refused = inner.refused.saturating_add(1);
+            self.refused.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -642,8 +730,8 @@ impl Stats {
             .collect();
         StatsSnapshot {
             uptime_ns,
-            requests: inner.requests,
-            refused_requests: inner.refused,
+            requests: self.requests.load(Ordering::Relaxed),
+            refused_requests: self.refused.load(Ordering::Relaxed),
             packets,
             submissions,
             nodes,

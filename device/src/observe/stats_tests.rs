@@ -301,6 +301,26 @@ fn concurrent_recorders_lose_nothing() {
     assert_eq!(snapshot.submissions.count, 4000);
 }
 
+#[test]
+fn a_batch_records_every_packet_it_kept_by_the_time_its_submission_is_recorded() {
+    let stats = Stats::new(&SegmentLayout::default_for_vram(16 << 20));
+    let mut batch = PacketBatch::new();
+    // Two full batches and three more: the full ones are recorded as they fill.
+    for micros in 1..=2 * PacketBatch::CAPACITY as u64 + 3 {
+        stats.keep_packet(&mut batch, &packet(WDDM_GPU_OP_TRANSFER, micros));
+    }
+    let transfers = |stats: &Stats| kind(&stats.snapshot(), "transfer").count;
+    assert_eq!(transfers(&stats), 2 * PacketBatch::CAPACITY as u64);
+    assert!(!batch.is_empty());
+    stats.record_submission_after(&submission(SubmitStatus::Ok, true, 1, 1), &mut batch);
+    assert!(batch.is_empty());
+    assert_eq!(transfers(&stats), 2 * PacketBatch::CAPACITY as u64 + 3);
+    assert_eq!(stats.snapshot().submissions.count, 1);
+    // An empty batch records nothing more.
+    stats.record_packets(&mut batch);
+    assert_eq!(transfers(&stats), 2 * PacketBatch::CAPACITY as u64 + 3);
+}
+
 /// A snapshot with some of everything.
 fn busy_snapshot() -> StatsSnapshot {
     let stats = Stats::new(&banked_layout());
