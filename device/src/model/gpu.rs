@@ -139,9 +139,9 @@ impl Gpu {
     /// The transport took a kick: short submissions may run on its thread again, up to the
     /// scheduler's per-kick budget. Hand the kick's requests over with it, and drop it once
     /// they are handed over: what its display commands showed goes to the display then.
-    pub fn kick(&self) -> Kick {
+    pub fn kick(&self) -> Kick<'_> {
         self.paging.new_kick();
-        Kick::new(self.display.clone())
+        Kick::new(&self.display)
     }
 
     /// Answers one control request of `kick` (decoded once, where the transport took it off the
@@ -149,7 +149,7 @@ impl Gpu {
     /// request's fence fields when it had a header; a request that did not decode is refused.
     pub fn handle(
         &self,
-        kick: &Kick,
+        kick: &Kick<'_>,
         request: Result<ControlRequest, DecodeError>,
         reply: Box<dyn Reply>,
         mem: Mem,
@@ -171,7 +171,7 @@ impl Gpu {
     /// [`Self::handle`]: display commands to the display, the rest to the GPU ([`route`]).
     fn dispatch(
         &self,
-        kick: &Kick,
+        kick: &Kick<'_>,
         command: ControlCommand,
         reply: Box<dyn Reply>,
         mem: Mem,
@@ -202,7 +202,7 @@ impl Gpu {
     }
 
     /// Carries out one cursor-queue request of `kick` (the cursor queue has no responses).
-    pub fn handle_cursor(&self, kick: &Kick, request: Result<CursorCommand, DecodeError>) {
+    pub fn handle_cursor(&self, kick: &Kick<'_>, request: Result<CursorCommand, DecodeError>) {
         let command = match request {
             Ok(command) => command,
             Err(error) => {

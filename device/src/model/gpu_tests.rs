@@ -112,13 +112,13 @@ impl Rig {
         }
     }
 
-    fn request(&self, kick: &Kick, bytes: &[u8]) {
+    fn request(&self, kick: &Kick<'_>, bytes: &[u8]) {
         let reply = Box::new(Logged(self.log.clone()));
         self.gpu
             .handle(kick, decode_control(bytes), reply, self.mem.memory());
     }
 
-    fn submit(&self, kick: &Kick, fence: u32) {
+    fn submit(&self, kick: &Kick<'_>, fence: u32) {
         let packets = packet_bytes(wddm_gpu_abi::build::fence(fence));
         self.request(kick, submit_cmd(DMA, packets.len(), fence).as_bytes());
     }

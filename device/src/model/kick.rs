@@ -6,7 +6,7 @@
 //! kick that carries no display command never takes the display lock.
 
 use std::cell::Cell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::display::Display;
 use crate::support::sync::lock;
@@ -31,15 +31,16 @@ impl HeldOutput for Display {
 
 /// A kick being served. Display commands of the kick reach the display through
 /// [`Kick::display`]; the kick releases the display's output when it is dropped, if it held it.
-pub struct Kick<D: HeldOutput = Display> {
-    display: Arc<Mutex<D>>,
+/// It borrows the display: a kick lives within the transport's handling of it.
+pub struct Kick<'a, D: HeldOutput = Display> {
+    display: &'a Mutex<D>,
     /// A display command of this kick held the display's output.
     held: Cell<bool>,
 }
 
-impl<D: HeldOutput> Kick<D> {
+impl<'a, D: HeldOutput> Kick<'a, D> {
     /// A kick of the device showing `display`; touches nothing yet.
-    pub fn new(display: Arc<Mutex<D>>) -> Self {
+    pub fn new(display: &'a Mutex<D>) -> Self {
         Self {
             display,
             held: Cell::new(false),
@@ -49,7 +50,7 @@ impl<D: HeldOutput> Kick<D> {
     /// The display, locked, for one display command of this kick: the kick's first holds the
     /// display's output until the kick is dropped.
     pub fn display(&self) -> MutexGuard<'_, D> {
-        let mut display = lock(&self.display);
+        let mut display = lock(self.display);
         if !self.held.replace(true) {
             display.hold();
         }
@@ -57,17 +58,19 @@ impl<D: HeldOutput> Kick<D> {
     }
 }
 
-impl<D: HeldOutput> Drop for Kick<D> {
+impl<D: HeldOutput> Drop for Kick<'_, D> {
     /// The kick's answers are out: what its display commands showed goes on to the display.
     fn drop(&mut self) {
         if self.held.get() {
-            lock(&self.display).release();
+            lock(self.display).release();
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     /// Counts the calls the kick makes.
@@ -94,14 +97,14 @@ mod tests {
     #[test]
     fn a_kick_without_display_commands_neither_holds_nor_releases() {
         let display = Arc::new(Mutex::new(Counting::default()));
-        drop(Kick::new(display.clone()));
+        drop(Kick::new(&display));
         assert_eq!(counts(&display), (0, 0));
     }
 
     #[test]
     fn a_kick_holds_at_its_first_display_command_and_releases_once_when_dropped() {
         let display = Arc::new(Mutex::new(Counting::default()));
-        let kick = Kick::new(display.clone());
+        let kick = Kick::new(&display);
         assert_eq!(counts(&display), (0, 0));
         drop(kick.display());
         assert_eq!(counts(&display), (1, 0));
@@ -120,7 +123,7 @@ mod tests {
         let (done, finished) = std::sync::mpsc::channel();
         let kicked = display.clone();
         std::thread::spawn(move || {
-            drop(Kick::new(kicked));
+            drop(Kick::new(&kicked));
             let _ = done.send(());
         });
         finished

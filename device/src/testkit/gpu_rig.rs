@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
@@ -24,7 +24,6 @@ use crate::gpu::reply::Reply;
 use crate::layout::SegmentLayout;
 use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;
-use crate::model::kick::Kick;
 use crate::observe::stats::Stats;
 
 pub const RAM: u64 = 64 << 20;
@@ -75,8 +74,6 @@ pub struct GpuRig {
     file: ScratchFile,
     fence: u32,
     bar: Cell<u64>,
-    /// The kick the requests belong to.
-    kick: Mutex<Option<Kick>>,
 }
 
 impl GpuRig {
@@ -93,7 +90,6 @@ impl GpuRig {
             file,
             fence: 0,
             bar: Cell::new(0),
-            kick: Mutex::new(None),
         };
         rig.map_bar(VRAM_GPA);
         rig
@@ -115,29 +111,26 @@ impl GpuRig {
 
     /// One request brought by a kick of its own, as the transport hands them over.
     pub fn request(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
-        self.new_kick();
-        self.request_same_kick(bytes, room)
+        self.requests_in_one_kick(&[(bytes, room)]).remove(0)
     }
 
-    /// Ends the kick before (if any) and starts a new one, as the transport does at a kick.
-    pub fn new_kick(&self) {
-        let mut kick = self.kick.lock().unwrap();
-        drop(kick.take());
-        *kick = Some(self.gpu.kick());
-    }
-
-    /// One more request of the kick before.
-    pub fn request_same_kick(&self, bytes: &[u8], room: usize) -> Receiver<Vec<u8>> {
-        let (tx, rx) = channel();
-        let mut kick = self.kick.lock().unwrap();
-        let kick = kick.get_or_insert_with(|| self.gpu.kick());
-        self.gpu.handle(
-            kick,
-            decode_control(bytes),
-            Box::new(ChannelReply { room, tx }),
-            self.atomic.memory(),
-        );
-        rx
+    /// Requests brought by one kick, in order, each `(bytes, room)`; the kick ends after them,
+    /// as the transport ends it.
+    pub fn requests_in_one_kick(&self, requests: &[(&[u8], usize)]) -> Vec<Receiver<Vec<u8>>> {
+        let kick = self.gpu.kick();
+        requests
+            .iter()
+            .map(|&(bytes, room)| {
+                let (tx, rx) = channel();
+                self.gpu.handle(
+                    &kick,
+                    decode_control(bytes),
+                    Box::new(ChannelReply { room, tx }),
+                    self.atomic.memory(),
+                );
+                rx
+            })
+            .collect()
     }
 
     /// A request that is only its header of type `type_`.

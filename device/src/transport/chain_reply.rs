@@ -27,7 +27,7 @@ use crate::transport::in_flight::Claim;
 pub type Chain<'m> = virtio_queue::DescriptorChain<&'m GuestMemoryMmap>;
 
 /// The gate every chain's answer passes through.
-pub type Gate = AnswerGate<ChainReply>;
+pub type Gate = AnswerGate<Delivery>;
 
 /// A chain taken off a ring and read ([`read_chain`]): what is left of it once the ring is
 /// let go.
@@ -44,12 +44,19 @@ pub struct Taken {
 /// Completes one descriptor chain. Completed from whichever thread finishes the request (the
 /// engine thread for submissions), through the [`Gate`].
 pub struct ChainReply {
+    /// Kept apart from what passes it: completing moves it out rather than cloning it.
+    gate: Arc<Gate>,
+    delivery: Delivery,
+}
+
+/// What passes the gate for one chain: its response goes into its buffers, its head onto the
+/// used ring.
+pub struct Delivery {
     head: u16,
     /// The memory table the chain was taken over: its buffers and the used ring are written
     /// there.
     mem: Mem,
     vring: VringRwLock,
-    gate: Arc<Gate>,
     room: Room,
     /// The head's claim (control queue), released when this reply is written or dropped.
     claim: Option<Claim>,
@@ -67,28 +74,30 @@ impl ChainReply {
         room: Room,
     ) -> Self {
         Self {
-            head,
-            mem,
-            vring,
             gate,
-            room,
-            claim,
+            delivery: Delivery {
+                head,
+                mem,
+                vring,
+                room,
+                claim,
+            },
         }
     }
 }
 
 impl Reply for ChainReply {
     fn room(&self) -> usize {
-        self.room.bytes
+        self.delivery.room.bytes
     }
 
     fn complete(self: Box<Self>, response: &[u8]) {
-        let gate = self.gate.clone();
-        gate.pass(*self, response);
+        let Self { gate, delivery } = *self;
+        gate.pass(delivery, response);
     }
 }
 
-impl Deliver for ChainReply {
+impl Deliver for Delivery {
     /// Writes the response and puts the chain on the used ring (the gate is open). The ring is
     /// reached through the chain's memory table, under one hold of its lock: the used entry,
     /// the notification decision and the interrupt (each of vhost-user-backend's calls would

@@ -196,7 +196,7 @@ impl Queues {
             None,
             Room::default(),
         );
-        self.gate.pass(reply, &[]);
+        Box::new(reply).complete(&[]);
     }
 }
 
@@ -206,7 +206,7 @@ pub struct Pass<'a> {
     /// The device the requests go to.
     pub gpu: &'a Gpu,
     /// The kick (its display hold).
-    pub kick: &'a Kick,
+    pub kick: &'a Kick<'a>,
     /// The ring.
     pub vring: &'a VringRwLock,
     /// Its index: [`CONTROL_QUEUE`] or [`CURSOR_QUEUE`].

@@ -222,10 +222,9 @@ fn the_inline_budget_is_shared_by_every_submission_of_one_kick() {
     let command = |fence: u32| submit_cmd(DMA, packets.len(), fence);
     // Eight submissions in one kick: four fit the kick's inline budget, the rest go to the
     // engine thread, so a ring full of small submissions cannot hold the control queue.
-    rig.new_kick();
-    let answers: Vec<_> = (1..=8u32)
-        .map(|fence| rig.request_same_kick(command(fence).as_bytes(), 64))
-        .collect();
+    let commands: Vec<_> = (1..=8u32).map(command).collect();
+    let requests: Vec<_> = commands.iter().map(|cmd| (cmd.as_bytes(), 64)).collect();
+    let answers = rig.requests_in_one_kick(&requests);
     for (fence, rx) in (1..=8u32).zip(&answers) {
         let response = submit_response(rx);
         assert_eq!(
