@@ -30,6 +30,9 @@ pub const MAX_QUEUE_SIZE: usize = 1024;
 enum Drained {
     /// Every available chain was taken.
     Done,
+    /// Every chain available when the pass looked was taken, and more were made available
+    /// before notifications were on again (EVENT_IDX): the ring is to be drained again.
+    More,
     /// The ring handed out nothing: stopped, or its avail index is out of range.
     Refused,
 }
@@ -60,33 +63,23 @@ impl Queues {
         }
     }
 
-    /// Takes every chain available on the pass's ring. With EVENT_IDX, notifications are off
-    /// while it drains, and the ring is drained again if the guest added chains meanwhile. Errs
-    /// only when the ring's notification state cannot be changed.
+    /// Takes every chain available on the pass's ring, and with EVENT_IDX drains it again
+    /// while the guest added chains before notifications were on again. Errs only when the
+    /// ring's notification state cannot be changed.
     pub fn serve(&mut self, pass: &Pass<'_>, event_idx: bool) -> io::Result<()> {
-        loop {
-            // A ring that hands out nothing must not be asked again: its avail index stays ahead
-            // of the device's, so re-enabling notifications would report work forever and this
-            // loop would spin holding the backend's lock, which GET_VRING_BASE needs.
-            if self.drain(pass, event_idx)? == Drained::Refused || !event_idx {
-                break;
-            }
-            let more = pass
-                .vring
-                .get_mut()
-                .get_queue_mut()
-                .enable_notification(&**pass.mem)
-                .map_err(io::Error::other)?;
-            if !more {
-                break;
-            }
-        }
+        // A ring that hands out nothing is not asked again: its avail index stays ahead of the
+        // device's, so notifications would report work forever and this loop would spin
+        // holding the backend's lock, which GET_VRING_BASE needs.
+        while self.drain(pass, event_idx)? == Drained::More {}
         Ok(())
     }
 
     /// Takes and reads every available chain under one hold of the ring's lock (through the
     /// kick's memory table, not a load of the ring's own for each call), then hands each to
-    /// the GPU with the ring let go: an answer given meanwhile takes the lock again.
+    /// the GPU with the ring let go: an answer given meanwhile takes the lock again. With
+    /// EVENT_IDX, notifications are off while the chains are taken and on again before the
+    /// ring is let go: a chain made available after that kicks, and none of this waits behind
+    /// the answers (an inline submission's interrupt is not followed by more ring work).
     fn drain(&mut self, pass: &Pass<'_>, event_idx: bool) -> io::Result<Drained> {
         let Pass {
             gpu,
@@ -99,7 +92,7 @@ impl Queues {
         let mut taken = std::mem::take(&mut self.taken);
         let mut requests = std::mem::take(&mut self.requests);
         requests.clear();
-        {
+        let drained = {
             let mut ring = vring.get_mut();
             let ring = ring.get_queue_mut();
             if event_idx {
@@ -134,7 +127,13 @@ impl Queues {
                     return Ok(Drained::Refused);
                 }
             }
-        }
+            let more = event_idx && ring.enable_notification(&**mem).map_err(io::Error::other)?;
+            if more {
+                Drained::More
+            } else {
+                Drained::Done
+            }
+        };
         for Taken {
             head,
             request,
@@ -182,7 +181,7 @@ impl Queues {
         }
         self.taken = taken;
         self.requests = requests;
-        Ok(Drained::Done)
+        Ok(drained)
     }
 
     /// Completes a chain the device refuses to read, with nothing written (through the gate, so
