@@ -353,7 +353,7 @@ struct Hooks<'a, 'm> {
     /// When the modelled link finishes what the run's packets gave it.
     link_until: Option<Instant>,
     /// The run's packets not recorded in the stats yet.
-    packets: PacketBatch,
+    packets: &'a mut PacketBatch,
 }
 
 impl Hooks<'_, '_> {
@@ -436,7 +436,7 @@ impl EngineHooks for Hooks<'_, '_> {
     }
 
     fn packet(&mut self, record: &PacketRecord) {
-        self.stats.keep_packet(&mut self.packets, record);
+        self.stats.keep_packet(self.packets, record);
         if let Some(trace) = self.trace {
             trace.packet(record);
         }
@@ -1076,6 +1076,7 @@ impl Execution {
             vram: &self.vram,
             layout: &self.layout,
         };
+        let mut packets = PacketBatch::new();
         let mut hooks = Hooks {
             execution: self,
             contexts: &self.contexts,
@@ -1095,7 +1096,7 @@ impl Execution {
             checks: Cell::new(0),
             link: self.link.as_ref(),
             link_until: None,
-            packets: PacketBatch::new(),
+            packets: &mut packets,
         };
         let (completion, ended) =
             lock(&self.engine).execute_from(&job.cmd, &memory, &mut hooks, start);
@@ -1107,7 +1108,6 @@ impl Execution {
         };
         *inline_budget = hooks.inline_budget;
         let checks = hooks.checks.get();
-        let mut packets = hooks.packets;
         // The modelled link's wait is part of the submission's time.
         let ended = match hooks.link_until {
             Some(until) => {
