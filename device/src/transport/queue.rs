@@ -9,7 +9,7 @@ use std::sync::Arc;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
-use wddm_gpu_abi::request::{decode_control, decode_cursor};
+use wddm_gpu_abi::request::{decode_control, decode_cursor, MAX_REQUEST_SIZE};
 
 use crate::gpu::reply::Reply;
 use crate::memory::guest_ram::GuestRam;
@@ -30,8 +30,9 @@ pub const MAX_QUEUE_SIZE: usize = 1024;
 enum Drained {
     /// Every available chain was taken.
     Done,
-    /// Every chain available when the pass looked was taken, and more were made available
-    /// before notifications were on again (EVENT_IDX): the ring is to be drained again.
+    /// The pass held as many request bytes as it may, or every chain available when it looked
+    /// was taken and more were made available before notifications were on again
+    /// (EVENT_IDX): the ring is to be drained again.
     More,
     /// The ring handed out nothing: stopped, or its avail index is out of range.
     Refused,
@@ -104,10 +105,17 @@ impl Queues {
             // end the vring worker for good, and with it every later request, even after a ring
             // reset. It is reported once; the guest must set the ring up again (a device reset).
             let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
+            // A pass holds at most about two of the largest requests' bytes: the chains past
+            // that stay on the ring for the next pass (a guest filling a ring of 1024 with
+            // 256 KiB requests must not make the device buffer 256 MiB).
+            let mut full = false;
             match ring.iter(&**mem) {
-                Ok(available) => {
+                Ok(mut available) => {
                     *broken = false;
-                    for chain in available {
+                    while !full {
+                        let Some(chain) = available.next() else {
+                            break;
+                        };
                         let head = chain.head_index();
                         let start = requests.len();
                         let room = read_chain(chain, &ram, &mut requests);
@@ -116,6 +124,7 @@ impl Queues {
                             request: start..requests.len(),
                             room,
                         });
+                        full = requests.len() >= MAX_REQUEST_SIZE;
                     }
                 }
                 // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
@@ -127,7 +136,8 @@ impl Queues {
                     return Ok(Drained::Refused);
                 }
             }
-            let more = event_idx && ring.enable_notification(&**mem).map_err(io::Error::other)?;
+            let more = full
+                || (event_idx && ring.enable_notification(&**mem).map_err(io::Error::other)?);
             if more {
                 Drained::More
             } else {

@@ -2,6 +2,7 @@
 //! several buffers, and buffers that are not guest RAM.
 
 use wddm_gpu_abi::ctrl::WddmGpuRespDisplayInfo;
+use wddm_gpu_abi::request::MAX_REQUEST_SIZE;
 
 use super::requests::display_info;
 use super::rig::{Posted, Rig, RAM, UNTOUCHED};
@@ -10,6 +11,8 @@ use crate::transport::queue::CONTROL_QUEUE;
 /// Where the split request's pieces and response buffers go.
 const REQUEST: u64 = 0x70_0000;
 const RESPONSE: u64 = 0x78_0000;
+/// Where the largest requests go, 320 KiB apart.
+const LARGEST: u64 = 0x80_0000;
 const SPLIT_RESPONSE: u32 = 100;
 /// Bytes of a GET_DISPLAY_INFO response.
 const ANSWER: usize = size_of::<WddmGpuRespDisplayInfo>();
@@ -100,4 +103,33 @@ fn a_chain_with_a_buffer_outside_ram_is_completed_with_nothing_written() {
         assert_eq!(rig.requests().0, requests_taken, "{name}");
         assert!(rig.called(CONTROL_QUEUE), "{name}");
     }
+}
+
+/// Requests as long as the device reads them fill a pass's request bytes after about two: one
+/// kick still answers them all, a pass after another.
+#[test]
+fn one_kick_answers_more_of_the_largest_requests_than_one_pass_holds() {
+    const CHAINS: u64 = 5;
+    let largest = u32::try_from(MAX_REQUEST_SIZE).unwrap();
+    let mut rig = Rig::new("buffers-largest", false);
+    let mem = rig.memory();
+    let mut ring = rig.ring(&mem, CONTROL_QUEUE);
+    let mut request = display_info();
+    request.resize(MAX_REQUEST_SIZE, 0);
+    let heads: Vec<_> = (0..CHAINS)
+        .map(|index| {
+            let at = LARGEST + index * 0x50000;
+            ring.write(at, &request);
+            ring.post_chain(&[
+                (at, largest, false),
+                (RESPONSE + index * 0x1000, 1024, true),
+            ])
+        })
+        .collect();
+    rig.kick(CONTROL_QUEUE);
+    let answered: Vec<_> = heads
+        .iter()
+        .map(|&head| Posted { head, response: 0 }.used_entry(ANSWER))
+        .collect();
+    assert_eq!(ring.used(), answered);
 }
