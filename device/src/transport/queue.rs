@@ -89,61 +89,9 @@ impl Queues {
             queue,
             mem,
         } = *pass;
-        let ram = GuestRam::new(&**mem, gpu.vram().guest_window());
         let mut taken = std::mem::take(&mut self.taken);
         let mut requests = std::mem::take(&mut self.requests);
-        requests.clear();
-        let drained = {
-            let mut ring = vring.get_mut();
-            let ring = ring.get_queue_mut();
-            if event_idx {
-                ring.disable_notification(&**mem)
-                    .map_err(io::Error::other)?;
-            }
-            // A ring the guest corrupted (an avail index running past the queue size) is
-            // refused here rather than returned as an error: an error from handle_event would
-            // end the vring worker for good, and with it every later request, even after a ring
-            // reset. It is reported once; the guest must set the ring up again (a device reset).
-            let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
-            // A pass holds at most about two of the largest requests' bytes: the chains past
-            // that stay on the ring for the next pass (a guest filling a ring of 1024 with
-            // 256 KiB requests must not make the device buffer 256 MiB).
-            let mut full = false;
-            match ring.iter(&**mem) {
-                Ok(mut available) => {
-                    *broken = false;
-                    while !full {
-                        let Some(chain) = available.next() else {
-                            break;
-                        };
-                        let head = chain.head_index();
-                        let start = requests.len();
-                        let room = read_chain(chain, &ram, &mut requests);
-                        taken.push(Taken {
-                            head,
-                            request: start..requests.len(),
-                            room,
-                        });
-                        full = requests.len() >= MAX_REQUEST_SIZE;
-                    }
-                }
-                // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
-                Err(virtio_queue::Error::QueueNotReady) => return Ok(Drained::Refused),
-                Err(error) => {
-                    if !std::mem::replace(broken, true) {
-                        crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
-                    }
-                    return Ok(Drained::Refused);
-                }
-            }
-            let more = full
-                || (event_idx && ring.enable_notification(&**mem).map_err(io::Error::other)?);
-            if more {
-                Drained::More
-            } else {
-                Drained::Done
-            }
-        };
+        let drained = self.take(pass, event_idx, &mut taken, &mut requests)?;
         for Taken {
             head,
             request,
@@ -192,6 +140,72 @@ impl Queues {
         self.taken = taken;
         self.requests = requests;
         Ok(drained)
+    }
+
+    /// Takes and reads the available chains into `taken` and `requests` (emptied first) under
+    /// one hold of the ring's lock; with EVENT_IDX, turns notifications back on before letting
+    /// it go. `Refused` leaves both empty.
+    fn take(
+        &mut self,
+        pass: &Pass<'_>,
+        event_idx: bool,
+        taken: &mut Vec<Taken>,
+        requests: &mut Vec<u8>,
+    ) -> io::Result<Drained> {
+        let Pass {
+            gpu,
+            vring,
+            queue,
+            mem,
+            ..
+        } = *pass;
+        let ram = GuestRam::new(&**mem, gpu.vram().guest_window());
+        taken.clear();
+        requests.clear();
+        let mut ring = vring.get_mut();
+        let ring = ring.get_queue_mut();
+        if event_idx {
+            ring.disable_notification(&**mem)
+                .map_err(io::Error::other)?;
+        }
+        // A ring the guest corrupted (an avail index running past the queue size) is refused
+        // here rather than returned as an error: an error from handle_event would end the vring
+        // worker for good, and with it every later request, even after a ring reset. It is
+        // reported once; the guest must set the ring up again (a device reset).
+        let broken = &mut self.broken_ring[usize::from(queue != CONTROL_QUEUE)];
+        let mut available = match ring.iter(&**mem) {
+            Ok(available) => available,
+            // The frontend stopped the ring (GET_VRING_BASE) while a kick was being handled.
+            Err(virtio_queue::Error::QueueNotReady) => return Ok(Drained::Refused),
+            Err(error) => {
+                if !std::mem::replace(broken, true) {
+                    crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                }
+                return Ok(Drained::Refused);
+            }
+        };
+        *broken = false;
+        // A pass holds at most about two of the largest requests' bytes: the chains past that
+        // stay on the ring for the next pass (a guest filling a ring of 1024 with 256 KiB
+        // requests must not make the device buffer 256 MiB).
+        let mut full = false;
+        while !full {
+            let Some(chain) = available.next() else {
+                break;
+            };
+            let head = chain.head_index();
+            let start = requests.len();
+            let room = read_chain(chain, &ram, requests);
+            taken.push(Taken {
+                head,
+                request: start..requests.len(),
+                room,
+            });
+            full = requests.len() >= MAX_REQUEST_SIZE;
+        }
+        let more =
+            full || (event_idx && ring.enable_notification(&**mem).map_err(io::Error::other)?);
+        Ok(if more { Drained::More } else { Drained::Done })
     }
 
     /// Completes a chain the device refuses to read, with nothing written (through the gate, so
