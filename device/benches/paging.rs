@@ -503,6 +503,46 @@ impl Bench {
     }
 }
 
+/// What precedes each measured round trip ([`alternate_round_trips`]).
+#[derive(Clone, Copy)]
+enum Before {
+    /// An unmeasured round trip of the same kind: the device's work after a submission's
+    /// interrupt (its tail) delays whatever is kicked next, and is charged to the next
+    /// submission, as a driver submitting back to back meets it, never to the echo, whose
+    /// limit must be that of an idle backend.
+    SameKind,
+    /// A pause, as a guest's kick usually finds the backend: it finishes what the round trip
+    /// before left and waits in epoll_wait, its caches cooled by the sleep.
+    Pause(Duration),
+}
+
+/// `count` echo and submission round trips, alternated so both meet the same placement of the
+/// two threads on the CPUs (which moves between rounds), each measured one after `before`;
+/// their times (no echoes without one).
+fn alternate_round_trips(
+    bench: &mut Bench,
+    echo: &Result<EchoPeer, String>,
+    count: usize,
+    before: Before,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut pings, mut rtts) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    for _ in 0..count {
+        if let Ok(peer) = echo {
+            match before {
+                Before::SameKind => drop(echo_round_trip(peer)),
+                Before::Pause(pause) => std::thread::sleep(pause),
+            }
+            pings.push(echo_round_trip(peer));
+        }
+        match before {
+            Before::SameKind => drop(bench.submit_round_trips(1)),
+            Before::Pause(pause) => std::thread::sleep(pause),
+        }
+        rtts.extend(bench.submit_round_trips(1));
+    }
+    (pings, rtts)
+}
+
 /// Kick the echo, wait for its call the way the harness waits (poll, then read).
 fn echo_round_trip(peer: &EchoPeer) -> Duration {
     let start = Instant::now();
@@ -712,22 +752,8 @@ fn main() -> ExitCode {
         translate_miss.push(translation.miss_ns());
         translate_hit.push(translation.hit_ns());
 
-        // Echo and submission round trips alternate, so both meet the same placement of the
-        // two threads on the CPUs (which moves between rounds). Each measured one follows an
-        // unmeasured one of its own kind: the device's work after a submission's interrupt
-        // (its tail) delays whatever is kicked next, and is charged to the next submission,
-        // as a driver submitting back to back meets it, never to the echo, whose limit must be
-        // that of an idle backend.
-        let mut pings = Vec::with_capacity(ROUND_TRIPS);
-        let mut rtts = Vec::with_capacity(ROUND_TRIPS);
-        for _ in 0..ROUND_TRIPS {
-            if let Ok(peer) = &echo {
-                echo_round_trip(peer);
-                pings.push(echo_round_trip(peer));
-            }
-            bench.submit_round_trips(1);
-            rtts.extend(bench.submit_round_trips(1));
-        }
+        let (mut pings, mut rtts) =
+            alternate_round_trips(&mut bench, &echo, ROUND_TRIPS, Before::SameKind);
         if !pings.is_empty() {
             pingpong_p50.push(percentile_us(&mut pings, 50));
         }
@@ -737,18 +763,9 @@ fn main() -> ExitCode {
             rtt_ratio.push(rtt_p50[rtt_p50.len() - 1] / ping);
         }
 
-        // The same two, each kicked into an idle backend, as a guest's kick usually finds it:
-        // the benchmark sleeps first, so the backend finishes what the round trip before left
-        // and waits in epoll_wait, its caches cooled by the sleep. Reported, not judged.
-        let (mut pings, mut rtts) = (Vec::new(), Vec::new());
-        for _ in 0..IDLE_ROUND_TRIPS {
-            if let Ok(peer) = &echo {
-                std::thread::sleep(SETTLE);
-                pings.push(echo_round_trip(peer));
-            }
-            std::thread::sleep(SETTLE);
-            rtts.extend(bench.submit_round_trips(1));
-        }
+        // The same two kicked into an idle backend; reported, not judged.
+        let (mut pings, mut rtts) =
+            alternate_round_trips(&mut bench, &echo, IDLE_ROUND_TRIPS, Before::Pause(SETTLE));
         if !pings.is_empty() {
             idle_pingpong_p50.push(percentile_us(&mut pings, 50));
         }

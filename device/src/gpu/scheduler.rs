@@ -571,7 +571,7 @@ impl Scheduler {
                 && budget.is_some_and(|budget| budget.has_room());
             if !idle {
                 queue.pending.push_back(job);
-                execution.stats.queue_depth_at(queue.depth(), queued);
+                execution.stats.queue_depths(&[(queue.depth(), queued)]);
                 execution.wake.notify_one();
                 return;
             }

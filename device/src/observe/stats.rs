@@ -135,17 +135,10 @@ fn add_packet(inner: &mut Inner, packet: &PacketRecord) {
 /// Packet records kept while a run goes on and recorded together: one hold of the lock for up
 /// to [`PacketBatch::CAPACITY`] packets, or for a submission's last ones with the submission
 /// ([`Stats::record_submission_after`]). Each hold is two atomic read-modify-writes, which a
-/// one-packet submission paid twice.
-#[derive(Clone, Copy)]
+/// one-packet submission paid twice. Not `Copy`: a run borrows its batch, never copies it.
 pub struct PacketBatch {
     records: [Option<PacketRecord>; PacketBatch::CAPACITY],
     len: usize,
-}
-
-impl Default for PacketBatch {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl PacketBatch {
@@ -571,17 +564,8 @@ impl Stats {
         }
     }
 
-    /// Submissions waiting or running changed to `depth`.
-    pub fn queue_depth(&self, depth: usize) {
-        self.queue_depth_at(depth, Instant::now());
-    }
-
-    /// [`Self::queue_depth`] at a given instant (tests replay a timeline with it).
-    pub(crate) fn queue_depth_at(&self, depth: usize, now: Instant) {
-        self.queue_depths(&[(depth, now)]);
-    }
-
-    /// Changes of the queue depth, in order: `(depth, when)`, under one hold of the lock.
+    /// Changes of the number of submissions waiting or running, in order: `(depth, when)`,
+    /// under one hold of the lock (tests replay a timeline with it).
     pub(crate) fn queue_depths(&self, changes: &[(usize, Instant)]) {
         let mut inner = self.lock();
         let queue = &mut inner.queue;

@@ -143,7 +143,7 @@ fn hostile_records_are_bucketed_and_saturate_without_panicking() {
     backwards.queued = backwards.start + Duration::from_secs(1);
     backwards.duration = Duration::MAX;
     stats.record_submission(&backwards);
-    stats.queue_depth(usize::MAX);
+    stats.queue_depths(&[(usize::MAX, Instant::now())]);
     stats.preempted(u64::MAX);
     stats.preempted(1);
 
@@ -265,9 +265,9 @@ fn queue_depth_keeps_current_max_changes_and_a_time_weighted_mean() {
     // A replayed timeline, so a test thread descheduled for a while cannot skew the mean.
     let start = Instant::now();
     for (step, depth) in [1, 2, 3, 2, 1, 0].into_iter().enumerate() {
-        stats.queue_depth_at(depth, start + Duration::from_micros(step as u64));
+        stats.queue_depths(&[(depth, start + Duration::from_micros(step as u64))]);
     }
-    stats.queue_depth_at(4, start + Duration::from_millis(1));
+    stats.queue_depths(&[(4, start + Duration::from_millis(1))]);
     let q = stats
         .snapshot_at(start + Duration::from_secs(10))
         .queue_depth;
@@ -335,8 +335,8 @@ fn busy_snapshot() -> StatsSnapshot {
     }
     stats.record_submission(&submission(SubmitStatus::Ok, false, 5, 250));
     stats.record_submission(&submission(SubmitStatus::BadSegment, true, 1, 3));
-    stats.queue_depth(1);
-    stats.queue_depth(0);
+    stats.queue_depths(&[(1, Instant::now())]);
+    stats.queue_depths(&[(0, Instant::now())]);
     stats.request(RequestOutcome::Taken);
     let display = stats.display();
     display.socket();

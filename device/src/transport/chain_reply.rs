@@ -104,15 +104,11 @@ impl Deliver for Delivery {
     /// take the lock and load the ring's memory table again).
     fn deliver(mut self, response: &[u8]) {
         let head = self.head;
-        let written = if response.is_empty() {
-            0
-        } else {
-            match write_response(&self.mem, &self.room, response) {
-                Ok(written) => written,
-                Err(error) => {
-                    crate::guest_warn!("control response unwritable: {error}");
-                    0
-                }
+        let written = match write_response(&self.mem, &self.room, response) {
+            Ok(written) => written,
+            Err(error) => {
+                crate::guest_warn!("control response unwritable: {error}");
+                0
             }
         };
         // Free before the guest can see the answer and post the head again.
@@ -209,9 +205,7 @@ fn read_buffers(
         if descriptor.is_write_only() {
             match ram.check(at, u64::from(len)) {
                 Ok(_) => {}
-                Err(RamError::InVram { .. }) => {
-                    return Err(ChainRefusal::InVramWindow { address: at })
-                }
+                Err(error @ RamError::InVram { .. }) => return Err(refusal(error)),
                 Err(_) => writable = false,
             }
             room.bytes = room
