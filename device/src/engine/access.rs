@@ -98,14 +98,48 @@ impl Location {
     }
 }
 
+/// Hands a source slice's bytes to the recording, when there is one and it keeps `kind`.
+#[inline]
+fn capture_source<M: GuestMemoryBackend, B: BitmapSlice>(
+    mem: &DeviceMemory<'_, M>,
+    location: Location,
+    kind: ReadKind,
+    slice: &VolatileSlice<'_, B>,
+) {
+    let Some(capture) = mem.ram.capture() else {
+        return;
+    };
+    let (store, address) = match location {
+        Location::Vram(range) => (Store::Vram, range.start()),
+        Location::Guest(range) => (Store::Ram, range.start()),
+    };
+    capture.slice(store, kind, address, slice);
+}
+
+/// A source slice of `location`, its bytes captured when recording.
+macro_rules! source_slice {
+    ($mem:expr, $location:expr, $slice:expr, $kind:expr) => {{
+        let slice = $slice;
+        capture_source($mem, $location, $kind, &slice);
+        slice
+    }};
+}
+
 /// One endpoint, resolved and checked.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Side {
     /// Bytes of VRAM.
     Vram(VramRange),
-    /// Bytes of the checked frames in `frame_lists[list]`.
+    /// Bytes of guest pages.
+    Guest(GuestPages),
+}
+
+/// Guest pages an endpoint names.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum GuestPages {
+    /// The checked frames in `frame_lists[list]`.
     Frames { list: usize },
-    /// Bytes of an aperture, through the GART.
+    /// An aperture's pages, through the GART.
     Aperture { segment: u32, range: SegmentRange },
 }
 
@@ -120,11 +154,30 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
     gart: &Gart,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<Location, Fault> {
-    let run = match side {
-        Side::Vram(range) => return Ok(Location::Vram(range.sub(position, limit))),
+    match side {
+        Side::Vram(range) => Ok(Location::Vram(range.sub(position, limit))),
+        Side::Guest(pages) => {
+            guest_run_at(pages, position, limit, frame_lists, gart, mem).map(Location::Guest)
+        }
+    }
+}
+
+/// [`run_at`] for guest pages. Always inlined: called out of line between two page copies, its
+/// result comes back through memory, and scattered copies measured 5 to 10 % slower for it
+/// (docs/performance.md, "The work between two page copies").
+#[inline(always)]
+fn guest_run_at<M: GuestMemoryBackend>(
+    pages: GuestPages,
+    position: u64,
+    limit: u64,
+    frame_lists: &[FrameList; 2],
+    gart: &Gart,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<RamRange, Fault> {
+    let run = match pages {
         // A transfer stays inside the bytes its list was loaded for: past them is a device bug,
         // reported rather than panicked on.
-        Side::Frames { list } => {
+        GuestPages::Frames { list } => {
             frame_lists[list]
                 .run_at(position, limit)
                 .ok_or(Fault::BadFrameList {
@@ -132,7 +185,9 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
                     reason: "a run past the checked frames",
                 })?
         }
-        Side::Aperture { segment, range } => gart.ram_run_at(segment, range.at(position), limit)?,
+        GuestPages::Aperture { segment, range } => {
+            gart.ram_run_at(segment, range.at(position), limit)?
+        }
     };
     // A run inside one page cannot cross a memory-table region (regions are whole pages; a
     // frontend's odd region makes the copy's slice lookup fault instead): only longer runs
@@ -150,7 +205,75 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
         // changed since the mapping was checked).
         return Err(Fault::FrameNotInRam { address });
     }
-    Ok(Location::Guest(run))
+    Ok(run)
+}
+
+/// Copies one run between guest RAM and VRAM (`ram` and `vram` as long), which never overlap:
+/// a slice each way and one `memcpy`, or one per memory-table region where the guest run
+/// crosses regions that touch. Always inlined into the loops that call it, for the reason
+/// [`guest_run_at`] is.
+#[inline(always)]
+pub(super) fn copy_run<M: GuestMemoryBackend>(
+    ram: RamRange,
+    vram: VramRange,
+    toward: Toward,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<(), Fault> {
+    let (mut ram, mut vram) = (ram, vram);
+    loop {
+        let piece = ram_in_one_slice(ram, mem)?;
+        let in_vram = vram.head(piece.len());
+        let ram_bytes = slice_of_checked_ram(mem, piece)?;
+        let vram_bytes = vram_slice(mem, in_vram)?;
+        match toward {
+            Toward::Vram => copy_slices(
+                source_slice!(mem, Location::Guest(piece), ram_bytes, ReadKind::Data),
+                vram_bytes,
+            ),
+            Toward::Guest => copy_slices(
+                source_slice!(mem, Location::Vram(in_vram), vram_bytes, ReadKind::Data),
+                ram_bytes,
+            ),
+        }
+        ram = ram.tail(piece.len());
+        vram = vram.tail(piece.len());
+        if ram.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+/// Which way a copy between guest pages and VRAM goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Toward {
+    Vram,
+    Guest,
+}
+
+/// Copies between `pages`, from `position` bytes in, and the VRAM bytes of `vram` (the copy is
+/// as long as it), run by run: the path of every TRANSFER between guest pages and VRAM. Guest
+/// and VRAM bytes never overlap, so each run is one slice each way and one `memcpy`, with
+/// nothing between two copies but the next run's lookup ([`copy`] handles any two locations,
+/// overlapping ones included, and costs scattered pages about 10 % more).
+pub(super) fn copy_guest_vram<M: GuestMemoryBackend>(
+    pages: GuestPages,
+    position: u64,
+    vram: VramRange,
+    toward: Toward,
+    frame_lists: &[FrameList; 2],
+    gart: &Gart,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<(), Fault> {
+    let mut done = 0;
+    while done < vram.len() {
+        let at = position
+            .checked_add(done)
+            .ok_or(Fault::LengthOverflow(position))?;
+        let run = guest_run_at(pages, at, vram.len() - done, frame_lists, gart, mem)?;
+        copy_run(run, vram.sub(done, run.len()), toward, mem)?;
+        done += run.len();
+    }
+    Ok(())
 }
 
 /// A VRAM slice, or the range fault when it straddles the BAR and device-only memory.
@@ -207,52 +330,35 @@ pub(super) fn copy<M: GuestMemoryBackend>(
 }
 
 /// The head of `location` one slice reaches: all of it, but for guest bytes that run on into
-/// another memory-table region (QEMU announces sections that touch as separate regions). Regions
-/// are whole pages, so only a range longer than the rest of its first page pays for a lookup.
+/// another memory-table region ([`ram_in_one_slice`]).
 fn in_one_slice<M: GuestMemoryBackend>(
     location: Location,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<Location, Fault> {
-    let Location::Guest(range) = location else {
-        return Ok(location);
-    };
+    match location {
+        Location::Guest(range) => ram_in_one_slice(range, mem).map(Location::Guest),
+        Location::Vram(_) => Ok(location),
+    }
+}
+
+/// The head of `range` one slice reaches: all of it, but for bytes that run on into another
+/// memory-table region (QEMU announces sections that touch as separate regions). Regions are
+/// whole pages, so only a range longer than the rest of its first page pays for a lookup.
+#[inline(always)]
+fn ram_in_one_slice<M: GuestMemoryBackend>(
+    range: RamRange,
+    mem: &DeviceMemory<'_, M>,
+) -> Result<RamRange, Fault> {
     let address = range.start();
     let in_page_room = WDDM_GPU_PAGE_SIZE - (address & (WDDM_GPU_PAGE_SIZE - 1));
     if range.len() <= in_page_room {
-        return Ok(location);
+        return Ok(range);
     }
     match mem.ram.contiguous_len(address) {
         // No longer RAM: the memory table changed since the range was checked.
         0 => Err(Fault::FrameNotInRam { address }),
-        len => Ok(Location::Guest(range.head(len))),
+        len => Ok(range.head(len)),
     }
-}
-
-/// Hands a source slice's bytes to the recording, when there is one and it keeps `kind`.
-#[inline]
-fn capture_source<M: GuestMemoryBackend, B: BitmapSlice>(
-    mem: &DeviceMemory<'_, M>,
-    location: Location,
-    kind: ReadKind,
-    slice: &VolatileSlice<'_, B>,
-) {
-    let Some(capture) = mem.ram.capture() else {
-        return;
-    };
-    let (store, address) = match location {
-        Location::Vram(range) => (Store::Vram, range.start()),
-        Location::Guest(range) => (Store::Ram, range.start()),
-    };
-    capture.slice(store, kind, address, slice);
-}
-
-/// A source slice of `location`, its bytes captured when recording.
-macro_rules! source_slice {
-    ($mem:expr, $location:expr, $slice:expr, $kind:expr) => {{
-        let slice = $slice;
-        capture_source($mem, $location, $kind, &slice);
-        slice
-    }};
 }
 
 /// Copies `src` over `dst`, as long and each inside one slice.

@@ -33,7 +33,7 @@ use wddm_gpu_abi::submit::{
     WddmGpuCmdSubmit, WDDM_GPU_MAX_DMA_BUFFER_SIZE, WDDM_GPU_SUBMIT_FLAGS_KNOWN,
 };
 
-use self::access::{read_side, read_vram, Side};
+use self::access::{read_side, read_vram, GuestPages, Side};
 use self::describe::declared;
 pub use self::fault::{Fault, Interruption, Stop};
 use self::record::PacketRecord;
@@ -347,7 +347,10 @@ impl Engine {
             Ok(Resolved::Vram(range)) => Ok(DmaBuffer::Vram(range)),
             Ok(Resolved::Aperture(range)) => {
                 self.gart.check_mapped(segment, range)?;
-                Ok(DmaBuffer::Aperture(Side::Aperture { segment, range }))
+                Ok(DmaBuffer::Aperture(Side::Guest(GuestPages::Aperture {
+                    segment,
+                    range,
+                })))
             }
             Err(ResolveError::NoSuchSegment(id)) => Err(Fault::BadSegment(id)),
             Err(_) => Err(bad_buffer),

@@ -6,7 +6,7 @@ use wddm_gpu_abi::packet::*;
 use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
-use super::access::{copy, fitting, run_at, Location, Side};
+use super::access::{copy, copy_guest_vram, fitting, run_at, GuestPages, Location, Side, Toward};
 use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
 use crate::memory::capture::ReadKind;
@@ -88,6 +88,30 @@ impl Engine {
                 }
                 return Ok(length);
             }
+        }
+        let between_guest_and_vram = match (source, destination) {
+            (Side::Guest(pages), Side::Vram(vram)) => Some((pages, vram, Toward::Vram)),
+            (Side::Vram(vram), Side::Guest(pages)) => Some((pages, vram, Toward::Guest)),
+            _ => None,
+        };
+        if let Some((pages, vram, toward)) = between_guest_and_vram {
+            let mut progress = Progress::new(length);
+            while !progress.is_finished() {
+                progress.interruption_point(hooks)?;
+                let step = progress.chunk_left();
+                let in_vram = vram.sub(progress.done(), step);
+                copy_guest_vram(
+                    pages,
+                    progress.done(),
+                    in_vram,
+                    toward,
+                    &self.frame_lists,
+                    &self.gart,
+                    mem,
+                )?;
+                progress.advance(step);
+            }
+            return Ok(length);
         }
         let (mut src, mut dst) = (Location::EMPTY, Location::EMPTY);
         let mut progress = Progress::new(length);
@@ -366,7 +390,7 @@ impl Engine {
         }
         if endpoint.segment_id == 0 {
             self.load_frame_list(slot, endpoint, length, mem)?;
-            return Ok(Side::Frames { list: slot });
+            return Ok(Side::Guest(GuestPages::Frames { list: slot }));
         }
         if endpoint.frame_count != 0 || endpoint.byte_offset != 0 {
             return Err(Fault::ReservedField("endpoint.frame_count/byte_offset"));
@@ -385,7 +409,7 @@ impl Engine {
                 }),
             Resolved::Aperture(range) => {
                 self.gart.check_mapped(segment, range)?;
-                Ok(Side::Aperture { segment, range })
+                Ok(Side::Guest(GuestPages::Aperture { segment, range }))
             }
         }
     }

@@ -21,7 +21,7 @@ use wddm_gpu_abi::submit::{SubmitStatus, WDDM_GPU_MAX_DMA_BUFFER_SIZE};
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
-use super::access::{copy, read_location, write_location, Location, Repeated};
+use super::access::{copy, copy_run, read_location, write_location, Location, Repeated, Toward};
 use super::place::{ram, ram_within, segment_offset};
 use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
 use crate::memory::capture::ReadKind;
@@ -492,6 +492,18 @@ impl VirtualEngine {
             };
             let len = f.len.min(t.len).min(length - moved);
             match (f.at, t.at) {
+                (Some(Location::Guest(source)), Some(Location::Vram(destination))) => copy_run(
+                    source.head(len),
+                    destination.head(len),
+                    Toward::Vram,
+                    memory.mem,
+                )?,
+                (Some(Location::Vram(source)), Some(Location::Guest(destination))) => copy_run(
+                    destination.head(len),
+                    source.head(len),
+                    Toward::Guest,
+                    memory.mem,
+                )?,
                 (Some(source), Some(destination)) => copy(
                     source,
                     destination,

@@ -127,6 +127,7 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
 
     /// Checks that `[address, address + length)` does not overflow or touch the VRAM window;
     /// returns its end.
+    #[inline]
     fn outside_vram(&self, address: u64, length: u64) -> Result<u64, RamError> {
         let end = address
             .checked_add(length)
@@ -246,6 +247,7 @@ impl<'a, M: GuestMemoryBackend> GuestRam<'a, M> {
     /// A slice of the bytes of `range`, which must lie in one region (callers clamp with
     /// [`Self::contiguous_len`]). The range is checked again: the memory table may have changed
     /// since (the VRAM window moved over it, or its region went away).
+    #[inline]
     pub fn slice(
         &self,
         range: RamRange,
