@@ -1,12 +1,13 @@
 //! TRANSFER between VRAM, guest frames and device-only VRAM: every byte lands where the
 //! endpoints say.
 
+use vm_memory::{GuestAddress, GuestMemoryMmap};
 use wddm_gpu_abi::build::transfer;
 use wddm_gpu_abi::submit::SubmitStatus;
 
 use crate::testkit::bytes::pattern;
 use crate::testkit::engine_rig::{
-    command, data_frame, scattered, status, Rig, DATA, DMA, LISTS, PAGE, PAGE_USIZE,
+    command, data_frame, scattered, status, Rig, DATA, DMA, LISTS, PAGE, PAGE_USIZE, RAM_SIZE,
 };
 use crate::testkit::layouts::DEVICE_ONLY;
 use crate::testkit::packets::{frames, in_vram, packet_bytes, seg};
@@ -143,5 +144,44 @@ fn device_only_vram_segments_take_transfers_like_bar_segments() {
     assert_eq!(
         status(&rig.submit(&packet_bytes(past_end))),
         Some(SubmitStatus::SegmentRange)
+    );
+}
+
+#[test]
+fn contiguous_frames_across_two_ram_regions_that_touch_move_a_region_at_a_time() {
+    let mut rig = Rig::new("regions");
+    // Guest RAM as two regions that meet (QEMU announces sections that touch separately),
+    // eight consecutive frames across the line after the third: one run of the list, two slices.
+    let half = RAM_SIZE / 2;
+    rig.mem = GuestMemoryMmap::from_ranges(&[
+        (GuestAddress(0), usize::try_from(half).unwrap()),
+        (GuestAddress(half), usize::try_from(half).unwrap()),
+    ])
+    .unwrap();
+    let first = half / PAGE - 3;
+    let list: Vec<u64> = (first..first + 8).collect();
+    let list_address = rig.list(0, &list);
+    let data = pattern(8 * PAGE_USIZE, 5);
+    rig.ram_write(first * PAGE, &data);
+    let length = 8 * PAGE - 10;
+
+    rig.ok(&packet_bytes(transfer(
+        length,
+        frames(list_address, 8, 10),
+        in_vram(0),
+    )));
+    assert!(rig.vram_read(0, data.len() - 10) == data[10..], "into VRAM");
+
+    rig.ram_write(first * PAGE, &vec![0; data.len()]);
+    rig.ok(&packet_bytes(transfer(
+        length,
+        in_vram(0),
+        frames(list_address, 8, 10),
+    )));
+    let mut want = data.clone();
+    want[..10].fill(0);
+    assert!(
+        rig.ram_read(first * PAGE, data.len()) == want,
+        "out of VRAM"
     );
 }
