@@ -144,20 +144,19 @@ pub(super) enum GuestPages {
 }
 
 /// The run of contiguous bytes of `side` starting `position` bytes in, at most `limit` long.
-/// Frame lists and apertures coalesce consecutive frames; a run never crosses a memory-table
-/// region (a slice may not).
-pub(super) fn run_at<M: GuestMemoryBackend>(
+/// Frame lists and apertures coalesce consecutive frames, across memory-table regions that
+/// touch (the copies split a run where a slice must end).
+pub(super) fn run_at(
     side: Side,
     position: u64,
     limit: u64,
     frame_lists: &[FrameList; 2],
     gart: &Gart,
-    mem: &DeviceMemory<'_, M>,
 ) -> Result<Location, Fault> {
     match side {
         Side::Vram(range) => Ok(Location::Vram(range.sub(position, limit))),
         Side::Guest(pages) => {
-            guest_run_at(pages, position, limit, frame_lists, gart, mem).map(Location::Guest)
+            guest_run_at(pages, position, limit, frame_lists, gart).map(Location::Guest)
         }
     }
 }
@@ -166,13 +165,12 @@ pub(super) fn run_at<M: GuestMemoryBackend>(
 /// result comes back through memory, and scattered copies measured 5 to 10 % slower for it
 /// (docs/performance.md, "The work between two page copies").
 #[inline(always)]
-fn guest_run_at<M: GuestMemoryBackend>(
+fn guest_run_at(
     pages: GuestPages,
     position: u64,
     limit: u64,
     frame_lists: &[FrameList; 2],
     gart: &Gart,
-    mem: &DeviceMemory<'_, M>,
 ) -> Result<RamRange, Fault> {
     let run = match pages {
         // A transfer stays inside the bytes its list was loaded for: past them is a device bug,
@@ -189,21 +187,13 @@ fn guest_run_at<M: GuestMemoryBackend>(
             gart.ram_run_at(segment, range.at(position), limit)?
         }
     };
-    // A run inside one page cannot cross a memory-table region (regions are whole pages; a
-    // frontend's odd region makes the copy's slice lookup fault instead): only longer runs
-    // pay for a region lookup here. That lookup is most of the per-page cost of scattered
-    // frames.
-    let address = run.start();
-    let in_page_room = WDDM_GPU_PAGE_SIZE - (address & (WDDM_GPU_PAGE_SIZE - 1));
-    let run = if run.len() <= in_page_room {
-        run
-    } else {
-        run.head(mem.ram.contiguous_len(address))
-    };
+    // A run may run on into another memory-table region: what reads or copies it splits it
+    // where a slice must ([`ram_in_one_slice`]). A run is never empty, or the loops that walk
+    // runs would not move.
     if run.is_empty() {
-        // Checked ranges always have a run: the frame is no longer RAM (the memory table
-        // changed since the mapping was checked).
-        return Err(Fault::FrameNotInRam { address });
+        return Err(Fault::FrameNotInRam {
+            address: run.start(),
+        });
     }
     Ok(run)
 }
@@ -269,7 +259,7 @@ pub(super) fn copy_guest_vram<M: GuestMemoryBackend>(
         let at = position
             .checked_add(done)
             .ok_or(Fault::LengthOverflow(position))?;
-        let run = guest_run_at(pages, at, vram.len() - done, frame_lists, gart, mem)?;
+        let run = guest_run_at(pages, at, vram.len() - done, frame_lists, gart)?;
         copy_run(run, vram.sub(done, run.len()), toward, mem)?;
         done += run.len();
     }
@@ -554,7 +544,7 @@ pub(super) fn read_side<M: GuestMemoryBackend>(
 ) -> Result<(), Fault> {
     let (mut rest, mut at) = (buf, position);
     while !rest.is_empty() {
-        let run = run_at(side, at, rest.len() as u64, frame_lists, gart, mem)?;
+        let run = run_at(side, at, rest.len() as u64, frame_lists, gart)?;
         let (now, later) = rest.split_at_mut(fitting(run.len(), rest.len()));
         read_location(run.sub(0, now.len() as u64), now, ReadKind::Metadata, mem)?;
         at = at

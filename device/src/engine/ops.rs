@@ -119,17 +119,10 @@ impl Engine {
             progress.interruption_point(hooks)?;
             let (done, remaining) = (progress.done(), progress.remaining());
             if src.len() == 0 {
-                src = run_at(source, done, remaining, &self.frame_lists, &self.gart, mem)?;
+                src = run_at(source, done, remaining, &self.frame_lists, &self.gart)?;
             }
             if dst.len() == 0 {
-                dst = run_at(
-                    destination,
-                    done,
-                    remaining,
-                    &self.frame_lists,
-                    &self.gart,
-                    mem,
-                )?;
+                dst = run_at(destination, done, remaining, &self.frame_lists, &self.gart)?;
             }
             let step = src.len().min(dst.len()).min(progress.chunk_left());
             copy(src, dst, step, ReadKind::Data, mem, &mut self.bounce)?;
