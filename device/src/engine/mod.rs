@@ -319,16 +319,7 @@ impl Engine {
         if cmd.node_ordinal != 0 {
             return Err(Fault::BadCommand("node_ordinal must be 0 (one engine)"));
         }
-        if cmd.dma_buffer_size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
-            return Err(Fault::BadCommand(
-                "dma_buffer_size above the device maximum",
-            ));
-        }
-        if cmd.start_offset > cmd.end_offset || cmd.end_offset > cmd.dma_buffer_size {
-            return Err(Fault::BadCommand(
-                "offsets must satisfy start <= end <= dma_buffer_size",
-            ));
-        }
+        check_buffer_window(cmd.dma_buffer_size, cmd.start_offset, cmd.end_offset)?;
         let bad_buffer = Fault::BadDmaBuffer {
             address: cmd.dma_buffer_address,
             size: cmd.dma_buffer_size,
@@ -418,6 +409,22 @@ impl Engine {
         }
         Ok(PacketAt { header, size, next })
     }
+}
+
+/// A submission's DMA buffer size and the offsets it runs between, the same rule for SUBMIT
+/// and SUBMIT_VIRTUAL: at most the device's maximum, and start <= end <= size.
+fn check_buffer_window(size: u32, start: u32, end: u32) -> Result<(), Fault> {
+    if size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
+        return Err(Fault::BadCommand(
+            "dma_buffer_size above the device maximum",
+        ));
+    }
+    if start > end || end > size {
+        return Err(Fault::BadCommand(
+            "offsets must satisfy start <= end <= dma_buffer_size",
+        ));
+    }
+    Ok(())
 }
 
 /// The rules of a packet header's `size`, with `available` bytes left before `end_offset` (both

@@ -17,13 +17,15 @@ use wddm_gpu_abi::ctrl::{WddmGpuCtrlHdr, WDDM_GPU_RESP_SUBMIT_VIRTUAL};
 use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::packet::{WddmGpuPacketHeader, WDDM_GPU_MAX_PACKET_SIZE};
 use wddm_gpu_abi::size_of_u32;
-use wddm_gpu_abi::submit::{SubmitStatus, WDDM_GPU_MAX_DMA_BUFFER_SIZE};
+use wddm_gpu_abi::submit::SubmitStatus;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 use zerocopy::FromBytes;
 
 use super::access::{copy, copy_run, read_location, write_location, Location, Repeated, Toward};
 use super::place::{ram, ram_within, segment_offset};
-use super::{check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK};
+use super::{
+    check_buffer_window, check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK,
+};
 use crate::memory::capture::ReadKind;
 use crate::mmu::fault::{Access, FaultKind, MmuFault};
 use crate::mmu::space::{AddressSpace, Run};
@@ -602,16 +604,7 @@ fn check_command(cmd: &WddmGpuCmdSubmitVirtual) -> Result<(), Fault> {
             "submit_virtual: node_ordinal must be 1 (the virtual node)",
         ));
     }
-    if cmd.dma_buffer_size > WDDM_GPU_MAX_DMA_BUFFER_SIZE {
-        return Err(Fault::BadCommand(
-            "dma_buffer_size above the device maximum",
-        ));
-    }
-    if cmd.start_offset > cmd.end_offset || cmd.end_offset > cmd.dma_buffer_size {
-        return Err(Fault::BadCommand(
-            "offsets must satisfy start <= end <= dma_buffer_size",
-        ));
-    }
+    check_buffer_window(cmd.dma_buffer_size, cmd.start_offset, cmd.end_offset)?;
     cmd.dma_buffer_address
         .checked_add(u64::from(cmd.dma_buffer_size))
         .ok_or(Fault::LengthOverflow(cmd.dma_buffer_address))?;
