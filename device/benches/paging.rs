@@ -378,8 +378,9 @@ impl Bench {
         start.elapsed()
     }
 
-    /// The same, page by page at the scattered frames.
-    fn memcpy_scattered(&self) -> Duration {
+    /// The same, page by page at the scattered frames; each way timed on its own (the aperture
+    /// copy goes one way only, and the two ways differ by a few per cent).
+    fn memcpy_scattered(&self) -> [Duration; 2] {
         let page = PAGE_USIZE;
         let ram = self.h.ram_ptr(0, usize::try_from(RAM_BYTES).unwrap());
         let vram_in = self
@@ -397,13 +398,19 @@ impl Bench {
                 let at = ram.add(usize::try_from(frame).unwrap() * page);
                 std::ptr::copy_nonoverlapping(at, vram_in.add(i * page), page);
             }
+        }
+        std::hint::black_box(vram_in);
+        let into_vram = start.elapsed();
+        let start = Instant::now();
+        // SAFETY: as above.
+        unsafe {
             for (i, &frame) in frames.iter().enumerate() {
                 let at = ram.add(usize::try_from(frame).unwrap() * page);
                 std::ptr::copy_nonoverlapping(vram_out.add(i * page), at, page);
             }
         }
-        std::hint::black_box((ram, vram_in));
-        start.elapsed()
+        std::hint::black_box(ram);
+        [into_vram, start.elapsed()]
     }
 
     // ---- data and checks (the first round) ----
@@ -706,6 +713,7 @@ fn main() -> ExitCode {
     let mut memcpy = Vec::new();
     let mut transfer = Vec::new();
     let mut scattered_memcpy = Vec::new();
+    let mut scattered_memcpy_into_vram = Vec::new();
     let mut scattered_transfer = Vec::new();
     let mut aperture = Vec::new();
     let mut map = Vec::new();
@@ -730,17 +738,20 @@ fn main() -> ExitCode {
         transfer.push(device);
         transfer_ratio.push(device / limit);
 
-        let limit = gbps(copy_bytes, bench.memcpy_scattered());
+        let [into_vram, out_of_vram] = bench.memcpy_scattered();
+        let limit = gbps(copy_bytes, into_vram + out_of_vram);
+        let limit_into_vram = gbps(COPY_BYTES, into_vram);
         let device = gbps(copy_bytes, bench.device_copy(SCATTERED_LIST));
         scattered_memcpy.push(limit);
+        scattered_memcpy_into_vram.push(limit_into_vram);
         scattered_transfer.push(device);
         scattered_ratio.push(device / limit);
 
         map.push(MAP_PAGES as f64 / bench.device_map().as_secs_f64());
         let through = gbps(COPY_BYTES, bench.device_aperture_copy());
         aperture.push(through);
-        // Against this round's scattered limit (the same 64 MiB each way).
-        aperture_ratio.push(through / limit);
+        // Against this round's scattered limit the same way (the same 64 MiB, into VRAM).
+        aperture_ratio.push(through / limit_into_vram);
         unmap.push(MAP_PAGES as f64 / bench.device_unmap().as_secs_f64());
 
         // The same bytes as the scattered transfers, between GPU virtual addresses, against
@@ -801,6 +812,12 @@ fn main() -> ExitCode {
     };
     push("memcpy_gbps", memcpy.clone(), None, 2);
     push("scattered_memcpy_gbps", scattered_memcpy.clone(), None, 2);
+    push(
+        "scattered_memcpy_into_vram_gbps",
+        scattered_memcpy_into_vram.clone(),
+        None,
+        2,
+    );
     push("transfer_gbps", transfer.clone(), None, 2);
     push(
         "scattered_transfer_gbps",
@@ -848,7 +865,7 @@ fn main() -> ExitCode {
         ),
         (
             "aperture_vs_memcpy",
-            ratio(&aperture, &scattered_memcpy, aperture_ratio),
+            ratio(&aperture, &scattered_memcpy_into_vram, aperture_ratio),
             Target::AtLeast(0.95),
         ),
         (
@@ -883,6 +900,7 @@ fn main() -> ExitCode {
         "scattered_memcpy_gbps",
         "scattered_transfer_gbps",
         "scattered_vs_memcpy",
+        "scattered_memcpy_into_vram_gbps",
         "aperture_transfer_gbps",
         "aperture_vs_memcpy",
         "va_copy_gbps",
