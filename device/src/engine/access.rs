@@ -204,12 +204,11 @@ fn guest_run_at(
 /// [`guest_run_at`] is.
 #[inline(always)]
 pub(super) fn copy_run<M: GuestMemoryBackend>(
-    ram: RamRange,
-    vram: VramRange,
+    mut ram: RamRange,
+    mut vram: VramRange,
     toward: Toward,
     mem: &DeviceMemory<'_, M>,
 ) -> Result<(), Fault> {
-    let (mut ram, mut vram) = (ram, vram);
     loop {
         let piece = ram_in_one_slice(ram, mem)?;
         let in_vram = vram.head(piece.len());
