@@ -119,6 +119,24 @@ const NO_RUN: Run = Run {
     len: 0,
 };
 
+/// Pieces a batch is cut into at most: a piece ends where a run of either side ends.
+const PIECES: usize = 2 * BATCH;
+
+/// `len` bytes of a copy within one source run and one destination run, both located (`None`:
+/// a zero page, which reads as zeros and drops writes).
+#[derive(Clone, Copy)]
+struct Piece {
+    from: Option<Location>,
+    to: Option<Location>,
+    len: u64,
+}
+
+const NO_PIECE: Piece = Piece {
+    from: None,
+    to: None,
+    len: 0,
+};
+
 /// The copy engine of the virtual node. Owns its scratch buffers, so the hot path does not
 /// allocate.
 pub struct VirtualEngine {
@@ -127,6 +145,8 @@ pub struct VirtualEngine {
     /// A copy's batch: the runs of its source and of its destination.
     sources: [Run; BATCH],
     destinations: [Run; BATCH],
+    /// The batch cut into pieces, each within one run of each side.
+    pieces: [Piece; PIECES],
 }
 
 impl Default for VirtualEngine {
@@ -136,6 +156,7 @@ impl Default for VirtualEngine {
             repeated: Repeated::default(),
             sources: [NO_RUN; BATCH],
             destinations: [NO_RUN; BATCH],
+            pieces: [NO_PIECE; PIECES],
         }
     }
 }
@@ -469,31 +490,22 @@ impl VirtualEngine {
         }
     }
 
-    /// Copies the bytes `batch` covered; returns them. Each run is located once (its memory
-    /// checked and resolved), then copied piece by piece against the other side's runs.
+    /// Copies the bytes `batch` covered; returns them. The batch is planned first (every run
+    /// located, its memory checked and resolved, and cut where the other side's runs end),
+    /// then the pieces are copied back to back: between two copies the loop only loads the
+    /// next piece. Work between two page copies that stores to memory waits for the last
+    /// copy's stores to drain (docs/performance.md, "The work between two page copies");
+    /// planned, that wait comes once a batch instead of once a page.
     fn copy_batch<M: GuestMemoryBackend>(
         &mut self,
         batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
     ) -> Result<u64, Fault> {
-        let length = batch.covered;
-        let mut sources = self.sources[..batch.sources].iter();
-        let mut destinations = self.destinations[..batch.destinations].iter();
-        // A run is located only as far as the batch copies (a source run may reach past it).
-        let mut known = 0..0;
-        let mut next = |runs: &mut std::slice::Iter<'_, Run>, moved: u64| {
-            runs.next()
-                .map(|&run| Located::of(run, length - moved, memory, &mut known))
-                .transpose()
-        };
-        let (mut from, mut to) = (next(&mut sources, 0)?, next(&mut destinations, 0)?);
+        let (count, planned) = self.plan(batch, memory);
         let mut moved = 0u64;
-        while moved < length {
-            let (Some(f), Some(t)) = (from, to) else {
-                break;
-            };
-            let len = f.len.min(t.len).min(length - moved);
-            match (f.at, t.at) {
+        for piece in &self.pieces[..count] {
+            let len = piece.len;
+            match (piece.from, piece.to) {
                 (Some(Location::Guest(source)), Some(Location::Vram(destination))) => copy_run(
                     source.head(len),
                     destination.head(len),
@@ -521,16 +533,65 @@ impl VirtualEngine {
                 (_, None) => {}
             }
             moved += len;
-            from = match f.rest(len) {
-                Some(rest) => Some(rest),
-                None => next(&mut sources, moved)?,
+        }
+        planned.map(|()| moved)
+    }
+
+    /// Cuts the bytes `batch` covered into pieces, each within one source run and one
+    /// destination run, both located: how many, and the fault that ended them early when
+    /// locating a run failed (the pieces before it are still copied, as a byte-by-byte copy
+    /// would have).
+    fn plan<M: GuestMemoryBackend>(
+        &mut self,
+        batch: &Batch,
+        memory: &VirtualMemory<'_, '_, M>,
+    ) -> (usize, Result<(), Fault>) {
+        let length = batch.covered;
+        let mut sources = self.sources[..batch.sources].iter();
+        let mut destinations = self.destinations[..batch.destinations].iter();
+        // A run is located only as far as the batch copies (a source run may reach past it).
+        let mut known = 0..0;
+        let mut next = |runs: &mut std::slice::Iter<'_, Run>, planned: u64| {
+            runs.next()
+                .map(|&run| Located::of(run, length - planned, memory, &mut known))
+                .transpose()
+        };
+        let mut count = 0;
+        let (mut from, mut to) = match (next(&mut sources, 0), next(&mut destinations, 0)) {
+            (Ok(from), Ok(to)) => (from, to),
+            (Err(fault), _) | (_, Err(fault)) => return (0, Err(fault)),
+        };
+        let mut planned = 0u64;
+        while planned < length {
+            let (Some(f), Some(t)) = (from, to) else {
+                break;
             };
-            to = match t.rest(len) {
-                Some(rest) => Some(rest),
-                None => next(&mut destinations, moved)?,
+            // At most one piece per run of either side, less one: the array holds them all.
+            let Some(piece) = self.pieces.get_mut(count) else {
+                break;
+            };
+            let len = f.len.min(t.len).min(length - planned);
+            *piece = Piece {
+                from: f.at,
+                to: t.at,
+                len,
+            };
+            count += 1;
+            planned += len;
+            let advanced = (
+                f.rest(len)
+                    .map(Ok)
+                    .or_else(|| next(&mut sources, planned).transpose()),
+                t.rest(len)
+                    .map(Ok)
+                    .or_else(|| next(&mut destinations, planned).transpose()),
+            );
+            (from, to) = match advanced {
+                (Some(Err(fault)), _) | (_, Some(Err(fault))) => return (count, Err(fault)),
+                (from, to) => (from.and_then(Result::ok), to.and_then(Result::ok)),
             };
         }
-        Ok(moved)
+        (count, Ok(()))
     }
 
     /// Fills `length` bytes at VA `destination` with `pattern`; returns the bytes.
@@ -609,4 +670,64 @@ fn check_command(cmd: &WddmGpuCmdSubmitVirtual) -> Result<(), Fault> {
         .checked_add(u64::from(cmd.dma_buffer_size))
         .ok_or(Fault::LengthOverflow(cmd.dma_buffer_address))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::guest_ram::GuestRam;
+    use crate::testkit::engine_rig::{DATA, PAGE, PAGE_USIZE, RAM_SIZE};
+    use crate::testkit::packets::VRAM_SEGMENT;
+
+    /// A batch whose second source run translated but is not RAM when located (the walk
+    /// checks every target, so only a device bug gets here): the first run's page is copied,
+    /// then the locating fault is returned, as a copy byte by byte would end.
+    #[test]
+    fn a_run_that_cannot_be_located_ends_the_batch_after_the_pieces_before_it() {
+        let rig = super::super::tests::gpummu_rig("ve-plan-fault");
+        let memory = DeviceMemory {
+            ram: GuestRam::new(&rig.mem, rig.vram.guest_window()),
+            vram: &rig.vram,
+            layout: &rig.layout,
+        };
+        let space = Mutex::new(AddressSpace::new(false));
+        let virtual_memory = VirtualMemory {
+            mem: &memory,
+            geometry: rig.layout.gpummu.as_ref().unwrap(),
+            space: &space,
+        };
+        rig.ram_write(DATA, &[0x5a; PAGE_USIZE]);
+        rig.vram_write(0, &[0; 2 * PAGE_USIZE]);
+        let mut engine = VirtualEngine::default();
+        engine.sources[..2].copy_from_slice(&[
+            Run {
+                target: Target::System(DATA),
+                len: PAGE,
+            },
+            Run {
+                target: Target::System(RAM_SIZE),
+                len: PAGE,
+            },
+        ]);
+        engine.destinations[0] = Run {
+            target: Target::Segment {
+                segment: VRAM_SEGMENT,
+                offset: 0,
+            },
+            len: 2 * PAGE,
+        };
+        let batch = Batch {
+            sources: 2,
+            destinations: 1,
+            covered: 2 * PAGE,
+            fault: None,
+        };
+        let result = engine.copy_batch(&batch, &virtual_memory);
+        assert!(
+            matches!(result, Err(Fault::FrameNotInRam { address: RAM_SIZE })),
+            "{result:?}"
+        );
+        assert_eq!(rig.vram_read(0, PAGE_USIZE), vec![0x5a; PAGE_USIZE]);
+        assert_eq!(rig.vram_read(PAGE, PAGE_USIZE), vec![0; PAGE_USIZE]);
+    }
 }

@@ -341,6 +341,9 @@ impl VirtualHooks for Hooks<'_, '_> {
 
 impl Shared {
     fn work(&self) {
+        // One copy engine for the thread's life: its scratch (a batch's runs and pieces, the
+        // bounce buffer) is made once, not per submission.
+        let mut engine = VirtualEngine::default();
         loop {
             let (job, faulted) = {
                 let mut state = lock(&self.state);
@@ -371,12 +374,12 @@ impl Shared {
                     Some(Action::Hang) => stopped_answer(fence, self.hang()),
                     Some(Action::Slow(delay)) => match self.delay(delay) {
                         Some(by) => stopped_answer(fence, by),
-                        None => self.run(&job, capture.as_ref()),
+                        None => self.run(&job, capture.as_ref(), &mut engine),
                     },
                     Some(Action::PageFault { address, write }) => self
                         .injected_page_fault(&job, address, write)
                         .map(|reply| (reply, VirtualStart::InjectedPageFault { address, write })),
-                    _ => self.run(&job, capture.as_ref()),
+                    _ => self.run(&job, capture.as_ref(), &mut engine),
                 }
             };
             // Answered before the node counts as idle: a RESET_ENGINE is answered after it.
@@ -474,9 +477,14 @@ impl Shared {
         self.finish(&job.cmd, &completion, &ram)
     }
 
-    /// Runs one submission, its reads kept in `capture` when recording; `None` when a device
-    /// reset dropped it.
-    fn run(&self, job: &Job, capture: Option<&ReadCapture>) -> Option<Answered> {
+    /// Runs one submission on `engine`, its reads kept in `capture` when recording; `None`
+    /// when a device reset dropped it.
+    fn run(
+        &self,
+        job: &Job,
+        capture: Option<&ReadCapture>,
+        engine: &mut VirtualEngine,
+    ) -> Option<Answered> {
         let cmd = &job.cmd;
         let walkable = lock(&self.contexts).walkable(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
         let Some((space, geometry)) = walkable else {
@@ -504,7 +512,7 @@ impl Shared {
             ram: &memory.ram,
             checks: Cell::new(0),
         };
-        let completion = VirtualEngine::default().execute(cmd, &virtual_memory, &mut hooks);
+        let completion = engine.execute(cmd, &virtual_memory, &mut hooks);
         self.report_stale(cmd, &space, &memory.ram);
         let end = RunEnd::after(completion.stop.map(|(_, stop)| stop), hooks.checks.get());
         let reply = self.finish(cmd, &completion, &memory.ram)?;

@@ -39,7 +39,7 @@ fn unmapped_at(offset: u32, page: u64) -> Option<(u32, Fault)> {
 
 /// The default layout with a 3-level GpuMmu (9 index bits a level): levels 1 and 2 in RAM,
 /// leaf tables in the VRAM segment.
-fn gpummu_rig(name: &str) -> crate::testkit::engine_rig::Rig {
+pub(super) fn gpummu_rig(name: &str) -> crate::testkit::engine_rig::Rig {
     use wddm_gpu_abi::build::gpuva::{gpummu_caps, with_table_segment};
     use wddm_gpu_abi::gpummu_rules::validate_gpummu;
     use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL;
