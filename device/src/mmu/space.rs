@@ -10,7 +10,7 @@ use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::fault::{Access, MmuFault};
-use super::tlb::Tlb;
+use super::tlb::{Refill, Tlb};
 use super::walk::{
     walk_path, walk_to_leaf, Page, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS,
 };
@@ -253,7 +253,11 @@ impl AddressSpace {
         } else {
             None
         };
-        self.tlb.insert(address, fresh, |sink| {
+        let refill = match stale {
+            Some(_) => Refill::ThroughStale,
+            None => Refill::Fresh,
+        };
+        self.tlb.insert(address, fresh, refill, |sink| {
             if let Some(leaf) = leaf {
                 leaf.line(&fresh, line.as_ref(), tables, |page| sink.put(page));
             }

@@ -188,12 +188,30 @@ pub struct LineSink<'a>(Sink<'a>);
 
 enum Sink<'a> {
     /// 4 KiB pages: the slot of their line.
-    Small { slot: &'a mut LineSlot, key: u64 },
+    Small {
+        slot: &'a mut LineSlot,
+        key: u64,
+        refill: Refill,
+    },
     /// Larger pages: a slot each, with the entries above the leaf as the walk read them.
     Large {
         tlb: &'a mut Tlb,
         path: [u64; MAX_LEVELS],
+        refill: Refill,
     },
+}
+
+/// Whether the walk a fill comes from agrees with memory above the leaf, which decides what
+/// becomes of the checking mode's reports on the pages it caches again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refill {
+    /// A walk of memory (or through cached entries memory still agrees with): the pages it
+    /// caches are fresh, and a later change to them is news.
+    Fresh,
+    /// A walk through cached entries above the leaf that memory no longer agrees with (the
+    /// checking mode found it): the pages it caches are as stale as the ones they replace, for
+    /// the same reason, so a page already reported stays reported.
+    ThroughStale,
 }
 
 impl LineSink<'_> {
@@ -201,19 +219,21 @@ impl LineSink<'_> {
     #[inline]
     pub fn put(&mut self, page: Page) {
         match &mut self.0 {
-            Sink::Small { slot, key } => {
+            Sink::Small { slot, key, refill } => {
                 // Siblings lie in the same line; anything else is not cached.
                 if page.shift == SMALL_SHIFT && page.base >> LINE_SHIFT == *key {
                     let bit = line_bit(page.base);
                     slot.pages[line_index(page.base)] = page;
                     slot.cached |= bit;
-                    slot.reported &= !bit;
+                    if *refill == Refill::Fresh {
+                        slot.reported &= !bit;
+                    }
                 }
             }
-            Sink::Large { tlb, path } => {
+            Sink::Large { tlb, path, refill } => {
                 let mut path = *path;
                 path[0] = page.entry;
-                tlb.insert_large(page.base, Walk { page, path });
+                tlb.insert_large(page.base, Walk { page, path }, *refill);
             }
         }
     }
@@ -318,14 +338,21 @@ impl Tlb {
     /// Caches `walk`, which translated `address`, and the pages `line` puts into the
     /// [`LineSink`] it is given: the other valid entries of its leaf line, which a walk reaches
     /// through the same entries above. A 4 KiB page's line is written into one slot, its pages
-    /// as they come.
+    /// as they come. `refill` says whether pages cached again keep their reports.
     #[inline]
-    pub fn insert(&mut self, address: u64, walk: Walk, line: impl FnOnce(&mut LineSink<'_>)) {
+    pub fn insert(
+        &mut self,
+        address: u64,
+        walk: Walk,
+        refill: Refill,
+        line: impl FnOnce(&mut LineSink<'_>),
+    ) {
         if walk.page.shift != SMALL_SHIFT {
-            self.insert_large(address, walk);
+            self.insert_large(address, walk, refill);
             line(&mut LineSink(Sink::Large {
                 tlb: self,
                 path: walk.path,
+                refill,
             }));
             return;
         }
@@ -355,22 +382,29 @@ impl Tlb {
         let mut sink = LineSink(Sink::Small {
             slot: &mut self.lines.slots[set][way],
             key,
+            refill,
         });
         sink.put(walk.page);
         line(&mut sink);
     }
 
-    fn insert_large(&mut self, address: u64, walk: Walk) {
+    fn insert_large(&mut self, address: u64, walk: Walk, refill: Refill) {
         let generation = self.generation;
         let key = address >> LARGE_INDEX_SHIFT;
         let set = self.large.set(key);
         let way = self
             .large
             .place(set, |slot| slot.generation != generation || slot.key == key);
-        self.large.slots[set][way] = LargeSlot {
+        let slot = &mut self.large.slots[set][way];
+        let live = slot.generation == generation && slot.key == key;
+        let reported = match refill {
+            Refill::ThroughStale if live => slot.reported,
+            _ => 0,
+        };
+        *slot = LargeSlot {
             key,
             generation,
-            reported: 0,
+            reported,
             walk,
         };
     }

@@ -186,6 +186,55 @@ fn a_cached_leaf_table_serves_its_other_pages_until_a_flush_in_both_modes() {
 }
 
 #[test]
+fn a_line_refilled_through_a_stale_directory_is_not_reported_again() {
+    let rig = Rig::new("mmu-stale-directory-refill");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    // Pages 0 and 1 of one line cached, with their leaf table as the cached directory.
+    tables.map(VA, DATA, 0);
+    tables.map(VA + PAGE, DATA + PAGE, 0);
+    let mut space = tables.space(true);
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + PAGE);
+    // Without a flush: the level-1 entry moves to another leaf table, and page 2 of the line
+    // is mapped in the old one (not cached: it was invalid).
+    let directory = tables.slot(VA, 1, false);
+    let page_2 = tables.slot(VA + 2 * PAGE, 0, false);
+    let mut moved = PageTables::new(&rig, geometry, 1);
+    moved.map(VA, DATA + 7 * PAGE, 0);
+    let moved_directory = moved.slot(VA, 1, false);
+    rig.ram_write(directory, &moved.read_u64(moved_directory).to_le_bytes());
+    rig.ram_write(page_2, &pte(0, DATA + 2 * PAGE, 0).to_le_bytes());
+    // Pages 0 and 1 are served from the cache, page 2 through the cached leaf table, whose
+    // line fill caches pages 0 and 1 again through the same stale level-1 entry: each of the
+    // three is reported once, however often the run is translated.
+    let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
+    let device_tables = DeviceTables::new(&ram, &rig.vram, &rig.layout);
+    let mut runs = [Run {
+        target: Target::Zero,
+        len: 0,
+    }; 4];
+    for _ in 0..3 {
+        let (count, fault) = space.translate_runs(
+            &geometry,
+            &device_tables,
+            VA,
+            3 * PAGE,
+            Access::Read,
+            &mut runs,
+        );
+        assert_eq!((count, fault), (1, None));
+        assert_eq!(runs[0].target, Target::System(DATA));
+        assert_eq!(runs[0].len, 3 * PAGE);
+    }
+    let (stale, count) = space.take_stale();
+    let mut addresses: Vec<u64> = stale.map(|found| found.address).collect();
+    addresses.sort_unstable();
+    assert_eq!(addresses, [VA, VA + PAGE, VA + 2 * PAGE]);
+    assert_eq!(count, 3);
+}
+
+#[test]
 fn without_checking_mode_nothing_is_rewalked() {
     let rig = Rig::new("mmu-no-checking");
     let geometry = geometry(&[9, 9, 9]);
