@@ -443,13 +443,16 @@ impl VirtualEngine {
             let moved = self.copy_batch(&batch, memory)?;
             done += moved;
             match batch.fault {
-                Some(fault) => return Err(fault.into()),
-                // Unreachable: a translation of at least one byte is a run or a fault. A
-                // guard all the same, since a loop that moves nothing would never end.
-                None if moved == 0 => {
+                // The fault lies right after the bytes translated: reported once they all moved
+                // (a batch copied only in part is translated again from where it stopped).
+                Some(fault) if moved == batch.covered => return Err(fault.into()),
+                // Unreachable: a translation of at least one byte is a run or a fault, and a
+                // batch's first piece always moves. A guard all the same, since a loop that
+                // moves nothing would never end.
+                _ if moved == 0 => {
                     return Err(Fault::BadCommand("virtual copy: nothing translated").into())
                 }
-                None => {}
+                _ => {}
             }
         }
         Ok(length)
@@ -490,18 +493,15 @@ impl VirtualEngine {
         }
     }
 
-    /// Copies the bytes `batch` covered; returns them. The batch is planned first (every run
-    /// located, its memory checked and resolved, and cut where the other side's runs end),
-    /// then the pieces are copied back to back: between two copies the loop only loads the
-    /// next piece. Work between two page copies that stores to memory waits for the last
-    /// copy's stores to drain (docs/performance.md, "The work between two page copies");
-    /// planned, that wait comes once a batch instead of once a page.
+    /// Copies the bytes `batch` covered; returns them. The batch is planned, then its pieces
+    /// are copied back to back: between two copies nothing is stored, so nothing waits there
+    /// for the last copy's stores to drain (docs/performance.md, "A batch planned, then copied").
     fn copy_batch<M: GuestMemoryBackend>(
         &mut self,
         batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
     ) -> Result<u64, Fault> {
-        let (count, planned) = self.plan(batch, memory);
+        let (count, locating_fault) = self.plan(batch, memory);
         let mut moved = 0u64;
         for piece in &self.pieces[..count] {
             let len = piece.len;
@@ -534,18 +534,22 @@ impl VirtualEngine {
             }
             moved += len;
         }
-        planned.map(|()| moved)
+        match locating_fault {
+            Some(fault) => Err(fault),
+            None => Ok(moved),
+        }
     }
 
     /// Cuts the bytes `batch` covered into pieces, each within one source run and one
-    /// destination run, both located: how many, and the fault that ended them early when
-    /// locating a run failed (the pieces before it are still copied, as a byte-by-byte copy
-    /// would have).
+    /// destination run, both located (memory checked and resolved): how many, and the fault
+    /// that ended them early when locating a run failed (the pieces before it are still
+    /// copied, as a copy byte by byte would have). A piece ends at least one run, so the
+    /// pieces of a batch fit.
     fn plan<M: GuestMemoryBackend>(
         &mut self,
         batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
-    ) -> (usize, Result<(), Fault>) {
+    ) -> (usize, Option<Fault>) {
         let length = batch.covered;
         let mut sources = self.sources[..batch.sources].iter();
         let mut destinations = self.destinations[..batch.destinations].iter();
@@ -556,18 +560,26 @@ impl VirtualEngine {
                 .map(|&run| Located::of(run, length - planned, memory, &mut known))
                 .transpose()
         };
-        let mut count = 0;
-        let (mut from, mut to) = match (next(&mut sources, 0), next(&mut destinations, 0)) {
-            (Ok(from), Ok(to)) => (from, to),
-            (Err(fault), _) | (_, Err(fault)) => return (0, Err(fault)),
+        let mut from = match next(&mut sources, 0) {
+            Ok(located) => located,
+            Err(fault) => return (0, Some(fault)),
         };
+        let mut to = match next(&mut destinations, 0) {
+            Ok(located) => located,
+            Err(fault) => return (0, Some(fault)),
+        };
+        // What is left of a run past a piece `len` long, or else the next run, located.
+        let mut advance = |run: Located, len: u64, runs: &mut std::slice::Iter<'_, Run>, at| {
+            match run.rest(len) {
+                Some(rest) => Ok(Some(rest)),
+                None => next(runs, at),
+            }
+        };
+        let mut count = 0;
         let mut planned = 0u64;
-        while planned < length {
-            let (Some(f), Some(t)) = (from, to) else {
-                break;
-            };
-            // At most one piece per run of either side, less one: the array holds them all.
+        while let (Some(f), Some(t)) = (from, to) {
             let Some(piece) = self.pieces.get_mut(count) else {
+                debug_assert!(false, "more pieces than runs");
                 break;
             };
             let len = f.len.min(t.len).min(length - planned);
@@ -578,20 +590,20 @@ impl VirtualEngine {
             };
             count += 1;
             planned += len;
-            let advanced = (
-                f.rest(len)
-                    .map(Ok)
-                    .or_else(|| next(&mut sources, planned).transpose()),
-                t.rest(len)
-                    .map(Ok)
-                    .or_else(|| next(&mut destinations, planned).transpose()),
-            );
-            (from, to) = match advanced {
-                (Some(Err(fault)), _) | (_, Some(Err(fault))) => return (count, Err(fault)),
-                (from, to) => (from.and_then(Result::ok), to.and_then(Result::ok)),
+            if planned == length {
+                break;
+            }
+            // Source first: its fault comes first in copy order.
+            from = match advance(f, len, &mut sources, planned) {
+                Ok(located) => located,
+                Err(fault) => return (count, Some(fault)),
+            };
+            to = match advance(t, len, &mut destinations, planned) {
+                Ok(located) => located,
+                Err(fault) => return (count, Some(fault)),
             };
         }
-        (count, Ok(()))
+        (count, None)
     }
 
     /// Fills `length` bytes at VA `destination` with `pattern`; returns the bytes.
@@ -729,5 +741,67 @@ mod tests {
         );
         assert_eq!(rig.vram_read(0, PAGE_USIZE), vec![0x5a; PAGE_USIZE]);
         assert_eq!(rig.vram_read(PAGE, PAGE_USIZE), vec![0; PAGE_USIZE]);
+    }
+
+    /// Runs of both sides that end in turn (the destination's half a page out of step): 64 a
+    /// side cut into 127 pieces, every one copied.
+    #[test]
+    fn a_batch_whose_runs_all_end_in_turn_copies_every_piece() {
+        let rig = super::super::tests::gpummu_rig("ve-plan-pieces");
+        let memory = DeviceMemory {
+            ram: GuestRam::new(&rig.mem, rig.vram.guest_window()),
+            vram: &rig.vram,
+            layout: &rig.layout,
+        };
+        let space = Mutex::new(AddressSpace::new(false));
+        let virtual_memory = VirtualMemory {
+            mem: &memory,
+            geometry: rig.layout.gpummu.as_ref().unwrap(),
+            space: &space,
+        };
+        let mut engine = VirtualEngine::default();
+        let half = PAGE / 2;
+        let mut expected = Vec::new();
+        for (i, run) in (0u64..).zip(engine.sources.iter_mut()) {
+            let bytes: Vec<u8> = (0..PAGE).map(|b| ((b + 3 * i) % 251) as u8).collect();
+            rig.ram_write(DATA + 2 * i * PAGE, &bytes);
+            expected.extend(bytes);
+            *run = Run {
+                target: Target::System(DATA + 2 * i * PAGE),
+                len: PAGE,
+            };
+        }
+        // Every other VRAM page, the first and last runs half a page long.
+        let mut at = 0;
+        for (i, run) in (0u64..).zip(engine.destinations.iter_mut()) {
+            let len = if i == 0 || i == BATCH as u64 - 1 {
+                half
+            } else {
+                PAGE
+            };
+            *run = Run {
+                target: Target::Segment {
+                    segment: VRAM_SEGMENT,
+                    offset: 2 * i * PAGE,
+                },
+                len,
+            };
+            at += len;
+        }
+        let covered = BATCH as u64 * PAGE;
+        assert_eq!(at, covered - PAGE);
+        engine.destinations[BATCH - 1].len += PAGE;
+        let batch = Batch {
+            sources: BATCH,
+            destinations: BATCH,
+            covered,
+            fault: None,
+        };
+        assert_eq!(engine.copy_batch(&batch, &virtual_memory), Ok(covered));
+        let mut copied = Vec::new();
+        for (i, run) in (0u64..).zip(&engine.destinations) {
+            copied.extend(rig.vram_read(2 * i * PAGE, usize::try_from(run.len).unwrap()));
+        }
+        assert_eq!(copied, expected);
     }
 }

@@ -342,7 +342,7 @@ impl VirtualHooks for Hooks<'_, '_> {
 impl Shared {
     fn work(&self) {
         // One copy engine for the thread's life: its scratch (a batch's runs and pieces, the
-        // bounce buffer) is made once, not per submission.
+        // bounce buffer, the fill's pattern) is made once, not per submission.
         let mut engine = VirtualEngine::default();
         loop {
             let (job, faulted) = {

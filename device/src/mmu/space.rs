@@ -10,7 +10,7 @@ use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::fault::{Access, MmuFault};
-use super::tlb::{Refill, Tlb};
+use super::tlb::{Fill, Tlb};
 use super::walk::{
     walk_path, walk_to_leaf, Page, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS,
 };
@@ -246,18 +246,24 @@ impl AddressSpace {
         };
         // The checking mode holds such a walk against a whole one now, as it does a hit: a
         // directory entry changed without a flush is reported the first time it is used.
-        let stale = if checking && above_cached {
+        let (stale, fill) = if checking && above_cached {
             let mut path = [0; MAX_LEVELS];
             let now = walk_path(geometry, &root, address, access, tables, &mut path);
-            disagreement(&fresh, now.ok().as_ref(), &path, address)
+            // The line is filled through the cached entries above the leaf: whether memory
+            // still holds them decides for all its pages, whatever this page reads.
+            let fill = if path[1..] == fresh.path[1..] {
+                Fill::Fresh
+            } else {
+                Fill::ThroughStaleDirectory
+            };
+            (
+                disagreement(&fresh, now.ok().as_ref(), &path, address),
+                fill,
+            )
         } else {
-            None
+            (None, Fill::Fresh)
         };
-        let refill = match stale {
-            Some(_) => Refill::ThroughStale,
-            None => Refill::Fresh,
-        };
-        self.tlb.insert(address, fresh, refill, |sink| {
+        self.tlb.insert(address, fresh, fill, |sink| {
             if let Some(leaf) = leaf {
                 leaf.line(&fresh, line.as_ref(), tables, |page| sink.put(page));
             }

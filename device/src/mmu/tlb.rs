@@ -191,27 +191,27 @@ enum Sink<'a> {
     Small {
         slot: &'a mut LineSlot,
         key: u64,
-        refill: Refill,
+        fill: Fill,
     },
     /// Larger pages: a slot each, with the entries above the leaf as the walk read them.
     Large {
         tlb: &'a mut Tlb,
         path: [u64; MAX_LEVELS],
-        refill: Refill,
+        fill: Fill,
     },
 }
 
-/// Whether the walk a fill comes from agrees with memory above the leaf, which decides what
-/// becomes of the checking mode's reports on the pages it caches again.
+/// What a fill's walk is known to have read above the leaf, which decides whether a page it
+/// caches again keeps the checking mode's mark that it was reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refill {
-    /// A walk of memory (or through cached entries memory still agrees with): the pages it
-    /// caches are fresh, and a later change to them is news.
+pub enum Fill {
+    /// Nothing known to be stale (a walk of memory, or the checking mode off): marks are
+    /// cleared, and a later change to a page is news.
     Fresh,
-    /// A walk through cached entries above the leaf that memory no longer agrees with (the
-    /// checking mode found it): the pages it caches are as stale as the ones they replace, for
-    /// the same reason, so a page already reported stays reported.
-    ThroughStale,
+    /// Cached entries above the leaf that memory no longer holds, as the checking mode just
+    /// found and reported: every page of the line shares them, so a page that is still cached
+    /// keeps its mark rather than being reported again for them.
+    ThroughStaleDirectory,
 }
 
 impl LineSink<'_> {
@@ -219,21 +219,23 @@ impl LineSink<'_> {
     #[inline]
     pub fn put(&mut self, page: Page) {
         match &mut self.0 {
-            Sink::Small { slot, key, refill } => {
+            Sink::Small { slot, key, fill } => {
                 // Siblings lie in the same line; anything else is not cached.
                 if page.shift == SMALL_SHIFT && page.base >> LINE_SHIFT == *key {
                     let bit = line_bit(page.base);
-                    slot.pages[line_index(page.base)] = page;
-                    slot.cached |= bit;
-                    if *refill == Refill::Fresh {
+                    // A flushed page's mark goes with it: cached again, it is news.
+                    let keeps_mark = *fill == Fill::ThroughStaleDirectory && slot.cached & bit != 0;
+                    if !keeps_mark {
                         slot.reported &= !bit;
                     }
+                    slot.pages[line_index(page.base)] = page;
+                    slot.cached |= bit;
                 }
             }
-            Sink::Large { tlb, path, refill } => {
+            Sink::Large { tlb, path, fill } => {
                 let mut path = *path;
                 path[0] = page.entry;
-                tlb.insert_large(page.base, Walk { page, path }, *refill);
+                tlb.insert_large(page.base, Walk { page, path }, *fill);
             }
         }
     }
@@ -338,21 +340,21 @@ impl Tlb {
     /// Caches `walk`, which translated `address`, and the pages `line` puts into the
     /// [`LineSink`] it is given: the other valid entries of its leaf line, which a walk reaches
     /// through the same entries above. A 4 KiB page's line is written into one slot, its pages
-    /// as they come. `refill` says whether pages cached again keep their reports.
+    /// as they come. `fill` says whether pages cached again keep their marks.
     #[inline]
     pub fn insert(
         &mut self,
         address: u64,
         walk: Walk,
-        refill: Refill,
+        fill: Fill,
         line: impl FnOnce(&mut LineSink<'_>),
     ) {
         if walk.page.shift != SMALL_SHIFT {
-            self.insert_large(address, walk, refill);
+            self.insert_large(address, walk, fill);
             line(&mut LineSink(Sink::Large {
                 tlb: self,
                 path: walk.path,
-                refill,
+                fill,
             }));
             return;
         }
@@ -382,23 +384,26 @@ impl Tlb {
         let mut sink = LineSink(Sink::Small {
             slot: &mut self.lines.slots[set][way],
             key,
-            refill,
+            fill,
         });
         sink.put(walk.page);
         line(&mut sink);
     }
 
-    fn insert_large(&mut self, address: u64, walk: Walk, refill: Refill) {
+    fn insert_large(&mut self, address: u64, walk: Walk, fill: Fill) {
         let generation = self.generation;
         let key = address >> LARGE_INDEX_SHIFT;
         let set = self.large.set(key);
-        let way = self
+        // The slot this frame has if it is cached (whichever way it is in), else a dead one
+        // or the victim: one slot a frame, so a mark is never left behind in another.
+        let live = self
             .large
-            .place(set, |slot| slot.generation != generation || slot.key == key);
+            .find(set, |slot| slot.generation == generation && slot.key == key);
+        let way =
+            live.unwrap_or_else(|| self.large.place(set, |slot| slot.generation != generation));
         let slot = &mut self.large.slots[set][way];
-        let live = slot.generation == generation && slot.key == key;
-        let reported = match refill {
-            Refill::ThroughStale if live => slot.reported,
+        let reported = match fill {
+            Fill::ThroughStaleDirectory if live.is_some() => slot.reported,
             _ => 0,
         };
         *slot = LargeSlot {

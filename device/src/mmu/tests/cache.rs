@@ -235,6 +235,42 @@ fn a_line_refilled_through_a_stale_directory_is_not_reported_again() {
 }
 
 #[test]
+fn a_flushed_page_cached_again_through_a_stale_directory_is_reported_again() {
+    let rig = Rig::new("mmu-flushed-refill");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 0);
+    let other_line = VA + 64 * PAGE;
+    tables.map(VA, DATA, 0);
+    tables.map(VA + PAGE, DATA + PAGE, 0);
+    tables.map(other_line, DATA + 3 * PAGE, 0);
+    let page_2 = tables.slot(VA + 2 * PAGE, 0, false);
+    let mut space = tables.space(true);
+    assert_serves(&rig, &geometry, &mut space, VA, DATA);
+    // Page 1's entry changes without a flush: reported (level 0), then flushed alone.
+    tables.map(VA + PAGE, DATA + 5 * PAGE, 0);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + PAGE);
+    space.flush(Some(VA + PAGE..VA + 2 * PAGE));
+    // The leaf table is cached again by a walk to another of its lines; then its directory
+    // entry moves without a flush, and page 2 is mapped in the old table.
+    assert_serves(&rig, &geometry, &mut space, other_line, DATA + 3 * PAGE);
+    let directory = tables.slot(VA, 1, false);
+    let mut moved = PageTables::new(&rig, geometry, 1);
+    moved.map(VA, DATA + 7 * PAGE, 0);
+    let moved_directory = moved.slot(VA, 1, false);
+    rig.ram_write(directory, &moved.read_u64(moved_directory).to_le_bytes());
+    rig.ram_write(page_2, &pte(0, DATA + 2 * PAGE, 0).to_le_bytes());
+    // Page 2 through the cached leaf table (reported, level 1); its line fill caches page 1
+    // again, a new translation since the flush: served from the cache, it is reported too.
+    assert_serves(&rig, &geometry, &mut space, VA + 2 * PAGE, DATA + 2 * PAGE);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + 5 * PAGE);
+    assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + 5 * PAGE);
+    let (stale, count) = space.take_stale();
+    let found: Vec<(u64, u32)> = stale.map(|found| (found.address, found.level)).collect();
+    assert_eq!(found, [(VA + PAGE, 0), (VA + 2 * PAGE, 1), (VA + PAGE, 1)]);
+    assert_eq!(count, 3);
+}
+
+#[test]
 fn without_checking_mode_nothing_is_rewalked() {
     let rig = Rig::new("mmu-no-checking");
     let geometry = geometry(&[9, 9, 9]);
