@@ -688,15 +688,12 @@ fn check_command(cmd: &WddmGpuCmdSubmitVirtual) -> Result<(), Fault> {
 mod tests {
     use super::*;
     use crate::memory::guest_ram::GuestRam;
-    use crate::testkit::engine_rig::{DATA, PAGE, PAGE_USIZE, RAM_SIZE};
+    use crate::testkit::engine_rig::{Rig, DATA, PAGE, PAGE_USIZE, RAM_SIZE};
     use crate::testkit::packets::VRAM_SEGMENT;
 
-    /// A batch whose second source run translated but is not RAM when located (the walk
-    /// checks every target, so only a device bug gets here): the first run's page is copied,
-    /// then the locating fault is returned, as a copy byte by byte would end.
-    #[test]
-    fn a_run_that_cannot_be_located_ends_the_batch_after_the_pieces_before_it() {
-        let rig = super::super::tests::gpummu_rig("ve-plan-fault");
+    /// Runs `batch` of the engine's runs through `copy_batch` over the rig's memory (the
+    /// batch's runs are given, not translated: no address space is bound).
+    fn copy_batch(rig: &Rig, engine: &mut VirtualEngine, batch: &Batch) -> Result<u64, Fault> {
         let memory = DeviceMemory {
             ram: GuestRam::new(&rig.mem, rig.vram.guest_window()),
             vram: &rig.vram,
@@ -708,6 +705,15 @@ mod tests {
             geometry: rig.layout.gpummu.as_ref().unwrap(),
             space: &space,
         };
+        engine.copy_batch(batch, &virtual_memory)
+    }
+
+    /// A batch whose second source run translated but is not RAM when located (the walk
+    /// checks every target, so only a device bug gets here): the first run's page is copied,
+    /// then the locating fault is returned, as a copy byte by byte would end.
+    #[test]
+    fn a_run_that_cannot_be_located_ends_the_batch_after_the_pieces_before_it() {
+        let rig = super::super::tests::gpummu_rig("ve-plan-fault");
         rig.ram_write(DATA, &[0x5a; PAGE_USIZE]);
         rig.vram_write(0, &[0; 2 * PAGE_USIZE]);
         let mut engine = VirtualEngine::default();
@@ -734,7 +740,7 @@ mod tests {
             covered: 2 * PAGE,
             fault: None,
         };
-        let result = engine.copy_batch(&batch, &virtual_memory);
+        let result = copy_batch(&rig, &mut engine, &batch);
         assert!(
             matches!(result, Err(Fault::FrameNotInRam { address: RAM_SIZE })),
             "{result:?}"
@@ -748,17 +754,6 @@ mod tests {
     #[test]
     fn a_batch_whose_runs_all_end_in_turn_copies_every_piece() {
         let rig = super::super::tests::gpummu_rig("ve-plan-pieces");
-        let memory = DeviceMemory {
-            ram: GuestRam::new(&rig.mem, rig.vram.guest_window()),
-            vram: &rig.vram,
-            layout: &rig.layout,
-        };
-        let space = Mutex::new(AddressSpace::new(false));
-        let virtual_memory = VirtualMemory {
-            mem: &memory,
-            geometry: rig.layout.gpummu.as_ref().unwrap(),
-            space: &space,
-        };
         let mut engine = VirtualEngine::default();
         let half = PAGE / 2;
         let mut expected = Vec::new();
@@ -797,7 +792,7 @@ mod tests {
             covered,
             fault: None,
         };
-        assert_eq!(engine.copy_batch(&batch, &virtual_memory), Ok(covered));
+        assert_eq!(copy_batch(&rig, &mut engine, &batch), Ok(covered));
         let mut copied = Vec::new();
         for (i, run) in (0u64..).zip(&engine.destinations) {
             copied.extend(rig.vram_read(2 * i * PAGE, usize::try_from(run.len).unwrap()));
