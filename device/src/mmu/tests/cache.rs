@@ -38,6 +38,20 @@ fn fault_at(rig: &Rig, geometry: &MmuGeometry, space: &mut AddressSpace, va: u64
         .kind
 }
 
+/// Points the level-1 entry above `va` at a new leaf table (in slot 1) that maps `va` to
+/// `gpa`, without a flush (a KMD moving a leaf table and skipping FLUSH_TLB); returns the entry
+/// before and after.
+fn move_leaf_table(tables: &mut PageTables<'_>, va: u64, gpa: u64) -> (u64, u64) {
+    let directory = tables.slot(va, 1, false);
+    let old = tables.read_u64(directory);
+    let mut moved = PageTables::new(tables.rig, tables.geometry, 1);
+    moved.map(va, gpa, 0);
+    let moved_directory = moved.slot(va, 1, false);
+    let new = moved.read_u64(moved_directory);
+    tables.rig.ram_write(directory, &new.to_le_bytes());
+    (old, new)
+}
+
 #[test]
 fn a_changed_entry_is_not_seen_until_a_flush_covers_it() {
     let rig = Rig::new("mmu-tlb");
@@ -159,13 +173,7 @@ fn a_cached_leaf_table_serves_its_other_pages_until_a_flush_in_both_modes() {
         // The level-1 entry is pointed at another leaf table, mapping the other page elsewhere,
         // without a flush: the cached leaf table still serves it, as a GPU's directory cache
         // would, and the checking mode (which changes nothing it serves) names the level.
-        let directory = tables.slot(VA, 1, false);
-        let old = tables.read_u64(directory);
-        let mut moved = PageTables::new(&rig, geometry, 1);
-        moved.map(other, DATA + 7 * PAGE, 0);
-        let moved_directory = moved.slot(other, 1, false);
-        let new = moved.read_u64(moved_directory);
-        rig.ram_write(directory, &new.to_le_bytes());
+        let (old, new) = move_leaf_table(&mut tables, other, DATA + 7 * PAGE);
         assert_serves(&rig, &geometry, &mut space, other, DATA + PAGE);
         let (stale, count) = space.take_stale();
         let stale: Vec<_> = stale
@@ -198,34 +206,20 @@ fn a_line_refilled_through_a_stale_directory_is_not_reported_again() {
     assert_serves(&rig, &geometry, &mut space, VA + PAGE, DATA + PAGE);
     // Without a flush: the level-1 entry moves to another leaf table, and page 2 of the line
     // is mapped in the old one (not cached: it was invalid).
-    let directory = tables.slot(VA, 1, false);
     let page_2 = tables.slot(VA + 2 * PAGE, 0, false);
-    let mut moved = PageTables::new(&rig, geometry, 1);
-    moved.map(VA, DATA + 7 * PAGE, 0);
-    let moved_directory = moved.slot(VA, 1, false);
-    rig.ram_write(directory, &moved.read_u64(moved_directory).to_le_bytes());
+    move_leaf_table(&mut tables, VA, DATA + 7 * PAGE);
     rig.ram_write(page_2, &pte(0, DATA + 2 * PAGE, 0).to_le_bytes());
     // Pages 0 and 1 are served from the cache, page 2 through the cached leaf table, whose
     // line fill caches pages 0 and 1 again through the same stale level-1 entry: each of the
     // three is reported once, however often the run is translated.
-    let ram = GuestRam::new(&rig.mem, rig.vram.guest_window());
-    let device_tables = DeviceTables::new(&ram, &rig.vram, &rig.layout);
-    let mut runs = [Run {
-        target: Target::Zero,
-        len: 0,
-    }; 4];
     for _ in 0..3 {
-        let (count, fault) = space.translate_runs(
-            &geometry,
-            &device_tables,
-            VA,
-            3 * PAGE,
-            Access::Read,
-            &mut runs,
+        assert_eq!(
+            translate(&rig, &geometry, &mut space, VA, 3 * PAGE, Access::Read),
+            Ok(Run {
+                target: Target::System(DATA),
+                len: 3 * PAGE
+            })
         );
-        assert_eq!((count, fault), (1, None));
-        assert_eq!(runs[0].target, Target::System(DATA));
-        assert_eq!(runs[0].len, 3 * PAGE);
     }
     let (stale, count) = space.take_stale();
     let mut addresses: Vec<u64> = stale.map(|found| found.address).collect();
@@ -253,11 +247,7 @@ fn a_flushed_page_cached_again_through_a_stale_directory_is_reported_again() {
     // The leaf table is cached again by a walk to another of its lines; then its directory
     // entry moves without a flush, and page 2 is mapped in the old table.
     assert_serves(&rig, &geometry, &mut space, other_line, DATA + 3 * PAGE);
-    let directory = tables.slot(VA, 1, false);
-    let mut moved = PageTables::new(&rig, geometry, 1);
-    moved.map(VA, DATA + 7 * PAGE, 0);
-    let moved_directory = moved.slot(VA, 1, false);
-    rig.ram_write(directory, &moved.read_u64(moved_directory).to_le_bytes());
+    move_leaf_table(&mut tables, VA, DATA + 7 * PAGE);
     rig.ram_write(page_2, &pte(0, DATA + 2 * PAGE, 0).to_le_bytes());
     // Page 2 through the cached leaf table (reported, level 1); its line fill caches page 1
     // again, a new translation since the flush: served from the cache, it is reported too.
