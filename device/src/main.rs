@@ -316,7 +316,7 @@ fn ctl_command(socket: &Path, request: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) if error.kind() == ErrorKind::InvalidInput => {
-            eprintln!("vhost-user-wddm-gpu: ctl: {error}");
+            eprintln!("vhost-user-wddm-gpu: error: ctl: {error}");
             ExitCode::from(EXIT_INVALID)
         }
         Err(error) => {
@@ -404,7 +404,7 @@ fn check_layout(path: &Path, vram_size: u64, json: bool) -> ExitCode {
         }
         Err(lines) => {
             for line in lines {
-                eprintln!("{line}");
+                eprintln!("vhost-user-wddm-gpu: error: {line}");
             }
             ExitCode::from(EXIT_INVALID)
         }

@@ -352,7 +352,7 @@ fn a_socket_in_use_is_refused_before_any_vram_file_is_made() {
     );
     let second_vram = dir.join("v2");
     let output = run_backend(&socket, &second_vram, "1MiB");
-    assert_said(&output, "in use by a running process");
+    assert_said(&output, "is served by another backend, pid");
     assert!(
         !second_vram.exists(),
         "a VRAM file was made for a backend that cannot serve"

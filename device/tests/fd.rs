@@ -93,6 +93,7 @@ fn a_listening_socket_is_served() {
     negotiate(&mut frontend);
     drop(frontend);
     wait_exit(child, "listen");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -138,4 +139,53 @@ fn memory_eventfds_and_requests_pass_through_the_relay_of_a_connected_socket() {
     );
     assert_eq!(h.read_vram(0x1000, data.len()), data);
     assert!(h.backend.log().contains("serving it through a relay"));
+}
+
+#[test]
+fn a_connected_socket_whose_frontend_leaves_at_once_ends_the_backend() {
+    // The connected socket libvirt hands over is the only frontend there will ever be: even a
+    // hang-up before any request ends the session (a listening socket would wait for another).
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let child = spawn_with_fd(theirs.as_raw_fd(), "pair-early");
+    drop(theirs);
+    drop(ours);
+    wait_exit(child, "pair-early");
+}
+
+#[test]
+fn the_vram_file_the_backend_named_is_removed_at_exit() {
+    // libvirt passes only --fd: the backend names the VRAM file after its pid, and a file no
+    // one can name again must not outlive it.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    inheritable(theirs.as_raw_fd());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
+        .args([
+            "--fd",
+            &theirs.as_raw_fd().to_string(),
+            "--vram-size",
+            "1MiB",
+        ])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(theirs);
+    let vram = format!("/dev/shm/vhost-user-wddm-gpu-pid-{}.vram", child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::path::Path::new(&vram).exists() {
+        assert!(Instant::now() < deadline, "{vram} was never made");
+        assert!(child.try_wait().unwrap().is_none(), "the backend exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut frontend = Frontend::from_stream(ours, 2);
+    negotiate(&mut frontend);
+    drop(frontend);
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{log}");
+    assert!(
+        !std::path::Path::new(&vram).exists(),
+        "{vram} left behind:\n{log}"
+    );
+    assert!(log.contains(&format!("removed {vram}")), "{log}");
 }

@@ -618,10 +618,23 @@ fn backend_exits_with_status_zero_when_the_frontend_disconnects() {
 }
 
 #[test]
-fn backend_exits_with_status_zero_when_the_frontend_disconnects_before_negotiating() {
+fn a_client_that_leaves_before_any_request_does_not_end_the_backend() {
     let h = Harness::spawn("exit-early");
     let mut backend = h.disconnect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(backend.is_running(), "{}", backend.log());
+    // The next client speaks vhost-user: it is the frontend, and its hang-up ends the backend.
+    let frontend = backend.connect();
+    frontend.get_features().unwrap();
+    drop(frontend);
     backend.assert_exits_cleanly(Duration::from_secs(10));
+    let log = backend.log();
+    assert_eq!(
+        log.matches("left before any valid vhost-user request")
+            .count(),
+        1,
+        "{log}"
+    );
 }
 
 #[test]

@@ -266,10 +266,13 @@ fn trace_creates_a_file_that_parses_as_json() {
 
 #[test]
 fn an_unwritable_trace_is_named() {
+    let dir = std::env::temp_dir().join(format!("wddm-stats-badtrace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("gpu.sock");
     let output = binary()
         .args([
             "--socket-path",
-            "/nonexistent/gpu.sock",
+            socket.to_str().unwrap(),
             "--vram-path",
             &format!(
                 "/dev/shm/wddm-stats-test-{}-badtrace.vram",
@@ -282,11 +285,16 @@ fn an_unwritable_trace_is_named() {
         ])
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(format!(
+    let vram_made = Path::new(&format!(
         "/dev/shm/wddm-stats-test-{}-badtrace.vram",
         std::process::id()
-    ));
+    ))
+    .exists();
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(output.status.code(), Some(1));
+    assert!(!vram_made, "a refused start left its VRAM file");
+    assert!(left.is_empty(), "a refused start left {left:?}");
     assert!(
         stderr(&output).contains("--trace /proc/wddm-gpu-no-trace.json"),
         "{}",

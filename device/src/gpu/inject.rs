@@ -291,16 +291,7 @@ impl Injector {
     /// whole plan is checked first: a bad line is refused with its number, and then nothing of
     /// the plan is armed.
     pub fn arm_plan(&self, plan: &str) -> Result<Vec<u32>, PlanError> {
-        let lines: Vec<(usize, &str)> = plan
-            .lines()
-            .enumerate()
-            .map(|(index, line)| (index + 1, line.split('#').next().unwrap_or("").trim()))
-            .filter(|(_, line)| !line.is_empty())
-            .collect();
-        for &(line, text) in &lines {
-            text.parse::<Spec>()
-                .map_err(|error| PlanError::Line { line, error })?;
-        }
+        let lines = check_plan(plan)?;
         let room = MAX_ARMED.saturating_sub(self.armed.load(Ordering::Acquire));
         if let Some(&(line, _)) = lines.get(room) {
             return Err(PlanError::TooMany { line });
@@ -315,6 +306,25 @@ impl Injector {
             })
             .collect()
     }
+}
+
+/// The injections of a plan file's text, each checked, as (line number, text); what
+/// [`Injector::arm_plan`] arms, checked before the backend creates anything.
+pub fn check_plan(plan: &str) -> Result<Vec<(usize, &str)>, PlanError> {
+    let lines: Vec<(usize, &str)> = plan
+        .lines()
+        .enumerate()
+        .map(|(index, line)| (index + 1, line.split('#').next().unwrap_or("").trim()))
+        .filter(|(_, line)| !line.is_empty())
+        .collect();
+    for &(line, text) in &lines {
+        text.parse::<Spec>()
+            .map_err(|error| PlanError::Line { line, error })?;
+    }
+    if let Some(&(line, _)) = lines.get(MAX_ARMED) {
+        return Err(PlanError::TooMany { line });
+    }
+    Ok(lines)
 }
 
 /// Why a plan was refused.

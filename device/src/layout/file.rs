@@ -66,9 +66,17 @@ pub enum LayoutFileError {
         #[source]
         source: std::io::Error,
     },
-    /// TOML syntax, an unknown key, or a value of the wrong type (toml names the key and line).
-    #[error("{0}")]
-    Syntax(String),
+    /// TOML syntax, an unknown key, or a value of the wrong type, on one line: where it is and
+    /// toml's message (which names the key).
+    #[error("line {line}, column {column}: {message}")]
+    Syntax {
+        /// 1-based line of the error's start.
+        line: usize,
+        /// 1-based column (in characters) of the error's start.
+        column: usize,
+        /// toml's message, its lines joined.
+        message: String,
+    },
     /// A value is of the right type but not acceptable.
     #[error("{field}: {message}")]
     Value {
@@ -271,10 +279,30 @@ fn gpummu_value(raw: &RawGpuMmu) -> Result<WddmGpuMmuCaps, LayoutFileError> {
     Ok(caps)
 }
 
+/// toml's error as one line: its multi-line rendering quotes the source, which a log line and
+/// a terminal message should not.
+fn syntax_error(text: &str, error: &toml::de::Error) -> LayoutFileError {
+    let start = error.span().map_or(0, |span| span.start).min(text.len());
+    let before = text.get(..start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    let message = error
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    LayoutFileError::Syntax {
+        line,
+        column,
+        message,
+    }
+}
+
 /// Parses layout-file text.
 pub fn parse_layout(text: &str) -> Result<LayoutSpec, LayoutFileError> {
-    let raw: RawLayout = toml::from_str(text)
-        .map_err(|e| LayoutFileError::Syntax(e.to_string().trim().to_string()))?;
+    let raw: RawLayout = toml::from_str(text).map_err(|error| syntax_error(text, &error))?;
     let wddm_version = match raw.wddm.as_deref() {
         None | Some("1.3") => WDDM_GPU_WDDM_1_3,
         Some("2.0") => WDDM_GPU_WDDM_2_0,

@@ -34,9 +34,35 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} does not fit in 64 bits"))
 }
 
+/// A byte count for people: `1024 GiB`, `21.9 GiB`, `512 MiB`, `4096 bytes`.
+pub fn human_size(bytes: u64) -> String {
+    let units = [(30, "GiB"), (20, "MiB"), (10, "KiB")];
+    for (shift, unit) in units {
+        let one = 1u64 << shift;
+        if bytes >= one {
+            let whole = bytes >> shift;
+            let tenths = ((bytes & (one - 1)) * 10) >> shift;
+            return match tenths {
+                0 => format!("{whole} {unit}"),
+                _ => format!("{whole}.{tenths} {unit}"),
+            };
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{human_size, parse_size};
+
+    #[test]
+    fn human_sizes_keep_one_decimal() {
+        assert_eq!(human_size(1 << 40), "1024 GiB");
+        assert_eq!(human_size(23_514_693_632), "21.8 GiB");
+        assert_eq!(human_size(256 << 20), "256 MiB");
+        assert_eq!(human_size(4096), "4 KiB");
+        assert_eq!(human_size(100), "100 bytes");
+    }
 
     #[test]
     fn parses_plain_hex_and_binary_units() {

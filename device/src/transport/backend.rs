@@ -5,6 +5,7 @@
 //! makes `handle_event` fail (that would stop the vring worker), only a broken queue does.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use log::{debug, info, warn};
@@ -58,6 +59,9 @@ pub struct WddmGpuBackend {
     lifecycle: Lifecycle,
     /// A memory table was refused: the session is ending and guest memory is not touched.
     memory_refused: bool,
+    /// Set at the connection's first valid request (GET_FEATURES): the client speaks
+    /// vhost-user, so it is the frontend (see `daemon::session`).
+    spoke: Arc<AtomicBool>,
 }
 
 impl WddmGpuBackend {
@@ -76,7 +80,13 @@ impl WddmGpuBackend {
             in_flight,
             lifecycle: Lifecycle::default(),
             memory_refused: false,
+            spoke: Arc::default(),
         }
+    }
+
+    /// Set once a connection's first valid vhost-user request has been answered.
+    pub fn spoke(&self) -> Arc<AtomicBool> {
+        self.spoke.clone()
     }
 
     /// The echo the vring worker answers (see [`crate::observe::echo`]).
@@ -141,6 +151,7 @@ impl VhostUserBackendMut for WddmGpuBackend {
     }
 
     fn features(&self) -> u64 {
+        self.spoke.store(true, Ordering::Release);
         OFFERED_FEATURES
     }
 

@@ -1,6 +1,11 @@
 //! The backend process: one configuration and one start function. `main.rs` parses the command
-//! line into a [`Config`]; [`run`] creates the VRAM and the GPU, opens the endpoints and serves
-//! one frontend session.
+//! line into a [`Config`]; [`run`] checks everything ([`preflight`]), creates the VRAM and the
+//! GPU, opens the endpoints and serves one frontend session ([`session`]) until it ends or a
+//! signal stops it ([`stop`]).
+
+mod preflight;
+mod session;
+mod stop;
 
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -8,12 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use log::info;
-use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use wddm_gpu_abi::size_of_u32;
 
+use crate::daemon::session::Socket;
+use crate::daemon::stop::Stop;
 use crate::display::DisplayConfig;
 use crate::layout::file::parse_layout;
 use crate::layout::report::LayoutReport;
@@ -27,7 +34,7 @@ use crate::observe::recording::format::Header;
 use crate::observe::recording::Recorder;
 use crate::observe::stats::Stats;
 use crate::observe::trace::Trace;
-use crate::support::socket_path::{self, SocketPathError};
+use crate::support::socket_path::{InstanceLock, SocketPathError};
 use crate::transport::backend::{BarModeRequest, WddmGpuBackend};
 use crate::transport::fd_relay;
 
@@ -76,6 +83,16 @@ pub struct Config {
 /// Errors that end the program before or while serving.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("{option} {}: {why}", .path.display())]
+    Path {
+        option: &'static str,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("signal handling: {0}")]
+    Signals(std::io::Error),
+    #[error("waiting for the frontend: {0}")]
+    Wait(#[from] std::io::Error),
     #[error(transparent)]
     Vram(#[from] VramError),
     #[error("socket path {0}")]
@@ -127,25 +144,32 @@ pub fn load_layout_with_text(
     Ok((layout, Some(text)))
 }
 
-/// Serves one frontend session with `layout`: creates the VRAM, the GPU and its endpoints, waits
-/// for the frontend on the socket, and returns when it hangs up.
+/// Serves one frontend session with `layout`: checks everything the start needs, creates the
+/// VRAM, the GPU and its endpoints, waits for the frontend on the socket, and returns when it
+/// hangs up or a signal stops the backend. A start that fails leaves no file behind.
 pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     // Nothing this process creates is open to others for a moment: files and sockets get
     // --file-mode explicitly once they exist.
     // SAFETY: umask only sets the process's file-creation mask.
     unsafe { libc::umask(0o077) };
-    // A socket another backend serves means that backend's VRAM file is in use too: refuse
-    // before touching any file.
-    if let Some(path) = &args.socket_path {
-        socket_path::check_free(path)?;
-    }
-    let vram_path = match &args.vram_path {
-        Some(path) => path.clone(),
-        None => default_vram_path(args.socket_path.as_deref()),
-    };
     let device_only = layout.device_only_vram(args.vram_size);
+    let checked = preflight::check(args, device_only)?;
+    let stop = Stop::new().map_err(StartError::Signals)?;
+    stop.on_signals().map_err(StartError::Signals)?;
+    // Dropped last: removes what a failed start made, and at exit the VRAM file whose name the
+    // backend chose.
+    let mut made = Made::default();
+    let _instance = match &args.socket_path {
+        Some(path) => Some(InstanceLock::take(path, args.file_mode)?),
+        None => None,
+    };
+    let vram_path = &checked.vram_path;
+    made.note(vram_path, checked.vram_named_by_backend);
+    if let Some(path) = args.device_vram_path.as_ref().filter(|_| device_only > 0) {
+        made.note(path, false);
+    }
     let vram = Vram::create_with_device_only_file(
-        &vram_path,
+        vram_path,
         args.vram_size,
         device_only,
         args.device_vram_path.as_deref(),
@@ -163,9 +187,14 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         BarModeRequest::Shmem => "the GPU's shared-memory BAR, mapped at every device start",
     };
     info!(
-        "VRAM: {} bytes in {} ({how_mapped}); {} bytes of device-only VRAM{kept}",
+        "VRAM: {} bytes in {}{} ({how_mapped}); {} bytes of device-only VRAM{kept}",
         vram.size(),
         vram.path().display(),
+        if checked.vram_named_by_backend {
+            ", removed at exit (--vram-path keeps a file)"
+        } else {
+            ""
+        },
         device_only
     );
     for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
@@ -177,6 +206,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     let stats = Arc::new(Stats::new(&layout));
     let trace = match &args.trace {
         Some(path) => {
+            made.note(path, false);
             let trace = Trace::create(path)
                 .map_err(|e| StartError::Trace(path.clone(), e))?
                 .with_max_size(args.trace_max_size);
@@ -192,6 +222,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
                 vram_size: args.vram_size,
                 layout: args.layout_text.clone(),
             };
+            made.note(path, false);
             let recorder =
                 Recorder::create(path, &header).map_err(|e| StartError::Record(path.clone(), e))?;
             info!(
@@ -209,12 +240,10 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     };
     let gpu = Gpu::with_telemetry(layout, vram, stats.clone(), trace, recorder, args.display)
         .map_err(|e| StartError::Daemon(format!("engine thread: {e}")))?;
-    if let Some(path) = &args.inject_plan {
-        let plan = std::fs::read_to_string(path)
-            .map_err(|error| StartError::InjectPlan(path.clone(), error.to_string()))?;
+    if let (Some(path), Some(plan)) = (&args.inject_plan, &checked.plan) {
         let armed = gpu
             .injector()
-            .arm_plan(&plan)
+            .arm_plan(plan)
             .map_err(|error| StartError::InjectPlan(path.clone(), error.to_string()))?;
         info!(
             "injection plan {}: {} injection(s) armed",
@@ -228,6 +257,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     let control = Arc::new(gpu.control());
     let backend = WddmGpuBackend::new(gpu, args.bar_mode);
     let echo = backend.echo_port();
+    let spoke = backend.spoke();
     let mut daemon = VhostUserDaemon::new(
         "vhost-user-wddm-gpu".to_string(),
         Arc::new(RwLock::new(backend)),
@@ -238,60 +268,77 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         enable_bench_echo(&daemon, &echo);
     }
 
-    let mut listener = match (&args.socket_path, args.fd) {
+    let mut socket = match (&args.socket_path, args.fd) {
         (Some(path), _) => {
             let listener = Listener::new(path, true)
                 .map_err(|e| StartError::Daemon(format!("{}: {e}", path.display())))?;
             set_mode(path, args.file_mode)?;
-            listener
+            Socket {
+                listener,
+                single: false,
+            }
         }
         (None, Some(fd)) => listening_fd(fd)?,
         (None, None) => return Err(StartError::Daemon("no socket given".to_string())),
     };
-    // Started before the daemon blocks waiting for the frontend; stopped (and its socket
-    // removed) when this function returns.
-    let stats_path = args
-        .stats_socket
-        .clone()
-        .or_else(|| args.socket_path.as_deref().map(endpoint::default_path));
-    let _stats_server = match stats_path {
-        Some(path) => {
-            let server = endpoint::start(&path, args.file_mode, stats.clone(), echo)
-                .map_err(|e| StartError::StatsSocket(path.clone(), e))?;
-            Some(server)
-        }
-        None => None,
-    };
-    let control_path = args.control_socket.clone().or_else(|| {
-        args.socket_path
-            .as_deref()
-            .map(endpoint::default_control_path)
-    });
-    let _control_server = match control_path {
-        Some(path) => Some(
-            endpoint::start_control(&path, control)
+    // Started before the daemon waits for the frontend; stopped (and their sockets removed)
+    // when this function returns.
+    let mut endpoints = Vec::new();
+    for (option, path) in preflight::endpoint_paths(args) {
+        let server = match option {
+            "--ctl-socket" => endpoint::start_control(&path, control.clone())
                 .map_err(|e| StartError::ControlSocket(path.clone(), e))?,
-        ),
-        None => None,
-    };
+            _ => endpoint::start(&path, args.file_mode, stats.clone(), echo.clone())
+                .map_err(|e| StartError::StatsSocket(path.clone(), e))?,
+        };
+        endpoints.push(server);
+    }
+    made.started();
     info!("waiting for the frontend");
-    daemon
-        .start(&mut listener)
-        .map_err(|e| StartError::Daemon(e.to_string()))?;
-    let ended = daemon.wait();
+    let ended = session::serve(&mut daemon, &mut socket, &spoke, &stop);
     if let Some(path) = &args.record {
         write_live_stats(path, &stats);
     }
-    match ended {
-        // A frontend hanging up is the normal end of a session, as the crate's own serve() has it.
-        Ok(())
-        | Err(vhost_user_backend::Error::HandleRequest(
-            VhostUserError::Disconnected | VhostUserError::PartialMessage,
-        )) => {
-            info!("frontend disconnected; exiting");
-            Ok(())
+    ended.map(|_| ())
+}
+
+/// What a start made: removed when the start fails before it serves; at exit, whatever the
+/// start did, the files whose names the backend chose.
+#[derive(Default)]
+struct Made {
+    /// Files that did not exist before the start.
+    new: Vec<PathBuf>,
+    /// Files named by the backend, removed at exit.
+    at_exit: Vec<PathBuf>,
+    started: bool,
+}
+
+impl Made {
+    /// Notes `path` before the start may create it: a file that is not there yet is new.
+    fn note(&mut self, path: &Path, named_by_backend: bool) {
+        if named_by_backend {
+            self.at_exit.push(path.to_owned());
+        } else if std::fs::symlink_metadata(path).is_err() {
+            self.new.push(path.to_owned());
         }
-        Err(error) => Err(StartError::Daemon(error.to_string())),
+    }
+
+    /// The start is complete: what it made stays until exit.
+    fn started(&mut self) {
+        self.started = true;
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        let failed = (!self.started).then_some(&self.new);
+        for path in self.at_exit.iter().chain(failed.into_iter().flatten()) {
+            match std::fs::remove_file(path) {
+                Ok(()) => info!("removed {}", path.display()),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => log::warn!("cannot remove {}: {error}", path.display()),
+            }
+        }
     }
 }
 
@@ -348,7 +395,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
 }
 
 /// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
-fn listening_fd(fd: i32) -> Result<Listener, StartError> {
+fn listening_fd(fd: i32) -> Result<Socket, StartError> {
     let mut accepting: libc::c_int = 0;
     let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
     // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
@@ -366,13 +413,22 @@ fn listening_fd(fd: i32) -> Result<Listener, StartError> {
     }
     if accepting != 0 {
         // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
-        return Ok(unsafe { Listener::from_raw_fd(fd) });
+        let listener = unsafe { Listener::from_raw_fd(fd) };
+        return Ok(Socket {
+            listener,
+            single: false,
+        });
     }
     // SAFETY: the fd is a socket handed to this process (getsockopt accepted it); the stream
     // owns it from here on.
     let stream = unsafe { UnixStream::from_raw_fd(fd) };
     info!("--fd {fd} is a connected socket: serving it through a relay");
-    fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))
+    let listener =
+        fd_relay::bridge(stream).map_err(|e| StartError::Daemon(format!("--fd {fd}: {e}")))?;
+    Ok(Socket {
+        listener,
+        single: true,
+    })
 }
 
 /// `--bench-echo`: echo kicks join the worker that serves the control queue (one worker serves
