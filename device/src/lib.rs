@@ -1,6 +1,6 @@
 //! vhost-user-wddm-gpu: a virtual GPU for bringing up WDDM kernel-mode drivers under QEMU.
 //!
-//! The source tree is its layers (a folder each, `daemon.rs` a file); a module imports only from
+//! The source tree is its layers (a folder each); a module imports only from
 //! its own layer and those listed before it (`device/tests/layers.rs` fails on an upward import
 //! or a cycle). `docs/architecture.md` draws them, with the threads, the locks and the path of
 //! one request:
@@ -19,7 +19,8 @@
 //! - `model`: the GPU the transport drives ([`Gpu`]), the router sending each request to one of
 //!   the two, and a kick's hold of the display's output.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
-//! - [`daemon`]: one configuration and one start function for the binary.
+//! - [`daemon`]: one configuration and one start function for the binary: the checks before a
+//!   start, the session with the frontend, the stop on a signal.
 //!
 //! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
 //! below, so the compiler sees every item nothing uses.

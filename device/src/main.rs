@@ -246,7 +246,10 @@ const EXIT_INVALID: u8 = 2;
 const EXIT_MISMATCH: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
@@ -298,6 +301,23 @@ fn main() -> ExitCode {
         }) => replay_command(&file, json, ReplayOptions { trace, dump_vram }),
         None => serve(&cli.run),
     }
+}
+
+/// A command line clap refused, as one line with the common prefix (clap's own rendering adds
+/// a usage block); `--help` and `--version` print as clap prints them.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind::{DisplayHelp, DisplayHelpOnMissingArgumentOrSubcommand, DisplayVersion};
+    if matches!(
+        error.kind(),
+        DisplayHelp | DisplayHelpOnMissingArgumentOrSubcommand | DisplayVersion
+    ) {
+        error.exit();
+    }
+    let rendered = error.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("vhost-user-wddm-gpu: error: {message} (see --help)");
+    ExitCode::from(EXIT_INVALID)
 }
 
 /// `ctl SOCKET WORDS...`: one request to the control socket, its answer on standard output.

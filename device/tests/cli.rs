@@ -11,12 +11,35 @@ fn backend() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vhost-user-wddm-gpu"))
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A folder of one test's own, removed when the test ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("wddm-cli-{}-{name}", std::process::id()));
     // Empty: an earlier run whose process had this pid may have left a socket here.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn run(args: &[&str]) -> Output {

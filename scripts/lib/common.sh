@@ -78,6 +78,12 @@ _run_cleanup() {
     _CLEANUP_CMDS=()
 }
 
+# cleanup_now: runs the cleanups registered so far (last first) and forgets them, so a script
+# can look at what its run left behind before it reports.
+cleanup_now() {
+    _run_cleanup
+}
+
 trap _run_cleanup EXIT
 # exit (not just cleanup) so the script stops; the EXIT trap then cleans up.
 trap 'exit 130' INT

@@ -95,8 +95,13 @@ pub enum StartError {
     Wait(#[from] std::io::Error),
     #[error(transparent)]
     Vram(#[from] VramError),
-    #[error("socket path {0}")]
+    #[error("--socket-path: {0}")]
     Socket(#[from] SocketPathError),
+    #[error("{option}: {source}")]
+    Endpoint {
+        option: &'static str,
+        source: SocketPathError,
+    },
     #[error("--fd {0} is not a Unix socket")]
     BadFd(i32),
     #[error("vhost-user daemon: {0}")]

@@ -58,7 +58,8 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
     }
     for (option, path) in endpoint_paths(config) {
         check_directory(option, &path)?;
-        socket_path::check_free(&path)?;
+        socket_path::check_free(&path)
+            .map_err(|source| StartError::Endpoint { option, source })?;
     }
     let plan = match &config.inject_plan {
         Some(path) => {

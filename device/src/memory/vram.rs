@@ -39,6 +39,17 @@ pub enum VramError {
         #[source]
         source: std::io::Error,
     },
+    /// An existing file's mode could not be set to `--file-mode`.
+    #[error("cannot apply --file-mode {mode:04o} to the existing VRAM file {path}: {source}")]
+    Mode {
+        /// The path given.
+        path: PathBuf,
+        /// The mode asked for.
+        mode: u32,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The file could not be sized.
     #[error("cannot size the VRAM file {path} to {size:#x} bytes: {source}")]
     Resize {
@@ -406,11 +417,21 @@ fn map_file(path: &Path, size: u64, file_mode: u32) -> Result<MmapRegion<()>, Vr
                 .map_err(create_err)?;
             file
         }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(create_err)?,
+        // An existing file gets the mode asked for too, or the start fails saying so.
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(create_err)?;
+            file.set_permissions(Permissions::from_mode(file_mode))
+                .map_err(|source| VramError::Mode {
+                    path: path.to_owned(),
+                    mode: file_mode,
+                    source,
+                })?;
+            file
+        }
         Err(error) => return Err(create_err(error)),
     };
     // SAFETY: flock on a descriptor this function owns; it only takes or refuses the lock.

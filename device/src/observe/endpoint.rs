@@ -527,6 +527,14 @@ fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestErro
 /// `error: ...` answer comes back as an error of kind `InvalidInput` with that message.
 pub fn query(path: &Path, request: &str) -> io::Result<String> {
     let answer = query_bytes(path, request)?;
+    // Every rendering has at least a line: a socket that closes without one is not a stats
+    // endpoint (the vhost-user socket, say).
+    if answer.is_empty() {
+        return Err(io::Error::new(
+            ErrorKind::UnexpectedEof,
+            "closed without an answer: not a stats endpoint (the vhost-user socket?)",
+        ));
+    }
     String::from_utf8(answer).map_err(|_| io::Error::new(ErrorKind::InvalidData, "not text"))
 }
 
