@@ -306,7 +306,9 @@ fn main() -> ExitCode {
 /// A command line clap refused, as one line with the common prefix (clap's own rendering adds
 /// a usage block); `--help` and `--version` print as clap prints them.
 fn usage_error(error: &clap::Error) -> ExitCode {
-    use clap::error::ErrorKind::{DisplayHelp, DisplayHelpOnMissingArgumentOrSubcommand, DisplayVersion};
+    use clap::error::ErrorKind::{
+        DisplayHelp, DisplayHelpOnMissingArgumentOrSubcommand, DisplayVersion,
+    };
     if matches!(
         error.kind(),
         DisplayHelp | DisplayHelpOnMissingArgumentOrSubcommand | DisplayVersion

@@ -156,7 +156,10 @@ fn a_second_backend_is_refused_from_the_lock_and_the_first_serves_on() {
     let said = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(1), "{said}");
     assert!(
-        said.contains(&format!("served by another backend, pid {}", first.child.id())),
+        said.contains(&format!(
+            "served by another backend, pid {}",
+            first.child.id()
+        )),
         "{said}"
     );
     assert!(!dir.join("second.vram").exists());
@@ -173,11 +176,7 @@ fn stray_clients_before_the_frontend_do_not_end_the_backend() {
     // The stats socket elsewhere, so `stats` given the vhost-user socket talks to it.
     let stats = dir.join("elsewhere.stats");
     let mut backend = Backend::start(&dir, &["--stats-socket", stats.to_str().unwrap()]);
-    let output = binary()
-        .arg("stats")
-        .arg(&backend.socket)
-        .output()
-        .unwrap();
+    let output = binary().arg("stats").arg(&backend.socket).output().unwrap();
     assert!(!output.status.success());
     knock(&backend.socket, b"");
     knock(&backend.socket, b"table\n");
@@ -190,7 +189,11 @@ fn stray_clients_before_the_frontend_do_not_end_the_backend() {
         "{log}"
     );
     // Four clients, one line: the rest are held back for the next.
-    assert_eq!(log.matches("still waiting for the frontend").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("still waiting for the frontend").count(),
+        1,
+        "{log}"
+    );
     drop(backend.frontend());
     assert_eq!(backend.exit_code(), Some(0), "{}", backend.log());
     assert!(backend.log().contains("frontend disconnected; exiting"));
@@ -208,7 +211,11 @@ fn a_silent_client_is_dropped_and_the_frontend_served_after_it() {
     let mut byte = [0u8; 1];
     // The backend closes it: end of stream, not a timeout.
     assert_eq!(silent.read(&mut byte).unwrap(), 0);
-    assert!(started.elapsed() >= Duration::from_secs(9), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(backend.is_running(), "{}", backend.log());
     drop(backend.frontend());
     assert_eq!(backend.exit_code(), Some(0), "{}", backend.log());
@@ -231,7 +238,12 @@ fn clients_knocking_while_the_frontend_is_connected_are_closed() {
     frontend.get_features().unwrap();
     assert!(backend.is_running());
     let log = backend.log();
-    assert_eq!(log.matches("refused a client of the vhost-user socket").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("refused a client of the vhost-user socket")
+            .count(),
+        1,
+        "{log}"
+    );
     drop(frontend);
     assert_eq!(backend.exit_code(), Some(0), "{}", backend.log());
     assert!(
@@ -320,11 +332,7 @@ fn sigterm_with_a_frontend_at_work_flushes_the_trace_recording_and_checker() {
 
 /// A start with `args` that must be refused, in one line; what it said.
 fn refused(args: &[&str]) -> Output {
-    let output = binary()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let output = binary().args(args).stdin(Stdio::null()).output().unwrap();
     assert!(!output.status.success(), "{args:?} started");
     let said = String::from_utf8_lossy(&output.stderr);
     assert_eq!(said.lines().count(), 1, "{args:?}: {said}");
@@ -393,14 +401,13 @@ fn vram_larger_than_the_free_space_is_refused_naming_both() {
     let dir = Dir::new("too-big");
     let vram = format!("/dev/shm/wddm-daemon-{}-too-big.vram", std::process::id());
     let output = refused(&[
-            "--socket-path",
-            dir.join("gpu.sock").to_str().unwrap(),
-            "--vram-path",
-            &vram,
-            "--vram-size",
-            "1024GiB",
-        ],
-    );
+        "--socket-path",
+        dir.join("gpu.sock").to_str().unwrap(),
+        "--vram-path",
+        &vram,
+        "--vram-size",
+        "1024GiB",
+    ]);
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(said.contains("1024 GiB of VRAM"), "{said}");
     assert!(said.contains("the filesystem of /dev/shm has"), "{said}");

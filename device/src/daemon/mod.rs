@@ -3,9 +3,14 @@
 //! GPU, opens the endpoints and serves one frontend session ([`session`]) until it ends or a
 //! signal stops it ([`stop`]).
 
+mod config;
+mod error;
 mod preflight;
 mod session;
 mod stop;
+
+pub use config::Config;
+pub use error::StartError;
 
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -21,12 +26,11 @@ use wddm_gpu_abi::size_of_u32;
 
 use crate::daemon::session::Socket;
 use crate::daemon::stop::Stop;
-use crate::display::DisplayConfig;
 use crate::layout::file::parse_layout;
 use crate::layout::report::LayoutReport;
 use crate::layout::rules::validate;
 use crate::layout::SegmentLayout;
-use crate::memory::vram::{BarMode, Vram, VramError};
+use crate::memory::vram::{BarMode, Vram};
 use crate::model::gpu::Gpu;
 use crate::observe::echo::{EchoPort, ECHO_EVENT};
 use crate::observe::endpoint;
@@ -34,89 +38,9 @@ use crate::observe::recording::format::Header;
 use crate::observe::recording::Recorder;
 use crate::observe::stats::Stats;
 use crate::observe::trace::Trace;
-use crate::support::socket_path::{InstanceLock, SocketPathError};
+use crate::support::socket_path::InstanceLock;
 use crate::transport::backend::{BarModeRequest, WddmGpuBackend};
 use crate::transport::fd_relay;
-
-/// Where to listen, what to serve and what to measure.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The vhost-user socket to listen on.
-    pub socket_path: Option<PathBuf>,
-    /// An already-open socket instead (listening, or connected as libvirt passes it).
-    pub fd: Option<i32>,
-    /// The VRAM file; default: one per socket in /dev/shm.
-    pub vram_path: Option<PathBuf>,
-    /// The VRAM BAR size (a power of two).
-    pub vram_size: u64,
-    /// Where device-only VRAM is kept; default: anonymous memory.
-    pub device_vram_path: Option<PathBuf>,
-    /// Permission bits of the files and sockets created.
-    pub file_mode: u32,
-    /// Whether the benchmark's eventfd echo is served.
-    pub bench_echo: bool,
-    /// How the VRAM BAR reaches the guest.
-    pub bar_mode: BarModeRequest,
-    /// The stats endpoint; default: the socket path with `.stats` appended.
-    pub stats_socket: Option<PathBuf>,
-    /// The control socket (fault injection, live inspection); default: the socket path with
-    /// `.ctl` appended.
-    pub control_socket: Option<PathBuf>,
-    /// Fault injections armed at start, one per line.
-    pub inject_plan: Option<PathBuf>,
-    /// The checker: warnings for what is legal but almost always a KMD bug.
-    pub check: bool,
-    /// The `--trace` timeline file.
-    pub trace: Option<PathBuf>,
-    /// Where the timeline stops growing.
-    pub trace_max_size: u64,
-    /// The `--record` file of every submission of both nodes.
-    pub record: Option<PathBuf>,
-    /// Whether the recording keeps the bytes copies read too (`--record-data`).
-    pub record_data: bool,
-    /// The `--layout` file's text, for the recording (`None`: the default layout).
-    pub layout_text: Option<String>,
-    /// Scanouts, their preferred size and the host memory of 2D resources.
-    pub display: DisplayConfig,
-}
-
-/// Errors that end the program before or while serving.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{option} {}: {why}", .path.display())]
-    Path {
-        option: &'static str,
-        path: PathBuf,
-        why: String,
-    },
-    #[error("signal handling: {0}")]
-    Signals(std::io::Error),
-    #[error("waiting for the frontend: {0}")]
-    Wait(#[from] std::io::Error),
-    #[error(transparent)]
-    Vram(#[from] VramError),
-    #[error("--socket-path: {0}")]
-    Socket(#[from] SocketPathError),
-    #[error("{option}: {source}")]
-    Endpoint {
-        option: &'static str,
-        source: SocketPathError,
-    },
-    #[error("--fd {0} is not a Unix socket")]
-    BadFd(i32),
-    #[error("vhost-user daemon: {0}")]
-    Daemon(String),
-    #[error("--trace {0}: {1}")]
-    Trace(PathBuf, std::io::Error),
-    #[error("--inject-plan {0}: {1}")]
-    InjectPlan(PathBuf, String),
-    #[error("control socket {0}: {1}")]
-    ControlSocket(PathBuf, std::io::Error),
-    #[error("--record {0}: {1}")]
-    Record(PathBuf, std::io::Error),
-    #[error("stats socket {0}: {1}")]
-    StatsSocket(PathBuf, std::io::Error),
-}
 
 /// Reads and validates a layout (or builds the default); errors come back one line each.
 pub fn load_layout(path: Option<&Path>, vram_size: u64) -> Result<SegmentLayout, Vec<String>> {
@@ -192,15 +116,15 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         BarModeRequest::Shmem => "the GPU's shared-memory BAR, mapped at every device start",
     };
     info!(
-        "VRAM: {} bytes in {}{} ({how_mapped}); {} bytes of device-only VRAM{kept}",
+        "VRAM: {} bytes in {} ({how_mapped}); {} bytes of device-only VRAM{kept}{}",
         vram.size(),
         vram.path().display(),
+        device_only,
         if checked.vram_named_by_backend {
-            ", removed at exit (--vram-path keeps a file)"
+            "; the backend named the VRAM file: removed at exit (--vram-path keeps one)"
         } else {
             ""
         },
-        device_only
     );
     for line in LayoutReport::new(&layout, args.vram_size).text().lines() {
         info!("layout: {line}");
@@ -362,33 +286,6 @@ fn write_live_stats(record: &Path, stats: &Stats) {
         ),
         Err(error) => log::warn!("record: {}: {error}", Path::new(&path).display()),
     }
-}
-
-/// The VRAM file a backend uses when not told: one per socket, so two backends started with
-/// defaults never share (or resize) each other's VRAM.
-fn default_vram_path(socket: Option<&Path>) -> PathBuf {
-    let name = match socket {
-        Some(socket) => {
-            // The socket's directory resolved, so two spellings of one socket agree.
-            let full = socket
-                .parent()
-                .filter(|dir| !dir.as_os_str().is_empty())
-                .and_then(|dir| dir.canonicalize().ok())
-                .map(|dir| dir.join(socket.file_name().unwrap_or_default()))
-                .unwrap_or_else(|| socket.to_owned());
-            // FNV-1a: stable across runs and builds, unlike std's hasher.
-            let hash = full
-                .as_os_str()
-                .as_encoded_bytes()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
-                    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-                });
-            format!("socket-{hash:016x}")
-        }
-        None => format!("pid-{}", std::process::id()),
-    };
-    PathBuf::from(format!("/dev/shm/vhost-user-wddm-gpu-{name}.vram"))
 }
 
 /// Gives a socket the --file-mode (it was created under the owner-only umask).

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use wddm_gpu_abi::size_of_u32;
 
-use crate::daemon::{Config, StartError};
+use crate::daemon::config::{default_vram_path, Config};
+use crate::daemon::error::StartError;
 use crate::gpu::inject::check_plan;
 use crate::observe::endpoint;
 use crate::support::size::human_size;
@@ -37,10 +38,7 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
     }
     let (vram_path, vram_named_by_backend) = match &config.vram_path {
         Some(path) => (path.clone(), false),
-        None => (
-            super::default_vram_path(config.socket_path.as_deref()),
-            true,
-        ),
+        None => (default_vram_path(config.socket_path.as_deref()), true),
     };
     check_vram_file(
         "--vram-path",
@@ -58,8 +56,7 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
     }
     for (option, path) in endpoint_paths(config) {
         check_directory(option, &path)?;
-        socket_path::check_free(&path)
-            .map_err(|source| StartError::Endpoint { option, source })?;
+        socket_path::check_free(&path).map_err(|source| StartError::Endpoint { option, source })?;
     }
     let plan = match &config.inject_plan {
         Some(path) => {
@@ -246,5 +243,5 @@ fn free_space(directory: &Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 || stats.f_blocks == 0 {
         return None;
     }
-    u64::from(stats.f_bavail).checked_mul(u64::from(stats.f_frsize))
+    stats.f_bavail.checked_mul(stats.f_frsize)
 }

@@ -19,8 +19,8 @@ use log::{debug, info, warn};
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 
+use crate::daemon::error::StartError;
 use crate::daemon::stop::{signal_name, Stop, Woken};
-use crate::daemon::StartError;
 use crate::transport::backend::WddmGpuBackend;
 
 /// How long a new client may take to send its first valid vhost-user request. QEMU sends

@@ -357,9 +357,17 @@ fn a_plan_file_arms_its_injections_at_start_and_a_bad_line_stops_the_start() {
         .arg(&plan)
         .output()
         .unwrap();
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("line 2: duration \"fast\""), "{stderr}");
+    // Refused before anything was made: no socket, and no VRAM file the backend named.
+    assert_eq!(left, ["plan.txt"], "{stderr}");
 }
 
 #[test]
