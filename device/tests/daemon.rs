@@ -448,3 +448,53 @@ fn a_layout_syntax_error_is_one_line_with_line_and_column() {
     }
     assert_eq!(dir.listing(), ["broken.toml"]);
 }
+
+/// The VRAM file a backend on `dir/gpu.sock` named, from its log.
+fn named_vram(backend: &Backend) -> PathBuf {
+    let log = backend.log();
+    let word = log
+        .split_whitespace()
+        .find(|word| word.starts_with("/dev/shm/vhost-user-wddm-gpu-socket-"))
+        .unwrap_or_else(|| panic!("no VRAM file named in:\n{log}"));
+    PathBuf::from(word)
+}
+
+/// A backend on `dir/gpu.sock` whose VRAM file it names itself.
+fn start_naming_vram(dir: &Dir, size: &str) -> Backend {
+    let socket = dir.join("gpu.sock");
+    let log = dir.join(&format!("backend-{size}.log"));
+    let child = binary()
+        .arg("--socket-path")
+        .arg(&socket)
+        .args(["--vram-size", size])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut backend = Backend { child, socket, log };
+    backend.wait_for_log("waiting for the frontend");
+    backend
+}
+
+#[test]
+fn a_vram_file_the_backend_named_goes_with_it_and_a_killed_ones_is_replaced() {
+    let dir = Dir::new("named-vram");
+    // Killed: the file stays behind, as a crash would leave it.
+    let mut killed = start_naming_vram(&dir, "1MiB");
+    let vram = named_vram(&killed);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert!(vram.exists());
+    // The next backend on the socket, with another size, replaces it rather than refusing.
+    let mut next = start_naming_vram(&dir, "2MiB");
+    assert_eq!(named_vram(&next), vram);
+    assert!(next
+        .log()
+        .contains("left by a backend that ended without removing it"));
+    assert_eq!(std::fs::metadata(&vram).unwrap().len(), 2 << 20);
+    next.signal(libc::SIGTERM);
+    assert_eq!(next.exit_code(), Some(0), "{}", next.log());
+    assert!(!vram.exists(), "{}", next.log());
+}

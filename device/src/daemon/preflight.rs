@@ -24,6 +24,8 @@ pub struct Checked {
     pub vram_path: PathBuf,
     /// The backend chose the VRAM file's name (no `--vram-path`): removed at exit.
     pub vram_named_by_backend: bool,
+    /// That file is there, left by a backend that did not remove it: replaced.
+    pub replace_stale: bool,
     /// The injection plan's text, checked.
     pub plan: Option<String>,
 }
@@ -40,12 +42,19 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
         Some(path) => (path.clone(), false),
         None => (default_vram_path(config.socket_path.as_deref()), true),
     };
-    check_vram_file(
-        "--vram-path",
-        &vram_path,
-        config.vram_size,
-        config.file_mode,
-    )?;
+    // A file the backend names is its own: one left by a backend that was killed (nobody
+    // holds it) is replaced, whatever its size, rather than refused.
+    let replace_stale = vram_named_by_backend
+        && std::fs::symlink_metadata(&vram_path).is_ok()
+        && !socket_path::held_by_another(&vram_path);
+    if !replace_stale {
+        check_vram_file(
+            "--vram-path",
+            &vram_path,
+            config.vram_size,
+            config.file_mode,
+        )?;
+    }
     if let (Some(path), 1..) = (&config.device_vram_path, device_only) {
         check_vram_file("--device-vram-path", path, device_only, config.file_mode)?;
     }
@@ -71,6 +80,7 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
     Ok(Checked {
         vram_path,
         vram_named_by_backend,
+        replace_stale,
         plan,
     })
 }
