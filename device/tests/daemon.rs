@@ -310,6 +310,12 @@ fn sigterm_with_a_frontend_at_work_flushes_the_trace_recording_and_checker() {
     let pid = libc::pid_t::try_from(h.backend.pid().unwrap()).unwrap();
     // SAFETY: kill sends a signal to the backend this test started; no memory is involved.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // The stop, not the frontend's hang-up below, ends the session.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !h.backend.log().contains("stopped by SIGTERM") {
+        assert!(Instant::now() < deadline, "{}", h.backend.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut backend = h.disconnect();
     backend.assert_exits_cleanly(Duration::from_secs(10));
     let log = backend.log();
