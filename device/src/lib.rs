@@ -20,6 +20,8 @@
 //!   the two, and a kick's hold of the display's output.
 //! - `transport`: vhost-user glue, and the `--fd` relay.
 //! - [`daemon`]: one configuration and one start function for the binary.
+//! - [`cli`]: the binary's command line (clap), for the binary, the man pages and completions
+//!   `device/dist` generates, and the tests.
 //!
 //! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
 //! below, so the compiler sees every item nothing uses.
@@ -35,6 +37,7 @@ mod observe;
 mod replay;
 mod transport;
 
+pub mod cli;
 pub mod daemon;
 pub mod support;
 
