@@ -3,7 +3,8 @@
 //! `scripts/package`:
 //!
 //! - `OUT_DIR/man/vhost-user-wddm-gpu.1` and one `vhost-user-wddm-gpu-<subcommand>.1` a
-//!   subcommand (clap_mangen), each with the exit codes;
+//!   subcommand (clap_mangen), each with the exit codes, and `vhost-user-wddm-gpu-libvirt.1`
+//!   for the libvirt wrapper the package ships beside the backend;
 //! - `OUT_DIR/completions/`: `vhost-user-wddm-gpu.bash`, `_vhost-user-wddm-gpu` (zsh) and
 //!   `vhost-user-wddm-gpu.fish` (clap_complete).
 //!
@@ -132,7 +133,85 @@ fn man_pages(date: &str) -> std::io::Result<Vec<(String, Vec<u8>)>> {
     for sub in subcommands {
         pages.push(page(sub, date, &[BIN_NAME.to_owned()], false)?);
     }
+    pages.push((
+        format!("{WRAPPER_NAME}.1"),
+        wrapper_page(date).render().into_bytes(),
+    ));
     Ok(pages)
+}
+
+/// The libvirt wrapper the package installs beside the backend
+/// (qemu-configs/windows/libvirt/vhost-user-wddm-gpu-libvirt, its paths made the package's).
+const WRAPPER_NAME: &str = "vhost-user-wddm-gpu-libvirt";
+
+/// The wrapper's page: a shell script, so written here rather than generated from clap.
+fn wrapper_page(date: &str) -> Roff {
+    let base = "/dev/shm/vhost-user-wddm-gpu-libvirt";
+    let mut roff = Roff::new();
+    roff.control(
+        "TH",
+        [
+            WRAPPER_NAME,
+            "1",
+            date,
+            &format!("{BIN_NAME} {}", env!("CARGO_PKG_VERSION")),
+            "User Commands",
+        ],
+    );
+    roff.control("SH", ["NAME"]);
+    roff.text([roman(format!(
+        "{WRAPPER_NAME} - the GPU backend as libvirt starts it, with the VRAM file a domain's \
+         <shmem> maps"
+    ))]);
+    roff.control("SH", ["SYNOPSIS"]);
+    roff.text([bold(WRAPPER_NAME), roman(" --fd=N")]);
+    roff.control("br", []);
+    roff.text([bold(WRAPPER_NAME), roman(" --print-capabilities")]);
+    roff.control("SH", ["DESCRIPTION"]);
+    roff.text([roman(format!(
+        "libvirt starts a vhost-user GPU backend for <video><driver name='vhostuser'/> from the \
+         first description of type gpu in /etc/qemu/vhost-user/ and /usr/share/qemu/vhost-user/ \
+         (in file-name order) whose binary answers --print-capabilities, and passes it only the \
+         socket it hands over (--fd=N). The VRAM file the domain's ivshmem-plain function maps \
+         (<shmem name='vhost-user-wddm-gpu-libvirt'>, that is {base}.vram) must be the backend's, \
+         so this wrapper runs {BIN_NAME} with --vram-path {base}.vram, --vram-size 256MiB, \
+         --bar-mode ivshmem, the stats and control sockets {base}.stats and {base}.ctl, and the \
+         arguments libvirt gave. libvirt sends a backend's output nowhere: the wrapper appends \
+         it to {base}.log (RUST_LOG=info unless set). With --print-capabilities it runs the \
+         backend with the arguments as given."
+    ))]);
+    roff.control("PP", []);
+    roff.text([roman(
+        "One domain at a time: the file names are fixed. The package's \
+         10-vhost-user-wddm-gpu-libvirt.json in /usr/share/qemu/vhost-user/ names this wrapper and \
+         sorts before 10-vhost-user-wddm-gpu.json (the backend itself), so libvirt takes the \
+         wrapper; an empty file of that name in /etc/qemu/vhost-user/ masks it.",
+    )]);
+    roff.control("SH", ["FILES"]);
+    for (file, what) in [
+        (format!("{base}.vram"), "the VRAM file (256 MiB)"),
+        (format!("{base}.log"), "the backend's log"),
+        (
+            format!("{base}.stats"),
+            "the stats socket (vhost-user-wddm-gpu stats)",
+        ),
+        (
+            format!("{base}.ctl"),
+            "the control socket (vhost-user-wddm-gpu ctl)",
+        ),
+    ] {
+        roff.control("TP", []);
+        roff.text([bold(file)]);
+        roff.text([roman(what)]);
+    }
+    roff.control("SH", ["EXIT STATUS"]);
+    roff.text([roman(format!("The backend's: see {BIN_NAME}(1)."))]);
+    roff.control("SH", ["SEE ALSO"]);
+    roff.text([roman(format!(
+        "{BIN_NAME}(1), libvirtd(8). The libvirt guide is \
+         /usr/share/doc/vhost-user-wddm-gpu/docs/libvirt.md."
+    ))]);
+    roff
 }
 
 /// One page: clap_mangen's sections, then EXIT STATUS (and SIGNALS on the backend's), SEE ALSO
@@ -218,7 +297,7 @@ mod tests {
             );
         }
         assert!(!names.iter().any(|name| name.contains("help")), "{names:?}");
-        for (name, text) in &pages {
+        for (name, text) in pages.iter().filter(|(name, _)| !name.contains("libvirt")) {
             let text = String::from_utf8_lossy(text);
             assert!(text.contains(".SH \"EXIT STATUS\""), "{name}");
             for (code, _) in EXIT_CODES {
