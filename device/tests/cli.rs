@@ -79,6 +79,61 @@ fn print_capabilities_names_a_gpu_backend() {
 }
 
 #[test]
+fn the_usage_line_says_socket_path_or_fd_is_required() {
+    let output = run(&["--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let usage = help
+        .lines()
+        .find(|line| line.starts_with("Usage: "))
+        .unwrap_or_else(|| panic!("no usage line in:\n{help}"));
+    assert!(
+        usage.contains("<--socket-path <SOCKET_PATH>|--fd <FD>|--print-capabilities>"),
+        "{usage}"
+    );
+}
+
+#[test]
+fn a_start_with_neither_socket_path_nor_fd_is_a_usage_error() {
+    for args in [&[][..], &["--vram-size", "16MiB"][..], &["--check"][..]] {
+        let output = run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_said(
+            &output,
+            "the following required arguments were not provided",
+        );
+        assert_said(
+            &output,
+            "<--socket-path <SOCKET_PATH>|--fd <FD>|--print-capabilities>",
+        );
+        assert!(output.stdout.is_empty());
+    }
+}
+
+#[test]
+fn socket_path_and_fd_together_are_a_usage_error() {
+    let output = run(&["--socket-path", "/nonexistent/s", "--fd", "3"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_said(&output, "cannot be used with");
+}
+
+#[test]
+fn print_capabilities_is_answered_alone_and_refused_with_other_options() {
+    let output = run(&["--print-capabilities"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "gpu");
+    let output = run(&["--print-capabilities", "--vram-size", "16MiB"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_said(&output, "--print-capabilities");
+}
+
+#[test]
 fn vram_size_must_be_a_power_of_two() {
     let dir = scratch("npot");
     let vram = dir.join("vram");
