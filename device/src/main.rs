@@ -89,9 +89,16 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     ) {
         error.exit();
     }
+    // The message is the rendering's first paragraph (a list of missing arguments is indented
+    // under its first line); the usage block after it is what --help shows.
     let rendered = error.render().to_string();
-    let first = rendered.lines().next().unwrap_or_default();
-    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
     eprintln!("vhost-user-wddm-gpu: error: {message} (see --help)");
     ExitCode::from(EXIT_INVALID)
 }

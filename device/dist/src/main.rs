@@ -32,8 +32,10 @@ const EXIT_CODES: [(&str, &str); 4] = [
     ),
     (
         "1",
-        "A runtime error while serving, or a start that failed on the system (a socket or a file \
-         could not be created or read).",
+        "A start that was refused or failed before serving (another backend serves the socket, a \
+         missing directory, a VRAM file in use, of another size or larger than the free space, a \
+         bad --fd, an injection plan that cannot be read or parsed, a file or socket that cannot \
+         be created), or an error while serving.",
     ),
     (
         "2",
@@ -253,8 +255,9 @@ fn extra_sections(related: &[String], backend: bool) -> Roff {
     if backend {
         roff.control("SH", ["SIGNALS"]);
         roff.text([roman(
-            "SIGTERM and SIGINT end the session in order (exit status 0). SIGHUP is logged and \
-             ignored: the backend has no configuration to reload.",
+            "SIGTERM and SIGINT end the session in order (exit status 0); a second one while \
+             stopping ends the process at once (exit status 128 + the signal). SIGHUP is logged \
+             and ignored: the backend has no configuration to reload.",
         )]);
         roff.control("SH", ["ENVIRONMENT"]);
         roff.control("TP", []);
