@@ -62,14 +62,19 @@ struct Backend {
 
 impl Backend {
     fn start(dir: &Dir, args: &[&str]) -> Self {
+        let vram = dir.join("gpu.vram");
+        let mut all = vec!["--vram-path", vram.to_str().unwrap(), "--vram-size", "1MiB"];
+        all.extend_from_slice(args);
+        Self::spawn(dir, "backend.log", &all)
+    }
+
+    /// The binary on `dir/gpu.sock` with `args`, logging to `dir/LOG`, once it waits.
+    fn spawn(dir: &Dir, log: &str, args: &[&str]) -> Self {
         let socket = dir.join("gpu.sock");
-        let log = dir.join("backend.log");
+        let log = dir.join(log);
         let child = binary()
             .arg("--socket-path")
             .arg(&socket)
-            .arg("--vram-path")
-            .arg(dir.join("gpu.vram"))
-            .args(["--vram-size", "1MiB"])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -467,21 +472,7 @@ fn named_vram(backend: &Backend) -> PathBuf {
 
 /// A backend on `dir/gpu.sock` whose VRAM file it names itself.
 fn start_naming_vram(dir: &Dir, size: &str) -> Backend {
-    let socket = dir.join("gpu.sock");
-    let log = dir.join(&format!("backend-{size}.log"));
-    let child = binary()
-        .arg("--socket-path")
-        .arg(&socket)
-        .args(["--vram-size", size])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut backend = Backend { child, socket, log };
-    backend.wait_for_log("waiting for the frontend");
-    backend
+    Backend::spawn(dir, &format!("backend-{size}.log"), &["--vram-size", size])
 }
 
 #[test]

@@ -22,7 +22,6 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use wddm_gpu_abi::size_of_u32;
 
 use crate::daemon::session::Socket;
 use crate::daemon::stop::Stop;
@@ -314,22 +313,8 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
 
 /// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
 fn listening_fd(fd: i32) -> Result<Socket, StartError> {
-    let mut accepting: libc::c_int = 0;
-    let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
-    // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut accepting as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(StartError::BadFd(fd));
-    }
-    if accepting != 0 {
+    let accepting = preflight::socket_accepts(fd)?;
+    if accepting {
         // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
         let listener = unsafe { Listener::from_raw_fd(fd) };
         return Ok(Socket {

@@ -112,6 +112,12 @@ pub fn endpoint_paths(config: &Config) -> Vec<(&'static str, PathBuf)> {
 
 /// `--fd`: a socket this process holds.
 fn check_fd(fd: i32) -> Result<(), StartError> {
+    socket_accepts(fd).map(drop)
+}
+
+/// Whether the socket `fd` listens (accepts connections) or is connected; refused when `fd` is
+/// not an open socket.
+pub fn socket_accepts(fd: i32) -> Result<bool, StartError> {
     let mut accepting: libc::c_int = 0;
     let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
     // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call;
@@ -128,7 +134,7 @@ fn check_fd(fd: i32) -> Result<(), StartError> {
     if rc != 0 {
         return Err(StartError::BadFd(fd));
     }
-    Ok(())
+    Ok(accepting != 0)
 }
 
 /// The directory a file of `option` goes in exists.
