@@ -294,6 +294,65 @@ fn a_broken_layout_exits_2_with_one_line_per_rule() {
     );
 }
 
+/// A WDDM 2.0 layout: CPU-visible VRAM (segment 1), an aperture (segment 2), then `gpummu`.
+fn gpummu_layout(gpummu: &str) -> String {
+    format!(
+        "wddm = \"2.0\"\n[[segments]]\nflags = [\"CpuVisible\"]\nsize = \"64MiB\"\n\
+         [[segments]]\nflags = [\"Aperture\"]\nsize = \"64MiB\"\n[gpummu]\n{gpummu}"
+    )
+}
+
+#[test]
+fn check_layout_prints_every_broken_gpummu_rule_with_its_source() {
+    let dir = scratch("gpummu-rules");
+    let path = dir.join("gpummu.toml");
+    let layout = gpummu_layout(
+        "index_bits = [9, 9]\nupdate_mode = \"gpu_virtual\"\nmax_contexts = 0\n\
+         table_segments = [2, 0]\n",
+    );
+    std::fs::write(&path, layout).unwrap();
+    let output = run(&["check-layout", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    // Each line: the program, the file, then the violation.
+    let lines: Vec<&str> = message
+        .lines()
+        .map(|line| line.split_once(".toml: ").map_or(line, |(_, rule)| rule))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "layout (gpummu.update_mode): PageTableUpdateMode GPU_VIRTUAL is not offered: the paging node's UPDATE_PAGE_TABLE addresses page tables physically; use gpu_physical, or cpu_virtual [limit of this device]",
+            "layout (gpummu): max_contexts 0 is outside 1..=4096 [limit of this device]",
+            "layout (gpummu): level 0: page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+            "layout (gpummu): level 0: paging_process_page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+        ],
+        "{message}"
+    );
+}
+
+#[test]
+fn check_layout_refuses_a_root_of_0_index_bits_as_this_devices_limit() {
+    let dir = scratch("gpummu-root");
+    let path = dir.join("gpummu.toml");
+    std::fs::write(&path, gpummu_layout("index_bits = [9, 0]\n")).unwrap();
+    let output = run(&["check-layout", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message
+            .contains(".toml: layout (gpummu): level 1: page_table_index_bit_count 0 is below 1"),
+        "{message}"
+    );
+    assert!(message.contains("resizable root"), "{message}");
+    assert!(!message.contains("64 KiB"), "the leaf's rule: {message}");
+    assert!(
+        message.trim_end().ends_with("[limit of this device]"),
+        "{message}"
+    );
+}
+
 #[test]
 fn check_layout_vram_size_must_be_a_power_of_two() {
     let path = layouts_dir().join("banked.toml");
