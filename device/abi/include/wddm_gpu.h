@@ -2283,7 +2283,8 @@ typedef struct WddmGpuMmuFault {
    */
   uint32_t kind;
   /**
-   * The page-table level whose entry (or root) faulted; 0 for the leaf.
+   * The page-table level whose entry (or root) faulted; 0 for the leaf. For READ_ONLY and
+   * NO_EXECUTE, the highest level whose entry carries the bit.
    */
   uint32_t page_table_level;
   /**
@@ -2295,7 +2296,9 @@ typedef struct WddmGpuMmuFault {
    */
   uint32_t reserved;
   /**
-   * The entry that faulted as read from memory (0 for a root overrun or a missing root).
+   * The entry at `page_table_level` as read from memory: the one that faulted, or for
+   * READ_ONLY and NO_EXECUTE the one carrying the bit (0 for a root overrun or a missing
+   * root).
    */
   uint64_t entry;
 } WddmGpuMmuFault;
