@@ -460,6 +460,45 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     assert_eq!(record.fault.virtual_address, VA_DESTINATION);
 }
 
+/// A COPY and a FILL that run off their mappings part way write the bytes before the faulting
+/// page, as a DMA engine does, and `bytes_transferred` counts them after the whole packets.
+#[test]
+fn a_copy_or_fill_that_faults_part_way_writes_and_counts_the_bytes_before_the_fault() {
+    let (mut h, _tables) = mapped_gpu("gpummu-part", 0);
+    h.write_ram(data_page(15), &[0x5a; 4096]);
+    h.write_vram(0x10_0000, &[0; 2 * 4096]);
+    // Source pages 0-15 are mapped: the copy reads 100 bytes of page 15, then faults at 16.
+    let mut packets = DmaBufferBuilder::new();
+    packets.push(&virtual_fill(0x0303_0303, 64, VA_DESTINATION + PAGE));
+    packets.push(&virtual_copy(
+        300,
+        VA_SOURCE + 16 * PAGE - 100,
+        VA_DESTINATION,
+    ));
+    let done = run_virtual(&mut h, &packets, 95);
+    let record = page_fault(&done);
+    assert_eq!(record.fault.virtual_address, VA_SOURCE + 16 * PAGE);
+    assert_eq!((done.packets_completed, done.fault_packet_offset), (1, 32));
+    assert_eq!(done.bytes_transferred, 64 + 100);
+    assert_eq!(h.read_vram(0x10_0000, 100), vec![0x5a; 100]);
+    assert_eq!(h.read_vram(0x10_0000 + 100, 200), vec![0; 200]);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    // Destination pages 0-19 are mapped: the fill writes 40 bytes of page 19, then faults.
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(
+        0x0707_0707,
+        200,
+        VA_DESTINATION + 20 * PAGE - 40,
+    ));
+    let done = run_virtual(&mut h, &fill, 96);
+    assert_eq!(
+        page_fault(&done).fault.virtual_address,
+        VA_DESTINATION + 20 * PAGE
+    );
+    assert_eq!((done.packets_completed, done.bytes_transferred), (0, 40));
+    assert_eq!(h.read_vram(0x10_0000 + 20 * PAGE - 40, 40), vec![7; 40]);
+}
+
 #[test]
 fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_hang_ends_at_reset_engine(
 ) {

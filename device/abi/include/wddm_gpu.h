@@ -1731,7 +1731,9 @@ typedef struct WddmGpuRespSubmit {
    */
   uint64_t fault_address;
   /**
-   * Bytes moved by the submission.
+   * Bytes moved by the submission: its whole packets', and those a packet that stopped part
+   * way (a fault of a GPU-virtual-address packet, a PREEMPT or RESET between chunks) moved
+   * before it stopped. A physically addressed packet that faults moved none.
    */
   uint64_t bytes_transferred;
 } WddmGpuRespSubmit;
@@ -3126,7 +3128,8 @@ typedef struct WddmGpuRespSubmitVirtual {
    */
   uint32_t fault_packet_offset;
   /**
-   * Bytes copied or filled.
+   * Bytes copied or filled: the whole packets', and those the packet that stopped (a page
+   * fault, PREEMPT or RESET_ENGINE) moved before it stopped, in address order.
    */
   uint64_t bytes_transferred;
   /**
