@@ -460,6 +460,51 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     assert_eq!(record.fault.virtual_address, VA_DESTINATION);
 }
 
+/// A SUBMIT_VIRTUAL refused for its own fields, for a missing context or by a faulted node never
+/// ran: its fence does not complete, so `virtual_completed_fence` keeps the last one that did.
+/// One that ran to a page fault completes (`DmaPageFaulted` has the driver advance to it).
+#[test]
+fn a_refused_virtual_submission_does_not_complete_its_fence() {
+    let (mut h, _tables) = mapped_gpu("gpummu-refused", 0);
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(0, 16, VA_DESTINATION));
+    run_virtual_as(&mut h, &fill, 40, SubmitStatus::Ok);
+    let completed = |h: &Harness| h.status_page(STATUS_PAGE).virtual_completed_fence;
+    assert_eq!(completed(&h), 40);
+    h.write_ram(DMA_PAGE, fill.bytes());
+    let mut reserved = submit_virtual(CONTEXT, VA_DMA, fill.len(), 41);
+    reserved.reserved = 1;
+    let mut backwards = submit_virtual(CONTEXT, VA_DMA, fill.len(), 42);
+    backwards.start_offset = backwards.end_offset + 8;
+    let mut elsewhere = submit_virtual(CONTEXT, VA_DMA, fill.len(), 43);
+    elsewhere.context_id = CONTEXT + 1;
+    for (cmd, status) in [
+        (reserved, SubmitStatus::ReservedField),
+        (backwards, SubmitStatus::BadCommand),
+        (elsewhere, SubmitStatus::BadContext),
+    ] {
+        let done: WddmGpuRespSubmitVirtual = h.request(cmd.as_bytes(), BUFFER_SIZE).exact();
+        assert_eq!(done.status, status as u32, "{done:?}");
+        assert_eq!(
+            completed(&h),
+            40,
+            "refused fence {}",
+            cmd.submission_fence_id
+        );
+    }
+    // A page fault completes its fence; the faulted node's refusals then do not.
+    let mut faulting = DmaBufferBuilder::new();
+    faulting.push(&virtual_fill(0, 16, VA_SOURCE + 16 * PAGE));
+    page_fault(&run_virtual(&mut h, &faulting, 44));
+    assert_eq!(completed(&h), 44);
+    run_virtual_as(&mut h, &fill, 45, SubmitStatus::NodeFaulted);
+    assert_eq!(completed(&h), 44);
+}
+
 /// A COPY and a FILL that run off their mappings part way write the bytes before the faulting
 /// page, as a DMA engine does, and `bytes_transferred` counts them after the whole packets.
 #[test]
@@ -811,6 +856,10 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     tables.set(from, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
     tables.set(to, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
     apply(&mut h, &mut tables, 2);
+    // A completed virtual submission: the virtual node's LastCompletedFenceId.
+    let mut signal = DmaBufferBuilder::new();
+    signal.push(&virtual_signal(VA_FENCE, 4));
+    run_virtual_as(&mut h, &signal, 29, SubmitStatus::Ok);
     let mut long = DmaBufferBuilder::new();
     long.push(&virtual_copy(256 << 30, from, to));
     h.write_ram(DMA_PAGE, long.bytes());
@@ -825,7 +874,26 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     let preempt = h.post_preempt();
     let answer = h.wait_preempt(preempt);
-    assert_eq!(answer.preempted_count, 2, "{answer:?}");
+    // Per node, as DXGK_INTERRUPT_DMA_PREEMPTED reports it: the paging node preempted nothing
+    // (its last fence 2), the virtual node its running 30 and queued 31 (its last 29).
+    assert_eq!(
+        (
+            answer.preempted_fence,
+            answer.last_completed_fence,
+            answer.preempted_count
+        ),
+        (0, 2, 0),
+        "{answer:?}"
+    );
+    assert_eq!(
+        (
+            answer.virtual_preempted_fence,
+            answer.virtual_last_completed_fence,
+            answer.virtual_preempted_count
+        ),
+        (30, 29, 2),
+        "{answer:?}"
+    );
     for (pending, fence) in [(running, 30), (queued, 31)] {
         let done: WddmGpuRespSubmitVirtual = h.wait_reply(pending).exact();
         assert_eq!(done.submission_fence_id, fence);
@@ -950,7 +1018,7 @@ fn a_recorded_session_of_both_nodes_replays_with_the_same_answers_counts_and_vra
     );
     std::thread::sleep(std::time::Duration::from_millis(50));
     let preempt = h.post_preempt();
-    assert_eq!(h.wait_preempt(preempt).preempted_count, 1);
+    assert_eq!(h.wait_preempt(preempt).virtual_preempted_count, 1);
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(running).exact();
     assert_eq!(done.status, SubmitStatus::Preempted as u32, "{done:?}");
     let preempted_bytes = done.bytes_transferred;

@@ -2197,11 +2197,12 @@ typedef struct WddmGpuStatusPage {
    */
   uint32_t completed_fence;
   /**
-   * Fence of the latest preempted submission (`PreemptionFenceId`).
+   * Fence of the paging node's latest preempted submission (`PreemptionFenceId`).
    */
   uint32_t preempted_fence;
   /**
-   * Latest completed fence when that preemption happened (`LastCompletedFenceId`).
+   * The paging node's latest completed fence when that preemption happened
+   * (`LastCompletedFenceId`).
    */
   uint32_t last_completed_at_preempt;
   /**
@@ -2247,7 +2248,8 @@ typedef struct WddmGpuStatusPage {
    */
   uint32_t events_dropped;
   /**
-   * The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault).
+   * The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault; a
+   * submission refused without running, preempted or reset does not complete).
    */
   uint32_t virtual_completed_fence;
   /**
@@ -2440,7 +2442,10 @@ typedef struct WddmGpuRespEvent {
 
 /**
  * Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
- * `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+ * `DXGK_INTERRUPT_DMA_PREEMPTED` needs, per node (its `NodeOrdinal`, `PreemptionFenceId`,
+ * `LastCompletedFenceId`). PREEMPT preempts both nodes; a driver reports one DMA_PREEMPTED
+ * for each node whose count is not 0. Each node's fences are its own: the paging node's
+ * SUBMIT fences, the virtual node's SUBMIT_VIRTUAL fences.
  */
 typedef struct WddmGpuRespPreempt {
   /**
@@ -2448,22 +2453,42 @@ typedef struct WddmGpuRespPreempt {
    */
   struct WddmGpuCtrlHdr hdr;
   /**
-   * `PreemptionFenceId`: the first submission that did not complete (0 when none was
-   * pending).
+   * The paging node's (node 0) `PreemptionFenceId`: its first submission that did not
+   * complete (0 when none was pending).
    */
   uint32_t preempted_fence;
   /**
-   * `LastCompletedFenceId`.
+   * The paging node's `LastCompletedFenceId`: its latest completed fence (FENCE packets
+   * included), the status page's `completed_fence`.
    */
   uint32_t last_completed_fence;
   /**
-   * Submissions returned with status PREEMPTED.
+   * The paging node's submissions returned with status PREEMPTED.
    */
   uint32_t preempted_count;
   /**
    * Zero.
    */
   uint32_t reserved;
+  /**
+   * The virtual node's (node 1) `PreemptionFenceId`: its first SUBMIT_VIRTUAL that did not
+   * complete, the running one if a PREEMPT stopped it, else the first queued (0 when none
+   * was pending).
+   */
+  uint32_t virtual_preempted_fence;
+  /**
+   * The virtual node's `LastCompletedFenceId`: its latest completed SUBMIT_VIRTUAL fence,
+   * the status page's `virtual_completed_fence`.
+   */
+  uint32_t virtual_last_completed_fence;
+  /**
+   * The virtual node's submissions returned with status PREEMPTED.
+   */
+  uint32_t virtual_preempted_count;
+  /**
+   * Zero.
+   */
+  uint32_t virtual_reserved;
 } WddmGpuRespPreempt;
 
 /**

@@ -44,6 +44,9 @@ pub struct VirtualCompletion {
     pub bytes_transferred: u64,
     /// Where and why it stopped early.
     pub stop: Option<(u32, Stop)>,
+    /// The command's own fields were refused (`stop` says why): its buffer never ran, so its
+    /// fence does not complete.
+    pub refused: bool,
 }
 
 impl VirtualCompletion {
@@ -62,6 +65,7 @@ impl VirtualCompletion {
             packets_completed: 0,
             bytes_transferred: 0,
             stop: Some((cmd.start_offset, Stop::Fault(Fault::Page(fault)))),
+            refused: false,
         }
     }
 
@@ -302,9 +306,11 @@ impl VirtualEngine {
             packets_completed: 0,
             bytes_transferred: 0,
             stop: None,
+            refused: false,
         };
         if let Err(fault) = check_command(cmd) {
             completion.stop = Some((cmd.start_offset, fault.into()));
+            completion.refused = true;
             return completion;
         }
         let mut offset = cmd.start_offset;

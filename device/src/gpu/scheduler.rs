@@ -656,12 +656,13 @@ impl Scheduler {
         for job in drained {
             execution.answer_drained(job, Interruption::Preempted);
         }
+        // The virtual node's part is the caller's (`PagingGpu`), which preempts both.
         WddmGpuRespPreempt {
             hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
             preempted_fence,
             last_completed_fence: last_completed,
             preempted_count,
-            reserved: 0,
+            ..Default::default()
         }
     }
 
@@ -673,7 +674,7 @@ impl Scheduler {
             preempted_fence: 0,
             last_completed_fence: self.execution.last_completed.load(Ordering::Acquire),
             preempted_count: 0,
-            reserved: 0,
+            ..Default::default()
         }
     }
 
