@@ -716,6 +716,49 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
     );
 }
 
+/// A level-1 table in VRAM (segment 1) where the layout puts level 1's tables in system
+/// memory, for `VA_SOURCE + 1 GiB`: the walk follows it, as hardware would, and with `--check`
+/// the checker warns once for that table.
+fn misplaced_level_1(h: &mut Harness, tables: &mut PageTables) -> u64 {
+    let va = VA_SOURCE + (1 << 30);
+    let (level_1, leaf) = (0xc0_0000, 0xc0_1000);
+    let index = |level: u32| ((va >> (12 + 9 * level)) & 511) * 8;
+    h.write_vram(level_1 + index(1), &pte(1, leaf, 0).to_le_bytes());
+    h.write_vram(leaf + index(0), &pte(0, data_page(3), 0).to_le_bytes());
+    tables.set(va, 2, pte(1, level_1, 0)).unwrap();
+    apply(h, tables, 2);
+    va
+}
+
+#[test]
+fn a_table_outside_its_levels_segment_works_and_with_check_is_a_warning() {
+    let bytes = pattern(7, 64);
+    for check in [false, true] {
+        let args: &[&str] = if check { &["--check"] } else { &[] };
+        let (mut h, mut tables) = mapped_gpu_with("gpummu-misplaced", 0, args);
+        let va = misplaced_level_1(&mut h, &mut tables);
+        h.write_ram(data_page(3), &bytes);
+        let mut copy = DmaBufferBuilder::new();
+        copy.push(&virtual_copy(64, va, VA_DESTINATION));
+        run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
+        run_virtual_as(&mut h, &copy, 4, SubmitStatus::Ok);
+        assert_eq!(h.read_vram(0x10_0000, 64), bytes);
+        let warnings = h.backend.ctl_ok("warnings");
+        if !check {
+            assert!(!warnings.contains("misplaced-page-table:"), "{warnings}");
+            continue;
+        }
+        // Once for the table, though two submissions walked through it.
+        assert!(warnings.contains("misplaced-page-table 1"), "{warnings}");
+        assert!(
+            warnings.contains(&format!(
+                "misplaced-page-table: submission fence 3: context {CONTEXT}: GPU VA {va:#x} walks through a level 1 table in segment 1 at 0xc00000; the layout puts the level's tables in segment 0"
+            )),
+            "{warnings}"
+        );
+    }
+}
+
 #[test]
 fn the_checking_mode_catches_a_skipped_flush_and_a_flush_ends_it() {
     let (mut h, mut tables) = mapped_gpu("gpummu-checking", WDDM_GPU_CONTEXT_FLAG_CHECK_TLB);

@@ -432,6 +432,18 @@ impl EngineHooks for Hooks<'_, '_> {
     fn ran(&mut self, fence: u32, offset: u32, packet: &Packet) {
         if let Some(checker) = self.checker {
             checker.packet(fence, offset, packet);
+            // The paging process's tables a virtual-address packet walked through.
+            let paging = {
+                let contexts = lock(self.contexts);
+                contexts.paging_context().zip(contexts.paging_space())
+            };
+            if let Some((context, space)) = paging {
+                // Taken first: the checker's lock is never held under the space's.
+                let misplaced = lock(&space).take_misplaced();
+                for table in &misplaced {
+                    checker.misplaced_table(fence, context, table);
+                }
+            }
         }
     }
 

@@ -542,19 +542,26 @@ impl Shared {
     }
 
     /// Reports what the checking mode found while the submission ran: a log line and a
-    /// STALE_TRANSLATION event each.
+    /// STALE_TRANSLATION event each stale translation; with the checker, a warning each
+    /// misplaced page table.
     fn report_stale(
         &self,
         cmd: &WddmGpuCmdSubmitVirtual,
         space: &Mutex<AddressSpace>,
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) {
-        let (stale, total, asked) = {
+        let (stale, total, asked, misplaced) = {
             let mut space = lock(space);
             let asked = space.asked_for_checking();
             let (stale, total) = space.take_stale();
-            (stale, total, asked)
+            (stale, total, asked, space.take_misplaced())
         };
+        if self.checker.enabled() {
+            for table in &misplaced {
+                self.checker
+                    .misplaced_table(cmd.submission_fence_id, cmd.context_id, table);
+            }
+        }
         for found in stale {
             warn!(
                 "context {}: stale translation served for GPU VA {:#x}: level {} entry was {:#x} when cached, is {:#x} in memory (a missing FLUSH_TLB; {total} found so far)",
