@@ -21,6 +21,8 @@
 //! - `transport`: vhost-user glue, and the `--fd` relay.
 //! - [`daemon`]: one configuration and one start function for the binary: the checks before a
 //!   start, the session with the frontend, the stop on a signal.
+//! - [`cli`]: the binary's command line (clap), for the binary, the man pages and completions
+//!   `device/dist` generates, and the tests.
 //!
 //! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
 //! below, so the compiler sees every item nothing uses.
@@ -36,6 +38,7 @@ mod observe;
 mod replay;
 mod transport;
 
+pub mod cli;
 pub mod daemon;
 pub mod support;
 

@@ -79,6 +79,61 @@ fn print_capabilities_names_a_gpu_backend() {
 }
 
 #[test]
+fn the_usage_line_says_socket_path_or_fd_is_required() {
+    let output = run(&["--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let usage = help
+        .lines()
+        .find(|line| line.starts_with("Usage: "))
+        .unwrap_or_else(|| panic!("no usage line in:\n{help}"));
+    assert!(
+        usage.contains("<--socket-path <SOCKET_PATH>|--fd <FD>|--print-capabilities>"),
+        "{usage}"
+    );
+}
+
+#[test]
+fn a_start_with_neither_socket_path_nor_fd_is_a_usage_error() {
+    for args in [&[][..], &["--vram-size", "16MiB"][..], &["--check"][..]] {
+        let output = run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_said(
+            &output,
+            "the following required arguments were not provided",
+        );
+        assert_said(
+            &output,
+            "<--socket-path <SOCKET_PATH>|--fd <FD>|--print-capabilities>",
+        );
+        assert!(output.stdout.is_empty());
+    }
+}
+
+#[test]
+fn socket_path_and_fd_together_are_a_usage_error() {
+    let output = run(&["--socket-path", "/nonexistent/s", "--fd", "3"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_said(&output, "cannot be used with");
+}
+
+#[test]
+fn print_capabilities_is_answered_alone_and_refused_with_other_options() {
+    let output = run(&["--print-capabilities"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "gpu");
+    let output = run(&["--print-capabilities", "--vram-size", "16MiB"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_said(&output, "--print-capabilities");
+}
+
+#[test]
 fn vram_size_must_be_a_power_of_two() {
     let dir = scratch("npot");
     let vram = dir.join("vram");
@@ -236,6 +291,65 @@ fn a_broken_layout_exits_2_with_one_line_per_rule() {
     assert!(
         !socket.exists(),
         "the backend must not listen with an invalid layout"
+    );
+}
+
+/// A WDDM 2.0 layout: CPU-visible VRAM (segment 1), an aperture (segment 2), then `gpummu`.
+fn gpummu_layout(gpummu: &str) -> String {
+    format!(
+        "wddm = \"2.0\"\n[[segments]]\nflags = [\"CpuVisible\"]\nsize = \"64MiB\"\n\
+         [[segments]]\nflags = [\"Aperture\"]\nsize = \"64MiB\"\n[gpummu]\n{gpummu}"
+    )
+}
+
+#[test]
+fn check_layout_prints_every_broken_gpummu_rule_with_its_source() {
+    let dir = scratch("gpummu-rules");
+    let path = dir.join("gpummu.toml");
+    let layout = gpummu_layout(
+        "index_bits = [9, 9]\nupdate_mode = \"gpu_virtual\"\nmax_contexts = 0\n\
+         table_segments = [2, 0]\n",
+    );
+    std::fs::write(&path, layout).unwrap();
+    let output = run(&["check-layout", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    // Each line: the program, the file, then the violation.
+    let lines: Vec<&str> = message
+        .lines()
+        .map(|line| line.split_once(".toml: ").map_or(line, |(_, rule)| rule))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "layout (gpummu.update_mode): PageTableUpdateMode GPU_VIRTUAL is not offered: the paging node's UPDATE_PAGE_TABLE addresses page tables physically; use gpu_physical, or cpu_virtual [limit of this device]",
+            "layout (gpummu): max_contexts 0 is outside 1..=4096 [limit of this device]",
+            "layout (gpummu): level 0: page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+            "layout (gpummu): level 0: paging_process_page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+        ],
+        "{message}"
+    );
+}
+
+#[test]
+fn check_layout_refuses_a_root_of_0_index_bits_as_this_devices_limit() {
+    let dir = scratch("gpummu-root");
+    let path = dir.join("gpummu.toml");
+    std::fs::write(&path, gpummu_layout("index_bits = [9, 0]\n")).unwrap();
+    let output = run(&["check-layout", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message
+            .contains(".toml: layout (gpummu): level 1: page_table_index_bit_count 0 is below 1"),
+        "{message}"
+    );
+    assert!(message.contains("resizable root"), "{message}");
+    assert!(!message.contains("64 KiB"), "the leaf's rule: {message}");
+    assert!(
+        message.trim_end().ends_with("[limit of this device]"),
+        "{message}"
     );
 }
 

@@ -62,14 +62,19 @@ struct Backend {
 
 impl Backend {
     fn start(dir: &Dir, args: &[&str]) -> Self {
+        let vram = dir.join("gpu.vram");
+        let mut all = vec!["--vram-path", vram.to_str().unwrap(), "--vram-size", "1MiB"];
+        all.extend_from_slice(args);
+        Self::spawn(dir, "backend.log", &all)
+    }
+
+    /// The binary on `dir/gpu.sock` with `args`, logging to `dir/LOG`, once it waits.
+    fn spawn(dir: &Dir, log: &str, args: &[&str]) -> Self {
         let socket = dir.join("gpu.sock");
-        let log = dir.join("backend.log");
+        let log = dir.join(log);
         let child = binary()
             .arg("--socket-path")
             .arg(&socket)
-            .arg("--vram-path")
-            .arg(dir.join("gpu.vram"))
-            .args(["--vram-size", "1MiB"])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -310,6 +315,12 @@ fn sigterm_with_a_frontend_at_work_flushes_the_trace_recording_and_checker() {
     let pid = libc::pid_t::try_from(h.backend.pid().unwrap()).unwrap();
     // SAFETY: kill sends a signal to the backend this test started; no memory is involved.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // The stop, not the frontend's hang-up below, ends the session.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !h.backend.log().contains("stopped by SIGTERM") {
+        assert!(Instant::now() < deadline, "{}", h.backend.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut backend = h.disconnect();
     backend.assert_exits_cleanly(Duration::from_secs(10));
     let log = backend.log();
@@ -447,4 +458,40 @@ fn a_layout_syntax_error_is_one_line_with_line_and_column() {
         assert!(said.contains("broken.toml: line 4, column 8: "), "{said}");
     }
     assert_eq!(dir.listing(), ["broken.toml"]);
+}
+
+/// The VRAM file a backend on `dir/gpu.sock` named, from its log.
+fn named_vram(backend: &Backend) -> PathBuf {
+    let log = backend.log();
+    let word = log
+        .split_whitespace()
+        .find(|word| word.starts_with("/dev/shm/vhost-user-wddm-gpu-socket-"))
+        .unwrap_or_else(|| panic!("no VRAM file named in:\n{log}"));
+    PathBuf::from(word)
+}
+
+/// A backend on `dir/gpu.sock` whose VRAM file it names itself.
+fn start_naming_vram(dir: &Dir, size: &str) -> Backend {
+    Backend::spawn(dir, &format!("backend-{size}.log"), &["--vram-size", size])
+}
+
+#[test]
+fn a_vram_file_the_backend_named_goes_with_it_and_a_killed_ones_is_replaced() {
+    let dir = Dir::new("named-vram");
+    // Killed: the file stays behind, as a crash would leave it.
+    let mut killed = start_naming_vram(&dir, "1MiB");
+    let vram = named_vram(&killed);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert!(vram.exists());
+    // The next backend on the socket, with another size, replaces it rather than refusing.
+    let mut next = start_naming_vram(&dir, "2MiB");
+    assert_eq!(named_vram(&next), vram);
+    assert!(next
+        .log()
+        .contains("left by a backend that ended without removing it"));
+    assert_eq!(std::fs::metadata(&vram).unwrap().len(), 2 << 20);
+    next.signal(libc::SIGTERM);
+    assert_eq!(next.exit_code(), Some(0), "{}", next.log());
+    assert!(!vram.exists(), "{}", next.log());
 }

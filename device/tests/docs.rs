@@ -376,3 +376,80 @@ fn the_architecture_check_finds_a_module_it_does_not_name() {
         );
     }
 }
+
+/// The options of launching.md's table: the `--name` each row starts with.
+fn table_options(launching: &str) -> BTreeSet<String> {
+    launching
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `--"))
+        .map(|rest| {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(rest.len());
+            format!("--{}", &rest[..end])
+        })
+        .collect()
+}
+
+/// The backend's long options as clap knows them (help and version left out: clap's own).
+fn backend_options() -> BTreeSet<String> {
+    use clap::CommandFactory;
+    vhost_user_wddm_gpu::cli::Cli::command()
+        .get_arguments()
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| !matches!(*long, "help" | "version"))
+        .map(|long| format!("--{long}"))
+        .collect()
+}
+
+#[test]
+fn launching_lists_every_option_of_the_backend_and_no_other() {
+    let launching = fs::read_to_string(repository().join("docs/launching.md")).unwrap();
+    let documented = table_options(&launching);
+    let known = backend_options();
+    assert!(known.len() >= 20, "clap knows only {known:?}");
+    let missing: Vec<&String> = known.difference(&documented).collect();
+    let unknown: Vec<&String> = documented.difference(&known).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/launching.md's option table lacks {missing:?} and names options the backend does \
+         not have: {unknown:?}"
+    );
+}
+
+#[test]
+fn launching_shows_the_usage_line_clap_prints() {
+    use clap::CommandFactory;
+    let launching = fs::read_to_string(repository().join("docs/launching.md")).unwrap();
+    let usage = vhost_user_wddm_gpu::cli::Cli::command()
+        .render_usage()
+        .to_string();
+    let first = usage
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("Usage: ")
+        .to_owned();
+    assert!(
+        first.contains("<--socket-path <SOCKET_PATH>|--fd <FD>|--print-capabilities>"),
+        "{first}"
+    );
+    assert!(
+        launching.contains(&first),
+        "docs/launching.md does not show the usage line `{first}`"
+    );
+}
+
+#[test]
+fn the_option_table_check_reads_rows_and_sees_a_missing_option() {
+    let table = "| option | meaning |\n|---|---|\n| `--socket-path PATH` | listen |\n\
+                 | `--bar-mode auto\\|ivshmem` | mode |\n| `--record-data` | bytes |\nprose `--fd N`";
+    let found = table_options(table);
+    let expected: BTreeSet<String> = ["--socket-path", "--bar-mode", "--record-data"]
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    assert_eq!(found, expected);
+    assert!(backend_options().contains("--fd"));
+    assert!(!found.contains("--fd"));
+}

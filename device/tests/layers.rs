@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Bottom to top. Layers on one level are siblings: neither may import the other.
-const LAYERS: [&[&str]; 10] = [
+const LAYERS: [&[&str]; 11] = [
     &["support"],
     &["layout"],
     &["memory"],
@@ -19,6 +19,7 @@ const LAYERS: [&[&str]; 10] = [
     &["model"],
     &["transport"],
     &["daemon"],
+    &["cli"],
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {

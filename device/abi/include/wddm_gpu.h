@@ -615,7 +615,10 @@
 #define WDDM_GPU_MAX_VIRTUAL_ADDRESS_BITS 52
 
 /**
- * Largest `page_table_index_bit_count` of one level: a 32 KiB table of 4096 entries.
+ * Largest `page_table_index_bit_count` of one level: a 32 KiB table of 4096 entries (a limit of
+ * this device). The least is [`WDDM_GPU_64KB_PAGE_INDEX_BITS`] for the leaf and 1 for every
+ * other level, the root included: the WDK lets a resizable root start at 0 bits, but this
+ * device sizes the root from its index bits.
  */
 #define WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS 12
 
@@ -2848,7 +2851,8 @@ typedef struct WddmGpuVirtqUsedElem {
 typedef struct WddmGpuPageTableLevelDesc {
   /**
    * `PageTableIndexBitCount`: the level's tables hold `1 << n` entries (the resizable root of
-   * a 2-level layout holds up to that many).
+   * a 2-level layout holds up to that many). At least 4 on the leaf and 1 elsewhere: this
+   * device reports the root's full index bits, never the 0 a resizable root may start at.
    */
   uint32_t page_table_index_bit_count;
   /**

@@ -5,9 +5,15 @@
 //!
 //! Sources: `DXGK_GPUMMUCAPS` (level count 2 to 6, `LeafPageTableSizeFor64KPagesInBytes` a
 //! multiple of 4096, CPU_VIRTUAL not allowed with page directories in a local memory segment),
-//! `DXGK_PAGE_TABLE_LEVEL_DESC` (a page table in system memory at most 4 KB, sizes a multiple of
-//! the CPU page), `gpu-virtual-address.md` (level 0 is the leaf, VA bits 11:0 the byte offset).
-//! The rest are the device's own limits, each named in [`GpuMmuRule`].
+//! `DXGK_PAGETABLEUPDATEMODE` (its three values), `DXGK_PAGE_TABLE_LEVEL_DESC` (a page table in
+//! system memory at most 4 KB, segment ids 0 or a memory segment), `gpu-virtual-address.md`
+//! (level 0 is the leaf, VA bits 11:0 the byte offset, each level's index bits above). The rest
+//! are the device's own limits. Every rule says which it is ([`GpuMmuRule::source`]), and its
+//! message ends with it: `[WDK: page]` or `[limit of this device]`.
+//!
+//! [`validate_gpummu`] answers the first broken rule (the guest driver's C form,
+//! `guest-tests/cdev/src/gpummu.c`, checks in the same order); [`validate_gpummu_each`] also
+//! reports every other one, in that order, for `check-layout`.
 
 use core::fmt;
 
@@ -37,6 +43,25 @@ pub enum TableOwner {
     PagingProcess,
 }
 
+/// Where a rule comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleSource {
+    /// A rule the WDK states, on this page of its reference (a structure, or a design-guide
+    /// page).
+    Wdk(&'static str),
+    /// A limit of this device: the WDK allows more.
+    Device,
+}
+
+impl fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleSource::Wdk(page) => write!(f, "WDK: {page}"),
+            RuleSource::Device => f.write_str("limit of this device"),
+        }
+    }
+}
+
 /// A broken rule of a GpuMmu geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuMmuRule {
@@ -46,8 +71,10 @@ pub enum GpuMmuRule {
     UnknownUpdateMode(u32),
     /// `page_table_level_count` is outside 2..=6.
     LevelCount(u32),
-    /// A level's `page_table_index_bit_count` is outside its range (the leaf needs at least 4
-    /// for a 64 KiB page; no level more than 12).
+    /// A level's `page_table_index_bit_count` is outside the device's range: the leaf needs at
+    /// least 4 (a 64 KiB page's 16 entries), a directory or the root at least 1 (the WDK lets a
+    /// resizable root start at 0; this device sizes the root from its index bits), no level
+    /// more than 12.
     IndexBits {
         /// The level.
         level: u32,
@@ -168,6 +195,33 @@ impl GpuMmuRule {
             R::MaxContexts(_) => "gpummu.max_contexts",
         }
     }
+
+    /// Whether the rule is the WDK's (and on which page) or a limit of this device.
+    pub fn source(&self) -> RuleSource {
+        use GpuMmuRule as R;
+        match self {
+            R::UnknownUpdateMode(_) => RuleSource::Wdk("DXGK_PAGETABLEUPDATEMODE"),
+            R::LevelCount(_) => RuleSource::Wdk("DXGK_GPUMMUCAPS.PageTableLevelCount"),
+            R::AddressBits { .. } => RuleSource::Wdk("gpu-virtual-address.md"),
+            R::TableSegment { .. } | R::SystemTableTooLarge { .. } => {
+                RuleSource::Wdk("DXGK_PAGE_TABLE_LEVEL_DESC")
+            }
+            R::CpuVirtualDirectoryInSegment { .. } => {
+                RuleSource::Wdk("DXGK_GPUMMUCAPS.PageTableUpdateMode")
+            }
+            R::Leaf64KSize { .. } => {
+                RuleSource::Wdk("DXGK_GPUMMUCAPS.LeafPageTableSizeFor64KPagesInBytes")
+            }
+            R::UnsupportedFlags(_)
+            | R::IndexBits { .. }
+            | R::AddressBitsTooLarge(_)
+            | R::NotZero { .. }
+            | R::TableSize { .. }
+            | R::Alignment { .. }
+            | R::TableNotCpuVisible { .. }
+            | R::MaxContexts(_) => RuleSource::Device,
+        }
+    }
 }
 
 impl fmt::Display for TableOwner {
@@ -181,6 +235,14 @@ impl fmt::Display for TableOwner {
 
 impl fmt::Display for GpuMmuRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.what(f)?;
+        write!(f, " [{}]", self.source())
+    }
+}
+
+impl GpuMmuRule {
+    /// What is broken, without the source.
+    fn what(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use GpuMmuRule as R;
         match *self {
             R::UnsupportedFlags(bits) => write!(
@@ -199,12 +261,25 @@ impl fmt::Display for GpuMmuRule {
                 "page_table_level_count {count} is outside {WDDM_GPU_MIN_PAGE_TABLE_LEVELS}..=\
                  {WDDM_GPU_MAX_PAGE_TABLE_LEVELS} (DXGK_MIN/MAX_PAGE_TABLE_LEVEL_COUNT)"
             ),
+            R::IndexBits { level, bits } if bits > WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS => write!(
+                f,
+                "level {level}: page_table_index_bit_count {bits} is above \
+                 {WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS}: the device's tables hold at most 4096 \
+                 entries (32 KiB)"
+            ),
+            R::IndexBits { level: 0, bits } => write!(
+                f,
+                "level 0: page_table_index_bit_count {bits} is below \
+                 {WDDM_GPU_64KB_PAGE_INDEX_BITS}: the leaf must hold the 16 entries of a 64 KiB \
+                 page"
+            ),
             R::IndexBits { level, bits } => write!(
                 f,
-                "level {level}: page_table_index_bit_count {bits} is outside {}..=\
-                 {WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS} (the leaf needs \
-                 {WDDM_GPU_64KB_PAGE_INDEX_BITS} bits for a 64 KiB page)",
-                min_index_bits(level)
+                "level {level}: page_table_index_bit_count {bits} is below 1: a page directory \
+                 or root has at least 2 entries here (the WDK lets a resizable root, with 2 \
+                 levels, start at 0 index bits and grow it through DxgkDdiGetRootPageTableSize; \
+                 this device sizes the root from its index bits: give the root's full index \
+                 bit count)"
             ),
             R::AddressBits { have, want } => write!(
                 f,
@@ -223,8 +298,8 @@ impl fmt::Display for GpuMmuRule {
             ),
             R::TableSize { level, size, want } => write!(
                 f,
-                "level {level}: page_table_size_in_bytes {size:#x} is not its entries rounded \
-                 up to 4096 bytes ({want:#x})"
+                "level {level}: page_table_size_in_bytes {size:#x} is not its entries (8 bytes \
+                 each) rounded up to 4096 bytes ({want:#x})"
             ),
             R::Alignment { level, alignment } => write!(
                 f,
@@ -242,13 +317,13 @@ impl fmt::Display for GpuMmuRule {
             ),
             R::SystemTableTooLarge { level, size } => write!(
                 f,
-                "level {level}: tables in system memory may be at most 4 KB \
-                 (DXGK_PAGE_TABLE_LEVEL_DESC), these are {size:#x} bytes"
+                "level {level}: tables in system memory may be at most 4 KB, these are \
+                 {size:#x} bytes"
             ),
             R::CpuVirtualDirectoryInSegment { level } => write!(
                 f,
                 "level {level}: a page directory in a local memory segment rules out \
-                 CPU_VIRTUAL updates (DXGK_GPUMMUCAPS.PageTableUpdateMode)"
+                 CPU_VIRTUAL updates"
             ),
             R::TableNotCpuVisible {
                 level,
@@ -390,42 +465,85 @@ impl MmuGeometry {
 }
 
 /// Checks a geometry; `segment_flags[i]` holds the `DXGK_SEGMENTFLAGS` of segment `i + 1`.
+/// Answers the first broken rule (the one the guest driver's C form answers too).
 pub fn validate_gpummu(
     caps: &WddmGpuMmuCaps,
     segment_flags: &[u32],
 ) -> Result<MmuGeometry, GpuMmuRule> {
+    validate_gpummu_each(caps, segment_flags, |_| {})
+}
+
+/// [`validate_gpummu`], telling `broken` every broken rule in the order they are checked (the
+/// first is the one answered). A rule that leaves later ones meaningless ends the check: a
+/// level count outside 2..=6 (there are no levels to check), a level's index bits (its table
+/// size, and the address bits, follow from them).
+pub fn validate_gpummu_each(
+    caps: &WddmGpuMmuCaps,
+    segment_flags: &[u32],
+    mut broken: impl FnMut(GpuMmuRule),
+) -> Result<MmuGeometry, GpuMmuRule> {
+    let mut first = None;
+    let mut report = |rule: GpuMmuRule| {
+        first.get_or_insert(rule);
+        broken(rule);
+    };
+    let geometry = check_geometry(caps, segment_flags, &mut report);
+    match (first, geometry) {
+        (Some(rule), _) => Err(rule),
+        (None, Some(geometry)) => Ok(geometry),
+        // `check_geometry` gives no geometry only after reporting the level count.
+        (None, None) => Err(GpuMmuRule::LevelCount(caps.page_table_level_count)),
+    }
+}
+
+/// Every rule, in order, each broken one told to `report`; the geometry when the levels could
+/// be walked (it is valid only if nothing was reported).
+fn check_geometry(
+    caps: &WddmGpuMmuCaps,
+    segment_flags: &[u32],
+    report: &mut impl FnMut(GpuMmuRule),
+) -> Option<MmuGeometry> {
     let unsupported = caps.flags & !WDDM_GPU_MMU_CAPS_SUPPORTED;
     if unsupported != 0 {
-        return Err(GpuMmuRule::UnsupportedFlags(unsupported));
+        report(GpuMmuRule::UnsupportedFlags(unsupported));
     }
     let mode = caps.page_table_update_mode;
     if mode > WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL {
-        return Err(GpuMmuRule::UnknownUpdateMode(mode));
+        report(GpuMmuRule::UnknownUpdateMode(mode));
     }
     let count = caps.page_table_level_count;
     if !(WDDM_GPU_MIN_PAGE_TABLE_LEVELS..=WDDM_GPU_MAX_PAGE_TABLE_LEVELS).contains(&count) {
-        return Err(GpuMmuRule::LevelCount(count));
+        report(GpuMmuRule::LevelCount(count));
+        return None;
     }
     if caps.max_contexts == 0 || caps.max_contexts > MAX_CONTEXTS {
-        return Err(GpuMmuRule::MaxContexts(caps.max_contexts));
+        report(GpuMmuRule::MaxContexts(caps.max_contexts));
     }
     let mut levels = [MmuLevel::default(); LEVELS];
     let mut shift = WDDM_GPU_PAGE_SHIFT;
+    let mut bits_valid = true;
     for (level, desc) in (0u32..).zip(&caps.levels) {
         if level >= count {
             if *desc != WddmGpuPageTableLevelDesc::default() {
-                return Err(GpuMmuRule::NotZero { level });
+                report(GpuMmuRule::NotZero { level });
             }
             continue;
         }
-        levels[level as usize] = check_level(level, desc, shift, caps, segment_flags)?;
-        shift += desc.page_table_index_bit_count;
+        match check_level(level, desc, shift, caps, segment_flags, report) {
+            Some(checked) => {
+                levels[level as usize] = checked;
+                shift += desc.page_table_index_bit_count;
+            }
+            None => bits_valid = false,
+        }
+    }
+    if !bits_valid {
+        return None;
     }
     if shift > WDDM_GPU_MAX_VIRTUAL_ADDRESS_BITS {
-        return Err(GpuMmuRule::AddressBitsTooLarge(shift));
-    }
-    if caps.virtual_address_bit_count != shift {
-        return Err(GpuMmuRule::AddressBits {
+        report(GpuMmuRule::AddressBitsTooLarge(shift));
+    } else if caps.virtual_address_bit_count != shift {
+        report(GpuMmuRule::AddressBits {
             have: caps.virtual_address_bit_count,
             want: shift,
         });
@@ -433,42 +551,48 @@ pub fn validate_gpummu(
     let leaf_64k_entries = levels[0].entries() >> WDDM_GPU_64KB_PAGE_INDEX_BITS;
     let want = table_bytes(leaf_64k_entries);
     if u64::from(caps.leaf_page_table_size_for_64k_pages) != want {
-        return Err(GpuMmuRule::Leaf64KSize {
+        report(GpuMmuRule::Leaf64KSize {
             have: caps.leaf_page_table_size_for_64k_pages,
             want,
         });
     }
-    Ok(MmuGeometry {
+    Some(MmuGeometry {
         caps: *caps,
         levels,
         level_count: count,
     })
 }
 
+/// One level's rules, each broken one told to `report`; `None` when its index bits are out of
+/// range (nothing else about it can be checked then).
 fn check_level(
     level: u32,
     desc: &WddmGpuPageTableLevelDesc,
     shift: u32,
     caps: &WddmGpuMmuCaps,
     segment_flags: &[u32],
-) -> Result<MmuLevel, GpuMmuRule> {
+    report: &mut impl FnMut(GpuMmuRule),
+) -> Option<MmuLevel> {
     let bits = desc.page_table_index_bit_count;
     if !(min_index_bits(level)..=WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS).contains(&bits) {
-        return Err(GpuMmuRule::IndexBits { level, bits });
+        report(GpuMmuRule::IndexBits { level, bits });
+        return None;
     }
     if desc.reserved != 0 {
-        return Err(GpuMmuRule::NotZero { level });
+        report(GpuMmuRule::NotZero { level });
     }
     let want = table_bytes(1 << bits);
     let size = desc.page_table_size_in_bytes;
     if size != want {
-        return Err(GpuMmuRule::TableSize { level, size, want });
+        report(GpuMmuRule::TableSize { level, size, want });
     }
     let alignment = desc.page_table_alignment_in_bytes;
     if alignment != 0 && (!alignment.is_power_of_two() || alignment < WDDM_GPU_PAGE_SIZE) {
-        return Err(GpuMmuRule::Alignment { level, alignment });
+        report(GpuMmuRule::Alignment { level, alignment });
     }
     let cpu_virtual = caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_CPU_VIRTUAL;
+    let mut reported_size = false;
+    let mut reported_directory = false;
     for (owner, segment) in [
         (TableOwner::Process, desc.page_table_segment_id),
         (
@@ -477,35 +601,44 @@ fn check_level(
         ),
     ] {
         if segment == 0 {
-            if size > WDDM_GPU_MAX_SYSTEM_PAGE_TABLE_SIZE {
-                return Err(GpuMmuRule::SystemTableTooLarge { level, size });
+            // One line for the level, whichever of its ids put it in system memory.
+            if size > WDDM_GPU_MAX_SYSTEM_PAGE_TABLE_SIZE && !reported_size {
+                reported_size = true;
+                report(GpuMmuRule::SystemTableTooLarge { level, size });
             }
             continue;
         }
-        let flags = usize::try_from(segment - 1)
+        let Some(flags) = usize::try_from(segment - 1)
             .ok()
             .and_then(|index| segment_flags.get(index))
             .copied()
             .filter(|&flags| !is_aperture(flags))
-            .ok_or(GpuMmuRule::TableSegment {
+        else {
+            report(GpuMmuRule::TableSegment {
                 level,
                 owner,
                 segment,
-            })?;
+            });
+            continue;
+        };
         if cpu_virtual && level > 0 {
-            return Err(GpuMmuRule::CpuVirtualDirectoryInSegment { level });
+            if !reported_directory {
+                reported_directory = true;
+                report(GpuMmuRule::CpuVirtualDirectoryInSegment { level });
+            }
+            continue;
         }
         let cpu_writes = cpu_virtual || owner == TableOwner::PagingProcess;
         if cpu_writes && !SegmentFlags::from_bits_retain(flags).contains(SegmentFlags::CPU_VISIBLE)
         {
-            return Err(GpuMmuRule::TableNotCpuVisible {
+            report(GpuMmuRule::TableNotCpuVisible {
                 level,
                 owner,
                 segment,
             });
         }
     }
-    Ok(MmuLevel {
+    Some(MmuLevel {
         index_bits: bits,
         shift,
         table_segment: desc.page_table_segment_id,

@@ -66,7 +66,10 @@ pub const WDDM_GPU_MAX_PAGE_TABLE_LEVELS: u32 = 6;
 /// Largest `virtual_address_bit_count` the device accepts: addresses are kept below 2^52 so
 /// that an address plus a length never nears 64 bits.
 pub const WDDM_GPU_MAX_VIRTUAL_ADDRESS_BITS: u32 = 52;
-/// Largest `page_table_index_bit_count` of one level: a 32 KiB table of 4096 entries.
+/// Largest `page_table_index_bit_count` of one level: a 32 KiB table of 4096 entries (a limit of
+/// this device). The least is [`WDDM_GPU_64KB_PAGE_INDEX_BITS`] for the leaf and 1 for every
+/// other level, the root included: the WDK lets a resizable root start at 0 bits, but this
+/// device sizes the root from its index bits.
 pub const WDDM_GPU_MAX_PAGE_TABLE_INDEX_BITS: u32 = 12;
 /// Largest page table in system memory (`DXGK_PAGE_TABLE_LEVEL_DESC`: at most 4 KB).
 pub const WDDM_GPU_MAX_SYSTEM_PAGE_TABLE_SIZE: u64 = 4096;
@@ -149,7 +152,8 @@ pub const WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL: u32 = 2;
 )]
 pub struct WddmGpuPageTableLevelDesc {
     /// `PageTableIndexBitCount`: the level's tables hold `1 << n` entries (the resizable root of
-    /// a 2-level layout holds up to that many).
+    /// a 2-level layout holds up to that many). At least 4 on the leaf and 1 elsewhere: this
+    /// device reports the root's full index bits, never the 0 a resizable root may start at.
     pub page_table_index_bit_count: u32,
     /// `PageTableSegmentId`: where the level's tables live (0 = system memory).
     pub page_table_segment_id: u32,

@@ -22,7 +22,6 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use wddm_gpu_abi::size_of_u32;
 
 use crate::daemon::session::Socket;
 use crate::daemon::stop::Stop;
@@ -93,9 +92,18 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         None => None,
     };
     let vram_path = &checked.vram_path;
-    made.note(vram_path, checked.vram_named_by_backend);
+    if checked.replace_stale {
+        match std::fs::remove_file(vram_path) {
+            Ok(()) => info!(
+                "removed {} (left by a backend that ended without removing it)",
+                vram_path.display()
+            ),
+            Err(error) => log::warn!("cannot remove {}: {error}", vram_path.display()),
+        }
+    }
+    made.note(vram_path);
     if let Some(path) = args.device_vram_path.as_ref().filter(|_| device_only > 0) {
-        made.note(path, false);
+        made.note(path);
     }
     let vram = Vram::create_with_device_only_file(
         vram_path,
@@ -105,6 +113,10 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
         args.file_mode,
         BarMode::Ivshmem,
     )?;
+    if checked.vram_named_by_backend {
+        // Only now: the file is this backend's (its lock is held), not another's in use.
+        made.remove_at_exit(vram_path);
+    }
     let kept = match (&args.device_vram_path, device_only) {
         (_, 0) => String::new(),
         (Some(path), _) => format!(" in {}", path.display()),
@@ -135,7 +147,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
     let stats = Arc::new(Stats::new(&layout));
     let trace = match &args.trace {
         Some(path) => {
-            made.note(path, false);
+            made.note(path);
             let trace = Trace::create(path)
                 .map_err(|e| StartError::Trace(path.clone(), e))?
                 .with_max_size(args.trace_max_size);
@@ -151,7 +163,7 @@ pub fn run(args: &Config, layout: SegmentLayout) -> Result<(), StartError> {
                 vram_size: args.vram_size,
                 layout: args.layout_text.clone(),
             };
-            made.note(path, false);
+            made.note(path);
             let recorder =
                 Recorder::create(path, &header).map_err(|e| StartError::Record(path.clone(), e))?;
             info!(
@@ -244,12 +256,15 @@ struct Made {
 
 impl Made {
     /// Notes `path` before the start may create it: a file that is not there yet is new.
-    fn note(&mut self, path: &Path, named_by_backend: bool) {
-        if named_by_backend {
-            self.at_exit.push(path.to_owned());
-        } else if std::fs::symlink_metadata(path).is_err() {
+    fn note(&mut self, path: &Path) {
+        if std::fs::symlink_metadata(path).is_err() {
             self.new.push(path.to_owned());
         }
+    }
+
+    /// `path`, named by the backend and held by it, goes when the backend does.
+    fn remove_at_exit(&mut self, path: &Path) {
+        self.at_exit.push(path.to_owned());
     }
 
     /// The start is complete: what it made stays until exit.
@@ -298,22 +313,8 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StartError> {
 
 /// `--fd`: a listening socket is used as is; a connected one (libvirt's socketpair) is bridged.
 fn listening_fd(fd: i32) -> Result<Socket, StartError> {
-    let mut accepting: libc::c_int = 0;
-    let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
-    // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut accepting as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(StartError::BadFd(fd));
-    }
-    if accepting != 0 {
+    let accepting = preflight::socket_accepts(fd)?;
+    if accepting {
         // SAFETY: the fd is a listening socket handed to this process, owned by the listener now.
         let listener = unsafe { Listener::from_raw_fd(fd) };
         return Ok(Socket {

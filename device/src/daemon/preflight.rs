@@ -24,6 +24,8 @@ pub struct Checked {
     pub vram_path: PathBuf,
     /// The backend chose the VRAM file's name (no `--vram-path`): removed at exit.
     pub vram_named_by_backend: bool,
+    /// That file is there, left by a backend that did not remove it: replaced.
+    pub replace_stale: bool,
     /// The injection plan's text, checked.
     pub plan: Option<String>,
 }
@@ -40,12 +42,19 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
         Some(path) => (path.clone(), false),
         None => (default_vram_path(config.socket_path.as_deref()), true),
     };
-    check_vram_file(
-        "--vram-path",
-        &vram_path,
-        config.vram_size,
-        config.file_mode,
-    )?;
+    // A file the backend names is its own: one left by a backend that was killed (nobody
+    // holds it) is replaced, whatever its size, rather than refused.
+    let replace_stale = vram_named_by_backend
+        && std::fs::symlink_metadata(&vram_path).is_ok()
+        && !socket_path::held_by_another(&vram_path);
+    if !replace_stale {
+        check_vram_file(
+            "--vram-path",
+            &vram_path,
+            config.vram_size,
+            config.file_mode,
+        )?;
+    }
     if let (Some(path), 1..) = (&config.device_vram_path, device_only) {
         check_vram_file("--device-vram-path", path, device_only, config.file_mode)?;
     }
@@ -71,6 +80,7 @@ pub fn check(config: &Config, device_only: u64) -> Result<Checked, StartError> {
     Ok(Checked {
         vram_path,
         vram_named_by_backend,
+        replace_stale,
         plan,
     })
 }
@@ -102,6 +112,12 @@ pub fn endpoint_paths(config: &Config) -> Vec<(&'static str, PathBuf)> {
 
 /// `--fd`: a socket this process holds.
 fn check_fd(fd: i32) -> Result<(), StartError> {
+    socket_accepts(fd).map(drop)
+}
+
+/// Whether the socket `fd` listens (accepts connections) or is connected; refused when `fd` is
+/// not an open socket.
+pub fn socket_accepts(fd: i32) -> Result<bool, StartError> {
     let mut accepting: libc::c_int = 0;
     let mut len: libc::socklen_t = size_of_u32::<libc::c_int>();
     // SAFETY: getsockopt writes at most `len` bytes into `accepting`, which outlives the call;
@@ -118,7 +134,7 @@ fn check_fd(fd: i32) -> Result<(), StartError> {
     if rc != 0 {
         return Err(StartError::BadFd(fd));
     }
-    Ok(())
+    Ok(accepting != 0)
 }
 
 /// The directory a file of `option` goes in exists.

@@ -23,7 +23,7 @@ use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 use crate::layout::{Resolved, SegmentKind, SegmentLayout};
 use crate::mmu::placement::MisplacedTable;
 use crate::observe::stats::Stats;
-use crate::observe::trace::{Mark, Trace};
+use crate::observe::trace::{Mark, MarkSource, Trace};
 use crate::support::sync::lock;
 
 /// Warnings kept for `ctl warnings`; older ones are counted only.
@@ -449,7 +449,9 @@ impl Checker {
                 at: Instant::now(),
                 name: warning.kind.name(),
                 fence: Some(warning.fence),
-                id: 0,
+                source: MarkSource::Checker {
+                    packet_offset: warning.packet_offset,
+                },
             });
         }
         if state.kept.len() == WARNINGS_KEPT {

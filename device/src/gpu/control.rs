@@ -46,9 +46,13 @@ requests (add --json for JSON):
   gart                the aperture mappings: runs of pages on consecutive guest frames
   walk CONTEXT VA     a GPU VA's walk through the context's page tables, level by level
   vram OFFSET LENGTH [raw]
-                      VRAM bytes (at most 64 KiB) as a hexdump, or raw bytes
+                      VRAM bytes (at most 64 KiB) as a hexdump, or raw bytes; past the BAR's
+                      end is device-only VRAM (check-layout prints each segment's VRAM offset)
   help                this text
 ";
+
+/// The requests, for a refusal's hint.
+const REQUESTS: &str = "arm, disarm, list, node, faults, warnings, gart, walk, vram or help";
 
 /// What the control socket reaches.
 pub struct GpuControl {
@@ -586,6 +590,10 @@ fn hexdump(base: u64, bytes: &[u8]) -> String {
 }
 
 impl ControlHandler for GpuControl {
+    fn requests(&self) -> &'static str {
+        REQUESTS
+    }
+
     fn handle(&self, request: &str) -> Result<Vec<u8>, String> {
         let mut words: Vec<&str> = request.split_whitespace().collect();
         let as_json = match words.iter().position(|&word| word == "--json") {
@@ -649,6 +657,21 @@ mod tests {
             Some("0000001010  35 36 37 38 39                                    |56789|")
         );
         assert_eq!(rows.next(), None);
+    }
+
+    #[test]
+    fn the_refusal_hint_names_every_request_of_the_usage() {
+        let usage: Vec<&str> = USAGE
+            .lines()
+            .skip(1)
+            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        let hinted: Vec<&str> = REQUESTS
+            .split([',', ' '])
+            .filter(|word| !word.is_empty() && *word != "or")
+            .collect();
+        assert_eq!(hinted, usage);
     }
 
     #[test]

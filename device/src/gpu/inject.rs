@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use self::spec::{Action, Occasion, Spec, SpecError, Trigger};
 use crate::observe::stats::Stats;
-use crate::observe::trace::{Mark, Trace};
+use crate::observe::trace::{Mark, MarkSource, Trace};
 use crate::support::sync::lock;
 
 /// Firings kept for `ctl fired`; older ones are counted only.
@@ -126,6 +126,18 @@ pub enum ArmError {
     Full,
 }
 
+/// The log line of a firing (docs/fault-injection.md shows it): on a submission, its node and
+/// fence (`on_submission` gives both).
+fn firing_line(id: u32, occasion: Occasion, submission: Option<(u32, u32)>, text: &str) -> String {
+    match (occasion, submission) {
+        (Occasion::Submission, Some((node, fence))) => {
+            format!("injection {id} fired on node {node} submission fence {fence}: {text}")
+        }
+        (Occasion::PowerDown, _) => format!("injection {id} fired on a power-down: {text}"),
+        _ => format!("injection {id} fired on a PREEMPT: {text}"),
+    }
+}
+
 impl Injector {
     /// Nothing armed; firings count into `stats` and are marked on `trace`.
     pub fn new(stats: Arc<Stats>, trace: Option<Arc<Trace>>) -> Self {
@@ -214,7 +226,9 @@ impl Injector {
     }
 
     /// Every armed injection of the occasion (of `node`'s, for submissions) sees it; the first,
-    /// in arming order, that fires is the one returned (the others only count it).
+    /// in arming order, that fires is the one returned. The others that would have fired only
+    /// count it as seen: a one-shot among them stays armed (and a `nth=` one has passed its
+    /// turn), as docs/fault-injection.md says.
     fn fire(&self, occasion: Occasion, node: Option<u32>, fence: Option<u32>) -> Option<Action> {
         let mut state = lock(&self.state);
         let mut chosen = None;
@@ -236,13 +250,7 @@ impl Injector {
         }
         let at = self.started.elapsed();
         let action = spec.action.name();
-        match (occasion, node, fence) {
-            (Occasion::Submission, Some(node), Some(fence)) => {
-                info!("injection {id} fired on node {node} submission fence {fence}: {text}")
-            }
-            (Occasion::PowerDown, ..) => info!("injection {id} fired on a power-down: {text}"),
-            _ => info!("injection {id} fired on a PREEMPT: {text}"),
-        }
+        info!("{}", firing_line(id, occasion, node.zip(fence), &text));
         if state.fired.len() == FIRED_KEPT {
             state.fired.pop_front();
         }
@@ -262,7 +270,7 @@ impl Injector {
                 at: Instant::now(),
                 name: action,
                 fence,
-                id,
+                source: MarkSource::Injection { id },
             });
         }
         Some(spec.action)
@@ -344,4 +352,97 @@ pub enum PlanError {
         /// The first line over the limit.
         line: usize,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::SegmentLayout;
+    use std::time::Duration;
+
+    fn injector() -> Injector {
+        Injector::new(
+            Arc::new(Stats::new(&SegmentLayout::default_for_vram(16 << 20))),
+            None,
+        )
+    }
+
+    /// (id, seen, fired) of each armed injection.
+    fn armed(injector: &Injector) -> Vec<(u32, u64, u64)> {
+        injector
+            .listing()
+            .armed
+            .iter()
+            .map(|armed| (armed.id, armed.seen, armed.fired))
+            .collect()
+    }
+
+    #[test]
+    fn of_two_matching_injections_the_first_armed_acts_and_the_other_waits_its_turn() {
+        let injector = injector();
+        assert_eq!(injector.arm("slow 1s"), Ok(1));
+        assert_eq!(injector.arm("hang"), Ok(2));
+        // Both match the next submission: the first armed acts; the other saw it.
+        assert_eq!(
+            injector.on_submission(0, 5),
+            Some(Action::Slow(Duration::from_secs(1)))
+        );
+        assert_eq!(armed(&injector), [(2, 1, 0)]);
+        // It stays armed and takes the next one.
+        assert_eq!(injector.on_submission(0, 6), Some(Action::Hang));
+        assert!(armed(&injector).is_empty());
+    }
+
+    #[test]
+    fn a_counted_injection_that_another_one_beat_has_passed_its_turn() {
+        let injector = injector();
+        injector.arm("hang nth=1").unwrap();
+        injector.arm("lost-interrupt nth=1").unwrap();
+        assert_eq!(injector.on_submission(0, 1), Some(Action::Hang));
+        assert_eq!(injector.on_submission(0, 2), None);
+        // Still listed: seen twice, never fired (disarm it).
+        assert_eq!(armed(&injector), [(2, 2, 0)]);
+    }
+
+    #[test]
+    fn a_standing_injection_armed_first_keeps_the_later_ones_from_acting() {
+        let injector = injector();
+        injector.arm("lost-interrupt standing").unwrap();
+        injector.arm("hang").unwrap();
+        for fence in 1..=3 {
+            assert_eq!(
+                injector.on_submission(0, fence),
+                Some(Action::LostInterrupt)
+            );
+        }
+        assert_eq!(armed(&injector), [(1, 3, 3), (2, 3, 0)]);
+    }
+
+    #[test]
+    fn only_injections_of_the_submissions_node_see_it() {
+        let injector = injector();
+        injector.arm("hang node=1").unwrap();
+        injector.arm("slow 5ms").unwrap();
+        assert_eq!(
+            injector.on_submission(0, 1),
+            Some(Action::Slow(Duration::from_millis(5)))
+        );
+        assert_eq!(armed(&injector), [(1, 0, 0)]);
+        assert_eq!(injector.on_submission(1, 1), Some(Action::Hang));
+    }
+
+    #[test]
+    fn the_firing_lines_are_the_ones_the_guide_shows() {
+        let guide = include_str!("../../../docs/fault-injection.md");
+        for line in [
+            firing_line(1, Occasion::Submission, Some((0, 7)), "hang fence=7"),
+            firing_line(2, Occasion::Preempt, None, "preempt-refuse"),
+            firing_line(3, Occasion::PowerDown, None, "power-loss"),
+        ] {
+            assert!(
+                guide.contains(&format!("`{line}`")),
+                "the guide lacks `{line}`"
+            );
+        }
+    }
 }

@@ -32,6 +32,9 @@ pub struct SegmentReport {
     pub commit_limit: u64,
     /// Offset in the VRAM BAR (CPU-visible memory segments), else null.
     pub bar_offset: Option<u64>,
+    /// Offset in the device's VRAM (memory segments), else null: the BAR's offsets first, then
+    /// device-only VRAM past the BAR's end. Where `ctl SOCKET vram` reads the segment.
+    pub vram_offset: Option<u64>,
     /// `SystemMemoryEndAddress`.
     pub system_memory_end_address: u64,
     /// The bank table (`NbOfBanks` end offsets).
@@ -187,9 +190,12 @@ impl LayoutReport {
                 .segments
                 .iter()
                 .map(|segment| {
-                    let bar_offset = match segment.kind {
-                        SegmentKind::Memory { bar_offset, .. } => bar_offset,
-                        SegmentKind::Aperture => None,
+                    let (bar_offset, vram_offset) = match segment.kind {
+                        SegmentKind::Memory {
+                            bar_offset,
+                            vram_offset,
+                        } => (bar_offset, Some(vram_offset)),
+                        SegmentKind::Aperture => (None, None),
                     };
                     SegmentReport {
                         id: segment.id,
@@ -204,6 +210,7 @@ impl LayoutReport {
                         size: segment.size,
                         commit_limit: segment.commit_limit,
                         bar_offset,
+                        vram_offset,
                         system_memory_end_address: segment.system_memory_end_address,
                         banks: segment.banks.clone(),
                     }
@@ -233,10 +240,12 @@ impl LayoutReport {
         );
         let _ = writeln!(out, "NbSegment = {}", self.segments.len());
         for s in &self.segments {
-            let place = match s.bar_offset {
-                Some(offset) => format!("CPU-visible VRAM at BAR offset {offset:#x}"),
-                None if s.kind == "memory" => "device-only VRAM (not CPU-visible)".to_string(),
-                None => "aperture (GART)".to_string(),
+            let place = match (s.bar_offset, s.vram_offset) {
+                (Some(offset), _) => format!("CPU-visible VRAM at BAR offset {offset:#x}"),
+                (None, Some(offset)) => format!(
+                    "device-only VRAM (not CPU-visible) at VRAM offset {offset:#x}, past the BAR"
+                ),
+                (None, None) => "aperture (GART)".to_string(),
             };
             let _ = writeln!(out, "segment {} [{}]: {place}", s.id, s.kind);
             let _ = writeln!(

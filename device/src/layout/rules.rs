@@ -14,7 +14,7 @@ use wddm_gpu_abi::caps::{
     WDDM_GPU_MAX_SEGMENTS_WDDM_1_3, WDDM_GPU_MAX_SEGMENTS_WDDM_2_0, WDDM_GPU_WDDM_2_0,
 };
 use wddm_gpu_abi::capset_rules::{segment_page_size, validate_capset, CapsetError};
-use wddm_gpu_abi::gpummu_rules::{validate_gpummu, GpuMmuRule, MmuGeometry};
+use wddm_gpu_abi::gpummu_rules::{validate_gpummu_each, GpuMmuRule, MmuGeometry, RuleSource};
 use wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL;
 use wddm_gpu_abi::segment_flags::{
     SegmentFlags as F, SEGMENT_FLAGS_RESERVED_MASK, SEGMENT_FLAGS_WDDM2_ONLY_MASK,
@@ -211,8 +211,74 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Whether the rule is the WDK's (and on which page) or a limit of this device; every
+    /// message ends with it.
+    pub fn source(&self) -> RuleSource {
+        use Rule::*;
+        const FLAGS: RuleSource = RuleSource::Wdk("DXGK_SEGMENTFLAGS");
+        const DESCRIPTOR: RuleSource = RuleSource::Wdk("DXGK_SEGMENTDESCRIPTOR3");
+        const OUT: RuleSource = RuleSource::Wdk("DXGK_QUERYSEGMENTOUT3");
+        match self {
+            TooManySegments { .. } => RuleSource::Wdk("D3DDDI_SEGMENTPREFERENCE"),
+            ReservedBits(_)
+            | NeedsWddm2(_)
+            | ReservedSysMem
+            | AgpNotAlone
+            | CacheCoherentWithoutAperture
+            | PopulatedFromSystemMemoryOnAperture
+            | PowerFlags { .. }
+            | CpuHostApertureWithCpuVisible
+            | CachedHostApertureWithoutHostAperture => FLAGS,
+            AgpUnavailable => RuleSource::Wdk("DXGK_QUERYSEGMENTIN"),
+            SizeNotMultiple { .. }
+            | MemoryCommitLimit { .. }
+            | ApertureCommitLimit { .. }
+            | BanksWithoutUseBanking
+            | UseBankingWithoutBanks
+            | BanksNotIncreasing { .. }
+            | BankOutsideSegment { .. }
+            | BankNotMultiple { .. }
+            | PartialHibernateWithoutEndAddress
+            | SystemMemoryEndBeyondSize
+            | OutsideBar { .. } => DESCRIPTOR,
+            BanksOnWddm2 => RuleSource::Wdk("DXGK_SEGMENTDESCRIPTOR4"),
+            TooManyBanks(_) => RuleSource::Wdk("DXGK_SEGMENTBANKPREFERENCE"),
+            PagingBufferSegment(_) | PagingBufferSize(_) | PagingBufferPrivateDataSize(_) => OUT,
+            Wddm2ApertureCount(_) => RuleSource::Wdk("the WDDM 2.0 design guide"),
+            GpuMmuNeedsWddm2 => RuleSource::Wdk("DXGK_GPUMMUCAPS"),
+            GpuMmu(rule) => rule.source(),
+            NoSegments
+            | ApertureCpuVisible
+            | SizeZero
+            | BaseAddressOverflow
+            | BarOffsetWithoutCpuVisible
+            | BarOffsetNotAligned { .. }
+            | BarOverlap { .. }
+            | DeviceOnlyVramTooLarge { .. }
+            | AperturesTooLarge { .. }
+            | Capset(_)
+            | GpuVirtualUpdatesNotOffered => RuleSource::Device,
+        }
+    }
+}
+
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // Its message ends with its source already.
+            Rule::GpuMmu(rule) => write!(f, "{rule}"),
+            _ => {
+                self.what(f)?;
+                write!(f, " [{}]", self.source())
+            }
+        }
+    }
+}
+
+impl Rule {
+    /// What is broken, without the source.
+    fn what(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Rule::*;
         match self {
             NoSegments => write!(f, "a layout needs at least one segment"),
@@ -576,29 +642,32 @@ pub fn validate(spec: &LayoutSpec, bar_size: u64) -> Result<SegmentLayout, Vec<V
     Ok(layout)
 }
 
-/// The `[gpummu]` geometry, checked by the one validator the guest uses too.
+/// The `[gpummu]` geometry, checked by the one validator the guest uses too; every broken rule
+/// is a violation of its own.
 fn gpummu_rules(
     caps: &wddm_gpu_abi::gpuva::WddmGpuMmuCaps,
     spec: &LayoutSpec,
     wddm2: bool,
     violations: &mut Vec<Violation>,
 ) -> Option<MmuGeometry> {
-    let rule = if caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL {
-        Rule::GpuVirtualUpdatesNotOffered
-    } else if wddm2 {
-        let flags: Vec<u32> = spec.segments.iter().map(|segment| segment.flags).collect();
-        match validate_gpummu(caps, &flags) {
-            Ok(geometry) => return Some(geometry),
-            Err(rule) => Rule::GpuMmu(rule),
-        }
-    } else {
-        Rule::GpuMmuNeedsWddm2
+    let mut layout_rule = |rule| {
+        violations.push(Violation {
+            segment: None,
+            rule,
+        })
     };
-    violations.push(Violation {
-        segment: None,
-        rule,
-    });
-    None
+    let mut usable = true;
+    if !wddm2 {
+        layout_rule(Rule::GpuMmuNeedsWddm2);
+        usable = false;
+    }
+    if caps.page_table_update_mode == WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL {
+        layout_rule(Rule::GpuVirtualUpdatesNotOffered);
+        usable = false;
+    }
+    let flags: Vec<u32> = spec.segments.iter().map(|segment| segment.flags).collect();
+    let geometry = validate_gpummu_each(caps, &flags, |rule| layout_rule(Rule::GpuMmu(rule))).ok();
+    geometry.filter(|_| usable)
 }
 
 /// The capset the device will publish for `layout` must pass the guest's validator. Before the

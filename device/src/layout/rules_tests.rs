@@ -525,7 +525,7 @@ fn messages_name_the_segment_fields_and_rule() {
         .iter()
         .map(|v| v.to_string())
         .collect();
-    assert_eq!(lines, ["segment 2 (flags): Aperture with CpuVisible is refused: this device's GART has no CPU window that translates through it"]);
+    assert_eq!(lines, ["segment 2 (flags): Aperture with CpuVisible is refused: this device's GART has no CPU window that translates through it [limit of this device]"]);
 }
 
 #[test]
@@ -548,7 +548,7 @@ fn every_valid_layout_publishes_a_capset_the_guest_accepts() {
     assert_eq!(violations[0].segment, Some(2));
     assert_eq!(
         violations[0].rule.to_string(),
-        "the published capset would be refused: segment #1: commit_limit 0x20001000 exceeds size 0x20000000"
+        "the published capset would be refused: segment #1: commit_limit 0x20001000 exceeds size 0x20000000 [limit of this device]"
     );
 }
 
@@ -569,15 +569,19 @@ fn gpummu_needs_wddm2_and_a_geometry_that_passes_the_guest_validator() {
         gpummu: Some(with_table_segment(caps, 0, 2)),
         ..base_wddm2()
     };
-    let rule = GpuMmuRule::TableSegment {
+    // Both of the level's segment ids name it: one line each.
+    let rule = |owner| GpuMmuRule::TableSegment {
         level: 0,
-        owner: TableOwner::Process,
+        owner,
         segment: 2,
     };
     check(
         "table in the aperture",
         in_aperture.clone(),
-        &[(None, Rule::GpuMmu(rule))],
+        &[
+            (None, Rule::GpuMmu(rule(TableOwner::Process))),
+            (None, Rule::GpuMmu(rule(TableOwner::PagingProcess))),
+        ],
     );
     let lines: Vec<String> = validate(&in_aperture, BAR)
         .unwrap_err()
@@ -586,7 +590,10 @@ fn gpummu_needs_wddm2_and_a_geometry_that_passes_the_guest_validator() {
         .collect();
     assert_eq!(
         lines,
-        ["layout (gpummu): level 0: page_table_segment_id 2 is neither 0 (system memory) nor a memory segment"]
+        [
+            "layout (gpummu): level 0: page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+            "layout (gpummu): level 0: paging_process_page_table_segment_id 2 is neither 0 (system memory) nor a memory segment [WDK: DXGK_PAGE_TABLE_LEVEL_DESC]",
+        ]
     );
     let layout = validate(
         &LayoutSpec {
@@ -605,4 +612,121 @@ fn gpummu_needs_wddm2_and_a_geometry_that_passes_the_guest_validator() {
         1
     );
     assert_eq!(geometry.address_bits(), 39);
+}
+
+#[test]
+fn every_broken_gpummu_rule_is_a_violation_of_its_own() {
+    let mut caps = gpummu_caps(&[9, 9], WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL);
+    caps.page_table_update_mode = wddm_gpu_abi::gpuva::WDDM_GPU_PAGE_TABLE_UPDATE_GPU_VIRTUAL;
+    caps.max_contexts = 0;
+    caps.levels[1].page_table_alignment_in_bytes = 100;
+    let spec = LayoutSpec {
+        gpummu: Some(caps),
+        ..base_wddm2()
+    };
+    check(
+        "three gpummu rules at once",
+        spec,
+        &[
+            (None, Rule::GpuVirtualUpdatesNotOffered),
+            (None, Rule::GpuMmu(GpuMmuRule::MaxContexts(0))),
+            (
+                None,
+                Rule::GpuMmu(GpuMmuRule::Alignment {
+                    level: 1,
+                    alignment: 100,
+                }),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_root_of_0_index_bits_is_refused_as_this_devices_limit() {
+    let spec = LayoutSpec {
+        gpummu: Some(gpummu_caps(
+            &[9, 0],
+            WDDM_GPU_PAGE_TABLE_UPDATE_GPU_PHYSICAL,
+        )),
+        ..base_wddm2()
+    };
+    let violations = validate(&spec, BAR).unwrap_err();
+    let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("layout (gpummu): level 1: page_table_index_bit_count 0"));
+    assert!(lines[0].contains("resizable root"), "{}", lines[0]);
+    assert!(!lines[0].contains("64 KiB"), "{}", lines[0]);
+    assert!(lines[0].ends_with("[limit of this device]"), "{}", lines[0]);
+}
+
+#[test]
+fn every_message_says_whether_it_is_a_wdk_rule_or_this_devices_limit() {
+    let rules = [
+        Rule::NoSegments,
+        Rule::TooManySegments { count: 32, max: 31 },
+        Rule::ReservedBits(1 << 22),
+        Rule::NeedsWddm2("Use64KBPages".into()),
+        Rule::ReservedSysMem,
+        Rule::AgpUnavailable,
+        Rule::AgpNotAlone,
+        Rule::CacheCoherentWithoutAperture,
+        Rule::PopulatedFromSystemMemoryOnAperture,
+        Rule::PowerFlags {
+            standby: false,
+            hibernate: true,
+            partial: false,
+        },
+        Rule::CpuHostApertureWithCpuVisible,
+        Rule::CachedHostApertureWithoutHostAperture,
+        Rule::ApertureCpuVisible,
+        Rule::SizeZero,
+        Rule::SizeNotMultiple { unit: 4096 },
+        Rule::BaseAddressOverflow,
+        Rule::MemoryCommitLimit { commit_limit: 1 },
+        Rule::ApertureCommitLimit { commit_limit: 1 },
+        Rule::BanksWithoutUseBanking,
+        Rule::UseBankingWithoutBanks,
+        Rule::BanksOnWddm2,
+        Rule::TooManyBanks(128),
+        Rule::BanksNotIncreasing { index: 1 },
+        Rule::BankOutsideSegment { index: 1 },
+        Rule::BankNotMultiple {
+            index: 1,
+            unit: 4096,
+        },
+        Rule::PartialHibernateWithoutEndAddress,
+        Rule::SystemMemoryEndBeyondSize,
+        Rule::BarOffsetWithoutCpuVisible,
+        Rule::BarOffsetNotAligned { unit: 4096 },
+        Rule::OutsideBar {
+            offset: 0,
+            bar_size: BAR,
+        },
+        Rule::BarOverlap { other: 1 },
+        Rule::DeviceOnlyVramTooLarge { total: 1 << 40 },
+        Rule::AperturesTooLarge { total: 1 << 40 },
+        Rule::PagingBufferSegment(3),
+        Rule::PagingBufferSize(0),
+        Rule::PagingBufferPrivateDataSize(1 << 33),
+        Rule::Wddm2ApertureCount(2),
+        Rule::Capset(CapsetError::BadSegment {
+            index: 0,
+            rule: wddm_gpu_abi::capset_rules::SegmentRule::IdOutOfOrder { id: 2, want: 1 },
+        }),
+        Rule::GpuMmuNeedsWddm2,
+        Rule::GpuVirtualUpdatesNotOffered,
+        Rule::GpuMmu(GpuMmuRule::MaxContexts(0)),
+        Rule::GpuMmu(GpuMmuRule::LevelCount(9)),
+    ];
+    for rule in rules {
+        let text = rule.to_string();
+        let tail = match rule.source() {
+            RuleSource::Wdk(page) => format!(" [WDK: {page}]"),
+            RuleSource::Device => " [limit of this device]".to_string(),
+        };
+        assert!(text.ends_with(&tail), "{text}");
+        let sources =
+            text.matches("[WDK: ").count() + text.matches("[limit of this device]").count();
+        assert_eq!(sources, 1, "one source: {text}");
+    }
 }

@@ -35,8 +35,10 @@ const MAX_REQUEST: usize = 256;
 const MAX_FDS: usize = 4;
 /// Connections served at once; more are refused with an error line.
 const MAX_CLIENTS: usize = 16;
-/// How long a client may take to send its request or to read the answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client of either socket may take to send its request line (in all: a silent or
+/// trickling client is closed then), and to take each write of the answer. docs/security.md
+/// states it.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an answered client may take to close its side, in all.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -47,7 +49,7 @@ fn read_until(stream: &UnixStream, deadline: Instant) -> bool {
 }
 /// How long [`query`] waits for the answer.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Requests, for the error message.
+/// The stats socket's requests, for its error messages.
 const REQUESTS: &str = "table, prometheus, json or echo";
 
 /// The stats socket that belongs to a vhost-user socket path: the same path with `.stats`
@@ -58,21 +60,22 @@ pub fn default_path(vhost_user_socket: &Path) -> PathBuf {
     PathBuf::from(path)
 }
 
-/// Why a request is refused; sent to the client as `error: <message>`.
+/// Why a request is refused; sent to the client as `error: <message>`. The hints name the
+/// requests of the socket that refused it (the stats socket's, or the control socket's).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RequestError {
     /// The client closed without sending anything.
-    #[error("empty request (send one line: {REQUESTS})")]
-    Empty,
+    #[error("empty request (send one line: {0})")]
+    Empty(&'static str),
     /// The request is not UTF-8.
-    #[error("the request is not text (send one line: {REQUESTS})")]
-    NotText,
+    #[error("the request is not text (send one line: {0})")]
+    NotText(&'static str),
     /// No newline within [`MAX_REQUEST`] bytes.
     #[error("request line longer than {MAX_REQUEST} bytes")]
     TooLong,
     /// Not a request this server knows.
-    #[error("unknown request {0:?} (send one line: {REQUESTS})")]
-    Unknown(String),
+    #[error("unknown request {0:?} (send one line: {1})")]
+    Unknown(String, &'static str),
     /// `echo` without exactly two descriptors.
     #[error("echo needs two eventfds (kick, call) in the request message; got {0} descriptors")]
     EchoDescriptors(usize),
@@ -129,6 +132,10 @@ pub fn start(
 pub trait ControlHandler: Send + Sync + 'static {
     /// The answer to one request line: the bytes to send, or the reason it was refused.
     fn handle(&self, request: &str) -> Result<Vec<u8>, String>;
+
+    /// The requests it answers, as the hint of a refusal that is not a request line (nothing
+    /// sent, not text): `"a, b or c"`.
+    fn requests(&self) -> &'static str;
 }
 
 /// Binds the control socket at `path`, readable and writable by this process's user only
@@ -210,7 +217,7 @@ fn serve_control(stream: UnixStream, handler: &dyn ControlHandler) {
         refusal(&"the control socket serves its owner only")
     } else {
         match read_request(&stream) {
-            Ok((line, fds)) if fds.is_empty() => match request_line(&line) {
+            Ok((line, fds)) if fds.is_empty() => match request_line(&line, handler.requests()) {
                 Ok(request) => handler.handle(request).unwrap_or_else(|why| refusal(&why)),
                 Err(error) => refusal(&error),
             },
@@ -470,10 +477,10 @@ fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
     order != 1 && order != 2
 }
 
-/// The request line of what a client sent, trimmed.
-fn request_line(bytes: &[u8]) -> Result<&str, RequestError> {
+/// The request line of what a client sent, trimmed; a refusal hints at `requests`.
+fn request_line<'a>(bytes: &'a [u8], requests: &'static str) -> Result<&'a str, RequestError> {
     if bytes.is_empty() {
-        return Err(RequestError::Empty);
+        return Err(RequestError::Empty(requests));
     }
     let line = match bytes.iter().position(|&byte| byte == b'\n') {
         Some(end) => &bytes[..end],
@@ -482,12 +489,12 @@ fn request_line(bytes: &[u8]) -> Result<&str, RequestError> {
         None => bytes,
     };
     Ok(std::str::from_utf8(line)
-        .map_err(|_| RequestError::NotText)?
+        .map_err(|_| RequestError::NotText(requests))?
         .trim())
 }
 
 fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestError> {
-    let line = request_line(bytes)?;
+    let line = request_line(bytes, REQUESTS)?;
     let request = match line {
         "table" => Request::Table,
         "prometheus" => Request::Prometheus,
@@ -511,10 +518,10 @@ fn parse_request(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Request, RequestErro
             };
             return Ok(Request::Echo { kick, call });
         }
-        "" => return Err(RequestError::Empty),
+        "" => return Err(RequestError::Empty(REQUESTS)),
         other => {
             let shown: String = other.chars().take(40).collect();
-            return Err(RequestError::Unknown(shown));
+            return Err(RequestError::Unknown(shown, REQUESTS));
         }
     };
     if !fds.is_empty() {

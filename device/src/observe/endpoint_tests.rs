@@ -243,3 +243,82 @@ fn the_default_path_appends_dot_stats() {
         PathBuf::from("/run/gpu/vhost.sock.stats")
     );
 }
+
+/// A control handler answering `ping`, for the control socket's own behaviour.
+struct Ping;
+
+impl ControlHandler for Ping {
+    fn handle(&self, request: &str) -> Result<Vec<u8>, String> {
+        match request {
+            "ping" => Ok(b"pong\n".to_vec()),
+            other => Err(format!("unknown request {other:?}")),
+        }
+    }
+
+    fn requests(&self) -> &'static str {
+        "ping or help"
+    }
+}
+
+fn serve_control(name: &str) -> (ScratchDir, PathBuf, StatsServer) {
+    let dir = ScratchDir::new(name);
+    let path = dir.join("ctl");
+    let server = start_control(&path, Arc::new(Ping)).unwrap();
+    (dir, path, server)
+}
+
+#[test]
+fn the_control_socket_hints_at_its_own_requests() {
+    let (dir, path, _server) = serve_control("ctl-hint");
+    assert_eq!(raw(&path, b"ping\n"), "pong\n");
+    for (request, expected) in [
+        (
+            &b"\xff\xfe\n"[..],
+            "error: the request is not text (send one line: ping or help)\n",
+        ),
+        (
+            &b""[..],
+            "error: empty request (send one line: ping or help)\n",
+        ),
+    ] {
+        let answer = raw(&path, request);
+        assert_eq!(answer, expected, "{request:?}");
+        assert!(
+            !answer.contains("prometheus"),
+            "the stats socket's hint: {answer}"
+        );
+    }
+    dir.remove();
+}
+
+#[test]
+fn a_silent_control_client_is_closed_after_the_io_timeout() {
+    let (dir, path, _server) = serve_control("ctl-silent");
+    let mut silent = UnixStream::connect(&path).unwrap();
+    silent
+        .set_read_timeout(Some(IO_TIMEOUT + Duration::from_secs(5)))
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    silent.read_to_end(&mut answer).unwrap();
+    let waited = started.elapsed();
+    assert!(answer.is_empty(), "{answer:?}");
+    assert!(
+        waited >= IO_TIMEOUT - Duration::from_millis(100)
+            && waited < IO_TIMEOUT + Duration::from_secs(3),
+        "closed after {waited:?}"
+    );
+    dir.remove();
+}
+
+#[test]
+fn the_security_page_states_the_io_timeout() {
+    let page = include_str!("../../../docs/security.md");
+    let stated = format!("{} s (`IO_TIMEOUT`)", IO_TIMEOUT.as_secs());
+    // Once for the stats socket, once for the control socket.
+    assert_eq!(
+        page.matches(&stated).count(),
+        2,
+        "docs/security.md must say {stated:?}"
+    );
+}

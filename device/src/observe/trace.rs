@@ -55,18 +55,34 @@ enum Record {
     Sync(SyncSender<()>),
 }
 
-/// A moment on the timeline: a fault injection firing, shown as an instant event on the
-/// engine's track.
+/// A moment on the timeline, shown as an instant event on the engine's track: a fault
+/// injection firing (`inject ACTION`, category `injection`) or a checker warning (`check KIND`,
+/// category `checker`).
 #[derive(Clone, Copy, Debug)]
 pub struct Mark {
     /// When.
     pub at: Instant,
-    /// The injection's action.
+    /// The injection's action, or the warning's kind.
     pub name: &'static str,
-    /// The submission it fired on, if any.
+    /// The submission it is about, if any.
     pub fence: Option<u32>,
-    /// The injection's id.
-    pub id: u32,
+    /// What made it.
+    pub source: MarkSource,
+}
+
+/// What made a [`Mark`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkSource {
+    /// A fault injection fired.
+    Injection {
+        /// The injection's id.
+        id: u32,
+    },
+    /// The checker (`--check`) warned.
+    Checker {
+        /// The packet's offset in its DMA buffer, when the warning is about a packet.
+        packet_offset: Option<u32>,
+    },
 }
 
 /// The engine waiting out the link model's time (`--link`): a span on the engine's track.
@@ -90,6 +106,14 @@ struct MarkArgs {
     injection: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     fence: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct CheckArgs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fence: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packet_offset: Option<u32>,
 }
 
 /// The file side, owned by the writer thread.
@@ -276,7 +300,7 @@ impl Trace {
         self.record(Record::Submission(*submission));
     }
 
-    /// A fault injection fired.
+    /// A fault injection fired, or the checker warned.
     pub fn mark(&self, mark: Mark) {
         self.record(Record::Mark(mark));
     }
@@ -302,23 +326,41 @@ impl Trace {
 }
 
 impl Writer {
+    /// An instant event of an injection or a checker warning, each in its own category.
+    fn mark(&mut self, mark: &Mark) {
+        match mark.source {
+            MarkSource::Injection { id } => self.write_event(
+                format_args!("inject {}", mark.name),
+                "injection",
+                mark.at,
+                None,
+                MarkArgs {
+                    injection: id,
+                    fence: mark.fence,
+                },
+                true,
+            ),
+            MarkSource::Checker { packet_offset } => self.write_event(
+                format_args!("check {}", mark.name),
+                "checker",
+                mark.at,
+                None,
+                CheckArgs {
+                    fence: mark.fence,
+                    packet_offset,
+                },
+                true,
+            ),
+        }
+    }
+
     /// The writer thread: writes records until the queue closes, then ends the file.
     fn run(mut self, records: Receiver<Record>) -> io::Result<()> {
         for record in records {
             match record {
                 Record::Packet(packet) => self.packet(&packet),
                 Record::Submission(submission) => self.submission(&submission),
-                Record::Mark(mark) => self.write_event(
-                    format_args!("inject {}", mark.name),
-                    "injection",
-                    mark.at,
-                    None,
-                    MarkArgs {
-                        injection: mark.id,
-                        fence: mark.fence,
-                    },
-                    true,
-                ),
+                Record::Mark(mark) => self.mark(&mark),
                 Record::LinkWait(wait) => self.write_event(
                     "link wait",
                     "link",

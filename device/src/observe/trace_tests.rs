@@ -275,3 +275,50 @@ fn a_stalled_file_never_blocks_recording() {
     drain.join().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn injections_and_checker_warnings_each_have_their_category() {
+    let path = scratch("marks");
+    let trace = Trace::create(&path).unwrap();
+    let at = Instant::now();
+    trace.mark(Mark {
+        at,
+        name: "hang",
+        fence: Some(7),
+        source: MarkSource::Injection { id: 3 },
+    });
+    trace.mark(Mark {
+        at,
+        name: "dummy-page-access",
+        fence: Some(8),
+        source: MarkSource::Checker {
+            packet_offset: Some(0x40),
+        },
+    });
+    trace.mark(Mark {
+        at,
+        name: "no-status-page",
+        fence: Some(9),
+        source: MarkSource::Checker {
+            packet_offset: None,
+        },
+    });
+    trace.finish().unwrap();
+    let instants: Vec<Value> = events(&path)
+        .into_iter()
+        .filter(|e| e["ph"] == "i")
+        .map(|e| serde_json::json!({"name": e["name"], "cat": e["cat"], "args": e["args"]}))
+        .collect();
+    assert_eq!(
+        instants,
+        [
+            serde_json::json!({"name": "inject hang", "cat": "injection",
+                "args": {"injection": 3, "fence": 7}}),
+            serde_json::json!({"name": "check dummy-page-access", "cat": "checker",
+                "args": {"fence": 8, "packet_offset": 0x40}}),
+            serde_json::json!({"name": "check no-status-page", "cat": "checker",
+                "args": {"fence": 9}}),
+        ]
+    );
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

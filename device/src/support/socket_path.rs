@@ -164,6 +164,15 @@ impl Drop for InstanceLock {
     }
 }
 
+/// Whether another process holds the `flock` of the file at `path` (a backend's VRAM file or
+/// lock file); false when the file cannot be opened.
+pub fn held_by_another(path: &Path) -> bool {
+    OpenOptions::new()
+        .read(true)
+        .open(path)
+        .is_ok_and(|file| try_lock(&file).is_ok_and(|taken| !taken))
+}
+
 /// `flock(LOCK_EX | LOCK_NB)`: true when taken, false when another open file holds it.
 fn try_lock(file: &File) -> io::Result<bool> {
     // SAFETY: flock on a descriptor `file` owns; it only takes or refuses the lock.

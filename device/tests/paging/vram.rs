@@ -5,7 +5,7 @@ use wddm_gpu_abi::caps::{WDDM_GPU_BAR_STATE_KNOWN, WDDM_GPU_BAR_STATE_NOT_MAPPED
 use wddm_gpu_abi::status::{WddmGpuRespEvent, WDDM_GPU_EVENT_BAR_CHANGED};
 use wddm_gpu_frontend_kit::{
     backend_process::{SpawnOptions, TIMEOUT},
-    harness::{Harness, STATUS_PAGE, VRAM_GPA},
+    harness::{Harness, STATUS_PAGE, VRAM_GPA, VRAM_SIZE},
     layout::{self, Segment},
     pattern::pattern,
     requests::segment,
@@ -83,6 +83,41 @@ fn device_only_vram_without_a_file_is_zero_after_a_backend_restart() {
         after.iter().all(|&b| b == 0),
         "device-only VRAM kept without a file"
     );
+}
+
+/// `ctl vram OFFSET 16 --json`: the bytes as hex, or the refusal.
+fn ctl_vram(h: &Harness, offset: u64, length: u64) -> Result<String, String> {
+    let output = h.backend.ctl(&format!("vram {offset:#x} {length} --json"));
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    Ok(json["hex"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn ctl_vram_reads_device_only_vram_past_the_bar_as_docs_say() {
+    let options = SpawnOptions {
+        layout: Some(device_only_layout()),
+        ..SpawnOptions::default()
+    };
+    let mut h = Harness::ready_with_options("ctl-vram-device-only", &options);
+    let data = pattern(0x7e57, 0x1000);
+    copy_from_vram(&mut h, &data, 0, segment(DEVICE_ONLY_SEGMENT, 0x3000), 1);
+    // The first device-only segment starts at the BAR's end (check-layout's vram_offset).
+    let start = VRAM_SIZE;
+    let hex: String = data[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    assert_eq!(ctl_vram(&h, start + 0x3000, 16), Ok(hex));
+    // One dump never straddles the BAR's end, nor runs past the device-only VRAM.
+    let straddle = ctl_vram(&h, start - 8, 16).unwrap_err();
+    assert!(straddle.contains("straddles the BAR's end"), "{straddle}");
+    let past = ctl_vram(&h, start + (16 << 20), 16).unwrap_err();
+    assert!(past.contains("outside the VRAM"), "{past}");
+    let guide = include_str!("../../../docs/fault-injection.md");
+    assert!(guide.contains("past the BAR's end is device-only VRAM"));
 }
 
 // ---- the VRAM BAR ----

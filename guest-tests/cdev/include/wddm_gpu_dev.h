@@ -638,6 +638,15 @@ typedef struct wddm_dev {
     /* Set once the device broke a rule; every later call fails with WDDM_E_DEVICE. */
     bool broken;
     bool initialised;
+
+    /* The interrupt path (wddm_dev_set_interrupt_driven, wddm_dev_interrupt_deferred): whether
+     * synchronous requests wait for the deferred half instead of polling, the deferred half's
+     * generation (advanced under the lock by each run), and the counters of
+     * wddm_dev_counters. Written under the lock only. */
+    bool interrupt_driven;
+    uint32_t deferred_generation;
+    uint64_t polled_collections;
+    uint64_t deferred_collections;
 } wddm_dev;
 
 /* Device initialisation (virtio 1.x, section 3.1.1): enables memory decode and bus mastering
@@ -668,9 +677,77 @@ wddm_result wddm_dev_wait_bar_known(wddm_dev *dev, uint32_t timeout_ms, uint32_t
  * (a virtio reset). wddm_dev_abandoned counts such slots. */
 uint32_t wddm_dev_abandoned(const wddm_dev *dev);
 
-/* Interrupt side. wddm_dev_isr reads (and so acknowledges) the virtio ISR status; it returns
- * it (bit 0: a queue has used buffers) and calls os.interrupt_ack. wddm_dev_poll (the DPC)
- * collects every answered request: submission completions, events, synchronous answers. */
+/* ---- The interrupt path: a top half and a deferred half -------------------------------
+ *
+ * The top half runs in the interrupt itself (DxgkDdiInterruptRoutine at DIRQL; a Linux hard-IRQ
+ * handler): it reads and acknowledges, nothing more. It takes no lock, allocates nothing,
+ * never sleeps or waits, and touches only the ISR status register (for a line-based interrupt
+ * or a shared message) and os.interrupt_ack. The deferred half (the DPC; a threaded IRQ or a
+ * work item) takes the lock, collects every answered request from the used ring, and hands
+ * completions, SUBMIT_VIRTUAL answers and events to the caller's sink. */
+
+/* Where an interrupt came from: what the OS knows from the vector that fired. */
+#define WDDM_IRQ_SOURCE_LINE 0u         /* INTx, maybe shared: the ISR byte says if it is ours */
+#define WDDM_IRQ_SOURCE_MSIX_CONFIG 1u  /* the config vector's own message */
+#define WDDM_IRQ_SOURCE_MSIX_QUEUE 2u   /* the control queue's own message */
+#define WDDM_IRQ_SOURCE_MSIX_SHARED 3u  /* one message for configuration and queue (mode 2) */
+
+/* What the top half found (the virtio ISR bits): 0 = not ours. */
+#define WDDM_IRQ_QUEUE 0x1u  /* a queue may have used buffers: run the deferred half */
+#define WDDM_IRQ_CONFIG 0x2u /* a configuration change */
+
+/* The top half. LINE: reads the ISR status byte (reading acknowledges the interrupt and lowers
+ * the line) and returns its two bits, 0 when the interrupt was another device's. An MSI-X
+ * message is ours by definition: MSIX_QUEUE returns WDDM_IRQ_QUEUE and MSIX_CONFIG
+ * WDDM_IRQ_CONFIG without a register access; MSIX_SHARED reads the ISR byte for the
+ * configuration bit and returns it with WDDM_IRQ_QUEUE. os.interrupt_ack gets every non-zero
+ * result. An unknown source, or a device whose registers are not mapped, returns 0. */
+uint32_t wddm_dev_interrupt_top(wddm_dev *dev, uint32_t source);
+
+/* Where the deferred half hands what the device answered; every entry optional (NULL leaves
+ * those answers in their ring for wddm_dev_next_completion, _next_virtual_completion and
+ * _next_event). Called without the library's lock held, in the order the answers were taken. */
+typedef struct wddm_irq_sink {
+    void *ctx;
+    /* A SUBMIT answered (DXGK_INTERRUPT_DMA_COMPLETED; a dma_fence signalled). */
+    void (*completion)(void *ctx, const WddmGpuRespSubmit *completion);
+    void (*virtual_completion)(void *ctx, const WddmGpuRespSubmitVirtual *completion);
+    void (*event)(void *ctx, const WddmGpuRespEvent *event);
+    /* WDDM_IRQ_CONFIG was in `bits`: re-read what the driver caches from config space. */
+    void (*config_changed)(void *ctx);
+} wddm_irq_sink;
+
+/* The deferred half, with the bits the top half returned (accumulated since its last run):
+ * config_changed first when WDDM_IRQ_CONFIG is set; then, under the lock, every answered
+ * request is collected from the used ring (synchronous answers, completions, events), the
+ * generation os.wait_interrupt sleeps on advances, and once the lock is released the sink gets
+ * each completion, SUBMIT_VIRTUAL answer and event. The used ring is read whatever `bits` says
+ * (answers may come after the bits were taken). WDDM_E_DEVICE when the device broke a rule
+ * (what was collected before is still handed on); WDDM_E_STATE before wddm_dev_init. PASSIVE
+ * or DISPATCH level (the lock is the OS's spin lock); never from the top half. */
+wddm_result wddm_dev_interrupt_deferred(wddm_dev *dev, uint32_t bits, const wddm_irq_sink *sink);
+
+/* Interrupt-driven mode: with `on`, the synchronous requests (capset, status page, PREEMPT,
+ * RESET, the context commands, QUERY_ENGINE_STATUS) no longer poll the used ring but sleep in
+ * os.wait_interrupt until the deferred half collected their answer. Call it once the OS's
+ * interrupt handlers run the two halves (after wddm_dev_init; wddm_dev_init itself polls).
+ * WDDM_E_INVALID without os.wait_interrupt; WDDM_E_STATE before wddm_dev_init. */
+wddm_result wddm_dev_set_interrupt_driven(wddm_dev *dev, bool on);
+
+/* How the used ring was read: `polled` counts collections by a polling path (wddm_dev_poll,
+ * the polling waits of the synchronous requests, wddm_dev_wait_virtual_completion, the TDR
+ * waits), `deferred` the deferred half's runs. An interrupt-driven driver sees `polled` stop
+ * growing once it called wddm_dev_set_interrupt_driven (init's capset reads poll). */
+typedef struct wddm_dev_counters {
+    uint64_t polled;
+    uint64_t deferred;
+} wddm_dev_counters;
+wddm_result wddm_dev_get_counters(wddm_dev *dev, wddm_dev_counters *out);
+
+/* The earlier interrupt entry points, kept: wddm_dev_isr is the top half of a line-based
+ * interrupt returning the raw ISR byte (wddm_dev_interrupt_top(dev, WDDM_IRQ_SOURCE_LINE) with
+ * all eight bits); wddm_dev_poll collects every answered request like the deferred half but
+ * counts as polling, and is what a caller without an interrupt uses. */
 uint32_t wddm_dev_isr(wddm_dev *dev);
 wddm_result wddm_dev_poll(wddm_dev *dev);
 

@@ -81,6 +81,15 @@ typedef struct wddm_os {
     /* Optional (may be NULL): one log line, `message` a constant string, `a` and `b` the
      * numbers it concerns. The library never formats text itself. */
     void (*log)(void *ctx, int level, const char *message, uint64_t a, uint64_t b);
+
+    /* Optional (may be NULL): sleeps until `*generation` differs from `seen`, or about
+     * `timeout_us` passed, whichever comes first (a spurious early return is allowed). The
+     * deferred half of the interrupt path (wddm_dev_interrupt_deferred) advances the generation
+     * under the lock; the OS layer wakes its sleepers after each call of it. Needed only for
+     * wddm_dev_set_interrupt_driven: the synchronous requests then sleep here until the
+     * interrupt collected their answer instead of polling the used ring. PASSIVE level. */
+    void (*wait_interrupt)(void *ctx, const volatile uint32_t *generation, uint32_t seen,
+                           uint32_t timeout_us);
 } wddm_os;
 
 #ifdef __cplusplus

@@ -58,7 +58,7 @@ wddm_result wddm_ctrl_send_locked(wddm_dev *dev, uint8_t kind, const void *req, 
     return WDDM_OK;
 }
 
-static wddm_result poll_locked(wddm_dev *dev)
+wddm_result wddm_ctrl_poll_locked(wddm_dev *dev)
 {
     if (dev->broken)
         return WDDM_E_DEVICE;
@@ -102,7 +102,8 @@ wddm_result wddm_dev_poll(wddm_dev *dev)
     if (!dev || !dev->lock)
         return WDDM_E_STATE;
     dev->os.lock_acquire(dev->os.ctx, dev->lock);
-    wddm_result r = poll_locked(dev);
+    dev->polled_collections++;
+    wddm_result r = wddm_ctrl_poll_locked(dev);
     dev->os.lock_release(dev->os.ctx, dev->lock);
     return r;
 }
@@ -121,7 +122,15 @@ wddm_result wddm_ctrl_call(wddm_dev *dev, const void *req, uint32_t req_len, uin
     for (;;) {
         bool expired = dev->os.now_us(dev->os.ctx) - start > (uint64_t)dev->timeout_ms * 1000;
         dev->os.lock_acquire(dev->os.ctx, dev->lock);
-        r = poll_locked(dev);
+        /* Interrupt-driven: the deferred half collects the answer; only look at the slot. */
+        bool sleep = dev->interrupt_driven;
+        uint32_t seen = dev->deferred_generation;
+        if (sleep) {
+            r = dev->broken ? WDDM_E_DEVICE : WDDM_OK;
+        } else {
+            dev->polled_collections++;
+            r = wddm_ctrl_poll_locked(dev);
+        }
         wddm_slot *s = &dev->slots[slot];
         bool done = s->state == WDDM_SLOT_ANSWERED;
         if (r == WDDM_OK && done) {
@@ -141,7 +150,11 @@ wddm_result wddm_ctrl_call(wddm_dev *dev, const void *req, uint32_t req_len, uin
         dev->os.lock_release(dev->os.ctx, dev->lock);
         if (r || done)
             return r;
-        dev->os.stall_us(dev->os.ctx, 200);
+        if (sleep)
+            dev->os.wait_interrupt(dev->os.ctx, &dev->deferred_generation, seen,
+                                   WDDM_WAIT_SLICE_US);
+        else
+            dev->os.stall_us(dev->os.ctx, 200);
     }
 }
 

@@ -296,14 +296,6 @@ const wddm_layout *wddm_dev_layout(const wddm_dev *dev)
     return dev && dev->initialised ? &dev->layout : NULL;
 }
 
-uint32_t wddm_dev_isr(wddm_dev *dev)
-{
-    uint32_t isr = mmio_r8(dev->isr, 0); /* reading acknowledges */
-    if (dev->os.interrupt_ack)
-        dev->os.interrupt_ack(dev->os.ctx, isr);
-    return isr;
-}
-
 wddm_result wddm_dev_vram_location(const wddm_dev *dev, uint32_t *function, uint32_t *bar,
                                    uint64_t *offset)
 {

@@ -99,6 +99,10 @@ wddm_result wddm_vq_pop(wddm_vq *vq, const wddm_os *os, uint16_t *head, uint32_t
 #define WDDM_KIND_VIRTUAL 4   /* a SUBMIT_VIRTUAL */
 
 wddm_result wddm_ctrl_init(wddm_dev *dev);
+/* Under the lock: collects every used entry (the poll and the deferred half share it). */
+wddm_result wddm_ctrl_poll_locked(wddm_dev *dev);
+/* An interrupt-driven synchronous request sleeps at most this long between looks at its slot. */
+#define WDDM_WAIT_SLICE_US 10000u
 /* Under the lock: queue `req` (req_len bytes) with a response of resp_len bytes in the slot,
  * or at resp_bus when non-zero. */
 wddm_result wddm_ctrl_send_locked(wddm_dev *dev, uint8_t kind, const void *req, uint32_t req_len,

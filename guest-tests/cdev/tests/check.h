@@ -34,5 +34,6 @@ void timeout_tests(void);
 void gpummu_tests(void);
 void context_tests(void);
 void tdr_tests(void);
+void interrupt_tests(void);
 
 #endif

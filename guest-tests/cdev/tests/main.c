@@ -42,6 +42,7 @@ int main(void)
     gpummu_tests();
     context_tests();
     tdr_tests();
+    interrupt_tests();
     printf("CDEV-UNIT-SUMMARY %d run, %d failed\n", tests_run, tests_failed);
     return tests_failed > 100 ? 100 : tests_failed;
 }

@@ -17,10 +17,16 @@ Plans:
   linux-reboot  the Linux guest with the kernel's virtio_gpu; after its checks the host answers
                 "reboot" (the guest's own `reboot -f`, which QEMU turns into a reset with -action
                 reboot=reset) and the second boot runs every check again (after_reboot:*).
-  ovmf          OVMF firmware, -vga none, the GPU the only display: a screendump while the
-                firmware shows its screen (at its "BdsDxe: starting" console line, or after
-                --firmware-wait seconds, default 8: Debian's OVMF prints nothing on the serial console and the kernel starts after ~15 s under TCG) must not be a single colour; then the Linux guest it
-                boots runs its checks once (ovmf:*) and powers off.
+  ovmf          OVMF firmware, -vga none, the GPU the only display, holding the boot in its
+                boot-option wait (-boot menu=on,splash-time: --firmware-hold seconds) after it
+                drew its logo: the host takes screendumps from the start until one shows the
+                firmware's frame (more colours than QEMU's two-colour placeholder text; before the
+                guest's first sync point, so no Linux driver drew it), then releases the wait
+                with Enter (OVMF's continue key, sent again each second until the guest's first
+                sync point or the frame leaves the screen: a key that comes before OVMF's hotkey
+                service runs is lost; extra ones reach no reader). The Linux guest
+                the firmware then boots (a unified kernel image on a FAT disk) runs its checks
+                once (ovmf:*) and powers off. See FirmwareWatch.
 
 Expectations (--backend): the C peer (QEMU's vhost-user-gpu) does not come back after the
 guest's reset (it is reported to die of SIGPIPE; QEMU 10.0.2's stays alive but asserts
@@ -47,7 +53,7 @@ from .verdicts import print_results, verdict
 
 CHECK_RE = re.compile(r"DISPLAY-CHECK (\S+) (PASS|FAIL) ?(.*)")
 FB_RE = re.compile(r"DISPLAY-FB (\d+)x(\d+)")
-FIRMWARE_BOOTING = "BdsDxe: starting"
+FIRMWARE_CHECK = "ovmf:firmware_screen_not_blank"
 
 # What the guest reports on every boot (init.sh and display-check.c), and what the host adds.
 GUEST_CHECKS = [
@@ -85,6 +91,79 @@ EXPECTED_FAILURES = {
 log = Log("DISPLAY-HOST")
 
 
+class FirmwareWatch:
+    """The ovmf plan's firmware check, fed with the colours of the screendumps the host takes
+    while OVMF holds the boot, and with the guest's first sync point.
+
+    No timing decides it. OVMF draws its logo, then waits up to `hold` seconds for a key before
+    it boots (its boot-option wait, -boot menu=on,splash-time), so the frame stays on the screen
+    until the host has seen it and sends Enter. A screendump with more colours than QEMU's own
+    placeholder text, taken before the guest's first sync point, is the firmware's frame: the
+    Linux driver is loaded only after the host answers that point. The check fails only if the
+    kernel boots first: the wait ran out (the host did not look within `hold` seconds) or OVMF
+    did not hold."""
+
+    def __init__(self, hold, release_every=1.0):
+        self.hold = hold
+        self.release_every = release_every
+        self.seen = None  # (seconds, detail) of the first screendump with the firmware's frame
+        self.left = None  # seconds at which the frame had left the screen after it was seen
+        self.last = "no screendump taken"  # the last screendump's detail
+        self.looks = 0
+        self.releases = []  # seconds at which Enter was sent
+        self.booted = None  # seconds of the guest's first sync point
+
+    def watching(self):
+        """True while screendumps are still wanted: until the guest's first sync point, or the
+        frame has come and gone (QEMU's built-in virtio-gpu shows its placeholder again when the
+        firmware resets the GPU at ExitBootServices; vhost-user-gpu keeps the last frame)."""
+        return self.booted is None and self.left is None
+
+    def frame(self, at, colours, detail):
+        """One screendump taken `at` seconds after start with `colours` colours. Returns True
+        when the host should send Enter now."""
+        self.looks += 1
+        self.last = detail
+        firmware = colours > display_pattern.PLACEHOLDER_COLOURS
+        if self.seen is None:
+            if not firmware:
+                return False
+            self.seen = (at, detail)
+        elif not firmware:
+            # The firmware reset the GPU when the kernel took over (ExitBootServices).
+            self.left = at
+            return False
+        if self.releases and at - self.releases[-1] < self.release_every:
+            return False
+        self.releases.append(at)
+        return True
+
+    def boot(self, at):
+        """The guest's first sync point, `at` seconds after start."""
+        if self.booted is None:
+            self.booted = at
+
+    def result(self):
+        """(ok, detail) of ovmf:firmware_screen_not_blank."""
+        if self.seen is None:
+            when = (f"the kernel booted ({self.booted:.1f} s)" if self.booted is not None
+                    else "the run ended")
+            return False, (f"{when} before a screendump showed the firmware's frame (more than "
+                           f"{display_pattern.PLACEHOLDER_COLOURS} colours) in {self.looks} looks;"
+                           f" the last: {self.last}. OVMF's boot-option wait ({self.hold:.0f} s)"
+                           " ran out, or it did not hold")
+        at, detail = self.seen
+        parts = [detail, f"seen {at:.1f} s after start; OVMF holds the boot until Enter "
+                 f"({self.hold:.0f} s at most)"]
+        if self.releases:
+            parts.append(f"Enter sent {len(self.releases)} time(s) from {self.releases[0]:.1f} s")
+        if self.left is not None:
+            parts.append(f"the frame left at {self.left:.1f} s")
+        if self.booted is not None:
+            parts.append(f"the kernel's first sync point at {self.booted:.1f} s")
+        return True, "; ".join(parts)
+
+
 def process_alive(pid):
     """True while pid runs (a zombie, dead but not yet reaped by its parent, is not alive)."""
     try:
@@ -102,7 +181,8 @@ class DisplayHost:
         self.boots = 0
         self.fb_size = None
         self.dmesg = []
-        self.firmware_shot = False
+        self.started = time.monotonic()
+        self.firmware = FirmwareWatch(args.firmware_hold) if args.plan == "ovmf" else None
         self.boot_deadline = None
         self.display_before = None  # our backend's display counters at the boot's start
         self.console = LineTail(args.console_log)
@@ -147,15 +227,31 @@ class DisplayHost:
             if "return" in msg:
                 return path
 
-    def firmware_screendump(self):
-        self.firmware_shot = True
-        name = "ovmf:firmware_screen_not_blank"
+    def look_at_firmware(self):
+        """One screendump for FirmwareWatch; sends Enter when it says so. The first screendump
+        with the firmware's frame is kept as firmware.ppm."""
+        at = time.monotonic() - self.started
         try:
-            path = self.screendump("firmware")
-            ok, detail = display_pattern.colour_stats(path)
-            self.record(name, ok, detail)
+            path = self.screendump("firmware-look")
+            colours, detail = display_pattern.colour_count(path)
         except (StepError, OSError, display_pattern.PpmError) as err:
-            self.record(name, False, str(err))
+            log(f"firmware screendump: {err}")
+            return
+        first = self.firmware.seen is None
+        release = self.firmware.frame(at, colours, detail)
+        if first and self.firmware.seen is not None:
+            os.replace(path, os.path.join(self.args.out_dir, "firmware.ppm"))
+            log(f"the firmware's frame: {detail}")
+        if self.firmware.left is not None:
+            log(f"the firmware's frame left the screen: {detail}")
+        if release:
+            try:
+                self.qmp.execute("send-key",
+                                 arguments={"keys": [{"type": "qcode", "data": "ret"}]})
+                log("Enter sent: OVMF's boot-option wait ends")
+            except StepError as err:
+                # The wait then runs out by itself, --firmware-hold seconds late.
+                log(f"Enter not sent: {err}")
 
     def on_fb_drawn(self, check, shot):
         prefix = self.prefix()
@@ -269,11 +365,10 @@ class DisplayHost:
                             + ("still running at the second boot" if alive else "has exited"))
             if self.args.backend == "ours":
                 self.display_before = self.display_counters()
-            if self.args.plan == "ovmf" and not self.firmware_shot:
-                # The kernel runs already: the firmware's screen was not caught in time.
-                self.record("ovmf:firmware_screen_not_blank", False,
-                            "the kernel booted before the firmware screendump")
-                self.firmware_shot = True
+            if self.firmware is not None and self.firmware.booted is None:
+                # The kernel runs: what the firmware showed is known now.
+                self.firmware.boot(time.monotonic() - self.started)
+                self.record(FIRMWARE_CHECK, *self.firmware.result())
             if self.boots > self.args.max_boots:
                 log(f"boot #{self.boots}: more boots than the plan has; quitting QEMU")
                 self.qmp.execute("quit")
@@ -319,20 +414,18 @@ class DisplayHost:
             return
         if line.startswith("DISPLAY-DMESG "):
             self.dmesg.append(line[len("DISPLAY-DMESG "):])
-        elif FIRMWARE_BOOTING in line and self.args.plan == "ovmf" and not self.firmware_shot:
-            self.firmware_screendump()
 
     def run(self):
         deadline = time.monotonic() + self.args.timeout
-        firmware_at = time.monotonic() + self.args.firmware_wait
+        next_look = time.monotonic()
         try:
             while time.monotonic() < deadline:
                 for line in self.console.lines():
                     self.handle_line(line)
-                if (self.args.plan == "ovmf" and not self.firmware_shot and self.boots == 0
-                        and time.monotonic() > firmware_at):
-                    log(f"no '{FIRMWARE_BOOTING}' line after {self.args.firmware_wait:.0f}s")
-                    self.firmware_screendump()
+                if (self.firmware is not None and self.firmware.watching()
+                        and time.monotonic() >= next_look):
+                    next_look = time.monotonic() + self.args.firmware_look
+                    self.look_at_firmware()
                 if self.boot_deadline is not None and time.monotonic() > self.boot_deadline:
                     log(f"boot {self.boots} did not finish within {self.args.boot_timeout:.0f}s:"
                         " quitting QEMU")
@@ -365,11 +458,13 @@ class DisplayHost:
     def expected_names(self):
         checks = self.boot_checks()
         if self.args.plan == "ovmf":
-            return ["ovmf:firmware_screen_not_blank"] + ["ovmf:" + c for c in checks]
+            return [FIRMWARE_CHECK] + ["ovmf:" + c for c in checks]
         return (checks + ["reboot:backend_survives", "reboot:second_init"]
                 + ["after_reboot:" + c for c in checks])
 
     def finish(self):
+        if self.firmware is not None and FIRMWARE_CHECK not in self.results:
+            self.record(FIRMWARE_CHECK, *self.firmware.result())
         if self.args.plan == "linux-reboot":
             second = ["after_reboot:" + c for c in self.boot_checks()]
             bad = [n for n in second if not self.results.get(n, (False, ""))[0]]
@@ -409,7 +504,11 @@ def main():
     ap.add_argument("--stats-socket", help="our backend's stats endpoint (--backend ours)")
     ap.add_argument("--boot-timeout", type=float, default=45.0,
                     help="seconds from a boot's first sync point to its done point")
-    ap.add_argument("--firmware-wait", type=float, default=8.0)
+    ap.add_argument("--firmware-hold", type=float, default=60.0,
+                    help="seconds OVMF's boot-option wait holds the boot (the QEMU line's "
+                    "-boot splash-time), for the messages")
+    ap.add_argument("--firmware-look", type=float, default=0.25,
+                    help="seconds between the screendumps that look for the firmware's frame")
     ap.add_argument("--connect-timeout", type=float, default=30.0)
     ap.add_argument("--timeout", type=float, default=120.0)
     args = ap.parse_args()

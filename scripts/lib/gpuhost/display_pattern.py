@@ -92,6 +92,19 @@ def colour_count(path):
     return len(counts), detail
 
 
+# QEMU's console shows its own text while no guest frame is up ("Guest has not initialized the
+# display (yet)", "Display output is not active"): white on black, two colours. A frame the
+# firmware drew (OVMF's logo, its text) has more.
+PLACEHOLDER_COLOURS = 2
+
+
+def firmware_frame(path):
+    """(ok, detail): ok when the screen has more colours than QEMU's placeholder text, so a
+    guest drew it; detail as colour_count."""
+    colours, detail = colour_count(path)
+    return colours > PLACEHOLDER_COLOURS, detail
+
+
 def colour_stats(path):
     """(ok, detail): ok when the screen is not a single colour; detail as colour_count."""
     colours, detail = colour_count(path)

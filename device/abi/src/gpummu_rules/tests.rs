@@ -271,3 +271,153 @@ fn root_size_follows_the_entries_asked_for() {
     assert_eq!(geometry.root_table_size(513), None);
     assert_eq!(geometry.address_limit(), 1 << 30);
 }
+
+/// Every rule `validate_gpummu_each` reports, in order.
+fn all_broken(caps: &WddmGpuMmuCaps) -> Vec<GpuMmuRule> {
+    let mut broken = Vec::new();
+    let first = validate_gpummu_each(caps, &segments(), |rule| broken.push(rule));
+    assert_eq!(
+        first.err(),
+        broken.first().copied(),
+        "the first is the answer"
+    );
+    assert_eq!(
+        check(caps).err(),
+        broken.first().copied(),
+        "as validate_gpummu"
+    );
+    broken
+}
+
+#[test]
+fn every_broken_rule_is_reported_in_the_order_checked() {
+    let mut caps = physical(&[9, 9, 9]);
+    caps.flags |= WDDM_GPU_MMU_CAP_DUAL_PTE;
+    caps.max_contexts = 0;
+    caps.levels[0].page_table_alignment_in_bytes = 2048;
+    caps.levels[1].page_table_size_in_bytes = 8192;
+    caps.levels[2] = with_table_segment(caps, 2, 2).levels[2];
+    caps.leaf_page_table_size_for_64k_pages = 256;
+    assert_eq!(
+        all_broken(&caps),
+        [
+            GpuMmuRule::UnsupportedFlags(WDDM_GPU_MMU_CAP_DUAL_PTE),
+            GpuMmuRule::MaxContexts(0),
+            GpuMmuRule::Alignment {
+                level: 0,
+                alignment: 2048
+            },
+            GpuMmuRule::TableSize {
+                level: 1,
+                size: 8192,
+                want: 4096
+            },
+            GpuMmuRule::SystemTableTooLarge {
+                level: 1,
+                size: 8192
+            },
+            GpuMmuRule::TableSegment {
+                level: 2,
+                owner: TableOwner::Process,
+                segment: 2
+            },
+            GpuMmuRule::TableSegment {
+                level: 2,
+                owner: TableOwner::PagingProcess,
+                segment: 2
+            },
+            GpuMmuRule::Leaf64KSize {
+                have: 256,
+                want: 4096
+            },
+        ]
+    );
+    assert!(all_broken(&physical(&[9, 9, 9])).is_empty());
+}
+
+#[test]
+fn a_rule_that_leaves_the_rest_meaningless_ends_the_check() {
+    let mut caps = physical(&[9, 9]);
+    caps.page_table_level_count = 7;
+    caps.max_contexts = 0;
+    assert_eq!(all_broken(&caps), [GpuMmuRule::LevelCount(7)]);
+    // Bad index bits on two levels: each is reported, the address bits are not (they follow).
+    let mut caps = physical(&[3, 0]);
+    caps.virtual_address_bit_count = 1;
+    assert_eq!(
+        all_broken(&caps),
+        [
+            GpuMmuRule::IndexBits { level: 0, bits: 3 },
+            GpuMmuRule::IndexBits { level: 1, bits: 0 },
+        ]
+    );
+}
+
+#[test]
+fn a_root_of_0_index_bits_is_this_devices_limit_not_the_leafs() {
+    let root = GpuMmuRule::IndexBits { level: 1, bits: 0 };
+    assert_eq!(check(&physical(&[9, 0])), Err(root));
+    let text = root.to_string();
+    assert!(text.contains("resizable root"), "{text}");
+    assert!(text.contains("DxgkDdiGetRootPageTableSize"), "{text}");
+    assert!(!text.contains("64 KiB"), "{text}");
+    assert_eq!(root.source(), RuleSource::Device);
+    let leaf = GpuMmuRule::IndexBits { level: 0, bits: 3 }.to_string();
+    assert!(leaf.contains("64 KiB page"), "{leaf}");
+    let wide = GpuMmuRule::IndexBits { level: 1, bits: 13 }.to_string();
+    assert!(wide.contains("above 12"), "{wide}");
+    assert!(!wide.contains("64 KiB"), "{wide}");
+}
+
+#[test]
+fn every_message_ends_with_its_source() {
+    let rules = [
+        GpuMmuRule::UnsupportedFlags(1 << 7),
+        GpuMmuRule::UnknownUpdateMode(9),
+        GpuMmuRule::LevelCount(7),
+        GpuMmuRule::IndexBits { level: 0, bits: 2 },
+        GpuMmuRule::IndexBits { level: 1, bits: 0 },
+        GpuMmuRule::IndexBits { level: 2, bits: 13 },
+        GpuMmuRule::AddressBits { have: 1, want: 2 },
+        GpuMmuRule::AddressBitsTooLarge(60),
+        GpuMmuRule::NotZero { level: 5 },
+        GpuMmuRule::TableSize {
+            level: 0,
+            size: 1,
+            want: 4096,
+        },
+        GpuMmuRule::Alignment {
+            level: 0,
+            alignment: 3,
+        },
+        GpuMmuRule::TableSegment {
+            level: 0,
+            owner: TableOwner::Process,
+            segment: 2,
+        },
+        GpuMmuRule::SystemTableTooLarge {
+            level: 0,
+            size: 8192,
+        },
+        GpuMmuRule::CpuVirtualDirectoryInSegment { level: 1 },
+        GpuMmuRule::TableNotCpuVisible {
+            level: 0,
+            owner: TableOwner::PagingProcess,
+            segment: 3,
+        },
+        GpuMmuRule::Leaf64KSize { have: 1, want: 2 },
+        GpuMmuRule::MaxContexts(0),
+    ];
+    for rule in rules {
+        let text = rule.to_string();
+        let tail = match rule.source() {
+            RuleSource::Wdk(page) => {
+                assert!(!page.is_empty());
+                format!(" [WDK: {page}]")
+            }
+            RuleSource::Device => " [limit of this device]".to_string(),
+        };
+        assert!(text.ends_with(&tail), "{text}");
+        assert_eq!(text.matches('[').count(), 1, "one source: {text}");
+    }
+}

@@ -80,6 +80,15 @@ impl Occasion {
             Occasion::PowerDown => "power-down",
         }
     }
+
+    /// The command it is, for messages.
+    pub fn command(self) -> &'static str {
+        match self {
+            Occasion::Submission => "SUBMIT or SUBMIT_VIRTUAL",
+            Occasion::Preempt => "PREEMPT",
+            Occasion::PowerDown => "SET_POWER_STATE",
+        }
+    }
 }
 
 impl Action {
@@ -143,7 +152,8 @@ pub enum Trigger {
 pub struct Spec {
     /// What it does.
     pub action: Action,
-    /// The node whose submissions it fires on.
+    /// The node whose submissions it fires on (the paging node's 0 for the actions of a
+    /// device command, PREEMPT or SET_POWER_STATE, which take no `node=`).
     pub node: u32,
     /// When it fires.
     pub trigger: Trigger,
@@ -217,6 +227,9 @@ pub enum SpecError {
     /// `page-fault` without its address.
     #[error("page-fault needs va=ADDRESS (decimal or 0x hex)")]
     PageFaultIncomplete,
+    /// `node=` on an action that fires on a command of the whole device.
+    #[error("{0} takes no node=: it fires on {1}, a command of the device, not of a node")]
+    NodeNotTaken(&'static str, &'static str),
 }
 
 /// Statuses a `fault` may report: the ones a packet's fault reports (not OK, not the
@@ -349,6 +362,12 @@ impl std::str::FromStr for Spec {
             _ => WDDM_GPU_NODE_PAGING,
         };
         let node = match keys.take("node") {
+            Some(_) if action.occasion() != Occasion::Submission => {
+                return Err(SpecError::NodeNotTaken(
+                    action.name(),
+                    action.occasion().command(),
+                ))
+            }
             Some(value) => number("node", value)?,
             None => default_node,
         };
@@ -395,11 +414,7 @@ fn check_node(action: Action, node: u32) -> Result<(), SpecError> {
         Action::LostInterrupt | Action::Fault { .. } if node != WDDM_GPU_NODE_PAGING => {
             refuse("injected on the paging node (0) only")
         }
-        Action::RefusePreempt | Action::SlowPreempt(_) | Action::PowerLoss
-            if node != WDDM_GPU_NODE_PAGING =>
-        {
-            refuse("the device's commands (PREEMPT, SET_POWER_STATE) take no node=")
-        }
+        // PREEMPT and power actions never get a node= (refused before).
         _ => Ok(()),
     }
 }
@@ -585,7 +600,7 @@ mod tests {
         ));
         assert!(matches!(
             refused("preempt-refuse node=1"),
-            SpecError::Node { .. }
+            SpecError::NodeNotTaken("preempt-refuse", "PREEMPT")
         ));
         assert_eq!(refused("page-fault"), SpecError::PageFaultIncomplete);
         assert!(matches!(
@@ -593,6 +608,24 @@ mod tests {
             SpecError::Value { key: "va", .. }
         ));
         assert!(matches!(refused("hang write"), SpecError::NotKeyValue(_)));
+    }
+
+    #[test]
+    fn the_device_commands_actions_take_no_node_not_even_0() {
+        for (text, action, command) in [
+            ("preempt-refuse node=0", "preempt-refuse", "PREEMPT"),
+            ("preempt-slow 1s node=0", "preempt-slow", "PREEMPT"),
+            ("power-loss node=0", "power-loss", "SET_POWER_STATE"),
+            ("preempt-refuse node=x", "preempt-refuse", "PREEMPT"),
+        ] {
+            let error = refused(text);
+            assert_eq!(error, SpecError::NodeNotTaken(action, command), "{text}");
+            assert_eq!(
+                error.to_string(),
+                format!("{action} takes no node=: it fires on {command}, a command of the device, not of a node")
+            );
+        }
+        assert_eq!(spec("preempt-refuse").node, WDDM_GPU_NODE_PAGING);
     }
 
     #[test]

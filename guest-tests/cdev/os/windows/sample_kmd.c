@@ -69,35 +69,47 @@ NTSTATUS sample_start_device(sample_adapter *adapter, HANDLE device_handle,
     return STATUS_SUCCESS;
 }
 
-/* DxgkDdiInterruptRoutine (DIRQL). A line-based interrupt may be shared: an ISR byte of 0
- * means it was not ours. With MSI-X the message itself says it was ours; QEMU under TCG sets
- * the ISR byte anyway, but the virtio spec requires it only without MSI-X. */
+/* DxgkDdiInterruptRoutine (DIRQL): the library's top half, which reads and acknowledges and
+ * nothing more (no lock, no allocation, no wait). The sample asks for one message, shared by
+ * configuration changes and the control queue (QEMU 11.1's test device has a one-entry table);
+ * a line-based interrupt may be another device's: then the ISR byte is 0 and the routine
+ * returns FALSE. With MSI-X the message itself says it was ours. */
 BOOLEAN sample_interrupt(sample_adapter *adapter, ULONG message_number);
 BOOLEAN sample_interrupt(sample_adapter *adapter, ULONG message_number)
 {
     (void)message_number;
-    uint32_t isr = wddm_dev_isr(&adapter->dev);
-    if (!adapter->layer.interrupt_message_signaled && isr == 0) {
+    uint32_t source = adapter->layer.interrupt_message_signaled ? WDDM_IRQ_SOURCE_MSIX_SHARED
+                                                                : WDDM_IRQ_SOURCE_LINE;
+    if (wddm_dev_interrupt_top(&adapter->dev, source) == 0) {
         return FALSE;
     }
-    /* Here: DxgkCbQueueDpc. */
+    /* Here: DxgkCbQueueDpc. The bits are in the layer (interrupt_ack) for the DPC. */
     return TRUE;
 }
 
-/* DxgkDdiDpcRoutine: collects what the device answered; the fence goes to
- * DxgkCbNotifyInterrupt(DXGK_INTERRUPT_DMA_COMPLETED) through DxgkCbSynchronizeExecution. */
+/* The deferred half's sink: each completion's fence, for DXGK_INTERRUPT_DMA_COMPLETED. */
+static void sample_completion(void *ctx, const WddmGpuRespSubmit *completion)
+{
+    ULONG *latest = ctx;
+    if (completion->status != WDDM_GPU_SUBMIT_STATUS_PREEMPTED &&
+        completion->status != WDDM_GPU_SUBMIT_STATUS_RESET) {
+        *latest = completion->submission_fence_id;
+    }
+}
+
+/* DxgkDdiDpcRoutine: the library's deferred half with the bits the ISR gathered; the fence goes
+ * to DxgkCbNotifyInterrupt(DXGK_INTERRUPT_DMA_COMPLETED) through DxgkCbSynchronizeExecution.
+ * Events stay in their ring for wddm_dev_next_event (re-post them after taking them). */
 ULONG sample_dpc(sample_adapter *adapter);
 ULONG sample_dpc(sample_adapter *adapter)
 {
-    /* ISR bit 1 (configuration change) is where a KMD re-reads what it caches. */
-    (void)wddm_win_layer_take_isr(&adapter->layer);
-    if (wddm_dev_poll(&adapter->dev) != WDDM_OK) {
+    ULONG latest = 0;
+    wddm_irq_sink sink = {.ctx = &latest, .completion = sample_completion};
+    ULONG bits = wddm_win_layer_take_isr(&adapter->layer);
+    if (wddm_dev_interrupt_deferred(&adapter->dev, bits, &sink) != WDDM_OK) {
         return 0;
     }
-    WddmGpuRespSubmit completion;
-    while (wddm_dev_next_completion(&adapter->dev, &completion) == WDDM_OK) {
-    }
-    return wddm_dev_last_completed_fence(&adapter->dev);
+    return latest;
 }
 
 /* DxgkDdiQueryAdapterInfo(DXGKQAITYPE_QUERYSEGMENT3), both calls. */

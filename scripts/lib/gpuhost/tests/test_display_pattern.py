@@ -87,6 +87,15 @@ class ColourTest(PpmFiles):
         self.assertIn("commonest rgb(0, 0, 0) covers 75.0%", detail)
         self.assertTrue(display_pattern.colour_stats(path)[0])
 
+    def test_a_firmware_frame_has_more_colours_than_qemus_placeholder(self):
+        # QEMU's "not initialized" text: white on black. OVMF's logo on black: many colours.
+        placeholder = self.ppm(4, 1, b"\0\0\0" * 3 + b"\xff\xff\xff")
+        self.assertFalse(display_pattern.firmware_frame(placeholder)[0])
+        self.assertFalse(display_pattern.firmware_frame(self.ppm(2, 1, b"\0" * 6))[0])
+        logo = self.ppm(4, 1, b"\0\0\0" * 2 + b"\x10\x80\xf0" + b"\xff\xff\xff")
+        self.assertEqual(display_pattern.firmware_frame(logo),
+                         (True, "4x1: 3 distinct colours; commonest rgb(0, 0, 0) covers 50.0%"))
+
     def test_the_pattern_has_many_colours(self):
         colours, _ = display_pattern.colour_count(self.ppm(64, 64, pattern(64, 64)))
         self.assertGreater(colours, 1000)

@@ -53,6 +53,68 @@ class WindowsTest(unittest.TestCase):
             libvirt_xml.windows(root, "d", "n")
 
 
+class DomainFilesTest(unittest.TestCase):
+    """The domains as shipped: the test-signing domain is win11-ivshmem.xml with Secure Boot off,
+    and the mode 2 domains end at a reboot (QEMU 11.1.3's reset crash, docs/lifecycle.md)."""
+
+    SECURE = "qemu-configs/windows/libvirt/win11-ivshmem.xml"
+    TESTSIGNING = "qemu-configs/windows/libvirt/win11-ivshmem-testsigning.xml"
+
+    @staticmethod
+    def without_firmware_name_and_disk(root):
+        """The domain as text with what the two Windows 11 mode 1 domains may differ in taken out:
+        the name, the loader, the variable store, SMM and the system disk's file."""
+        root.remove(root.find("name"))
+        os_ = root.find("os")
+        os_.remove(os_.find("loader"))
+        os_.remove(os_.find("nvram"))
+        features = root.find("features")
+        smm = features.find("smm")
+        if smm is not None:
+            features.remove(smm)
+        system = [d for d in root.findall("devices/disk") if d.get("device") == "disk"]
+        system[0].find("source").set("file", "")
+        for element in root.iter():  # layout whitespace is not the machine
+            element.tail = None
+            if element.text is not None and not element.text.strip():
+                element.text = None
+        return ET.tostring(root, encoding="unicode")
+
+    def test_the_testsigning_domain_has_secure_boot_off(self):
+        root = domain(self.TESTSIGNING)
+        loader = root.find("os/loader")
+        self.assertEqual(loader.text, "/usr/share/OVMF/OVMF_CODE_4M.fd")
+        self.assertNotEqual(loader.get("secure"), "yes")
+        self.assertEqual(root.find("os/nvram").get("template"), "/usr/share/OVMF/OVMF_VARS_4M.fd")
+        self.assertIsNone(root.find("features/smm"))
+        # and the Secure Boot domain still has it on, with Microsoft's keys
+        secure = domain(self.SECURE)
+        self.assertEqual(secure.find("os/loader").get("secure"), "yes")
+        self.assertIn("secboot", secure.find("os/loader").text)
+        self.assertEqual(secure.find("os/nvram").get("template"),
+                         "/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
+
+    def test_the_testsigning_domain_is_otherwise_the_secure_boot_domain(self):
+        testsigning, secure = domain(self.TESTSIGNING), domain(self.SECURE)
+        # Its own name, store and disk: both can be defined side by side.
+        for path in ("name", "os/nvram"):
+            self.assertNotEqual(testsigning.find(path).text, secure.find(path).text, path)
+        disks = [[d.find("source").get("file") for d in r.findall("devices/disk")
+                  if d.get("device") == "disk"] for r in (testsigning, secure)]
+        self.assertNotEqual(disks[0], disks[1])
+        self.assertEqual(self.without_firmware_name_and_disk(testsigning),
+                         self.without_firmware_name_and_disk(secure))
+
+    def test_the_mode_2_domains_end_at_a_reboot(self):
+        for path in ("qemu-configs/windows/libvirt/win11-shmem-qemu11.xml",
+                     "qemu-configs/libvirt/linux-guest-shmem-qemu11.xml"):
+            root = domain(path)
+            self.assertIn("vhost-user-test-device-pci", ET.tostring(root, encoding="unicode"))
+            on_reboot = root.find("on_reboot")
+            self.assertIsNotNone(on_reboot, path)
+            self.assertEqual(on_reboot.text, "destroy", path)
+
+
 class LinuxTest(unittest.TestCase):
     def test_kernel_initrd_cmdline_and_console_are_set(self):
         root = domain("qemu-configs/libvirt/linux-guest-ivshmem.xml")
