@@ -700,11 +700,16 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
+    // The stale read is the second packet's: the warning names its offset.
+    let mut two = DmaBufferBuilder::new();
+    two.push(&virtual_copy(PAGE, VA_DESTINATION, VA_DESTINATION));
+    let second = two.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
+    assert_ne!(second, 0);
+    run_virtual_as(&mut h, &two, 3, SubmitStatus::Ok);
     let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(&format!(
-            "stale-translation: submission fence 3: context {CONTEXT}: GPU VA {VA_SOURCE:#x} served from the cache"
+            "stale-translation: submission fence 3, packet at {second:#x}: context {CONTEXT}: GPU VA {VA_SOURCE:#x} served from the cache"
         )),
         "{warnings}"
     );

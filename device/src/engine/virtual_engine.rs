@@ -113,6 +113,10 @@ pub trait VirtualHooks {
 
     /// A SIGNAL packet wrote `value` at `address`.
     fn monitored_fence(&mut self, address: u64, value: u64);
+
+    /// The packet at `offset` ran, to its end or to where it stopped (what the checking mode
+    /// found while it ran belongs to it).
+    fn packet_ran(&mut self, _offset: u32) {}
 }
 
 /// Runs a copy translates on each side before it moves them.
@@ -327,6 +331,7 @@ impl VirtualEngine {
                     let bytes = self.run_packet(&packet[..size as usize], memory, hooks)?;
                     Ok((size, bytes))
                 });
+            hooks.packet_ran(offset);
             match result {
                 Ok((size, bytes)) => {
                     completion.packets_completed += 1;

@@ -283,15 +283,23 @@ impl Checker {
         }
     }
 
-    /// Stale translations the GpuMmu checking mode found for a submission.
-    pub fn stale(&self, fence: u32, context: u32, address: u64, level: u32) {
+    /// A stale translation the GpuMmu checking mode found for a submission (in the packet at
+    /// `packet_offset`, when one was running).
+    pub fn stale(
+        &self,
+        fence: u32,
+        packet_offset: Option<u32>,
+        context: u32,
+        address: u64,
+        level: u32,
+    ) {
         let mut state = lock(&self.state);
         self.report(
             &mut state,
             Warning {
                 kind: WarningKind::StaleTranslation,
                 fence,
-                packet_offset: None,
+                packet_offset,
                 detail: format!(
                     "context {context}: GPU VA {address:#x} served from the cache; its level {level} entry changed (a missing FLUSH_TLB)"
                 ),

@@ -328,6 +328,10 @@ fn answer_submit(reply: Box<dyn Reply>, response: &WddmGpuRespSubmitVirtual) {
 /// The node's view while a submission runs.
 struct Hooks<'a, 'm> {
     shared: &'a Shared,
+    cmd: &'a WddmGpuCmdSubmitVirtual,
+    space: &'a Mutex<AddressSpace>,
+    /// The context's checking mode is on: what it finds is reported packet by packet.
+    checking: bool,
     ram: &'a GuestRam<'m, vm_memory::GuestMemoryMmap>,
     /// Interruption checks answered "go on" (a replay stops at the same one).
     checks: Cell<u32>,
@@ -356,6 +360,13 @@ impl VirtualHooks for Hooks<'_, '_> {
 
     fn monitored_fence(&mut self, address: u64, value: u64) {
         lock(&self.shared.notify).monitored_fence(address, value, self.ram);
+    }
+
+    fn packet_ran(&mut self, offset: u32) {
+        if self.checking {
+            self.shared
+                .report_stale(self.cmd, Some(offset), self.space, self.ram);
+        }
     }
 }
 
@@ -531,11 +542,15 @@ impl Shared {
         };
         let mut hooks = Hooks {
             shared: self,
+            cmd,
+            space: &space,
+            checking: lock(&space).checking(),
             ram: &memory.ram,
             checks: Cell::new(0),
         };
         let completion = engine.execute(cmd, &virtual_memory, &mut hooks);
-        self.report_stale(cmd, &space, &memory.ram);
+        // What was found outside any packet (a refused command's checks read nothing).
+        self.report_stale(cmd, None, &space, &memory.ram);
         let end = RunEnd::after(completion.stop.map(|(_, stop)| stop), hooks.checks.get());
         let reply = self.finish(cmd, &completion, &memory.ram)?;
         Some((reply, VirtualStart::Ran(end)))
@@ -547,6 +562,7 @@ impl Shared {
     fn report_stale(
         &self,
         cmd: &WddmGpuCmdSubmitVirtual,
+        packet_offset: Option<u32>,
         space: &Mutex<AddressSpace>,
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) {
@@ -570,6 +586,7 @@ impl Shared {
             if self.checker.enabled() {
                 self.checker.stale(
                     cmd.submission_fence_id,
+                    packet_offset,
                     cmd.context_id,
                     found.address,
                     found.level,

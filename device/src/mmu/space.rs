@@ -116,6 +116,11 @@ impl AddressSpace {
         self.checking = checking;
     }
 
+    /// Whether the checking mode is on (asked for by the driver, or turned on by the checker).
+    pub fn checking(&self) -> bool {
+        self.checking
+    }
+
     /// Whether the driver asked for the checking mode when it made the context.
     pub fn asked_for_checking(&self) -> bool {
         self.asked
