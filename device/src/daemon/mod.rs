@@ -9,9 +9,6 @@ mod preflight;
 mod session;
 mod stop;
 
-pub use config::Config;
-pub use error::StartError;
-
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -23,6 +20,8 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
+pub use self::config::Config;
+pub use self::error::StartError;
 use crate::daemon::session::Socket;
 use crate::daemon::stop::Stop;
 use crate::layout::file::parse_layout;

@@ -356,9 +356,10 @@ pub enum PlanError {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::layout::SegmentLayout;
-    use std::time::Duration;
 
     fn injector() -> Injector {
         Injector::new(
