@@ -68,7 +68,8 @@ wait_node() {
     return 1
 }
 
-# run LABEL PARAMS COUNT MODE: load the driver with PARAMS, run the test, unload it.
+# run LABEL PARAMS COUNT MODE: load the driver with PARAMS, run the test (MODE: its IRQ mode,
+# then "ttm" for the buffer-object and eviction test), unload it.
 run() {
     label="$1" params="$2" n="$3" mode="$4"
     # shellcheck disable=SC2086 # PARAMS are words on purpose
@@ -84,7 +85,8 @@ run() {
     # A probe that failed: the kernel's side of it, whole.
     [ "$node_rc" = 0 ] || dmesg | tail -n 40 | sed "s/^/KMOD-DMESG ${label} probe: /"
     check "${label}_driver_loaded" "$node_rc" "insmod wddm_gpu_kmod ${params:-(no parameters)}; render node $(set +f; echo /dev/dri/renderD*); force_intx=$(cat /sys/module/wddm_gpu_kmod/parameters/force_intx)"
-    /bin/wddm-kmod-test "$label" "$n" "$mode"
+    # shellcheck disable=SC2086 # MODE is the IRQ mode and, for the MSI-X run, "ttm"
+    /bin/wddm-kmod-test "$label" "$n" $mode
     trc=$?
     if [ "$trc" -ne 0 ]; then
         echo "GUEST-TEST kmod_${label}_test_exit FAIL wddm-kmod-test exited ${trc}"
@@ -105,7 +107,7 @@ run() {
 
 dmesg -c >/dev/null
 run intx force_intx=1 8 intx
-run msix "" "$count" msix
+run msix "" "$count" "msix ttm"
 echo "GUEST-KMODSUMMARY kmod runs done (INTx: 8 submissions; MSI-X: ${count})"
 echo "WDDM-GUEST-EXIT ${rc}"
 sync

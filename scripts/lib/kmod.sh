@@ -3,10 +3,12 @@
 # with the GPU. Source it after gpu.sh:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu.sh"
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/kmod.sh"
-#   kmod_build; gpu_start_backend; kmod_run_guest || rc=$?
+#   kmod_build; kmod_start_backend; kmod_run_guest || rc=$?
 #
 # Variables read: GPU_QEMU and GPU_BAR_MODE as gpu_run_guest reads them (the driver binds mode 1:
-# GPU_BAR_MODE=ivshmem), KMOD_COUNT (submissions of the MSI-X run, default 32).
+# GPU_BAR_MODE=ivshmem), KMOD_COUNT (submissions of the MSI-X run, default 32), KMOD_VRAM_SIZE
+# (the backend's VRAM for kmod_start_backend, default 16M: the TTM test allocates buffer objects
+# totalling twice the VRAM segment and checks every byte after every move, under TCG).
 
 if [[ -n "${_WDDM_KMOD_SH:-}" ]]; then
     return 0
@@ -22,6 +24,21 @@ kmod_build() {
     "${REPO_ROOT}/scripts/build-guest" --kind kmod --out "$KMOD_GUEST_DIR" >&2
 }
 
+# _kmod_with_vram CMD...: runs CMD with VRAM_SIZE=KMOD_VRAM_SIZE (default 16M) exported, then
+# puts VRAM_SIZE back as it was (gpu_start_backend exports it; later blocks keep their own).
+_kmod_with_vram() {
+    local was_set="${VRAM_SIZE+1}" saved="${VRAM_SIZE-}" rc=0
+    export VRAM_SIZE="${KMOD_VRAM_SIZE:-16M}"
+    "$@" || rc=$?
+    if [[ -n "$was_set" ]]; then VRAM_SIZE="$saved"; else unset VRAM_SIZE; fi
+    return "$rc"
+}
+
+# kmod_start_backend: gpu_start_backend with the kernel-driver guest's VRAM size.
+kmod_start_backend() {
+    _kmod_with_vram gpu_start_backend
+}
+
 # kmod_run_guest [QEMU_ARG...]: boots the kernel-driver guest (the command kmod: the driver over
 # INTx, then over MSI-X, each with the test program) with the GPU of gpu_start_backend. Returns
 # the guest's exit code; the log is QEMU_LOG.
@@ -29,5 +46,5 @@ kmod_run_guest() {
     local kernel="${KMOD_GUEST_DIR}/vmlinux"
     [[ -f "$kernel" ]] || kernel="${KMOD_GUEST_DIR}/vmlinuz"
     KERNEL="$kernel" INITRD="${KMOD_GUEST_DIR}/initrd.gz" \
-        gpu_run_guest "kmod,${KMOD_COUNT:-32}" "$@"
+        _kmod_with_vram gpu_run_guest "kmod,${KMOD_COUNT:-32}" "$@"
 }
