@@ -67,6 +67,7 @@ struct wgpu_job {
 	struct device *dma_dev;
 	u32 fence_id;
 	u32 status;          /* the device's SUBMIT status, set before the signal */
+	bool is_move;        /* a TTM move: a status other than OK counts as a failed move */
 	ktime_t submitted_at;
 	ktime_t signalled_at;
 	/* The paging buffer, the guest pages of the TRANSFER and their PFN list. */
@@ -175,8 +176,11 @@ static void wgpu_completion(void *ctx, const WddmGpuRespSubmit *c)
 		list_del_init(&found->link);
 		found->status = c->status;
 		found->signalled_at = ktime_get();
-		if (c->status != WDDM_GPU_SUBMIT_STATUS_OK)
+		if (c->status != WDDM_GPU_SUBMIT_STATUS_OK) {
 			dma_fence_set_error(&found->base, -EIO);
+			if (found->is_move)
+				atomic64_inc(&g->moves_failed);
+		}
 		dma_fence_signal_locked(&found->base);
 		atomic64_inc(&g->fences_signalled);
 	}
@@ -469,6 +473,7 @@ static int wgpu_job_submit(struct wgpu *g, struct wgpu_job *job, wgpu_build_fn b
 	unsigned long flags;
 	wddm_result wr;
 	wddm_pb pb;
+	long left;
 	int tries;
 
 	mutex_lock(&g->submit_lock);
@@ -519,8 +524,10 @@ static int wgpu_job_submit(struct wgpu *g, struct wgpu_job *job, wgpu_build_fn b
 		spin_unlock_irqrestore(&g->fence_lock, flags);
 		if (!oldest)
 			break;
-		dma_fence_wait_timeout(oldest, false, msecs_to_jiffies(fence_timeout_ms));
+		left = dma_fence_wait_timeout(oldest, false, msecs_to_jiffies(fence_timeout_ms));
 		dma_fence_put(oldest);
+		if (left <= 0)
+			break; /* the queue does not move: give up with -EBUSY */
 	}
 	if (wr != WDDM_OK) {
 		bool owned = false;
@@ -870,6 +877,7 @@ static int wgpu_bo_move(struct ttm_buffer_object *bo, bool evict, struct ttm_ope
 	bool contents = old && (from != TTM_PL_SYSTEM ||
 				(bo->ttm && ttm_tt_is_populated(bo->ttm)));
 	struct wgpu_move m = { .pages = new_mem->num_pages };
+	struct wgpu_job *job;
 	bool needs_pages;
 	int ret;
 
@@ -917,19 +925,21 @@ static int wgpu_bo_move(struct ttm_buffer_object *bo, bool evict, struct ttm_ope
 	ret = dma_resv_reserve_fences(bo->base.resv, 1);
 	if (ret)
 		return ret;
-	m.job = wgpu_job_for_tt(g, bo->ttm, needs_pages ? m.pages : 0);
-	if (!m.job)
+	job = wgpu_job_for_tt(g, bo->ttm, needs_pages ? m.pages : 0);
+	if (!job)
 		return -ENOMEM;
+	job->is_move = true;
+	m.job = job;
 	/* CPU mappings go: the next access faults and waits for this move's fence. */
 	ttm_bo_unmap_virtual(bo);
-	ret = wgpu_job_submit(g, (struct wgpu_job *)m.job, wgpu_build_move, &m);
+	ret = wgpu_job_submit(g, job, wgpu_build_move, &m);
 	if (ret) {
 		atomic64_inc(&g->moves_failed);
 		return ret;
 	}
 	atomic64_inc(&g->move_submissions);
-	ret = ttm_bo_move_accel_cleanup(bo, (struct dma_fence *)&m.job->base, evict, false, new_mem);
-	dma_fence_put((struct dma_fence *)&m.job->base);
+	ret = ttm_bo_move_accel_cleanup(bo, &job->base, evict, false, new_mem);
+	dma_fence_put(&job->base);
 	if (ret) {
 		atomic64_inc(&g->moves_failed);
 		return ret;
@@ -955,6 +965,8 @@ static void wgpu_delete_mem_notify(struct ttm_buffer_object *bo)
 	if (wgpu_res_gtt_page(g, bo->resource, &m.gtt_src))
 		return;
 	job = wgpu_job_alloc(g, 0, 0);
+	if (job)
+		job->is_move = true;
 	if (!job || wgpu_job_submit(g, job, wgpu_build_move, &m)) {
 		drm_err(&g->drm, "cannot unbind a freed buffer's aperture pages\n");
 		return;
