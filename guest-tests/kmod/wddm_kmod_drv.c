@@ -19,6 +19,7 @@
 #include <linux/dma-fence.h>
 #include <linux/dma-mapping.h>
 #include <linux/interrupt.h>
+#include <linux/kref.h>
 #include <linux/io.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
@@ -33,6 +34,7 @@
 #include <drm/drm_gem_ttm_helper.h>
 #include <drm/drm_ioctl.h>
 #include <drm/drm_print.h>
+#include <drm/gpu_scheduler.h>
 #include <drm/ttm/ttm_bo_api.h>
 #include <drm/ttm/ttm_bo_driver.h>
 #include <drm/ttm/ttm_device.h>
@@ -55,6 +57,12 @@ static unsigned int fence_timeout_ms = 5000;
 module_param(fence_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(fence_timeout_ms, "Default wait for a submission's fence (ms, default 5000)");
 
+static unsigned int tdr_timeout_ms = 2000;
+module_param(tdr_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(tdr_timeout_ms,
+		 "drm_sched job timeout on the paging node before the TDR path (ms, default 2000: "
+		 "TdrDelay)");
+
 /* SUBMIT_PAGING's window at the start of the VRAM segment; TTM manages the rest. */
 #define WGPU_SCRATCH_BYTES (1u << 20)
 
@@ -68,6 +76,8 @@ struct wgpu_job {
 	u32 fence_id;
 	u32 status;          /* the device's SUBMIT status, set before the signal */
 	bool is_move;        /* a TTM move: a status other than OK counts as a failed move */
+	bool unbinds;        /* its paging buffer unbinds [unbind_page, + unbind_pages) */
+	u64 unbind_page, unbind_pages;
 	ktime_t submitted_at;
 	ktime_t signalled_at;
 	/* The paging buffer, the guest pages of the TRANSFER and their PFN list. */
@@ -107,6 +117,19 @@ struct wgpu {
 	dma_addr_t dummy_bus;
 	atomic64_t moves[WDDM_KMOD_MOVE_KINDS];
 	atomic64_t move_bytes, moves_failed, unbinds_on_free, move_submissions;
+
+	/* drm_sched on the paging node: one kernel entity for TTM's moves and SUBMIT_PAGING. */
+	struct drm_gpu_scheduler sched;
+	struct drm_sched_entity entity;
+	bool sched_ready, entity_ready;
+	struct mutex push_lock; /* drm_sched_job_arm + push in one order */
+	/* What the aperture maps, in the order it was bound: a RESET clears the GART, and the TDR
+	 * path binds these again before it resubmits. */
+	spinlock_t bind_lock;
+	struct list_head bindings;
+	atomic64_t tdr_count, tdr_by_query, tdr_by_preempt, tdr_by_reset, tdr_failed;
+	atomic64_t tdr_resubmitted, tdr_rebound, tdr_released;
+	u32 last_tdr_fence, last_tdr_method;
 
 	atomic64_t top_config, top_queue, top_line, top_not_ours, deferred_runs;
 	atomic64_t submitted, fences_signalled, fences_timed_out;
@@ -154,6 +177,77 @@ static const struct dma_fence_ops wgpu_fence_ops = {
 	.release = wgpu_fence_release,
 };
 
+/* ---- Aperture bindings (what a RESET clears) ---------------------------------------------- */
+
+struct wgpu_binding {
+	struct list_head link;
+	u64 page, pages;
+	void *pfn_cpu; /* its own copy of the PFN list, for binding again */
+	dma_addr_t pfn_bus;
+	size_t pfn_size;
+};
+
+static void wgpu_binding_free(struct wgpu *g, struct wgpu_binding *b)
+{
+	dma_free_coherent(&g->pdev->dev, b->pfn_size, b->pfn_cpu, b->pfn_bus);
+	kfree(b);
+}
+
+/* Records a bind of `pages` pages at aperture page `page` from the PFN list `pfns`. */
+static int wgpu_binding_add(struct wgpu *g, u64 page, u64 pages, const u64 *pfns)
+{
+	struct wgpu_binding *b = kzalloc(sizeof(*b), GFP_KERNEL);
+	unsigned long flags;
+
+	if (!b)
+		return -ENOMEM;
+	b->page = page;
+	b->pages = pages;
+	b->pfn_size = PAGE_ALIGN(pages * sizeof(u64));
+	b->pfn_cpu = dma_alloc_coherent(&g->pdev->dev, b->pfn_size, &b->pfn_bus, GFP_KERNEL);
+	if (!b->pfn_cpu) {
+		kfree(b);
+		return -ENOMEM;
+	}
+	memcpy(b->pfn_cpu, pfns, pages * sizeof(u64));
+	spin_lock_irqsave(&g->bind_lock, flags);
+	list_add_tail(&b->link, &g->bindings);
+	spin_unlock_irqrestore(&g->bind_lock, flags);
+	return 0;
+}
+
+/* The oldest binding of exactly that range goes (its unbind ran). */
+static void wgpu_binding_remove(struct wgpu *g, u64 page, u64 pages)
+{
+	struct wgpu_binding *b, *found = NULL;
+	unsigned long flags;
+
+	spin_lock_irqsave(&g->bind_lock, flags);
+	list_for_each_entry(b, &g->bindings, link) {
+		if (b->page == page && b->pages == pages) {
+			found = b;
+			list_del(&b->link);
+			break;
+		}
+	}
+	spin_unlock_irqrestore(&g->bind_lock, flags);
+	if (found)
+		wgpu_binding_free(g, found);
+}
+
+static void wgpu_bindings_clear(struct wgpu *g)
+{
+	struct wgpu_binding *b, *tmp;
+	unsigned long flags;
+	LIST_HEAD(all);
+
+	spin_lock_irqsave(&g->bind_lock, flags);
+	list_splice_init(&g->bindings, &all);
+	spin_unlock_irqrestore(&g->bind_lock, flags);
+	list_for_each_entry_safe(b, tmp, &all, link)
+		wgpu_binding_free(g, b);
+}
+
 /* ---- The interrupt path ------------------------------------------------------------------ */
 
 /* The deferred half's sink: a SUBMIT answered. Finds its job, records the status and signals
@@ -172,22 +266,26 @@ static void wgpu_completion(void *ctx, const WddmGpuRespSubmit *c)
 			break;
 		}
 	}
-	if (found) {
+	if (found)
 		list_del_init(&found->link);
+	spin_unlock_irqrestore(&g->fence_lock, flags);
+	if (found) {
+		/* An unbind that ran: the range leaves the bindings before anyone can free its
+		 * pages (they wait for this fence). */
+		if (found->unbinds && c->status == WDDM_GPU_SUBMIT_STATUS_OK)
+			wgpu_binding_remove(g, found->unbind_page, found->unbind_pages);
 		found->status = c->status;
 		found->signalled_at = ktime_get();
 		if (c->status != WDDM_GPU_SUBMIT_STATUS_OK) {
 			dma_fence_set_error(&found->base, -EIO);
-			if (found->is_move)
+			if (found->is_move && c->status != WDDM_GPU_SUBMIT_STATUS_RESET &&
+			    c->status != WDDM_GPU_SUBMIT_STATUS_PREEMPTED)
 				atomic64_inc(&g->moves_failed);
 		}
-		dma_fence_signal_locked(&found->base);
+		dma_fence_signal(&found->base);
 		atomic64_inc(&g->fences_signalled);
-	}
-	spin_unlock_irqrestore(&g->fence_lock, flags);
-	if (found)
 		dma_fence_put(&found->base); /* the pending list's reference */
-	else
+	} else
 		drm_warn(&g->drm, "completion of unknown fence %u (status %u)\n",
 			 c->submission_fence_id, c->status);
 }
@@ -408,6 +506,17 @@ static int wgpu_ioctl_get_info(struct drm_device *drm, void *data, struct drm_fi
 	info->move_submissions = atomic64_read(&g->move_submissions);
 	info->segment_count = wddm_dev_layout(g->dev)->segment_count;
 	info->segments_unmanaged = g->segments_unmanaged;
+	info->tdr_timeout_ms = tdr_timeout_ms;
+	info->last_tdr_fence = g->last_tdr_fence;
+	info->last_tdr_method = g->last_tdr_method;
+	info->tdr_count = atomic64_read(&g->tdr_count);
+	info->tdr_by_query = atomic64_read(&g->tdr_by_query);
+	info->tdr_by_preempt = atomic64_read(&g->tdr_by_preempt);
+	info->tdr_by_reset = atomic64_read(&g->tdr_by_reset);
+	info->tdr_failed = atomic64_read(&g->tdr_failed);
+	info->tdr_resubmitted = atomic64_read(&g->tdr_resubmitted);
+	info->tdr_rebound = atomic64_read(&g->tdr_rebound);
+	info->tdr_released = atomic64_read(&g->tdr_released);
 	info->top_config = atomic64_read(&g->top_config);
 	info->top_queue = atomic64_read(&g->top_queue);
 	info->top_line = atomic64_read(&g->top_line);
@@ -449,13 +558,6 @@ static struct wgpu_job *wgpu_job_alloc(struct wgpu *g, u32 data_pages, u32 pfns)
 		return NULL;
 	}
 	return job;
-}
-
-static struct wgpu_job *wgpu_job_create(struct wgpu *g, u32 size)
-{
-	u32 pages = DIV_ROUND_UP(size, PAGE_SIZE);
-
-	return wgpu_job_alloc(g, pages, pages);
 }
 
 /* The packets of a job, built under submit_lock once its fence id is known. */
@@ -566,102 +668,42 @@ static u32 wgpu_bar_mismatch(struct wgpu *g, u64 offset, u32 size, u32 pattern)
 	return bad;
 }
 
-struct wgpu_paging_args {
-	const struct drm_wddm_submit_paging *args;
-	const struct wgpu_job *job;
-	u32 pages;
-};
+static const struct drm_sched_backend_ops wgpu_sched_ops;
 
-static wddm_result wgpu_build_paging(struct wgpu *g, wddm_pb *pb, void *arg)
+static int wgpu_sched_init(struct wgpu *g)
 {
-	const struct wgpu_paging_args *p = arg;
-	wddm_op_fill fill = {
-		.FillPattern = p->args->pattern,
-		.DestinationSegmentId = g->vram->desc.id,
-		.DestinationSegmentAddress = g->vram->desc.base_address + p->args->vram_offset,
-		.FillSize = p->args->size,
+	struct drm_gpu_scheduler *list[] = { &g->sched };
+	const struct drm_sched_init_args args = {
+		.ops = &wgpu_sched_ops,
+		.credit_limit = 16,
+		.hang_limit = 2, /* a job that hangs three times is cancelled (TdrLimitCount) */
+		.timeout = msecs_to_jiffies(tdr_timeout_ms ? tdr_timeout_ms : 2000),
+		.name = DRIVER_NAME "-paging",
+		.dev = &g->pdev->dev,
 	};
-	wddm_op_transfer xfer = {
-		.TransferOffset = 0,
-		.TransferSize = p->args->size,
-		.Source = { .SegmentId = g->vram->desc.id,
-			    .SegmentAddress = g->vram->desc.base_address + p->args->vram_offset },
-		.Destination = { .SegmentId = 0,
-				 .Mdl = { .bus = p->job->pfn_bus, .count = p->pages } },
-		.MdlOffset = 0,
-	};
-	wddm_result wr = wddm_pb_fill(pb, &fill);
+	int ret = drm_sched_init(&g->sched, &args);
 
-	if (wr == WDDM_OK)
-		wr = wddm_pb_transfer(pb, &xfer);
-	return wr;
+	if (ret)
+		return ret;
+	g->sched_ready = true;
+	ret = drm_sched_entity_init(&g->entity, DRM_SCHED_PRIORITY_KERNEL, list, 1, NULL);
+	if (ret) {
+		drm_sched_fini(&g->sched);
+		g->sched_ready = false;
+		return ret;
+	}
+	g->entity_ready = true;
+	return 0;
 }
 
-static int wgpu_ioctl_submit_paging(struct drm_device *drm, void *data, struct drm_file *file)
+/* The entity's jobs run to the end first (the interrupts still work). */
+static void wgpu_sched_fini(struct wgpu *g)
 {
-	struct wgpu *g = to_wgpu(drm);
-	struct drm_wddm_submit_paging *args = data;
-	struct wgpu_paging_args pa = { .args = args };
-	struct wgpu_job *job;
-	u32 pages, i, timeout_ms;
-	u64 end, *pfn;
-	long left;
-	int ret = 0, idx;
-
-	/* Only the scratch window: the rest of the segment is TTM's. */
-	if (args->size < 4 || args->size > WDDM_KMOD_MAX_PAGING_BYTES || args->size % 4 ||
-	    args->vram_offset % 4 || check_add_overflow(args->vram_offset, (u64)args->size, &end) ||
-	    end > g->scratch_size || !args->readback)
-		return -EINVAL;
-	if (!drm_dev_enter(drm, &idx))
-		return -ENODEV;
-	job = wgpu_job_create(g, args->size);
-	if (!job) {
-		ret = -ENOMEM;
-		goto out_exit;
-	}
-	pages = DIV_ROUND_UP(args->size, PAGE_SIZE);
-	/* Poison the guest pages: a TRANSFER that did not run leaves it there. */
-	memset(job->data_cpu, 0xa5, job->data_size);
-	/* The PFN list in reverse: logical page i is physical page pages - 1 - i. */
-	pfn = job->pfn_cpu;
-	for (i = 0; i < pages; i++)
-		pfn[i] = (job->data_bus >> PAGE_SHIFT) + (pages - 1 - i);
-	pa.job = job;
-	pa.pages = pages;
-	ret = wgpu_job_submit(g, job, wgpu_build_paging, &pa);
-	if (ret)
-		goto out_exit; /* the job is gone */
-
-	/* Sleep until the deferred half signals the fence: no polling here. */
-	timeout_ms = args->timeout_ms ? args->timeout_ms : fence_timeout_ms;
-	left = dma_fence_wait_timeout(&job->base, true, msecs_to_jiffies(timeout_ms));
-	if (left == 0) {
-		atomic64_inc(&g->fences_timed_out);
-		ret = -ETIMEDOUT; /* the list keeps the memory until the device answers */
-		goto out_put;
-	}
-	if (left < 0) {
-		ret = (int)left;
-		goto out_put;
-	}
-	args->fence_id = job->fence_id;
-	args->status = job->status;
-	args->wait_ns = ktime_to_ns(ktime_sub(job->signalled_at, job->submitted_at));
-	args->bar_mismatch = wgpu_bar_mismatch(g, args->vram_offset, args->size, args->pattern);
-	/* The guest pages in logical order (the device saw them through the reversed list). */
-	for (i = 0; i < pages && !ret; i++) {
-		u32 chunk = min_t(u32, PAGE_SIZE, args->size - i * PAGE_SIZE);
-		const u8 *src = (const u8 *)job->data_cpu + (size_t)(pages - 1 - i) * PAGE_SIZE;
-
-		if (copy_to_user(u64_to_user_ptr(args->readback + (u64)i * PAGE_SIZE), src, chunk))
-			ret = -EFAULT;
-	}
-out_put:
-	dma_fence_put(&job->base);
-out_exit:
-	drm_dev_exit(idx);
-	return ret;
+	if (g->entity_ready)
+		drm_sched_entity_destroy(&g->entity);
+	if (g->sched_ready)
+		drm_sched_fini(&g->sched);
+	g->entity_ready = g->sched_ready = false;
 }
 
 /* ---- TTM: VidMm's segments, residency and paging ------------------------------------------
@@ -758,7 +800,7 @@ struct wgpu_move {
 	u64 vram_src, vram_dst;    /* segment addresses */
 	u64 gtt_src, gtt_dst;      /* aperture first pages */
 	u64 pages;
-	const struct wgpu_job *job; /* its PFN list: the buffer's guest pages */
+	u64 pfn_bus;               /* its PFN list: the buffer's guest pages */
 };
 
 static wddm_paging_side wgpu_side_vram(struct wgpu *g, u64 addr)
@@ -773,10 +815,9 @@ static wddm_paging_side wgpu_side_gtt(struct wgpu *g, u64 page)
 						     (page << PAGE_SHIFT) };
 }
 
-static wddm_paging_side wgpu_side_pages(const struct wgpu_job *job, u64 pages)
+static wddm_paging_side wgpu_side_pages(u64 pfn_bus, u64 pages)
 {
-	return (wddm_paging_side){ .SegmentId = 0,
-				   .Mdl = { .bus = job->pfn_bus, .count = (u32)pages } };
+	return (wddm_paging_side){ .SegmentId = 0, .Mdl = { .bus = pfn_bus, .count = (u32)pages } };
 }
 
 static wddm_result wgpu_pb_map(struct wgpu *g, wddm_pb *pb, const struct wgpu_move *m, u64 page)
@@ -786,7 +827,7 @@ static wddm_result wgpu_pb_map(struct wgpu *g, wddm_pb *pb, const struct wgpu_mo
 		.CacheCoherent = !!(g->aperture->desc.flags & WDDM_DXGK_SEGMENT_CACHE_COHERENT),
 		.OffsetInPages = page,
 		.NumberOfPages = m->pages,
-		.Mdl = { .bus = m->job->pfn_bus, .count = (u32)m->pages },
+		.Mdl = { .bus = m->pfn_bus, .count = (u32)m->pages },
 	};
 
 	return wddm_pb_map_aperture(pb, &op);
@@ -819,11 +860,11 @@ static wddm_result wgpu_build_move(struct wgpu *g, wddm_pb *pb, void *arg)
 
 	switch (m->kind) {
 	case WDDM_KMOD_MOVE_SYS_TO_VRAM:
-		return wgpu_pb_xfer(pb, m->size, wgpu_side_pages(m->job, m->pages),
+		return wgpu_pb_xfer(pb, m->size, wgpu_side_pages(m->pfn_bus, m->pages),
 				    wgpu_side_vram(g, m->vram_dst));
 	case WDDM_KMOD_MOVE_VRAM_TO_SYS:
 		return wgpu_pb_xfer(pb, m->size, wgpu_side_vram(g, m->vram_src),
-				    wgpu_side_pages(m->job, m->pages));
+				    wgpu_side_pages(m->pfn_bus, m->pages));
 	case WDDM_KMOD_MOVE_SYS_TO_GTT:
 		return wgpu_pb_map(g, pb, m, m->gtt_dst);
 	case WDDM_KMOD_MOVE_GTT_TO_SYS:
@@ -850,23 +891,316 @@ static wddm_result wgpu_build_move(struct wgpu *g, wddm_pb *pb, void *arg)
 	}
 }
 
-/* A job whose PFN list is the buffer's guest pages (DMA addresses from TTM's pool). */
-static struct wgpu_job *wgpu_job_for_tt(struct wgpu *g, struct ttm_tt *tt, u64 pages)
-{
-	struct wgpu_job *job;
-	u64 *pfn;
-	u64 i;
+/* ---- drm_sched on the paging node: jobs, run_job, the TDR path --------------------------- */
 
-	if (pages && (!tt || !tt->dma_address || tt->num_pages < pages || pages > U32_MAX))
-		return NULL;
-	job = wgpu_job_alloc(g, 0, (u32)pages);
-	if (!job)
-		return NULL;
-	pfn = job->pfn_cpu;
-	for (i = 0; i < pages; i++)
-		pfn[i] = tt->dma_address[i] >> PAGE_SHIFT;
-	return job;
+enum { WGPU_SJ_PAGING, WGPU_SJ_MOVE };
+
+/* A scheduler job: what to build (a TTM move, or SUBMIT_PAGING's FILL + TRANSFER) and the DMA
+ * memory the device reads and writes, kept across resubmissions; each run is a new paging
+ * buffer with a new fence (`hw`). */
+struct wgpu_sjob {
+	struct drm_sched_job base;
+	struct kref ref; /* the scheduler's (until free_job) and a waiter's */
+	struct wgpu *g;
+	u32 kind;
+	u32 pages;       /* entries of the PFN list */
+	struct wgpu_move move;
+	u64 paging_offset;
+	u32 paging_size, paging_pattern;
+	void *pfn_cpu, *data_cpu;
+	dma_addr_t pfn_bus, data_bus;
+	size_t pfn_size, data_size;
+	struct wgpu_job *hw; /* its latest submission (a reference) */
+};
+
+static struct wgpu_sjob *to_sjob(struct drm_sched_job *job)
+{
+	return container_of(job, struct wgpu_sjob, base);
 }
+
+static void wgpu_sjob_release(struct kref *ref)
+{
+	struct wgpu_sjob *sj = container_of(ref, struct wgpu_sjob, ref);
+	struct device *d = &sj->g->pdev->dev;
+
+	if (sj->hw)
+		dma_fence_put(&sj->hw->base);
+	if (sj->pfn_cpu)
+		dma_free_coherent(d, sj->pfn_size, sj->pfn_cpu, sj->pfn_bus);
+	if (sj->data_cpu)
+		dma_free_coherent(d, sj->data_size, sj->data_cpu, sj->data_bus);
+	kfree(sj);
+}
+
+static void wgpu_sjob_put(struct wgpu_sjob *sj)
+{
+	kref_put(&sj->ref, wgpu_sjob_release);
+}
+
+static struct wgpu_sjob *wgpu_sjob_alloc(struct wgpu *g, u32 kind, u32 data_pages, u64 pfns)
+{
+	struct device *d = &g->pdev->dev;
+	struct wgpu_sjob *sj;
+
+	if (pfns > U32_MAX)
+		return NULL;
+	sj = kzalloc(sizeof(*sj), GFP_KERNEL);
+	if (!sj)
+		return NULL;
+	kref_init(&sj->ref);
+	sj->g = g;
+	sj->kind = kind;
+	sj->pages = (u32)pfns;
+	sj->pfn_size = PAGE_ALIGN(pfns * sizeof(u64));
+	sj->data_size = (size_t)data_pages * PAGE_SIZE;
+	if (sj->pfn_size)
+		sj->pfn_cpu = dma_alloc_coherent(d, sj->pfn_size, &sj->pfn_bus, GFP_KERNEL);
+	if (sj->data_size)
+		sj->data_cpu = dma_alloc_coherent(d, sj->data_size, &sj->data_bus, GFP_KERNEL);
+	if ((sj->pfn_size && !sj->pfn_cpu) || (sj->data_size && !sj->data_cpu)) {
+		wgpu_sjob_put(sj);
+		return NULL;
+	}
+	return sj;
+}
+
+static wddm_result wgpu_build_sjob(struct wgpu *g, wddm_pb *pb, void *arg)
+{
+	const struct wgpu_sjob *sj = arg;
+	wddm_op_fill fill = {
+		.FillPattern = sj->paging_pattern,
+		.DestinationSegmentId = g->vram->desc.id,
+		.DestinationSegmentAddress = g->vram->desc.base_address + sj->paging_offset,
+		.FillSize = sj->paging_size,
+	};
+	wddm_result wr;
+
+	if (sj->kind == WGPU_SJ_MOVE)
+		return wgpu_build_move(g, pb, (void *)&sj->move);
+	wr = wddm_pb_fill(pb, &fill);
+	if (wr == WDDM_OK)
+		wr = wgpu_pb_xfer(pb, sj->paging_size,
+				  wgpu_side_vram(g, g->vram->desc.base_address + sj->paging_offset),
+				  wgpu_side_pages(sj->pfn_bus, sj->pages));
+	return wr;
+}
+
+/* drm_sched_job_init, arm and push; the scheduler owns the job's first reference until
+ * free_job. Returns the job's finished fence (a reference for the caller), or an error with
+ * the job freed. */
+static struct dma_fence *wgpu_sjob_push(struct wgpu *g, struct wgpu_sjob *sj)
+{
+	struct dma_fence *fence;
+	int ret = drm_sched_job_init(&sj->base, &g->entity, NULL);
+
+	if (ret) {
+		wgpu_sjob_put(sj);
+		return ERR_PTR(ret);
+	}
+	mutex_lock(&g->push_lock);
+	drm_sched_job_arm(&sj->base);
+	fence = dma_fence_get(&sj->base.s_fence->finished);
+	drm_sched_entity_push_job(&sj->base);
+	mutex_unlock(&g->push_lock);
+	return fence;
+}
+
+/* The scheduler hands a job to the device: DxgkDdiSubmitCommand. Called again for every job
+ * still pending after a TDR (drm_sched_resubmit_jobs): a job still on the device, or one that
+ * completed (a lost interrupt's, answered by the query), gets its fence back; one the device
+ * returned PREEMPTED or RESET runs again as a new paging buffer. */
+static struct dma_fence *wgpu_run_job(struct drm_sched_job *job)
+{
+	struct wgpu_sjob *sj = to_sjob(job);
+	struct wgpu *g = sj->g;
+	struct wgpu_job *hw;
+	int ret;
+
+	if (sj->hw) {
+		struct wgpu_job *old = sj->hw;
+
+		if (!dma_fence_is_signaled(&old->base) ||
+		    (old->status != WDDM_GPU_SUBMIT_STATUS_RESET &&
+		     old->status != WDDM_GPU_SUBMIT_STATUS_PREEMPTED))
+			return dma_fence_get(&old->base);
+		sj->hw = NULL;
+		dma_fence_put(&old->base);
+		atomic64_inc(&g->tdr_resubmitted);
+	}
+	if (job->s_fence->finished.error)
+		return ERR_PTR(job->s_fence->finished.error); /* cancelled: guilty too often */
+	hw = wgpu_job_alloc(g, 0, 0);
+	if (!hw)
+		return ERR_PTR(-ENOMEM);
+	hw->is_move = sj->kind == WGPU_SJ_MOVE;
+	if (hw->is_move && (sj->move.kind == WDDM_KMOD_MOVE_GTT_TO_SYS ||
+			    sj->move.kind == WDDM_KMOD_MOVE_GTT_TO_VRAM)) {
+		hw->unbinds = true;
+		hw->unbind_page = sj->move.gtt_src;
+		hw->unbind_pages = sj->move.pages;
+	}
+	ret = wgpu_job_submit(g, hw, wgpu_build_sjob, sj);
+	if (ret)
+		return ERR_PTR(ret);
+	if (hw->is_move)
+		atomic64_inc(&g->move_submissions);
+	sj->hw = hw; /* wgpu_job_submit's reference */
+	return dma_fence_get(&hw->base);
+}
+
+static void wgpu_free_job(struct drm_sched_job *job)
+{
+	struct wgpu_sjob *sj = to_sjob(job);
+
+	drm_sched_job_cleanup(job);
+	wgpu_sjob_put(sj);
+}
+
+/* Sleeps until every submission on the device has come back (each fence is signalled by the
+ * deferred half); false when one does not within fence_timeout_ms. */
+static bool wgpu_wait_device_idle(struct wgpu *g)
+{
+	for (;;) {
+		struct dma_fence *f = NULL;
+		unsigned long flags;
+		long left;
+
+		spin_lock_irqsave(&g->fence_lock, flags);
+		if (!list_empty(&g->pending))
+			f = dma_fence_get(&list_first_entry(&g->pending, struct wgpu_job, link)->base);
+		spin_unlock_irqrestore(&g->fence_lock, flags);
+		if (!f)
+			return true;
+		left = dma_fence_wait_timeout(f, false, msecs_to_jiffies(fence_timeout_ms));
+		dma_fence_put(f);
+		if (left <= 0)
+			return false;
+	}
+}
+
+struct wgpu_remap {
+	u64 page, pages, pfn_bus;
+};
+
+static wddm_result wgpu_build_remap(struct wgpu *g, wddm_pb *pb, void *arg)
+{
+	const struct wgpu_remap *r = arg;
+	struct wgpu_move m = { .pages = r->pages, .pfn_bus = r->pfn_bus };
+
+	return wgpu_pb_map(g, pb, &m, r->page);
+}
+
+/* After a RESET the GART is empty: every recorded binding is mapped again, in the order it was
+ * made, straight to the device (the scheduler is stopped), before the jobs are resubmitted. A
+ * binding is only removed when its unbind ran, so none goes away meanwhile; new ones may be
+ * added (a move pushed meanwhile), hence the walk by index under the lock. */
+static u32 wgpu_rebind(struct wgpu *g)
+{
+	struct dma_fence *last = NULL;
+	u32 i, done = 0;
+
+	for (i = 0;; i++) {
+		struct wgpu_binding *b;
+		struct wgpu_remap r;
+		struct wgpu_job *job;
+		unsigned long flags;
+		bool found = false;
+		u32 k = 0;
+
+		spin_lock_irqsave(&g->bind_lock, flags);
+		list_for_each_entry(b, &g->bindings, link) {
+			if (k++ == i) {
+				r = (struct wgpu_remap){ b->page, b->pages, b->pfn_bus };
+				found = true;
+				break;
+			}
+		}
+		spin_unlock_irqrestore(&g->bind_lock, flags);
+		if (!found)
+			break;
+		job = wgpu_job_alloc(g, 0, 0);
+		if (!job || wgpu_job_submit(g, job, wgpu_build_remap, &r)) {
+			drm_err(&g->drm, "TDR: cannot bind aperture pages %llu+%llu again\n", r.page,
+				r.pages);
+			continue;
+		}
+		if (last)
+			dma_fence_put(last);
+		last = &job->base;
+		done++;
+	}
+	/* In order on the device: the last one's fence says they all ran. */
+	if (last) {
+		if (dma_fence_wait_timeout(last, false, msecs_to_jiffies(fence_timeout_ms)) <= 0 ||
+		    last->error)
+			drm_err(&g->drm, "TDR: binding the aperture again did not complete\n");
+		dma_fence_put(last);
+	}
+	return done;
+}
+
+/* drm_sched's job timeout: the WDDM TDR path. DxgkDdiQueryCurrentFence first (a lost interrupt:
+ * the device answers the withheld completion, the deferred half signals it); else the
+ * scheduler's preemption request (PREEMPT: what it stopped comes back PREEMPTED); else
+ * DxgkDdiResetFromTimeout (RESET: everything comes back RESET; the paging node has no engine
+ * reset, RESET_ENGINE is node 1's) and DxgkDdiRestartFromTimeout (the status page registered
+ * again, the aperture bound again). Then what did not run is resubmitted. */
+static enum drm_gpu_sched_stat wgpu_timedout_job(struct drm_sched_job *job)
+{
+	struct wgpu_sjob *sj = to_sjob(job);
+	struct wgpu *g = sj->g;
+	struct wgpu_job *hw = sj->hw;
+	WddmGpuRespPreempt pre = { 0 };
+	u32 cur = 0, released = 0, rebound = 0, method;
+	u64 resubmitted = atomic64_read(&g->tdr_resubmitted);
+	wddm_result wr;
+
+	atomic64_inc(&g->tdr_count);
+	drm_sched_stop(&g->sched, job);
+	wr = wddm_dev_query_current_fence(g->dev, &cur, &released);
+	atomic64_add(released, &g->tdr_released);
+	if (wr == WDDM_OK && hw && dma_fence_is_signaled(&hw->base) &&
+	    hw->status == WDDM_GPU_SUBMIT_STATUS_OK) {
+		method = WDDM_KMOD_TDR_QUERY_CURRENT_FENCE;
+		atomic64_inc(&g->tdr_by_query);
+	} else if (wddm_dev_preempt(g->dev, &pre) == WDDM_OK && pre.preempted_count &&
+		   wgpu_wait_device_idle(g)) {
+		method = WDDM_KMOD_TDR_PREEMPT;
+		atomic64_inc(&g->tdr_by_preempt);
+	} else if (wddm_dev_reset(g->dev) == WDDM_OK && wgpu_wait_device_idle(g)) {
+		method = WDDM_KMOD_TDR_RESET;
+		atomic64_inc(&g->tdr_by_reset);
+		if (wddm_dev_status_page_register(g->dev) != WDDM_OK)
+			drm_err(&g->drm, "TDR: status page not registered again\n");
+		rebound = wgpu_rebind(g);
+		atomic64_add(rebound, &g->tdr_rebound);
+		drm_sched_increase_karma(job);
+	} else {
+		method = WDDM_KMOD_TDR_FAILED;
+		atomic64_inc(&g->tdr_failed);
+	}
+	g->last_tdr_fence = hw ? hw->fence_id : 0;
+	g->last_tdr_method = method;
+	drm_sched_resubmit_jobs(&g->sched);
+	drm_sched_start(&g->sched, true);
+	drm_warn(&g->drm,
+		 "TDR: paging fence %u timed out after %u ms; recovered by %s (current fence %u, "
+		 "released %u, preempted %u, aperture bindings restored %u, resubmitted %llu)\n",
+		 g->last_tdr_fence, tdr_timeout_ms,
+		 method == WDDM_KMOD_TDR_QUERY_CURRENT_FENCE ? "QUERY_ENGINE_STATUS (lost interrupt)" :
+		 method == WDDM_KMOD_TDR_PREEMPT	    ? "PREEMPT" :
+		 method == WDDM_KMOD_TDR_RESET		    ? "RESET" :
+							      "nothing (failed)",
+		 cur, released, pre.preempted_count, rebound,
+		 atomic64_read(&g->tdr_resubmitted) - resubmitted);
+	return DRM_GPU_SCHED_STAT_NOMINAL;
+}
+
+static const struct drm_sched_backend_ops wgpu_sched_ops = {
+	.run_job = wgpu_run_job,
+	.timedout_job = wgpu_timedout_job,
+	.free_job = wgpu_free_job,
+};
 
 static int wgpu_bo_move(struct ttm_buffer_object *bo, bool evict, struct ttm_operation_ctx *ctx,
 			struct ttm_resource *new_mem, struct ttm_place *hop)
@@ -877,8 +1211,9 @@ static int wgpu_bo_move(struct ttm_buffer_object *bo, bool evict, struct ttm_ope
 	bool contents = old && (from != TTM_PL_SYSTEM ||
 				(bo->ttm && ttm_tt_is_populated(bo->ttm)));
 	struct wgpu_move m = { .pages = new_mem->num_pages };
-	struct wgpu_job *job;
-	bool needs_pages;
+	struct wgpu_sjob *sj;
+	struct dma_fence *fence;
+	bool needs_pages, bind;
 	int ret;
 
 	if (!old || (from == TTM_PL_SYSTEM && to == TTM_PL_SYSTEM) ||
@@ -925,21 +1260,40 @@ static int wgpu_bo_move(struct ttm_buffer_object *bo, bool evict, struct ttm_ope
 	ret = dma_resv_reserve_fences(bo->base.resv, 1);
 	if (ret)
 		return ret;
-	job = wgpu_job_for_tt(g, bo->ttm, needs_pages ? m.pages : 0);
-	if (!job)
+	sj = wgpu_sjob_alloc(g, WGPU_SJ_MOVE, 0, needs_pages ? m.pages : 0);
+	if (!sj)
 		return -ENOMEM;
-	job->is_move = true;
-	m.job = job;
+	if (needs_pages) {
+		u64 *pfn = sj->pfn_cpu, i;
+
+		if (!bo->ttm->dma_address || bo->ttm->num_pages < m.pages) {
+			wgpu_sjob_put(sj);
+			return -EINVAL;
+		}
+		for (i = 0; i < m.pages; i++)
+			pfn[i] = bo->ttm->dma_address[i] >> PAGE_SHIFT;
+	}
+	m.pfn_bus = sj->pfn_bus;
+	sj->move = m;
+	bind = m.kind == WDDM_KMOD_MOVE_SYS_TO_GTT || m.kind == WDDM_KMOD_MOVE_VRAM_TO_GTT;
+	if (bind) {
+		ret = wgpu_binding_add(g, m.gtt_dst, m.pages, sj->pfn_cpu);
+		if (ret) {
+			wgpu_sjob_put(sj);
+			return ret;
+		}
+	}
 	/* CPU mappings go: the next access faults and waits for this move's fence. */
 	ttm_bo_unmap_virtual(bo);
-	ret = wgpu_job_submit(g, job, wgpu_build_move, &m);
-	if (ret) {
+	fence = wgpu_sjob_push(g, sj);
+	if (IS_ERR(fence)) {
+		if (bind)
+			wgpu_binding_remove(g, m.gtt_dst, m.pages);
 		atomic64_inc(&g->moves_failed);
-		return ret;
+		return PTR_ERR(fence);
 	}
-	atomic64_inc(&g->move_submissions);
-	ret = ttm_bo_move_accel_cleanup(bo, &job->base, evict, false, new_mem);
-	dma_fence_put(&job->base);
+	ret = ttm_bo_move_accel_cleanup(bo, fence, evict, false, new_mem);
+	dma_fence_put(fence);
 	if (ret) {
 		atomic64_inc(&g->moves_failed);
 		return ret;
@@ -956,7 +1310,8 @@ static void wgpu_delete_mem_notify(struct ttm_buffer_object *bo)
 {
 	struct wgpu *g = bdev_to_wgpu(bo->bdev);
 	struct wgpu_move m = { .kind = WDDM_KMOD_MOVE_GTT_TO_SYS };
-	struct wgpu_job *job;
+	struct wgpu_sjob *sj;
+	struct dma_fence *fence;
 
 	if (bo->destroy != wgpu_bo_destroy || !bo->resource ||
 	    bo->resource->mem_type != TTM_PL_TT)
@@ -964,18 +1319,25 @@ static void wgpu_delete_mem_notify(struct ttm_buffer_object *bo)
 	m.pages = bo->resource->num_pages;
 	if (wgpu_res_gtt_page(g, bo->resource, &m.gtt_src))
 		return;
-	job = wgpu_job_alloc(g, 0, 0);
-	if (job)
-		job->is_move = true;
-	if (!job || wgpu_job_submit(g, job, wgpu_build_move, &m)) {
+	sj = wgpu_sjob_alloc(g, WGPU_SJ_MOVE, 0, 0);
+	if (!sj) {
 		drm_err(&g->drm, "cannot unbind a freed buffer's aperture pages\n");
 		return;
 	}
-	if (dma_fence_wait_timeout(&job->base, false, msecs_to_jiffies(fence_timeout_ms)) <= 0)
+	sj->move = m;
+	fence = wgpu_sjob_push(g, sj);
+	if (IS_ERR(fence)) {
+		drm_err(&g->drm, "cannot unbind a freed buffer's aperture pages\n");
+		return;
+	}
+	/* A TDR on the way resubmits it: wait past the scheduler's timeout. */
+	if (dma_fence_wait_timeout(fence, false,
+				   msecs_to_jiffies(fence_timeout_ms + tdr_timeout_ms)) <= 0 ||
+	    fence->error)
 		drm_err(&g->drm, "unbind of a freed buffer did not complete\n");
 	else
 		atomic64_inc(&g->unbinds_on_free);
-	dma_fence_put(&job->base);
+	dma_fence_put(fence);
 }
 
 static int wgpu_io_mem_reserve(struct ttm_device *bdev, struct ttm_resource *mem)
@@ -1242,6 +1604,84 @@ out_exit:
 	return ret;
 }
 
+/* SUBMIT_PAGING: FILL + TRANSFER into guest pages + FENCE, as a job of the paging node's
+ * scheduler entity, waited for on its finished fence. */
+static int wgpu_ioctl_submit_paging(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct wgpu *g = to_wgpu(drm);
+	struct drm_wddm_submit_paging *args = data;
+	struct wgpu_sjob *sj;
+	struct dma_fence *fence;
+	u32 pages, i, timeout_ms;
+	u64 end, *pfn;
+	long left;
+	int ret = 0, idx;
+
+	/* Only the scratch window: the rest of the segment is TTM's. */
+	if (args->size < 4 || args->size > WDDM_KMOD_MAX_PAGING_BYTES || args->size % 4 ||
+	    args->vram_offset % 4 || check_add_overflow(args->vram_offset, (u64)args->size, &end) ||
+	    end > g->scratch_size || !args->readback)
+		return -EINVAL;
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
+	pages = DIV_ROUND_UP(args->size, PAGE_SIZE);
+	sj = wgpu_sjob_alloc(g, WGPU_SJ_PAGING, pages, pages);
+	if (!sj) {
+		ret = -ENOMEM;
+		goto out_exit;
+	}
+	sj->paging_offset = args->vram_offset;
+	sj->paging_size = args->size;
+	sj->paging_pattern = args->pattern;
+	/* Poison the guest pages: a TRANSFER that did not run leaves it there. */
+	memset(sj->data_cpu, 0xa5, sj->data_size);
+	/* The PFN list in reverse: logical page i is physical page pages - 1 - i. */
+	pfn = sj->pfn_cpu;
+	for (i = 0; i < pages; i++)
+		pfn[i] = (sj->data_bus >> PAGE_SHIFT) + (pages - 1 - i);
+	kref_get(&sj->ref); /* ours, past free_job */
+	fence = wgpu_sjob_push(g, sj);
+	if (IS_ERR(fence)) {
+		ret = PTR_ERR(fence);
+		goto out_sj;
+	}
+	/* Sleep until the deferred half signals the fence: no polling here. */
+	timeout_ms = args->timeout_ms ? args->timeout_ms : fence_timeout_ms;
+	left = dma_fence_wait_timeout(fence, true, msecs_to_jiffies(timeout_ms));
+	if (left == 0) {
+		atomic64_inc(&g->fences_timed_out);
+		ret = -ETIMEDOUT; /* the job keeps its memory until it is done */
+		goto out_put;
+	}
+	if (left < 0) {
+		ret = (int)left;
+		goto out_put;
+	}
+	if (!sj->hw) {
+		ret = fence->error ? fence->error : -EIO;
+		goto out_put;
+	}
+	args->fence_id = sj->hw->fence_id;
+	args->status = sj->hw->status;
+	args->wait_ns = ktime_to_ns(ktime_sub(sj->hw->signalled_at, sj->hw->submitted_at));
+	args->bar_mismatch = wgpu_bar_mismatch(g, args->vram_offset, args->size, args->pattern);
+	/* The guest pages in logical order (the device saw them through the reversed list). */
+	for (i = 0; i < pages && !ret; i++) {
+		u32 chunk = min_t(u32, PAGE_SIZE, args->size - i * PAGE_SIZE);
+		const u8 *src = (const u8 *)sj->data_cpu + (size_t)(pages - 1 - i) * PAGE_SIZE;
+
+		if (copy_to_user(u64_to_user_ptr(args->readback + (u64)i * PAGE_SIZE), src, chunk))
+			ret = -EFAULT;
+	}
+out_put:
+	dma_fence_put(fence);
+out_sj:
+	wgpu_sjob_put(sj);
+out_exit:
+	drm_dev_exit(idx);
+	return ret;
+}
+
 static const struct drm_ioctl_desc wgpu_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(WDDM_GET_INFO, wgpu_ioctl_get_info, DRM_RENDER_ALLOW),
 	DRM_IOCTL_DEF_DRV(WDDM_SUBMIT_PAGING, wgpu_ioctl_submit_paging, DRM_RENDER_ALLOW),
@@ -1318,6 +1758,9 @@ static int wgpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	INIT_LIST_HEAD(&g->pending);
 	g->fence_context = dma_fence_context_alloc(1);
 	mutex_init(&g->submit_lock);
+	mutex_init(&g->push_lock);
+	spin_lock_init(&g->bind_lock);
+	INIT_LIST_HEAD(&g->bindings);
 
 	ret = pci_enable_device(pdev);
 	if (ret)
@@ -1382,10 +1825,14 @@ static int wgpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_irqs;
 	}
 
+	/* The GPU scheduler's paging node. */
+	ret = wgpu_sched_init(g);
+	if (ret)
+		goto err_irqs;
 	/* VidMm's segments: TTM over the layout the device reported. */
 	ret = wgpu_ttm_init(g);
 	if (ret)
-		goto err_irqs;
+		goto err_sched;
 	ret = drm_dev_register(&g->drm, 0);
 	if (ret)
 		goto err_ttm;
@@ -1399,11 +1846,14 @@ static int wgpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 err_ttm:
 	wgpu_ttm_fini(g);
+err_sched:
+	wgpu_sched_fini(g);
 err_irqs:
 	wgpu_free_irqs(g);
 err_teardown:
 	wddm_dev_teardown(g->dev);
 	wgpu_cancel_pending(g);
+	wgpu_bindings_clear(g);
 	wgpu_free_dummy(g);
 err_vectors:
 	pci_free_irq_vectors(pdev);
@@ -1423,11 +1873,13 @@ static void wgpu_remove(struct pci_dev *pdev)
 	struct wgpu *g = pci_get_drvdata(pdev);
 
 	drm_dev_unplug(&g->drm);
-	wgpu_ttm_fini(g); /* still through the paging engine and its interrupts */
+	wgpu_ttm_fini(g); /* still through the scheduler, the paging engine and its interrupts */
+	wgpu_sched_fini(g);
 	wgpu_free_irqs(g);
 	/* The virtio reset: the device stops using our memory; then nothing is pending. */
 	wddm_dev_teardown(g->dev);
 	wgpu_cancel_pending(g);
+	wgpu_bindings_clear(g);
 	wgpu_free_dummy(g);
 	pci_free_irq_vectors(pdev);
 	wddm_lk_layer_fini(&g->layer);

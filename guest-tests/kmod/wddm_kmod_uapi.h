@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 #define WDDM_KMOD_MAGIC 0x57444b4dU /* "WDKM": GET_INFO's answer is ours */
-#define WDDM_KMOD_INTERFACE_VERSION 2
+#define WDDM_KMOD_INTERFACE_VERSION 3
 
 /* How the module takes the device's interrupts. */
 #define WDDM_KMOD_IRQ_MSIX 1        /* one MSI-X vector for configuration, one for the queue */
@@ -61,7 +61,30 @@ struct drm_wddm_info {
 	__u64 move_submissions;
 	__u32 segment_count;     /* memory and aperture segments of the device's layout */
 	__u32 segments_unmanaged; /* those without a TTM manager (beyond the first of each kind) */
+	/* drm_sched on the paging node and its TDR path (timedout_job): the job timeout, the
+	 * timeouts handled and what recovered each (WDDM_KMOD_TDR_*), the jobs run again, the
+	 * aperture bindings restored after a RESET, the withheld completions the query released;
+	 * the last timed-out job's fence and how it recovered. */
+	__u32 tdr_timeout_ms;
+	__u32 last_tdr_fence;
+	__u32 last_tdr_method;
+	__u32 pad1;
+	__u64 tdr_count;
+	__u64 tdr_by_query;
+	__u64 tdr_by_preempt;
+	__u64 tdr_by_reset;
+	__u64 tdr_failed;
+	__u64 tdr_resubmitted;
+	__u64 tdr_rebound;
+	__u64 tdr_released;
 };
+
+/* How a timed-out job was recovered. */
+#define WDDM_KMOD_TDR_NONE 0
+#define WDDM_KMOD_TDR_QUERY_CURRENT_FENCE 1 /* QUERY_ENGINE_STATUS answered a lost interrupt */
+#define WDDM_KMOD_TDR_PREEMPT 2             /* PREEMPT stopped it; resubmitted */
+#define WDDM_KMOD_TDR_RESET 3               /* RESET (after a PREEMPT that stopped nothing) */
+#define WDDM_KMOD_TDR_FAILED 4
 
 /* Kinds of TTM moves (index into drm_wddm_info.moves); none is a CPU copy. */
 #define WDDM_KMOD_MOVE_SYS_TO_VRAM 0  /* TRANSFER guest pages (PFN list) -> VRAM */
