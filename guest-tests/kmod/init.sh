@@ -33,12 +33,18 @@ for word in $(cat /proc/cmdline); do
     esac
 done
 set -- $cmd
-if [ "${1:-}" != kmod ]; then
-    echo "GUEST-TEST kmod_command FAIL this guest runs only the command kmod, not '${1:-}'"
-    echo "WDDM-GUEST-EXIT 2"
-    poweroff -f
-fi
-[ -n "${2:-}" ] && count="$2"
+mode="${1:-}"
+case "$mode" in
+    kmod) [ -n "${2:-}" ] && count="$2" ;;
+    # kmod-tdr,HANG_NTH,LOST_NTH: the host armed `hang nth=HANG_NTH` and
+    # `lost-interrupt nth=LOST_NTH` before the boot; the test lines its submissions up with them.
+    kmod-tdr) hang_nth="${2:-3}" lost_nth="${3:-9}" ;;
+    *)
+        echo "GUEST-TEST kmod_command FAIL this guest runs only the commands kmod and kmod-tdr, not '${1:-}'"
+        echo "WDDM-GUEST-EXIT 2"
+        poweroff -f
+        ;;
+esac
 
 rc=0
 loaded=0
@@ -106,9 +112,15 @@ run() {
 }
 
 dmesg -c >/dev/null
-run intx force_intx=1 8 intx
-run msix "" "$count" "msix ttm"
-echo "GUEST-KMODSUMMARY kmod runs done (INTx: 8 submissions; MSI-X: ${count})"
+if [ "$mode" = kmod-tdr ]; then
+    # drm_sched's job timeout at 500 ms (TdrDelay is 2 s) so the recoveries are quick.
+    run tdr tdr_timeout_ms=500 0 "msix tdr ${hang_nth} ${lost_nth}"
+    echo "GUEST-KMODSUMMARY kmod-tdr run done (hang at submission ${hang_nth}, lost interrupt at ${lost_nth})"
+else
+    run intx force_intx=1 8 intx
+    run msix "" "$count" "msix ttm"
+    echo "GUEST-KMODSUMMARY kmod runs done (INTx: 8 submissions; MSI-X: ${count})"
+fi
 echo "WDDM-GUEST-EXIT ${rc}"
 sync
 poweroff -f

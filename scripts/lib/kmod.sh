@@ -4,6 +4,7 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/gpu.sh"
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/kmod.sh"
 #   kmod_build; kmod_start_backend; kmod_run_guest || rc=$?
+#   kmod_start_backend; kmod_run_tdr_guest || rc=$?   # drm_sched's timeout and the TDR path
 #
 # Variables read: GPU_QEMU and GPU_BAR_MODE as gpu_run_guest reads them (the driver binds mode 1:
 # GPU_BAR_MODE=ivshmem), KMOD_COUNT (submissions of the MSI-X run, default 32), KMOD_VRAM_SIZE
@@ -47,4 +48,22 @@ kmod_run_guest() {
     [[ -f "$kernel" ]] || kernel="${KMOD_GUEST_DIR}/vmlinuz"
     KERNEL="$kernel" INITRD="${KMOD_GUEST_DIR}/initrd.gz" \
         _kmod_with_vram gpu_run_guest "kmod,${KMOD_COUNT:-32}" "$@"
+}
+
+# kmod_run_tdr_guest [QEMU_ARG...]: the TDR boot, against a fresh kmod_start_backend. Before the
+# guest makes its first submission, arms on the backend's control socket a hang of submission
+# KMOD_HANG_NTH (default 3) and a lost interrupt of submission KMOD_LOST_NTH (default 9), then
+# boots the command kmod-tdr (the driver with a 500 ms drm_sched timeout; the test lines its
+# submissions up with those numbers). Prints the injections afterwards (KMOD-INJECT lines, from
+# `ctl list`). Returns the guest's exit code.
+kmod_run_tdr_guest() {
+    local hang="${KMOD_HANG_NTH:-3}" lost="${KMOD_LOST_NTH:-9}" rc=0
+    "$BACKEND_BIN" ctl "$SOCKET" arm hang "nth=${hang}" >&2 || return 1
+    "$BACKEND_BIN" ctl "$SOCKET" arm lost-interrupt "nth=${lost}" >&2 || return 1
+    local kernel="${KMOD_GUEST_DIR}/vmlinux"
+    [[ -f "$kernel" ]] || kernel="${KMOD_GUEST_DIR}/vmlinuz"
+    KERNEL="$kernel" INITRD="${KMOD_GUEST_DIR}/initrd.gz" \
+        _kmod_with_vram gpu_run_guest "kmod-tdr,${hang},${lost}" "$@" || rc=$?
+    "$BACKEND_BIN" ctl "$SOCKET" list 2>&1 | sed 's/^/KMOD-INJECT /' >&2 || true
+    return "$rc"
 }

@@ -453,16 +453,165 @@ static void ttm_test(int fd)
 	       i2.polled_after_irq, i2.fences_timed_out, i2.fences_signalled);
 }
 
+/* ---- drm_sched's timeout and the TDR path ------------------------------------------------- */
+
+static const char *tdr_name(uint32_t m)
+{
+	return m == WDDM_KMOD_TDR_QUERY_CURRENT_FENCE ? "QUERY_ENGINE_STATUS (lost interrupt)" :
+	       m == WDDM_KMOD_TDR_PREEMPT	      ? "PREEMPT" :
+	       m == WDDM_KMOD_TDR_RESET		      ? "RESET" :
+	       m == WDDM_KMOD_TDR_FAILED	      ? "nothing (failed)" :
+						      "none";
+}
+
+/* One SUBMIT_PAGING of `size` bytes of `pattern`, waited for up to 20 s; 0 when it completed
+ * OK with the guest pages and the BAR holding the pattern. */
+static int tdr_paging(int fd, uint32_t pattern, struct drm_wddm_submit_paging *a, char *why,
+		      size_t why_size)
+{
+	static uint8_t buf[16384];
+	memset(a, 0, sizeof(*a));
+	a->vram_offset = 0x4000;
+	a->size = sizeof(buf);
+	a->pattern = pattern;
+	a->readback = (uintptr_t)buf;
+	a->timeout_ms = 20000;
+	memset(buf, 0, sizeof(buf));
+	if (ioctl(fd, DRM_IOCTL_WDDM_SUBMIT_PAGING, a)) {
+		snprintf(why, why_size, "ioctl: %s", strerror(errno));
+		return -1;
+	}
+	uint32_t bad = 0;
+	for (uint32_t d = 0; d < a->size / 4; d++) {
+		uint32_t v;
+		memcpy(&v, buf + 4 * d, 4);
+		bad += v != pattern;
+	}
+	snprintf(why, why_size, "status %u, fence %u, %u wrong dwords in the guest pages, %u through the BAR, %" PRIu64 " ms",
+		 a->status, a->fence_id, bad, a->bar_mismatch, (uint64_t)a->wait_ns / 1000000);
+	return a->status || bad || a->bar_mismatch ? -1 : 0;
+}
+
+/* The host armed `hang nth=HANG` and `lost-interrupt nth=LOST` (counted in the device's
+ * submissions from before the boot); the test's submissions are lined up with them, which the
+ * driver's submission counter confirms at each step. */
+static void tdr_test(int fd, uint32_t hang_nth, uint32_t lost_nth)
+{
+	struct drm_wddm_info i0, i1, i2, i3;
+	char why[300];
+	struct drm_wddm_submit_paging a;
+
+	ttm_get_info(fd, &i0);
+	/* Two objects bound in the aperture: a RESET clears the GART under them. */
+	tbo bos[2];
+	memset(bos, 0, sizeof(bos));
+	int made = 1;
+	for (uint32_t k = 0; k < 2; k++) {
+		struct drm_wddm_gem_create c;
+		memset(&c, 0, sizeof(c));
+		c.size = 256u << 10;
+		c.domains = WDDM_KMOD_DOMAIN_GTT;
+		if (ioctl(fd, DRM_IOCTL_WDDM_GEM_CREATE, &c)) {
+			made = 0;
+			break;
+		}
+		bos[k].handle = c.handle;
+		bos[k].size = c.size;
+		void *m = mmap(NULL, c.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			       (off_t)c.mmap_offset);
+		if (m == MAP_FAILED) {
+			made = 0;
+			break;
+		}
+		bos[k].map = m;
+		write_pattern(&bos[k], k, 7);
+		bo_validate(fd, &bos[k], 0);
+	}
+	ttm_get_info(fd, &i1);
+	int lined_up = made && i1.submitted + 1 == hang_nth;
+	report("tdr_plan_lined_up", lined_up,
+	       "drm_sched job timeout %u ms; 2 objects bound in the aperture (%s, %s); device "
+	       "submissions so far %" PRIu64 ", the next is the hang's (nth=%u)",
+	       i1.tdr_timeout_ms, domain_name(bos[0].domain), domain_name(bos[1].domain),
+	       i1.submitted, hang_nth);
+
+	/* The hang: drm_sched's timeout, then the TDR path; the ioctl's job is resubmitted. */
+	int r = tdr_paging(fd, 0x600DF00Du, &a, why, sizeof(why));
+	ttm_get_info(fd, &i2);
+	report("tdr_hang_recovered",
+	       r == 0 && i2.tdr_by_reset == i1.tdr_by_reset + 1 &&
+		       i2.last_tdr_method == WDDM_KMOD_TDR_RESET &&
+		       i2.tdr_resubmitted > i1.tdr_resubmitted && i2.tdr_rebound >= i1.tdr_rebound + 2,
+	       "the hung paging buffer (device submission %u) timed out and was recovered by %s "
+	       "after QUERY_ENGINE_STATUS and PREEMPT did not end it: timeouts %" PRIu64
+	       ", by RESET %" PRIu64 ", jobs resubmitted %" PRIu64 ", aperture bindings restored "
+	       "%" PRIu64 "; the resubmitted job: %s",
+	       hang_nth, tdr_name(i2.last_tdr_method), i2.tdr_count - i1.tdr_count,
+	       i2.tdr_by_reset - i1.tdr_by_reset, i2.tdr_resubmitted - i1.tdr_resubmitted,
+	       i2.tdr_rebound - i1.tdr_rebound, why);
+
+	/* The objects' aperture pages were bound again: moving them to VRAM reads through it. */
+	uint64_t bad = 0, first = 0;
+	int vr = 0;
+	char vwhy[200] = "";
+	for (uint32_t k = 0; k < 2 && made; k++) {
+		uint32_t was = bos[k].domain;
+		vr |= bo_validate(fd, &bos[k], WDDM_KMOD_DOMAIN_VRAM);
+		uint64_t b = check_pattern(&bos[k], k, 7, &first);
+		if (b && !vwhy[0])
+			snprintf(vwhy, sizeof(vwhy), "; object %u (%s -> %s): first wrong byte at %#" PRIx64, k,
+				 domain_name(was), domain_name(bos[k].domain), first * 8);
+		bad += b;
+	}
+	ttm_get_info(fd, &i2);
+	report("tdr_aperture_rebound",
+	       made && !vr && bad == 0 && bos[0].domain == WDDM_KMOD_DOMAIN_VRAM &&
+		       bos[1].domain == WDDM_KMOD_DOMAIN_VRAM && i2.moves_failed == i1.moves_failed,
+	       "after the RESET the 2 objects moved from the aperture to VRAM (TRANSFER through "
+	       "the GART): %" PRIu64 " wrong words, failed moves %" PRIu64 "%s",
+	       bad, i2.moves_failed - i1.moves_failed, vwhy);
+
+	/* The lost interrupt: the job ran but its completion is withheld until the driver asks. */
+	lined_up = i2.submitted + 1 == lost_nth;
+	r = tdr_paging(fd, 0x10571A7Eu, &a, why, sizeof(why));
+	ttm_get_info(fd, &i3);
+	report("tdr_lost_interrupt_recovered",
+	       lined_up && r == 0 && i3.tdr_by_query == i2.tdr_by_query + 1 &&
+		       i3.last_tdr_method == WDDM_KMOD_TDR_QUERY_CURRENT_FENCE &&
+		       i3.tdr_released > i2.tdr_released && i3.tdr_by_reset == i2.tdr_by_reset,
+	       "the paging buffer whose interrupt was withheld (device submission %" PRIu64
+	       ", nth=%u) was recovered by %s: released %" PRIu64 " withheld completion(s), no "
+	       "reset; %s",
+	       i2.submitted + 1, lost_nth, tdr_name(i3.last_tdr_method),
+	       i3.tdr_released - i2.tdr_released, why);
+	report("tdr_polling_path_zero",
+	       i3.polled_after_irq == 0 && i3.fences_timed_out == i0.fences_timed_out &&
+		       i3.tdr_failed == 0,
+	       "library collections by polling since the IRQ handlers took over %" PRIu64
+	       ", ioctl waits timed out %" PRIu64 ", failed recoveries %" PRIu64,
+	       i3.polled_after_irq, i3.fences_timed_out - i0.fences_timed_out, i3.tdr_failed);
+	for (uint32_t k = 0; k < 2; k++) {
+		if (bos[k].map)
+			munmap(bos[k].map, bos[k].size);
+		if (bos[k].handle) {
+			struct drm_wddm_gem_close cl = {.handle = bos[k].handle};
+			ioctl(fd, DRM_IOCTL_WDDM_GEM_CLOSE, &cl);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "ttm") == 0)) {
-		fprintf(stderr, "usage: %s LABEL COUNT msix|intx [ttm]\n", argv[0]);
+	int tdr = argc == 7 && strcmp(argv[4], "tdr") == 0;
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "ttm") == 0) && !tdr) {
+		fprintf(stderr, "usage: %s LABEL COUNT msix|intx [ttm | tdr HANG_NTH LOST_NTH]\n",
+			argv[0]);
 		return 2;
 	}
 	label = argv[1];
 	long count = strtol(argv[2], NULL, 10);
 	const char *want_mode = argv[3];
-	if (count < 1 || count > 100000) {
+	if (!tdr && (count < 1 || count > 100000)) {
 		fprintf(stderr, "COUNT must be 1..100000\n");
 		return 2;
 	}
@@ -483,6 +632,14 @@ int main(int argc, char **argv)
 	       "driver uses %s (%u Linux IRQs: config %u, queue %u), expected %s",
 	       mode_name(info0.irq_mode), info0.irq_count, info0.irq_config, info0.irq_queue,
 	       want_mode);
+
+	if (tdr) {
+		tdr_test(fd, (uint32_t)strtoul(argv[5], NULL, 10), (uint32_t)strtoul(argv[6], NULL, 10));
+		close(fd);
+		printf("GUEST-KMOD-RESULT %s %d passed %d failed\n", label, passed, failed);
+		fflush(stdout);
+		return failed;
+	}
 
 	/* COUNT paging buffers, each with its own range, size and pattern. */
 	uint64_t window = info0.scratch_size; /* SUBMIT_PAGING's part of VRAM; TTM has the rest */
