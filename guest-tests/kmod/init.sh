@@ -36,9 +36,10 @@ set -- $cmd
 mode="${1:-}"
 case "$mode" in
     kmod) [ -n "${2:-}" ] && count="$2" ;;
-    # kmod-tdr,HANG_NTH,LOST_NTH: the host armed `hang nth=HANG_NTH` and
-    # `lost-interrupt nth=LOST_NTH` before the boot; the test lines its submissions up with them.
-    kmod-tdr) hang_nth="${2:-3}" lost_nth="${3:-9}" ;;
+    # kmod-tdr,HANG_NTH,LOST_NTH,SLOW_NTH: the host armed `hang nth=HANG_NTH`,
+    # `lost-interrupt nth=LOST_NTH` and `slow 3s nth=SLOW_NTH` before the boot; the test lines
+    # its submissions up with them.
+    kmod-tdr) hang_nth="${2:-3}" lost_nth="${3:-9}" slow_nth="${4:-10}" ;;
     *)
         echo "GUEST-TEST kmod_command FAIL this guest runs only the commands kmod and kmod-tdr, not '${1:-}'"
         echo "WDDM-GUEST-EXIT 2"
@@ -114,8 +115,8 @@ run() {
 dmesg -c >/dev/null
 if [ "$mode" = kmod-tdr ]; then
     # drm_sched's job timeout at 500 ms (TdrDelay is 2 s) so the recoveries are quick.
-    run tdr tdr_timeout_ms=500 0 "msix tdr ${hang_nth} ${lost_nth}"
-    echo "GUEST-KMODSUMMARY kmod-tdr run done (hang at submission ${hang_nth}, lost interrupt at ${lost_nth})"
+    run tdr tdr_timeout_ms=500 0 "msix tdr ${hang_nth} ${lost_nth} ${slow_nth}"
+    echo "GUEST-KMODSUMMARY kmod-tdr run done (hang at submission ${hang_nth}, lost interrupt at ${lost_nth}, slow at ${slow_nth})"
 else
     run intx force_intx=1 8 intx
     run msix "" "$count" "msix ttm"

@@ -52,27 +52,30 @@ kmod_run_guest() {
 
 # kmod_run_tdr_guest [QEMU_ARG...]: the TDR boot, against a fresh kmod_start_backend. Before the
 # guest makes its first submission, arms on the backend's control socket a hang of submission
-# KMOD_HANG_NTH (default 3) and a lost interrupt of submission KMOD_LOST_NTH (default 9), then
+# KMOD_HANG_NTH (default 3), a lost interrupt of submission KMOD_LOST_NTH (default 9) and a 3 s
+# late start of submission KMOD_SLOW_NTH (default 10: past drm_sched's timeout), then
 # boots the command kmod-tdr (the driver with a 500 ms drm_sched timeout; the test lines its
 # submissions up with those numbers). Prints the injections that fired afterwards (KMOD-INJECT
-# lines, from the backend's log) and sets KMOD_INJECTIONS_FIRED (0 when both fired, each on the
+# lines, from the backend's log) and sets KMOD_INJECTIONS_FIRED (0 when all fired, each on the
 # submission it was armed for). Returns the guest's exit code.
 kmod_run_tdr_guest() {
-    local hang="${KMOD_HANG_NTH:-3}" lost="${KMOD_LOST_NTH:-9}" rc=0
+    local hang="${KMOD_HANG_NTH:-3}" lost="${KMOD_LOST_NTH:-9}" slow="${KMOD_SLOW_NTH:-10}" rc=0
     "$BACKEND_BIN" ctl "$SOCKET" arm hang "nth=${hang}" >&2 || return 1
     "$BACKEND_BIN" ctl "$SOCKET" arm lost-interrupt "nth=${lost}" >&2 || return 1
+    "$BACKEND_BIN" ctl "$SOCKET" arm slow 3s "nth=${slow}" >&2 || return 1
     local kernel="${KMOD_GUEST_DIR}/vmlinux"
     [[ -f "$kernel" ]] || kernel="${KMOD_GUEST_DIR}/vmlinuz"
     KERNEL="$kernel" INITRD="${KMOD_GUEST_DIR}/initrd.gz" \
-        _kmod_with_vram gpu_run_guest "kmod-tdr,${hang},${lost}" "$@" || rc=$?
+        _kmod_with_vram gpu_run_guest "kmod-tdr,${hang},${lost},${slow}" "$@" || rc=$?
     # What the backend's log says fired (the backend leaves once QEMU is gone: its log, not
-    # its control socket): both, each on the submission it was armed for.
+    # its control socket): all three, each on the submission it was armed for.
     local fired_log fired=1
     fired_log="$(grep -a -E "injection [0-9]+ fired" "$BACKEND_LOG" || true)"
     while IFS= read -r line; do echo "KMOD-INJECT ${line##*] }" >&2; done <<<"$fired_log"
     if grep -q -E "fired on node 0 submission fence ${hang}: hang nth=${hang}$" <<<"$fired_log" &&
         grep -q -E "fired on node 0 submission fence ${lost}: lost-interrupt nth=${lost}$" \
-            <<<"$fired_log"; then
+            <<<"$fired_log" &&
+        grep -q -E "fired on node 0 submission fence ${slow}: slow 3s nth=${slow}$" <<<"$fired_log"; then
         fired=0
     fi
     # shellcheck disable=SC2034 # read by scripts/test

@@ -495,9 +495,9 @@ static int tdr_paging(int fd, uint32_t pattern, struct drm_wddm_submit_paging *a
 /* The host armed `hang nth=HANG` and `lost-interrupt nth=LOST` (counted in the device's
  * submissions from before the boot); the test's submissions are lined up with them, which the
  * driver's submission counter confirms at each step. */
-static void tdr_test(int fd, uint32_t hang_nth, uint32_t lost_nth)
+static void tdr_test(int fd, uint32_t hang_nth, uint32_t lost_nth, uint32_t slow_nth)
 {
-	struct drm_wddm_info i0, i1, i2, i3;
+	struct drm_wddm_info i0, i1, i2, i3, i4;
 	char why[300];
 	struct drm_wddm_submit_paging a;
 
@@ -584,12 +584,26 @@ static void tdr_test(int fd, uint32_t hang_nth, uint32_t lost_nth)
 	       "reset; %s",
 	       i2.submitted + 1, lost_nth, tdr_name(i3.last_tdr_method),
 	       i3.tdr_released - i2.tdr_released, why);
+	/* A late start past the timeout: PREEMPT stops it before it ran; it is resubmitted. */
+	lined_up = i3.submitted + 1 == slow_nth;
+	r = tdr_paging(fd, 0x5107C0DEu, &a, why, sizeof(why));
+	ttm_get_info(fd, &i4);
+	report("tdr_slow_preempted",
+	       lined_up && r == 0 && i4.tdr_by_preempt == i3.tdr_by_preempt + 1 &&
+		       i4.last_tdr_method == WDDM_KMOD_TDR_PREEMPT &&
+		       i4.tdr_resubmitted > i3.tdr_resubmitted && i4.tdr_by_reset == i3.tdr_by_reset,
+	       "the paging buffer that starts 3 s late (device submission %" PRIu64 ", nth=%u) "
+	       "was recovered by %s: resubmitted %" PRIu64 ", no reset; %s",
+	       i3.submitted + 1, slow_nth, tdr_name(i4.last_tdr_method),
+	       i4.tdr_resubmitted - i3.tdr_resubmitted, why);
 	report("tdr_polling_path_zero",
-	       i3.polled_after_irq == 0 && i3.fences_timed_out == i0.fences_timed_out &&
-		       i3.tdr_failed == 0,
+	       i4.polled_after_irq == 0 && i4.fences_timed_out == i0.fences_timed_out &&
+		       i4.tdr_failed == 0,
 	       "library collections by polling since the IRQ handlers took over %" PRIu64
-	       ", ioctl waits timed out %" PRIu64 ", failed recoveries %" PRIu64,
-	       i3.polled_after_irq, i3.fences_timed_out - i0.fences_timed_out, i3.tdr_failed);
+	       ", ioctl waits timed out %" PRIu64 ", failed recoveries %" PRIu64 "; timeouts "
+	       "%" PRIu64 ": by the query %" PRIu64 ", by PREEMPT %" PRIu64 ", by RESET %" PRIu64,
+	       i4.polled_after_irq, i4.fences_timed_out - i0.fences_timed_out, i4.tdr_failed,
+	       i4.tdr_count, i4.tdr_by_query, i4.tdr_by_preempt, i4.tdr_by_reset);
 	for (uint32_t k = 0; k < 2; k++) {
 		if (bos[k].map)
 			munmap(bos[k].map, bos[k].size);
@@ -602,9 +616,9 @@ static void tdr_test(int fd, uint32_t hang_nth, uint32_t lost_nth)
 
 int main(int argc, char **argv)
 {
-	int tdr = argc == 7 && strcmp(argv[4], "tdr") == 0;
+	int tdr = argc == 8 && strcmp(argv[4], "tdr") == 0;
 	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "ttm") == 0) && !tdr) {
-		fprintf(stderr, "usage: %s LABEL COUNT msix|intx [ttm | tdr HANG_NTH LOST_NTH]\n",
+		fprintf(stderr, "usage: %s LABEL COUNT msix|intx [ttm | tdr HANG_NTH LOST_NTH SLOW_NTH]\n",
 			argv[0]);
 		return 2;
 	}
@@ -634,7 +648,8 @@ int main(int argc, char **argv)
 	       want_mode);
 
 	if (tdr) {
-		tdr_test(fd, (uint32_t)strtoul(argv[5], NULL, 10), (uint32_t)strtoul(argv[6], NULL, 10));
+		tdr_test(fd, (uint32_t)strtoul(argv[5], NULL, 10), (uint32_t)strtoul(argv[6], NULL, 10),
+			 (uint32_t)strtoul(argv[7], NULL, 10));
 		close(fd);
 		printf("GUEST-KMOD-RESULT %s %d passed %d failed\n", label, passed, failed);
 		fflush(stdout);
