@@ -41,13 +41,69 @@ kmod_start_backend() {
 }
 
 # kmod_run_guest [QEMU_ARG...]: boots the kernel-driver guest (the command kmod: the driver over
-# INTx, then over MSI-X, each with the test program) with the GPU of gpu_start_backend. Returns
-# the guest's exit code; the log is QEMU_LOG.
+# INTx, then over MSI-X, each with the test program) with the GPU of gpu_start_backend; reads the
+# device's stats socket while the guest holds after its TTM test and compares it with the
+# guest's count (kmod_compare_traffic, KMOD_TRAFFIC_RC). Returns the guest's exit code; the log
+# is QEMU_LOG.
 kmod_run_guest() {
-    local kernel="${KMOD_GUEST_DIR}/vmlinux"
+    local kernel="${KMOD_GUEST_DIR}/vmlinux" rc=0
     [[ -f "$kernel" ]] || kernel="${KMOD_GUEST_DIR}/vmlinuz"
+    local stats_json="${GPU_RUN_DIR}/kmod-stats.json"
+    rm -f "$stats_json"
+    # While the guest holds after its TTM test (KMOD-STATS-HOLD), the device's own counters.
+    (
+        waited=0
+        while ((waited < 1800)); do
+            if grep -a -q "^KMOD-STATS-HOLD" "$QEMU_LOG" 2>/dev/null; then
+                "$BACKEND_BIN" stats --json "$SOCKET" >"$stats_json" 2>/dev/null || rm -f "$stats_json"
+                exit 0
+            fi
+            sleep 0.1
+            waited=$((waited + 1))
+        done
+    ) &
+    local watcher=$!
     KERNEL="$kernel" INITRD="${KMOD_GUEST_DIR}/initrd.gz" \
-        _kmod_with_vram gpu_run_guest "kmod,${KMOD_COUNT:-32}" "$@"
+        _kmod_with_vram gpu_run_guest "kmod,${KMOD_COUNT:-32}" "$@" || rc=$?
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+    kmod_compare_traffic "$stats_json"
+    return "$rc"
+}
+
+# kmod_compare_traffic STATS_JSON: the guest's KMOD-TRAFFIC lines (what its paging buffers and
+# TTM's moves read and wrote in the VRAM and aperture segments) summed, against the device's
+# stats socket (`stats --json`: per segment read_bytes and written_bytes) read while the guest
+# held. Prints KMOD-TRAFFIC-HOST; sets KMOD_TRAFFIC_RC (0 when every figure is equal).
+kmod_compare_traffic() {
+    local stats_json="$1" out rc=1
+    if [[ ! -s "$stats_json" ]]; then
+        echo "KMOD-TRAFFIC-HOST no stats snapshot (the guest never held, or the stats socket did not answer)" >&2
+        KMOD_TRAFFIC_RC=1
+        return 0
+    fi
+    out="$(grep -a -E "^KMOD-TRAFFIC " "$QEMU_LOG" | tr -d '\r' | python3 -c '
+import json, sys
+want = {"vram_read": 0, "vram_written": 0, "aperture_read": 0, "aperture_written": 0}
+for line in sys.stdin:
+    for word in line.split()[2:]:
+        key, value = word.split("=")
+        want[key] += int(value)
+stats = json.load(open(sys.argv[1]))
+seg = {s["segment"]: s for s in stats["segments"]}
+vram, ap = int(sys.argv[2]), int(sys.argv[3])
+have = {"vram_read": seg.get(vram, {}).get("read_bytes"),
+        "vram_written": seg.get(vram, {}).get("written_bytes"),
+        "aperture_read": seg.get(ap, {}).get("read_bytes"),
+        "aperture_written": seg.get(ap, {}).get("written_bytes")}
+same = all(have[k] == want[k] for k in want)
+print(("match" if same else "MISMATCH") + ": " + ", ".join(
+    "%s guest %d device %s" % (k, want[k], have[k]) for k in want))
+sys.exit(0 if same else 1)
+' "$stats_json" 1 2)" && rc=0
+    echo "KMOD-TRAFFIC-HOST segment 1 (VRAM) and 2 (aperture), the driver's count against the device's stats socket: ${out}" >&2
+    # shellcheck disable=SC2034 # read by scripts/test
+    KMOD_TRAFFIC_RC="$rc"
 }
 
 # kmod_run_tdr_guest [QEMU_ARG...]: the TDR boot, against a fresh kmod_start_backend. Before the

@@ -31,6 +31,10 @@
 static const char *label;
 static int failed, passed;
 
+/* The device traffic this run caused, per segment, as the device's stats socket counts it:
+ * printed as a KMOD-TRAFFIC line for the host to compare. */
+static uint64_t traffic_vram_read, traffic_vram_written, traffic_ap_read, traffic_ap_written;
+
 static void report(const char *name, int ok, const char *fmt, ...)
 {
 	char detail[600];
@@ -360,6 +364,12 @@ static void ttm_test(int fd)
 			ttm_step(fd, bos, n, k, G, &st);
 		ttm_get_info(fd, &i1);
 		print_moves("moves by kind:", &i0, &i1, moves, sizeof(moves));
+#define MOVED(k) ((i1.moves[WDDM_KMOD_MOVE_##k] - i0.moves[WDDM_KMOD_MOVE_##k]) * bo_size)
+		traffic_vram_written += MOVED(SYS_TO_VRAM) + MOVED(GTT_TO_VRAM);
+		traffic_vram_read += MOVED(VRAM_TO_SYS) + MOVED(VRAM_TO_GTT);
+		traffic_ap_read += MOVED(GTT_TO_VRAM);
+		traffic_ap_written += MOVED(VRAM_TO_GTT);
+#undef MOVED
 		report("ttm_eviction_roundtrip",
 		       st.failures == 0 && st.bad_validate == 0 && st.moved_checked >= 7 * (long)n,
 		       "%ld validations (VRAM, system, aperture, VRAM, rewrite, VRAM reversed, system, "
@@ -404,6 +414,8 @@ static void ttm_test(int fd)
 			munmap(m, c.size);
 		}
 		ttm_get_info(fd, &b);
+		traffic_vram_written += (b.moves[WDDM_KMOD_MOVE_CLEAR_VRAM] -
+					 a.moves[WDDM_KMOD_MOVE_CLEAR_VRAM]) * c.size;
 		if (!r) {
 			struct drm_wddm_gem_close cl = {.handle = c.handle};
 			ioctl(fd, DRM_IOCTL_WDDM_GEM_CLOSE, &cl);
@@ -681,6 +693,10 @@ int main(int argc, char **argv)
 		}
 		int ok = r == 0 && a.status == 0 && a.bar_mismatch == 0 && bad_dwords == 0 &&
 			 a.fence_id > last_fence;
+		if (r == 0) { /* the FILL wrote the range, the TRANSFER read it */
+			traffic_vram_written += a.size;
+			traffic_vram_read += a.size;
+		}
 		if (ok) {
 			ok_count++;
 			last_fence = a.fence_id;
@@ -783,6 +799,15 @@ int main(int argc, char **argv)
 	if (argc == 5)
 		ttm_test(fd);
 	close(fd);
+	printf("KMOD-TRAFFIC %s vram_read=%" PRIu64 " vram_written=%" PRIu64 " aperture_read=%" PRIu64
+	       " aperture_written=%" PRIu64 "\n",
+	       label, traffic_vram_read, traffic_vram_written, traffic_ap_read, traffic_ap_written);
+	if (argc == 5) {
+		/* The host reads the device's stats socket now: nothing else runs on it. */
+		printf("KMOD-STATS-HOLD %s\n", label);
+		fflush(stdout);
+		sleep(3);
+	}
 	printf("GUEST-KMOD-RESULT %s %d passed %d failed\n", label, passed, failed);
 	fflush(stdout);
 	return failed > 100 ? 100 : failed;
