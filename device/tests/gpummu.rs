@@ -460,6 +460,90 @@ fn a_page_fault_reports_its_record_and_stops_the_node_until_reset_engine() {
     assert_eq!(record.fault.virtual_address, VA_DESTINATION);
 }
 
+/// A SUBMIT_VIRTUAL refused for its own fields, for a missing context or by a faulted node never
+/// ran: its fence does not complete, so `virtual_completed_fence` keeps the last one that did.
+/// One that ran to a page fault completes (`DmaPageFaulted` has the driver advance to it).
+#[test]
+fn a_refused_virtual_submission_does_not_complete_its_fence() {
+    let (mut h, _tables) = mapped_gpu("gpummu-refused", 0);
+    assert_eq!(
+        h.register_status_page(STATUS_PAGE).hdr().type_,
+        VIRTIO_GPU_RESP_OK_NODATA
+    );
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(0, 16, VA_DESTINATION));
+    run_virtual_as(&mut h, &fill, 40, SubmitStatus::Ok);
+    let completed = |h: &Harness| h.status_page(STATUS_PAGE).virtual_completed_fence;
+    assert_eq!(completed(&h), 40);
+    h.write_ram(DMA_PAGE, fill.bytes());
+    let mut reserved = submit_virtual(CONTEXT, VA_DMA, fill.len(), 41);
+    reserved.reserved = 1;
+    let mut backwards = submit_virtual(CONTEXT, VA_DMA, fill.len(), 42);
+    backwards.start_offset = backwards.end_offset + 8;
+    let mut elsewhere = submit_virtual(CONTEXT, VA_DMA, fill.len(), 43);
+    elsewhere.context_id = CONTEXT + 1;
+    for (cmd, status) in [
+        (reserved, SubmitStatus::ReservedField),
+        (backwards, SubmitStatus::BadCommand),
+        (elsewhere, SubmitStatus::BadContext),
+    ] {
+        let done: WddmGpuRespSubmitVirtual = h.request(cmd.as_bytes(), BUFFER_SIZE).exact();
+        assert_eq!(done.status, status as u32, "{done:?}");
+        assert_eq!(
+            completed(&h),
+            40,
+            "refused fence {}",
+            cmd.submission_fence_id
+        );
+    }
+    // A page fault completes its fence; the faulted node's refusals then do not.
+    let mut faulting = DmaBufferBuilder::new();
+    faulting.push(&virtual_fill(0, 16, VA_SOURCE + 16 * PAGE));
+    page_fault(&run_virtual(&mut h, &faulting, 44));
+    assert_eq!(completed(&h), 44);
+    run_virtual_as(&mut h, &fill, 45, SubmitStatus::NodeFaulted);
+    assert_eq!(completed(&h), 44);
+}
+
+/// A COPY and a FILL that run off their mappings part way write the bytes before the faulting
+/// page, as a DMA engine does, and `bytes_transferred` counts them after the whole packets.
+#[test]
+fn a_copy_or_fill_that_faults_part_way_writes_and_counts_the_bytes_before_the_fault() {
+    let (mut h, _tables) = mapped_gpu("gpummu-part", 0);
+    h.write_ram(data_page(15), &[0x5a; 4096]);
+    h.write_vram(0x10_0000, &[0; 2 * 4096]);
+    // Source pages 0-15 are mapped: the copy reads 100 bytes of page 15, then faults at 16.
+    let mut packets = DmaBufferBuilder::new();
+    packets.push(&virtual_fill(0x0303_0303, 64, VA_DESTINATION + PAGE));
+    packets.push(&virtual_copy(
+        300,
+        VA_SOURCE + 16 * PAGE - 100,
+        VA_DESTINATION,
+    ));
+    let done = run_virtual(&mut h, &packets, 95);
+    let record = page_fault(&done);
+    assert_eq!(record.fault.virtual_address, VA_SOURCE + 16 * PAGE);
+    assert_eq!((done.packets_completed, done.fault_packet_offset), (1, 32));
+    assert_eq!(done.bytes_transferred, 64 + 100);
+    assert_eq!(h.read_vram(0x10_0000, 100), vec![0x5a; 100]);
+    assert_eq!(h.read_vram(0x10_0000 + 100, 200), vec![0; 200]);
+    ok_nodata(&mut h, reset_engine().as_bytes());
+    // Destination pages 0-19 are mapped: the fill writes 40 bytes of page 19, then faults.
+    let mut fill = DmaBufferBuilder::new();
+    fill.push(&virtual_fill(
+        0x0707_0707,
+        200,
+        VA_DESTINATION + 20 * PAGE - 40,
+    ));
+    let done = run_virtual(&mut h, &fill, 96);
+    assert_eq!(
+        page_fault(&done).fault.virtual_address,
+        VA_DESTINATION + 20 * PAGE
+    );
+    assert_eq!((done.packets_completed, done.bytes_transferred), (0, 40));
+    assert_eq!(h.read_vram(0x10_0000 + 20 * PAGE - 40, 40), vec![7; 40]);
+}
+
 #[test]
 fn injected_on_the_virtual_node_a_page_fault_is_reported_as_a_real_one_and_a_hang_ends_at_reset_engine(
 ) {
@@ -616,11 +700,16 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
     tables.map(VA_SOURCE, &[pte(0, data_page(50), 0)]).unwrap();
     apply(&mut h, &mut tables, 2);
     let event = h.post_wait_event();
-    run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
+    // The stale read is the second packet's: the warning names its offset.
+    let mut two = DmaBufferBuilder::new();
+    two.push(&virtual_copy(PAGE, VA_DESTINATION, VA_DESTINATION));
+    let second = two.push(&virtual_copy(PAGE, VA_SOURCE, VA_DESTINATION));
+    assert_ne!(second, 0);
+    run_virtual_as(&mut h, &two, 3, SubmitStatus::Ok);
     let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(&format!(
-            "stale-translation: submission fence 3: context {CONTEXT}: GPU VA {VA_SOURCE:#x} served from the cache"
+            "stale-translation: submission fence 3, packet at {second:#x}: context {CONTEXT}: GPU VA {VA_SOURCE:#x} served from the cache"
         )),
         "{warnings}"
     );
@@ -630,6 +719,49 @@ fn with_check_a_skipped_flush_is_a_warning_and_a_context_that_did_not_ask_gets_n
         !h.is_answered(&event),
         "an event the driver did not ask for"
     );
+}
+
+/// A level-1 table in VRAM (segment 1) where the layout puts level 1's tables in system
+/// memory, for `VA_SOURCE + 1 GiB`: the walk follows it, as hardware would, and with `--check`
+/// the checker warns once for that table.
+fn misplaced_level_1(h: &mut Harness, tables: &mut PageTables) -> u64 {
+    let va = VA_SOURCE + (1 << 30);
+    let (level_1, leaf) = (0xc0_0000, 0xc0_1000);
+    let index = |level: u32| ((va >> (12 + 9 * level)) & 511) * 8;
+    h.write_vram(level_1 + index(1), &pte(1, leaf, 0).to_le_bytes());
+    h.write_vram(leaf + index(0), &pte(0, data_page(3), 0).to_le_bytes());
+    tables.set(va, 2, pte(1, level_1, 0)).unwrap();
+    apply(h, tables, 2);
+    va
+}
+
+#[test]
+fn a_table_outside_its_levels_segment_works_and_with_check_is_a_warning() {
+    let bytes = pattern(7, 64);
+    for check in [false, true] {
+        let args: &[&str] = if check { &["--check"] } else { &[] };
+        let (mut h, mut tables) = mapped_gpu_with("gpummu-misplaced", 0, args);
+        let va = misplaced_level_1(&mut h, &mut tables);
+        h.write_ram(data_page(3), &bytes);
+        let mut copy = DmaBufferBuilder::new();
+        copy.push(&virtual_copy(64, va, VA_DESTINATION));
+        run_virtual_as(&mut h, &copy, 3, SubmitStatus::Ok);
+        run_virtual_as(&mut h, &copy, 4, SubmitStatus::Ok);
+        assert_eq!(h.read_vram(0x10_0000, 64), bytes);
+        let warnings = h.backend.ctl_ok("warnings");
+        if !check {
+            assert!(!warnings.contains("misplaced-page-table:"), "{warnings}");
+            continue;
+        }
+        // Once for the table, though two submissions walked through it.
+        assert!(warnings.contains("misplaced-page-table 1"), "{warnings}");
+        assert!(
+            warnings.contains(&format!(
+                "misplaced-page-table: submission fence 3: context {CONTEXT}: GPU VA {va:#x} walks through a level 1 table in segment 1 at 0xc00000; the layout puts the level's tables in segment 0"
+            )),
+            "{warnings}"
+        );
+    }
 }
 
 #[test]
@@ -772,6 +904,10 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     tables.set(from, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
     tables.set(to, 3, pte(0, 0, WDDM_GPU_PTE_ZERO)).unwrap();
     apply(&mut h, &mut tables, 2);
+    // A completed virtual submission: the virtual node's LastCompletedFenceId.
+    let mut signal = DmaBufferBuilder::new();
+    signal.push(&virtual_signal(VA_FENCE, 4));
+    run_virtual_as(&mut h, &signal, 29, SubmitStatus::Ok);
     let mut long = DmaBufferBuilder::new();
     long.push(&virtual_copy(256 << 30, from, to));
     h.write_ram(DMA_PAGE, long.bytes());
@@ -786,7 +922,26 @@ fn preempt_stops_the_virtual_node_and_returns_its_work_preempted() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     let preempt = h.post_preempt();
     let answer = h.wait_preempt(preempt);
-    assert_eq!(answer.preempted_count, 2, "{answer:?}");
+    // Per node, as DXGK_INTERRUPT_DMA_PREEMPTED reports it: the paging node preempted nothing
+    // (its last fence 2), the virtual node its running 30 and queued 31 (its last 29).
+    assert_eq!(
+        (
+            answer.preempted_fence,
+            answer.last_completed_fence,
+            answer.preempted_count
+        ),
+        (0, 2, 0),
+        "{answer:?}"
+    );
+    assert_eq!(
+        (
+            answer.virtual_preempted_fence,
+            answer.virtual_last_completed_fence,
+            answer.virtual_preempted_count
+        ),
+        (30, 29, 2),
+        "{answer:?}"
+    );
     for (pending, fence) in [(running, 30), (queued, 31)] {
         let done: WddmGpuRespSubmitVirtual = h.wait_reply(pending).exact();
         assert_eq!(done.submission_fence_id, fence);
@@ -911,7 +1066,7 @@ fn a_recorded_session_of_both_nodes_replays_with_the_same_answers_counts_and_vra
     );
     std::thread::sleep(std::time::Duration::from_millis(50));
     let preempt = h.post_preempt();
-    assert_eq!(h.wait_preempt(preempt).preempted_count, 1);
+    assert_eq!(h.wait_preempt(preempt).virtual_preempted_count, 1);
     let done: WddmGpuRespSubmitVirtual = h.wait_reply(running).exact();
     assert_eq!(done.status, SubmitStatus::Preempted as u32, "{done:?}");
     let preempted_bytes = done.bytes_transferred;

@@ -1734,7 +1734,9 @@ typedef struct WddmGpuRespSubmit {
    */
   uint64_t fault_address;
   /**
-   * Bytes moved by the submission.
+   * Bytes moved by the submission: its whole packets', and those a packet that stopped part
+   * way (a fault of a GPU-virtual-address packet, a PREEMPT or RESET between chunks) moved
+   * before it stopped. A physically addressed packet that faults moved none.
    */
   uint64_t bytes_transferred;
 } WddmGpuRespSubmit;
@@ -2198,11 +2200,12 @@ typedef struct WddmGpuStatusPage {
    */
   uint32_t completed_fence;
   /**
-   * Fence of the latest preempted submission (`PreemptionFenceId`).
+   * Fence of the paging node's latest preempted submission (`PreemptionFenceId`).
    */
   uint32_t preempted_fence;
   /**
-   * Latest completed fence when that preemption happened (`LastCompletedFenceId`).
+   * The paging node's latest completed fence when that preemption happened
+   * (`LastCompletedFenceId`).
    */
   uint32_t last_completed_at_preempt;
   /**
@@ -2248,7 +2251,8 @@ typedef struct WddmGpuStatusPage {
    */
   uint32_t events_dropped;
   /**
-   * The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault).
+   * The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault; a
+   * submission refused without running, preempted or reset does not complete).
    */
   uint32_t virtual_completed_fence;
   /**
@@ -2286,7 +2290,8 @@ typedef struct WddmGpuMmuFault {
    */
   uint32_t kind;
   /**
-   * The page-table level whose entry (or root) faulted; 0 for the leaf.
+   * The page-table level whose entry (or root) faulted; 0 for the leaf. For READ_ONLY and
+   * NO_EXECUTE, the highest level whose entry carries the bit.
    */
   uint32_t page_table_level;
   /**
@@ -2298,7 +2303,9 @@ typedef struct WddmGpuMmuFault {
    */
   uint32_t reserved;
   /**
-   * The entry that faulted as read from memory (0 for a root overrun or a missing root).
+   * The entry at `page_table_level` as read from memory: the one that faulted, or for
+   * READ_ONLY and NO_EXECUTE the one carrying the bit (0 for a root overrun or a missing
+   * root).
    */
   uint64_t entry;
 } WddmGpuMmuFault;
@@ -2438,7 +2445,10 @@ typedef struct WddmGpuRespEvent {
 
 /**
  * Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
- * `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+ * `DXGK_INTERRUPT_DMA_PREEMPTED` needs, per node (its `NodeOrdinal`, `PreemptionFenceId`,
+ * `LastCompletedFenceId`). PREEMPT preempts both nodes; a driver reports one DMA_PREEMPTED
+ * for each node whose count is not 0. Each node's fences are its own: the paging node's
+ * SUBMIT fences, the virtual node's SUBMIT_VIRTUAL fences.
  */
 typedef struct WddmGpuRespPreempt {
   /**
@@ -2446,22 +2456,42 @@ typedef struct WddmGpuRespPreempt {
    */
   struct WddmGpuCtrlHdr hdr;
   /**
-   * `PreemptionFenceId`: the first submission that did not complete (0 when none was
-   * pending).
+   * The paging node's (node 0) `PreemptionFenceId`: its first submission that did not
+   * complete (0 when none was pending).
    */
   uint32_t preempted_fence;
   /**
-   * `LastCompletedFenceId`.
+   * The paging node's `LastCompletedFenceId`: its latest completed fence (FENCE packets
+   * included), the status page's `completed_fence`.
    */
   uint32_t last_completed_fence;
   /**
-   * Submissions returned with status PREEMPTED.
+   * The paging node's submissions returned with status PREEMPTED.
    */
   uint32_t preempted_count;
   /**
    * Zero.
    */
   uint32_t reserved;
+  /**
+   * The virtual node's (node 1) `PreemptionFenceId`: its first SUBMIT_VIRTUAL that did not
+   * complete, the running one if a PREEMPT stopped it, else the first queued (0 when none
+   * was pending).
+   */
+  uint32_t virtual_preempted_fence;
+  /**
+   * The virtual node's `LastCompletedFenceId`: its latest completed SUBMIT_VIRTUAL fence,
+   * the status page's `virtual_completed_fence`.
+   */
+  uint32_t virtual_last_completed_fence;
+  /**
+   * The virtual node's submissions returned with status PREEMPTED.
+   */
+  uint32_t virtual_preempted_count;
+  /**
+   * Zero.
+   */
+  uint32_t virtual_reserved;
 } WddmGpuRespPreempt;
 
 /**
@@ -3127,7 +3157,8 @@ typedef struct WddmGpuRespSubmitVirtual {
    */
   uint32_t fault_packet_offset;
   /**
-   * Bytes copied or filled.
+   * Bytes copied or filled: the whole packets', and those the packet that stopped (a page
+   * fault, PREEMPT or RESET_ENGINE) moved before it stopped, in address order.
    */
   uint64_t bytes_transferred;
   /**

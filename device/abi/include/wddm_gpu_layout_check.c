@@ -257,12 +257,16 @@ _Static_assert(offsetof(WddmGpuCmdSetScanoutVram, format) == 40, "WddmGpuCmdSetS
 _Static_assert(offsetof(WddmGpuCmdSetScanoutVram, width) == 44, "WddmGpuCmdSetScanoutVram.width offset");
 _Static_assert(offsetof(WddmGpuCmdSetScanoutVram, height) == 48, "WddmGpuCmdSetScanoutVram.height offset");
 _Static_assert(offsetof(WddmGpuCmdSetScanoutVram, pitch) == 52, "WddmGpuCmdSetScanoutVram.pitch offset");
-_Static_assert(sizeof(WddmGpuRespPreempt) == 40, "WddmGpuRespPreempt size");
+_Static_assert(sizeof(WddmGpuRespPreempt) == 56, "WddmGpuRespPreempt size");
 _Static_assert(offsetof(WddmGpuRespPreempt, hdr) == 0, "WddmGpuRespPreempt.hdr offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, preempted_fence) == 24, "WddmGpuRespPreempt.preempted_fence offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, last_completed_fence) == 28, "WddmGpuRespPreempt.last_completed_fence offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, preempted_count) == 32, "WddmGpuRespPreempt.preempted_count offset");
 _Static_assert(offsetof(WddmGpuRespPreempt, reserved) == 36, "WddmGpuRespPreempt.reserved offset");
+_Static_assert(offsetof(WddmGpuRespPreempt, virtual_preempted_fence) == 40, "WddmGpuRespPreempt.virtual_preempted_fence offset");
+_Static_assert(offsetof(WddmGpuRespPreempt, virtual_last_completed_fence) == 44, "WddmGpuRespPreempt.virtual_last_completed_fence offset");
+_Static_assert(offsetof(WddmGpuRespPreempt, virtual_preempted_count) == 48, "WddmGpuRespPreempt.virtual_preempted_count offset");
+_Static_assert(offsetof(WddmGpuRespPreempt, virtual_reserved) == 52, "WddmGpuRespPreempt.virtual_reserved offset");
 _Static_assert(sizeof(WddmGpuVirtqDesc) == 16, "WddmGpuVirtqDesc size");
 _Static_assert(offsetof(WddmGpuVirtqDesc, addr) == 0, "WddmGpuVirtqDesc.addr offset");
 _Static_assert(offsetof(WddmGpuVirtqDesc, len) == 8, "WddmGpuVirtqDesc.len offset");

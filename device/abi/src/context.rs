@@ -202,7 +202,8 @@ pub struct WddmGpuRespSubmitVirtual {
     pub packets_completed: u32,
     /// Offset of the packet that failed (0 on success).
     pub fault_packet_offset: u32,
-    /// Bytes copied or filled.
+    /// Bytes copied or filled: the whole packets', and those the packet that stopped (a page
+    /// fault, PREEMPT or RESET_ENGINE) moved before it stopped, in address order.
     pub bytes_transferred: u64,
     /// With status PAGE_FAULT: the record (also on the status page and in the event).
     pub page_fault: WddmGpuPageFaultRecord,

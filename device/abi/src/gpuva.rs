@@ -239,13 +239,16 @@ pub struct WddmGpuMmuFault {
     pub virtual_address: u64,
     /// `WDDM_GPU_MMU_FAULT_*`.
     pub kind: u32,
-    /// The page-table level whose entry (or root) faulted; 0 for the leaf.
+    /// The page-table level whose entry (or root) faulted; 0 for the leaf. For READ_ONLY and
+    /// NO_EXECUTE, the highest level whose entry carries the bit.
     pub page_table_level: u32,
     /// `WDDM_GPU_MMU_ACCESS_*`.
     pub access: u32,
     /// Zero.
     pub reserved: u32,
-    /// The entry that faulted as read from memory (0 for a root overrun or a missing root).
+    /// The entry at `page_table_level` as read from memory: the one that faulted, or for
+    /// READ_ONLY and NO_EXECUTE the one carrying the bit (0 for a root overrun or a missing
+    /// root).
     pub entry: u64,
 }
 

@@ -83,9 +83,10 @@ pub struct WddmGpuStatusPage {
     pub version: u32,
     /// Latest completed fence (submission or FENCE packet).
     pub completed_fence: u32,
-    /// Fence of the latest preempted submission (`PreemptionFenceId`).
+    /// Fence of the paging node's latest preempted submission (`PreemptionFenceId`).
     pub preempted_fence: u32,
-    /// Latest completed fence when that preemption happened (`LastCompletedFenceId`).
+    /// The paging node's latest completed fence when that preemption happened
+    /// (`LastCompletedFenceId`).
     pub last_completed_at_preempt: u32,
     /// VRAM BAR state (`WDDM_GPU_BAR_STATE_*`).
     pub bar_state: u32,
@@ -109,7 +110,8 @@ pub struct WddmGpuStatusPage {
     pub faults_dropped: u32,
     /// Events not delivered because no WAIT_EVENT request was posted.
     pub events_dropped: u32,
-    /// The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault).
+    /// The virtual node's latest completed SUBMIT_VIRTUAL fence (with or without a fault; a
+    /// submission refused without running, preempted or reset does not complete).
     pub virtual_completed_fence: u32,
     /// Zero.
     pub reserved: [u32; 6],
@@ -246,7 +248,10 @@ pub struct WddmGpuCmdSetPowerState {
 }
 
 /// Completion of `WDDM_GPU_CMD_PREEMPT` (type `WDDM_GPU_RESP_PREEMPT`): what
-/// `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+/// `DXGK_INTERRUPT_DMA_PREEMPTED` needs, per node (its `NodeOrdinal`, `PreemptionFenceId`,
+/// `LastCompletedFenceId`). PREEMPT preempts both nodes; a driver reports one DMA_PREEMPTED
+/// for each node whose count is not 0. Each node's fences are its own: the paging node's
+/// SUBMIT fences, the virtual node's SUBMIT_VIRTUAL fences.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
@@ -254,13 +259,25 @@ pub struct WddmGpuCmdSetPowerState {
 pub struct WddmGpuRespPreempt {
     /// Header.
     pub hdr: WddmGpuCtrlHdr,
-    /// `PreemptionFenceId`: the first submission that did not complete (0 when none was
-    /// pending).
+    /// The paging node's (node 0) `PreemptionFenceId`: its first submission that did not
+    /// complete (0 when none was pending).
     pub preempted_fence: u32,
-    /// `LastCompletedFenceId`.
+    /// The paging node's `LastCompletedFenceId`: its latest completed fence (FENCE packets
+    /// included), the status page's `completed_fence`.
     pub last_completed_fence: u32,
-    /// Submissions returned with status PREEMPTED.
+    /// The paging node's submissions returned with status PREEMPTED.
     pub preempted_count: u32,
     /// Zero.
     pub reserved: u32,
+    /// The virtual node's (node 1) `PreemptionFenceId`: its first SUBMIT_VIRTUAL that did not
+    /// complete, the running one if a PREEMPT stopped it, else the first queued (0 when none
+    /// was pending).
+    pub virtual_preempted_fence: u32,
+    /// The virtual node's `LastCompletedFenceId`: its latest completed SUBMIT_VIRTUAL fence,
+    /// the status page's `virtual_completed_fence`.
+    pub virtual_last_completed_fence: u32,
+    /// The virtual node's submissions returned with status PREEMPTED.
+    pub virtual_preempted_count: u32,
+    /// Zero.
+    pub virtual_reserved: u32,
 }

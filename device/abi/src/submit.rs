@@ -62,7 +62,9 @@ pub struct WddmGpuRespSubmit {
     pub fault_packet_offset: u32,
     /// The guest or segment address the failure concerns, when there is one.
     pub fault_address: u64,
-    /// Bytes moved by the submission.
+    /// Bytes moved by the submission: its whole packets', and those a packet that stopped part
+    /// way (a fault of a GPU-virtual-address packet, a PREEMPT or RESET between chunks) moved
+    /// before it stopped. A physically addressed packet that faults moved none.
     pub bytes_transferred: u64,
 }
 

@@ -567,7 +567,11 @@ fn c_layout_check_is_current() {
             preempted_fence,
             last_completed_fence,
             preempted_count,
-            reserved
+            reserved,
+            virtual_preempted_fence,
+            virtual_last_completed_fence,
+            virtual_preempted_count,
+            virtual_reserved
         }
     );
     layout_asserts!(

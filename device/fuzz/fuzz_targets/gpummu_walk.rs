@@ -259,9 +259,12 @@ impl World {
                         assert_ne!(entry & WDDM_GPU_PTE_VALID, 0, "{found:?}");
                     }
                 }
-                if let Some(level) = page.read_only {
+                if let Some(denial) = page.read_only {
+                    let level = denial.level;
                     assert!(level >= page.level && level <= top);
-                    assert_ne!(found.path[level as usize] & WDDM_GPU_PTE_READ_ONLY, 0);
+                    // The record names the entry that carries the bit, at its level.
+                    assert_eq!(denial.entry, found.path[level as usize], "{found:?}");
+                    assert_ne!(denial.entry & WDDM_GPU_PTE_READ_ONLY, 0);
                 }
                 if page.target != Target::Zero {
                     assert_eq!(self.tables.check_page(page.target, page.size()), Ok(()));

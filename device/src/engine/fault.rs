@@ -121,7 +121,52 @@ pub enum Stop {
     Interrupted(#[from] Interruption),
 }
 
+/// A packet that stopped before its end: why, and how many of its bytes it had moved, in its
+/// own order, before it stopped. Those bytes stay written (a copy engine that faults mid-copy
+/// has written what came before the faulting page); the submission's `bytes_transferred`
+/// counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    /// Why.
+    pub stop: Stop,
+    /// Bytes of the packet moved before it stopped (0 when it stopped before moving any).
+    pub done: u64,
+}
+
+impl Stopped {
+    /// The same stop with `earlier` bytes of the packet moved before the part `self` counts.
+    pub fn after(self, earlier: u64) -> Self {
+        Self {
+            done: earlier.saturating_add(self.done),
+            ..self
+        }
+    }
+}
+
+impl From<Stop> for Stopped {
+    fn from(stop: Stop) -> Self {
+        Self { stop, done: 0 }
+    }
+}
+
+impl From<Fault> for Stopped {
+    fn from(fault: Fault) -> Self {
+        Stop::from(fault).into()
+    }
+}
+
+impl From<Interruption> for Stopped {
+    fn from(interruption: Interruption) -> Self {
+        Stop::from(interruption).into()
+    }
+}
+
 impl Stop {
+    /// This stop, reached after `done` bytes of the packet moved.
+    pub fn after(self, done: u64) -> Stopped {
+        Stopped { stop: self, done }
+    }
+
     /// The wire status.
     pub fn status(&self) -> SubmitStatus {
         match self {

@@ -4,7 +4,9 @@
 //! Every packet is copied into device memory once (header, body, the frame entries it uses),
 //! checked as a whole, and only then executed from that copy, so a guest rewriting its buffer
 //! meanwhile cannot change what was checked. A bad packet ends the submission with a [`Fault`]
-//! naming it; nothing it addresses is touched. Long work runs in chunks of at most
+//! naming it; a packet addressing physical memory is checked whole, so nothing it addresses is
+//! touched, while one addressing GPU virtual memory faults where its translation does, its
+//! bytes before that written and counted ([`Stopped`]). Long work runs in chunks of at most
 //! [`CHUNK`] bytes, and [`EngineHooks::interruption`] is asked between chunks, so a preemption or
 //! a reset takes effect within one chunk (an [`Interruption`], not a fault).
 //!
@@ -35,7 +37,7 @@ use wddm_gpu_abi::submit::{
 
 use self::access::{read_side, read_vram, GuestPages, Side};
 use self::describe::declared;
-pub use self::fault::{Fault, Interruption, Stop};
+pub use self::fault::{Fault, Interruption, Stop, Stopped};
 use self::record::PacketRecord;
 use crate::layout::{ResolveError, Resolved, SegmentLayout, SegmentRange};
 use crate::memory::frames::FrameList;
@@ -54,7 +56,8 @@ pub struct Completion {
     pub fence_id: u32,
     /// Packets fully executed.
     pub packets_completed: u32,
-    /// Bytes moved (TRANSFER) or written (FILL).
+    /// Bytes moved (TRANSFER, the virtual-address copies) or written (the fills), the part a
+    /// stopped packet moved before it stopped included.
     pub bytes_transferred: u64,
     /// Why it stopped early, and the DMA-buffer offset of the packet (the start offset when the
     /// command itself was refused).
@@ -261,8 +264,12 @@ impl Engine {
             let start = clock;
             let packet = Packet::checked(&header, body);
             let result = match hooks.injected_fault(completion.packets_completed) {
-                Some(fault) => Err(fault.into()),
+                Some(fault) => Err(Stopped::from(fault)),
                 None => self.execute_packet(packet, mem, hooks),
+            };
+            let bytes = match &result {
+                Ok(bytes) => *bytes,
+                Err(stopped) => stopped.done,
             };
             if let (Ok(_), Ok(packet)) = (&result, &packet) {
                 hooks.ran(cmd.submission_fence_id, offset, packet);
@@ -276,9 +283,10 @@ impl Engine {
                     clock = Instant::now();
                     clock.saturating_duration_since(start)
                 },
-                bytes: *result.as_ref().unwrap_or(&0),
+                bytes,
                 pages: if result.is_ok() { declared.pages } else { 0 },
-                // Interrupted or faulted packets moved an unknown part: no traffic is claimed.
+                // Interrupted or faulted packets moved a part of what they declared: no
+                // traffic is claimed (their bytes are counted).
                 traffic: if result.is_ok() {
                     declared.traffic
                 } else {
@@ -286,15 +294,15 @@ impl Engine {
                 },
                 faulted: result.is_err(),
             });
+            // A packet that stopped part way left its first bytes written: they count.
+            completion.bytes_transferred = completion.bytes_transferred.saturating_add(bytes);
             match result {
-                Ok(bytes) => {
+                Ok(_) => {
                     completion.packets_completed += 1;
-                    completion.bytes_transferred =
-                        completion.bytes_transferred.saturating_add(bytes);
                     offset = next;
                 }
-                Err(stop) => {
-                    completion.stop = Some((offset, stop));
+                Err(stopped) => {
+                    completion.stop = Some((offset, stopped.stop));
                     completion.fault_opcode = declared.opcode;
                     break;
                 }

@@ -7,7 +7,7 @@ use wddm_gpu_abi::segment_flags::SegmentFlags;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
 use super::access::{copy, copy_guest_vram, fitting, run_at, GuestPages, Location, Side, Toward};
-use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, CHUNK};
+use super::{DeviceMemory, Engine, EngineHooks, Fault, Stop, Stopped, CHUNK};
 use crate::layout::{Resolved, SegmentKind};
 use crate::memory::capture::ReadKind;
 use crate::memory::frames::{FrameError, FrameListError, FrameRun, PageArray};
@@ -19,13 +19,13 @@ const FILL_BUFFER: usize = 64 << 10;
 
 impl Engine {
     /// Executes one decoded packet (or fails with why it did not decode); returns the bytes it
-    /// moved.
+    /// moved, or why it stopped with the bytes it had moved.
     pub(super) fn execute_packet<M: GuestMemoryBackend>(
         &mut self,
         packet: Result<Packet, DecodeError>,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         // Only the packets that move data run long enough to be interrupted.
         let moving_nothing = match packet.map_err(Fault::from)? {
             Packet::Transfer(p) => return self.transfer(&p, mem, hooks),
@@ -61,7 +61,7 @@ impl Engine {
         packet: &WddmGpuPacketTransfer,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         let length = packet.length;
         let source = self.resolve_endpoint(0, &packet.source, length, mem)?;
         let destination = self.resolve_endpoint(1, &packet.destination, length, mem)?;
@@ -70,9 +70,11 @@ impl Engine {
         if let (Side::Vram(from), Side::Vram(to)) = (source, destination) {
             if from.start() < to.start() && to.start() < from.end() {
                 let (mut from, mut to) = (from, to);
+                // Back to front: the bytes moved before a stop are the last ones.
+                let mut moved = 0u64;
                 while !from.is_empty() {
                     if let Some(stop) = hooks.interruption() {
-                        return Err(stop.into());
+                        return Err(Stop::from(stop).after(moved));
                     }
                     let (from_rest, from_last) = from.split_last(CHUNK);
                     let (to_rest, to_last) = to.split_last(CHUNK);
@@ -83,7 +85,9 @@ impl Engine {
                         ReadKind::Data,
                         mem,
                         &mut self.bounce,
-                    )?;
+                    )
+                    .map_err(|fault| Stop::from(fault).after(moved))?;
+                    moved += from_last.len();
                     (from, to) = (from_rest, to_rest);
                 }
                 return Ok(length);
@@ -108,7 +112,8 @@ impl Engine {
                     &self.frame_lists,
                     &self.gart,
                     mem,
-                )?;
+                )
+                .map_err(|fault| progress.stopped(fault))?;
                 progress.advance(step);
             }
             return Ok(length);
@@ -119,13 +124,16 @@ impl Engine {
             progress.interruption_point(hooks)?;
             let (done, remaining) = (progress.done(), progress.remaining());
             if src.len() == 0 {
-                src = run_at(source, done, remaining, &self.frame_lists, &self.gart)?;
+                src = run_at(source, done, remaining, &self.frame_lists, &self.gart)
+                    .map_err(|fault| progress.stopped(fault))?;
             }
             if dst.len() == 0 {
-                dst = run_at(destination, done, remaining, &self.frame_lists, &self.gart)?;
+                dst = run_at(destination, done, remaining, &self.frame_lists, &self.gart)
+                    .map_err(|fault| progress.stopped(fault))?;
             }
             let step = src.len().min(dst.len()).min(progress.chunk_left());
-            copy(src, dst, step, ReadKind::Data, mem, &mut self.bounce)?;
+            copy(src, dst, step, ReadKind::Data, mem, &mut self.bounce)
+                .map_err(|fault| progress.stopped(fault))?;
             src.advance(step);
             dst.advance(step);
             progress.advance(step);
@@ -138,7 +146,7 @@ impl Engine {
         packet: &WddmGpuPacketFill,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         if packet.reserved != 0 {
             return Err(Fault::ReservedField("fill.reserved").into());
         }
@@ -174,10 +182,12 @@ impl Engine {
         while !progress.is_finished() {
             progress.interruption_point(hooks)?;
             let step = range.sub(progress.done(), FILL_BUFFER as u64);
-            let slice = mem.vram.range_slice(step).ok_or(Fault::SegmentRange {
-                segment: destination.segment_id,
-                address: destination.address,
-                length,
+            let slice = mem.vram.range_slice(step).ok_or_else(|| {
+                progress.stopped(Fault::SegmentRange {
+                    segment: destination.segment_id,
+                    address: destination.address,
+                    length,
+                })
             })?;
             slice.copy_from(&self.fill[..fitting(step.len(), FILL_BUFFER)]);
             progress.advance(step.len());
@@ -538,13 +548,18 @@ impl Progress {
         self.done += step.min(self.remaining());
     }
 
+    /// `stop`, reached with the bytes done so far moved.
+    fn stopped(self, stop: impl Into<Stop>) -> Stopped {
+        stop.into().after(self.done)
+    }
+
     /// At a chunk boundary, asks whether to stop (preemption or reset).
-    fn interruption_point(self, hooks: &impl EngineHooks) -> Result<(), Stop> {
+    fn interruption_point(self, hooks: &impl EngineHooks) -> Result<(), Stopped> {
         if !self.done.is_multiple_of(CHUNK) {
             return Ok(());
         }
         match hooks.interruption() {
-            Some(interruption) => Err(interruption.into()),
+            Some(interruption) => Err(self.stopped(interruption)),
             None => Ok(()),
         }
     }

@@ -17,7 +17,7 @@ use wddm_gpu_abi::packet::{
 use zerocopy::FromBytes;
 
 use super::virtual_engine::{signal, VirtualHooks, VirtualMemory};
-use super::{DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};
+use super::{DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stopped};
 use crate::mmu::fault::Access;
 
 /// `DXGK_MEMORY_TRANSFER_DIRECTION`'s largest value (LOCAL_TO_LOCAL).
@@ -37,13 +37,14 @@ impl<H: EngineHooks> VirtualHooks for Through<'_, H> {
 }
 
 impl Engine {
-    /// Runs one of the paging node's virtual-address packets; returns the bytes it moved.
+    /// Runs one of the paging node's virtual-address packets; returns the bytes it moved (on a
+    /// stop, those it moved before it: a copy or fill that faults part way has written them).
     pub(super) fn paging_virtual<M: GuestMemoryBackend>(
         &mut self,
         packet: &Packet,
         mem: &DeviceMemory<'_, M>,
         hooks: &mut impl EngineHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         let geometry = mem.layout.gpummu.as_ref().ok_or(Fault::Unsupported(
             "virtual-address packets need a layout with [gpummu]",
         ))?;
@@ -92,13 +93,15 @@ impl Engine {
     }
 
     /// COPY_PAGE_TABLE_ENTRIES: each range read from guest RAM, then copied entry array to
-    /// entry array through the paging process's mappings of the tables.
+    /// entry array through the paging process's mappings of the tables, range after range. A
+    /// stop leaves the ranges before it copied and the stopping range's entries before the
+    /// fault; the bytes of both are counted.
     fn copy_entries<M: GuestMemoryBackend>(
         &mut self,
         packet: &WddmGpuPacketCopyPageTableEntries,
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         if packet.reserved != 0 {
             return Err(Fault::ReservedField("copy_page_table_entries.reserved").into());
         }
@@ -108,38 +111,14 @@ impl Engine {
             )
             .into());
         }
-        let range_size = size_of::<WddmGpuCopyRange>() as u64;
-        let entry_size = u64::from(WDDM_GPU_PTE_SIZE);
         let mut copied = 0u64;
         for index in 0..u64::from(packet.range_count) {
-            // At most 4096 ranges of 32 bytes: the offset cannot overflow before the check.
-            let at = packet
-                .ranges_address
-                .checked_add(index * range_size)
-                .ok_or(Fault::LengthOverflow(packet.ranges_address))?;
-            let mut bytes = [0u8; size_of::<WddmGpuCopyRange>()];
-            memory
-                .mem
-                .ram
-                .read(at, &mut bytes)
-                .map_err(|_| Fault::FrameNotInRam { address: at })?;
-            let (range, _) = WddmGpuCopyRange::read_from_prefix(&bytes)
-                .map_err(|_| Fault::FrameNotInRam { address: at })?;
-            if range.reserved != 0 {
-                return Err(Fault::ReservedField("copy_range.reserved").into());
-            }
-            let length = u64::from(range.entry_count) * entry_size;
-            let source = range
-                .source_table
-                .checked_add(u64::from(range.source_start) * entry_size)
-                .ok_or(Fault::LengthOverflow(range.source_table))?;
-            let destination = range
-                .destination_table
-                .checked_add(u64::from(range.destination_start) * entry_size)
-                .ok_or(Fault::LengthOverflow(range.destination_table))?;
+            let (length, source, destination) = read_range(packet, index, memory)
+                .map_err(|fault| Stopped::from(fault).after(copied))?;
             copied += self
                 .virtual_engine
-                .copy(length, source, destination, memory, hooks)?;
+                .copy(length, source, destination, memory, hooks)
+                .map_err(|stopped| stopped.after(copied))?;
         }
         Ok(copied)
     }
@@ -180,6 +159,43 @@ impl Engine {
             )),
         }
     }
+}
+
+/// Range `index` of a COPY_PAGE_TABLE_ENTRIES packet, read from guest RAM: the bytes it copies,
+/// from which VA, to which VA.
+fn read_range<M: GuestMemoryBackend>(
+    packet: &WddmGpuPacketCopyPageTableEntries,
+    index: u64,
+    memory: &VirtualMemory<'_, '_, M>,
+) -> Result<(u64, u64, u64), Fault> {
+    let range_size = size_of::<WddmGpuCopyRange>() as u64;
+    let entry_size = u64::from(WDDM_GPU_PTE_SIZE);
+    // At most 4096 ranges of 32 bytes: the offset cannot overflow before the check.
+    let at = packet
+        .ranges_address
+        .checked_add(index * range_size)
+        .ok_or(Fault::LengthOverflow(packet.ranges_address))?;
+    let mut bytes = [0u8; size_of::<WddmGpuCopyRange>()];
+    memory
+        .mem
+        .ram
+        .read(at, &mut bytes)
+        .map_err(|_| Fault::FrameNotInRam { address: at })?;
+    let (range, _) = WddmGpuCopyRange::read_from_prefix(&bytes)
+        .map_err(|_| Fault::FrameNotInRam { address: at })?;
+    if range.reserved != 0 {
+        return Err(Fault::ReservedField("copy_range.reserved"));
+    }
+    let length = u64::from(range.entry_count) * entry_size;
+    let source = range
+        .source_table
+        .checked_add(u64::from(range.source_start) * entry_size)
+        .ok_or(Fault::LengthOverflow(range.source_table))?;
+    let destination = range
+        .destination_table
+        .checked_add(u64::from(range.destination_start) * entry_size)
+        .ok_or(Fault::LengthOverflow(range.destination_table))?;
+    Ok((length, source, destination))
 }
 
 /// UPDATE_CONTEXT_ALLOCATION: the context allocation must be mapped, writable, in the paging

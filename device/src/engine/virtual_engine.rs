@@ -24,7 +24,7 @@ use zerocopy::FromBytes;
 use super::access::{copy, copy_run, read_location, write_location, Location, Repeated, Toward};
 use super::place::{ram, ram_within, segment_offset};
 use super::{
-    check_buffer_window, check_packet_size, DeviceMemory, Fault, Interruption, Stop, CHUNK,
+    check_buffer_window, check_packet_size, DeviceMemory, Fault, Interruption, Stop, Stopped, CHUNK,
 };
 use crate::memory::capture::ReadKind;
 use crate::mmu::fault::{Access, FaultKind, MmuFault};
@@ -44,6 +44,9 @@ pub struct VirtualCompletion {
     pub bytes_transferred: u64,
     /// Where and why it stopped early.
     pub stop: Option<(u32, Stop)>,
+    /// The command's own fields were refused (`stop` says why): its buffer never ran, so its
+    /// fence does not complete.
+    pub refused: bool,
 }
 
 impl VirtualCompletion {
@@ -62,6 +65,7 @@ impl VirtualCompletion {
             packets_completed: 0,
             bytes_transferred: 0,
             stop: Some((cmd.start_offset, Stop::Fault(Fault::Page(fault)))),
+            refused: false,
         }
     }
 
@@ -109,6 +113,10 @@ pub trait VirtualHooks {
 
     /// A SIGNAL packet wrote `value` at `address`.
     fn monitored_fence(&mut self, address: u64, value: u64);
+
+    /// The packet at `offset` ran, to its end or to where it stopped (what the checking mode
+    /// found while it ran belongs to it).
+    fn packet_ran(&mut self, _offset: u32) {}
 }
 
 /// Runs a copy translates on each side before it moves them.
@@ -302,9 +310,11 @@ impl VirtualEngine {
             packets_completed: 0,
             bytes_transferred: 0,
             stop: None,
+            refused: false,
         };
         if let Err(fault) = check_command(cmd) {
             completion.stop = Some((cmd.start_offset, fault.into()));
+            completion.refused = true;
             return completion;
         }
         let mut offset = cmd.start_offset;
@@ -316,10 +326,12 @@ impl VirtualEngine {
             }
             let result = self
                 .fetch(cmd, offset, memory, &mut packet)
+                .map_err(Stopped::from)
                 .and_then(|size| {
                     let bytes = self.run_packet(&packet[..size as usize], memory, hooks)?;
                     Ok((size, bytes))
                 });
+            hooks.packet_ran(offset);
             match result {
                 Ok((size, bytes)) => {
                     completion.packets_completed += 1;
@@ -327,8 +339,11 @@ impl VirtualEngine {
                         completion.bytes_transferred.saturating_add(bytes);
                     offset += size;
                 }
-                Err(stop) => {
-                    completion.stop = Some((offset, stop));
+                Err(stopped) => {
+                    // A packet that stopped part way left its first bytes written: they count.
+                    completion.bytes_transferred =
+                        completion.bytes_transferred.saturating_add(stopped.done);
+                    completion.stop = Some((offset, stopped.stop));
                     break;
                 }
             }
@@ -369,13 +384,13 @@ impl VirtualEngine {
         Ok(size)
     }
 
-    /// Runs one fetched packet; returns the bytes it moved.
+    /// Runs one fetched packet; returns the bytes it moved (on a stop, those it moved before).
     fn run_packet<M: GuestMemoryBackend>(
         &mut self,
         packet: &[u8],
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         let (header, _) =
             WddmGpuPacketHeader::read_from_prefix(packet).map_err(|_| Fault::BadPacketHeader {
                 size: 0,
@@ -426,7 +441,7 @@ impl VirtualEngine {
         destination: u64,
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         for end in [source, destination] {
             end.checked_add(length)
                 .ok_or(Fault::LengthOverflow(length))?;
@@ -440,17 +455,22 @@ impl VirtualEngine {
                 .min(CHUNK - done % CHUNK)
                 .min(BATCH as u64 * WDDM_GPU_PAGE_SIZE);
             let batch = self.translate_batch(source + done, destination + done, step, memory);
-            let moved = self.copy_batch(&batch, memory)?;
+            let moved = self
+                .copy_batch(&batch, memory)
+                .map_err(|stopped| stopped.after(done))?;
             done += moved;
             match batch.fault {
                 // The fault lies right after the bytes translated: reported once they all moved
                 // (a batch copied only in part is translated again from where it stopped).
-                Some(fault) if moved == batch.covered => return Err(fault.into()),
+                Some(fault) if moved == batch.covered => return Err(Stop::from(fault).after(done)),
                 // Unreachable: a translation of at least one byte is a run or a fault, and a
                 // batch's first piece always moves. A guard all the same, since a loop that
                 // moves nothing would never end.
                 _ if moved == 0 => {
-                    return Err(Fault::BadCommand("virtual copy: nothing translated").into())
+                    return Err(
+                        Stop::from(Fault::BadCommand("virtual copy: nothing translated"))
+                            .after(done),
+                    )
                 }
                 _ => {}
             }
@@ -493,31 +513,32 @@ impl VirtualEngine {
         }
     }
 
-    /// Copies the bytes `batch` covered; returns them. The batch is planned, then its pieces
-    /// are copied back to back: between two copies nothing is stored, so nothing waits there
-    /// for the last copy's stores to drain (docs/performance.md, "A batch planned, then copied").
+    /// Copies the bytes `batch` covered; returns them (on a fault, the bytes copied before it).
+    /// The batch is planned, then its pieces are copied back to back: between two copies
+    /// nothing is stored, so nothing waits there for the last copy's stores to drain
+    /// (docs/performance.md, "A batch planned, then copied").
     fn copy_batch<M: GuestMemoryBackend>(
         &mut self,
         batch: &Batch,
         memory: &VirtualMemory<'_, '_, M>,
-    ) -> Result<u64, Fault> {
+    ) -> Result<u64, Stopped> {
         let (count, locating_fault) = self.plan(batch, memory);
         let mut moved = 0u64;
         for piece in &self.pieces[..count] {
             let len = piece.len;
-            match (piece.from, piece.to) {
+            let copied = match (piece.from, piece.to) {
                 (Some(Location::Guest(source)), Some(Location::Vram(destination))) => copy_run(
                     source.head(len),
                     destination.head(len),
                     Toward::Vram,
                     memory.mem,
-                )?,
+                ),
                 (Some(Location::Vram(source)), Some(Location::Guest(destination))) => copy_run(
                     destination.head(len),
                     source.head(len),
                     Toward::Guest,
                     memory.mem,
-                )?,
+                ),
                 (Some(source), Some(destination)) => copy(
                     source,
                     destination,
@@ -525,17 +546,18 @@ impl VirtualEngine {
                     ReadKind::Data,
                     memory.mem,
                     &mut self.bounce,
-                )?,
+                ),
                 (None, Some(destination)) => {
                     self.repeated
-                        .write(destination.sub(0, len), &[0], memory.mem)?
+                        .write(destination.sub(0, len), &[0], memory.mem)
                 }
-                (_, None) => {}
-            }
+                (_, None) => Ok(()),
+            };
+            copied.map_err(|fault| Stop::from(fault).after(moved))?;
             moved += len;
         }
         match locating_fault {
-            Some(fault) => Err(fault),
+            Some(fault) => Err(Stop::from(fault).after(moved)),
             None => Ok(moved),
         }
     }
@@ -614,7 +636,7 @@ impl VirtualEngine {
         destination: u64,
         memory: &VirtualMemory<'_, '_, M>,
         hooks: &mut impl VirtualHooks,
-    ) -> Result<u64, Stop> {
+    ) -> Result<u64, Stopped> {
         destination
             .checked_add(length)
             .ok_or(Fault::LengthOverflow(length))?;
@@ -623,14 +645,20 @@ impl VirtualEngine {
         while done < length {
             interruption_point(done, hooks)?;
             let step = (length - done).min(CHUNK - done % CHUNK);
-            let run = memory.translate(destination + done, step, Access::Write)?;
-            if let Some(to) = memory.location(run)? {
+            // A fault here leaves the runs before it filled: `done` bytes.
+            let stopped = |fault: Fault| Stop::from(fault).after(done);
+            let run = memory
+                .translate(destination + done, step, Access::Write)
+                .map_err(stopped)?;
+            if let Some(to) = memory.location(run).map_err(stopped)? {
                 // The pattern stays in phase with the fill's start: every run starts at a
                 // multiple of 4 from it or the pattern is rotated to match.
                 let phase = usize::try_from(done % 4).unwrap_or(0);
                 let mut rotated = pattern;
                 rotated.rotate_left(phase);
-                self.repeated.write(to, &rotated, memory.mem)?;
+                self.repeated
+                    .write(to, &rotated, memory.mem)
+                    .map_err(stopped)?;
             }
             done += run.len;
         }
@@ -638,14 +666,15 @@ impl VirtualEngine {
     }
 }
 
-/// Asks for an interruption at each chunk boundary of a long copy or fill.
-fn interruption_point(done: u64, hooks: &impl VirtualHooks) -> Result<(), Stop> {
+/// Asks for an interruption at each chunk boundary of a long copy or fill (`done` bytes of it
+/// moved).
+fn interruption_point(done: u64, hooks: &impl VirtualHooks) -> Result<(), Stopped> {
     if !done.is_multiple_of(CHUNK) {
         return Ok(());
     }
-    hooks
-        .interruption()
-        .map_or(Ok(()), |interruption| Err(interruption.into()))
+    hooks.interruption().map_or(Ok(()), |interruption| {
+        Err(Stop::from(interruption).after(done))
+    })
 }
 
 /// A monitored fence signal: `value` lands at the 8-byte aligned VA `address`, then the fence
@@ -693,7 +722,7 @@ mod tests {
 
     /// Runs `batch` of the engine's runs through `copy_batch` over the rig's memory (the
     /// batch's runs are given, not translated: no address space is bound).
-    fn copy_batch(rig: &Rig, engine: &mut VirtualEngine, batch: &Batch) -> Result<u64, Fault> {
+    fn copy_batch(rig: &Rig, engine: &mut VirtualEngine, batch: &Batch) -> Result<u64, Stopped> {
         let memory = DeviceMemory {
             ram: GuestRam::new(&rig.mem, rig.vram.guest_window()),
             vram: &rig.vram,
@@ -710,7 +739,8 @@ mod tests {
 
     /// A batch whose second source run translated but is not RAM when located (the walk
     /// checks every target, so only a device bug gets here): the first run's page is copied,
-    /// then the locating fault is returned, as a copy byte by byte would end.
+    /// then the locating fault is returned with that page counted, as a copy byte by byte
+    /// would end.
     #[test]
     fn a_run_that_cannot_be_located_ends_the_batch_after_the_pieces_before_it() {
         let rig = super::super::tests::gpummu_rig("ve-plan-fault");
@@ -741,9 +771,9 @@ mod tests {
             fault: None,
         };
         let result = copy_batch(&rig, &mut engine, &batch);
-        assert!(
-            matches!(result, Err(Fault::FrameNotInRam { address: RAM_SIZE })),
-            "{result:?}"
+        assert_eq!(
+            result,
+            Err(Stop::from(Fault::FrameNotInRam { address: RAM_SIZE }).after(PAGE))
         );
         assert_eq!(rig.vram_read(0, PAGE_USIZE), vec![0x5a; PAGE_USIZE]);
         assert_eq!(rig.vram_read(PAGE, PAGE_USIZE), vec![0; PAGE_USIZE]);

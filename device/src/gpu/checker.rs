@@ -21,6 +21,7 @@ use wddm_gpu_abi::packet::WddmGpuEndpoint;
 use wddm_gpu_abi::{WDDM_GPU_PAGE_SHIFT, WDDM_GPU_PAGE_SIZE};
 
 use crate::layout::{Resolved, SegmentKind, SegmentLayout};
+use crate::mmu::placement::MisplacedTable;
 use crate::observe::stats::Stats;
 use crate::observe::trace::{Mark, MarkSource, Trace};
 use crate::support::sync::lock;
@@ -52,17 +53,23 @@ pub enum WarningKind {
     /// A translation served from the cache that the page tables no longer agree with (a missing
     /// FLUSH_TLB); the checker turns the GpuMmu checking mode on for every context.
     StaleTranslation,
+    /// A walk went through a page table outside the segments the layout declares for its level
+    /// (`PageTableSegmentId`, `PagingProcessPageTableSegmentId`): the device follows it, as
+    /// hardware would, but VidMm never places a table there (an entry built with the wrong
+    /// segment, or a table the driver placed itself). Once per table.
+    MisplacedPageTable,
 }
 
 impl WarningKind {
     /// Every kind, in the order the statistics list them.
-    pub const ALL: [WarningKind; 6] = [
+    pub const ALL: [WarningKind; 7] = [
         WarningKind::MapOverLive,
         WarningKind::DummyPageAccess,
         WarningKind::FenceBackwards,
         WarningKind::UnwrittenVramRead,
         WarningKind::NoStatusPage,
         WarningKind::StaleTranslation,
+        WarningKind::MisplacedPageTable,
     ];
 
     /// Its name in logs, counters and listings.
@@ -74,6 +81,7 @@ impl WarningKind {
             WarningKind::UnwrittenVramRead => "unwritten-vram-read",
             WarningKind::NoStatusPage => "no-status-page",
             WarningKind::StaleTranslation => "stale-translation",
+            WarningKind::MisplacedPageTable => "misplaced-page-table",
         }
     }
 }
@@ -275,17 +283,43 @@ impl Checker {
         }
     }
 
-    /// Stale translations the GpuMmu checking mode found for a submission.
-    pub fn stale(&self, fence: u32, context: u32, address: u64, level: u32) {
+    /// A stale translation the GpuMmu checking mode found for a submission (in the packet at
+    /// `packet_offset`, when one was running).
+    pub fn stale(
+        &self,
+        fence: u32,
+        packet_offset: Option<u32>,
+        context: u32,
+        address: u64,
+        level: u32,
+    ) {
         let mut state = lock(&self.state);
         self.report(
             &mut state,
             Warning {
                 kind: WarningKind::StaleTranslation,
                 fence,
-                packet_offset: None,
+                packet_offset,
                 detail: format!(
                     "context {context}: GPU VA {address:#x} served from the cache; its level {level} entry changed (a missing FLUSH_TLB)"
+                ),
+            },
+        );
+    }
+
+    /// A page table a walk of submission `fence` went through, outside its level's segments.
+    pub fn misplaced_table(&self, fence: u32, context: u32, table: &MisplacedTable) {
+        let mut state = lock(&self.state);
+        let [process, paging_process] = table.declared;
+        self.report(
+            &mut state,
+            Warning {
+                kind: WarningKind::MisplacedPageTable,
+                fence,
+                packet_offset: None,
+                detail: format!(
+                    "context {context}: GPU VA {:#x} walks through a level {} table in segment {} at {:#x}; the layout puts the level's tables in segment {process} (the paging process's in {paging_process})",
+                    table.address, table.level, table.table.segment, table.table.address
                 ),
             },
         );

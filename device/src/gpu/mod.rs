@@ -291,23 +291,25 @@ impl PagingGpu {
             }
             ControlCommand::Preempt => {
                 let injection = self.injector.on_preempt();
-                let paging = if injection == Some(Action::RefusePreempt) {
+                // Both nodes, each reported with its own fences (`DXGK_INTERRUPT_DMA_PREEMPTED`
+                // is per node): the paging node's by the scheduler, the virtual node's here.
+                let mut preempt = if injection == Some(Action::RefusePreempt) {
                     self.scheduler.preempted_nothing()
                 } else {
-                    // Both nodes: the answer reports the paging node's fences, the virtual
-                    // node's submissions are each answered PREEMPTED.
-                    let virtual_preempted = self.virtual_node.preempt();
-                    let mut paging = self.scheduler.preempt(&mem);
-                    paging.preempted_count = paging
-                        .preempted_count
-                        .saturating_add(u32::try_from(virtual_preempted).unwrap_or(u32::MAX));
-                    paging
+                    let virtual_node = self.virtual_node.preempt();
+                    let mut preempt = self.scheduler.preempt(&mem);
+                    preempt.virtual_preempted_fence = virtual_node.first_fence;
+                    preempt.virtual_preempted_count = virtual_node.count;
+                    preempt
                 };
+                // Read once the node is idle: a submission it finished before it stopped counts.
+                preempt.virtual_last_completed_fence =
+                    lock(&self.notify).status.virtual_completed();
                 if let Some(Action::SlowPreempt(delay)) = injection {
                     // Done now, told late: the driver sees its preemption take `delay`.
-                    return answer_later(reply, paging.as_bytes().to_vec(), delay);
+                    return answer_later(reply, preempt.as_bytes().to_vec(), delay);
                 }
-                paging.as_bytes().to_vec()
+                preempt.as_bytes().to_vec()
             }
             ControlCommand::QueryEngineStatus(cmd) => match (cmd.node_ordinal, cmd.reserved) {
                 (WDDM_GPU_NODE_PAGING, 0) => {

@@ -432,6 +432,18 @@ impl EngineHooks for Hooks<'_, '_> {
     fn ran(&mut self, fence: u32, offset: u32, packet: &Packet) {
         if let Some(checker) = self.checker {
             checker.packet(fence, offset, packet);
+            // The paging process's tables a virtual-address packet walked through.
+            let paging = {
+                let contexts = lock(self.contexts);
+                contexts.paging_context().zip(contexts.paging_space())
+            };
+            if let Some((context, space)) = paging {
+                // Taken first: the checker's lock is never held under the space's.
+                let misplaced = lock(&space).take_misplaced();
+                for table in &misplaced {
+                    checker.misplaced_table(fence, context, table);
+                }
+            }
         }
     }
 
@@ -656,12 +668,13 @@ impl Scheduler {
         for job in drained {
             execution.answer_drained(job, Interruption::Preempted);
         }
+        // The virtual node's part is the caller's (`PagingGpu`), which preempts both.
         WddmGpuRespPreempt {
             hdr: WddmGpuCtrlHdr::with_type(WDDM_GPU_RESP_PREEMPT),
             preempted_fence,
             last_completed_fence: last_completed,
             preempted_count,
-            reserved: 0,
+            ..Default::default()
         }
     }
 
@@ -673,7 +686,7 @@ impl Scheduler {
             preempted_fence: 0,
             last_completed_fence: self.execution.last_completed.load(Ordering::Acquire),
             preempted_count: 0,
-            reserved: 0,
+            ..Default::default()
         }
     }
 

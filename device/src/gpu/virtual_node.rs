@@ -79,8 +79,9 @@ struct State {
     hung: bool,
     stopping: Option<Stopping>,
     faulted: bool,
-    /// Running submissions a PREEMPT stopped (answered PREEMPTED), since the PREEMPT began.
-    preempted_running: usize,
+    /// The fence of the running submission a PREEMPT stopped (answered PREEMPTED), since the
+    /// PREEMPT began.
+    preempted_running: Option<u32>,
     shutdown: bool,
     page_faults: u64,
 }
@@ -136,6 +137,16 @@ impl VirtualProbe {
             page_faults: state.page_faults,
         }
     }
+}
+
+/// What a stop of the node answered: `PreemptionFenceId` (the running submission it stopped,
+/// else the first queued one; 0 when none) and how many submissions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodePreemption {
+    /// The first submission answered.
+    pub first_fence: u32,
+    /// Submissions answered.
+    pub count: u32,
 }
 
 /// The virtual node and its thread.
@@ -199,8 +210,8 @@ impl VirtualNode {
     }
 
     /// PREEMPT (`DxgkDdiPreemptCommand`): returns once the node is idle, its running and queued
-    /// work answered PREEMPTED; returns how many submissions that was.
-    pub fn preempt(&self) -> usize {
+    /// work answered PREEMPTED; returns what the node's `DXGK_INTERRUPT_DMA_PREEMPTED` needs.
+    pub fn preempt(&self) -> NodePreemption {
         self.stop(Stopping::Preempt)
     }
 
@@ -214,12 +225,13 @@ impl VirtualNode {
         self.stop(Stopping::Device);
     }
 
-    /// Stops the running submission at its next chunk and takes the queued ones; returns how
-    /// many it answered (the running one counted for PREEMPT only; none for a device reset).
-    fn stop(&self, by: Stopping) -> usize {
+    /// Stops the running submission at its next chunk and takes the queued ones; returns the
+    /// first it answered and how many (the running one counted for PREEMPT only; none for a
+    /// device reset).
+    fn stop(&self, by: Stopping) -> NodePreemption {
         let mut state = lock(&self.shared.state);
         state.stopping = Some(by);
-        state.preempted_running = 0;
+        state.preempted_running = None;
         self.shared.wake.notify_all();
         // A hung submission does not stop for a PREEMPT, which takes only what was queued.
         while state.running && !state.shutdown && !(state.hung && by == Stopping::Preempt) {
@@ -243,9 +255,17 @@ impl VirtualNode {
         let status = match by {
             Stopping::Preempt => SubmitStatus::Preempted,
             Stopping::Engine => SubmitStatus::Reset,
-            Stopping::Device => return 0,
+            Stopping::Device => return NodePreemption::default(),
         };
-        let answered = jobs.len() + running_preempted;
+        let answered = NodePreemption {
+            first_fence: running_preempted
+                .or_else(|| jobs.first().map(|job| job.cmd.submission_fence_id))
+                .unwrap_or(0),
+            // A queue holds far fewer than u32::MAX jobs.
+            count: u32::try_from(jobs.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(u32::from(running_preempted.is_some())),
+        };
         for job in jobs {
             answer_submit(job.reply, &response(job.cmd.submission_fence_id, status));
         }
@@ -308,6 +328,10 @@ fn answer_submit(reply: Box<dyn Reply>, response: &WddmGpuRespSubmitVirtual) {
 /// The node's view while a submission runs.
 struct Hooks<'a, 'm> {
     shared: &'a Shared,
+    cmd: &'a WddmGpuCmdSubmitVirtual,
+    space: &'a Mutex<AddressSpace>,
+    /// The context's checking mode is on: what it finds is reported packet by packet.
+    checking: bool,
     ram: &'a GuestRam<'m, vm_memory::GuestMemoryMmap>,
     /// Interruption checks answered "go on" (a replay stops at the same one).
     checks: Cell<u32>,
@@ -336,6 +360,13 @@ impl VirtualHooks for Hooks<'_, '_> {
 
     fn monitored_fence(&mut self, address: u64, value: u64) {
         lock(&self.shared.notify).monitored_fence(address, value, self.ram);
+    }
+
+    fn packet_ran(&mut self, offset: u32) {
+        if self.checking {
+            self.shared
+                .report_stale(self.cmd, Some(offset), self.space, self.ram);
+        }
     }
 }
 
@@ -414,7 +445,9 @@ impl Shared {
             }
             let mut state = lock(&self.state);
             state.running = false;
-            state.preempted_running += usize::from(preempted);
+            if preempted {
+                state.preempted_running = Some(fence);
+            }
             drop(state);
             self.idle.notify_all();
         }
@@ -509,30 +542,42 @@ impl Shared {
         };
         let mut hooks = Hooks {
             shared: self,
+            cmd,
+            space: &space,
+            checking: lock(&space).checking(),
             ram: &memory.ram,
             checks: Cell::new(0),
         };
         let completion = engine.execute(cmd, &virtual_memory, &mut hooks);
-        self.report_stale(cmd, &space, &memory.ram);
+        // What was found outside any packet (a refused command's checks read nothing).
+        self.report_stale(cmd, None, &space, &memory.ram);
         let end = RunEnd::after(completion.stop.map(|(_, stop)| stop), hooks.checks.get());
         let reply = self.finish(cmd, &completion, &memory.ram)?;
         Some((reply, VirtualStart::Ran(end)))
     }
 
     /// Reports what the checking mode found while the submission ran: a log line and a
-    /// STALE_TRANSLATION event each.
+    /// STALE_TRANSLATION event each stale translation; with the checker, a warning each
+    /// misplaced page table.
     fn report_stale(
         &self,
         cmd: &WddmGpuCmdSubmitVirtual,
+        packet_offset: Option<u32>,
         space: &Mutex<AddressSpace>,
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) {
-        let (stale, total, asked) = {
+        let (stale, total, asked, misplaced) = {
             let mut space = lock(space);
             let asked = space.asked_for_checking();
             let (stale, total) = space.take_stale();
-            (stale, total, asked)
+            (stale, total, asked, space.take_misplaced())
         };
+        if self.checker.enabled() {
+            for table in &misplaced {
+                self.checker
+                    .misplaced_table(cmd.submission_fence_id, cmd.context_id, table);
+            }
+        }
         for found in stale {
             warn!(
                 "context {}: stale translation served for GPU VA {:#x}: level {} entry was {:#x} when cached, is {:#x} in memory (a missing FLUSH_TLB; {total} found so far)",
@@ -541,6 +586,7 @@ impl Shared {
             if self.checker.enabled() {
                 self.checker.stale(
                     cmd.submission_fence_id,
+                    packet_offset,
                     cmd.context_id,
                     found.address,
                     found.level,
@@ -575,9 +621,13 @@ impl Shared {
         ram: &GuestRam<'_, vm_memory::GuestMemoryMmap>,
     ) -> Option<WddmGpuRespSubmitVirtual> {
         let mut reply = completion.response(cmd);
-        // A submission that ran to its end or to its fault completes its fence (a preempted or
-        // reset one does not), published before the answer as the paging node does.
-        if !matches!(completion.stop, Some((_, Stop::Interrupted(_)))) {
+        // A submission that ran to its end or to its fault completes its fence, published
+        // before the answer as the paging node does; one refused by its own fields never ran
+        // and a preempted or reset one was not finished, so neither completes (WDDM reports
+        // DMA_COMPLETED for work the GPU finished; a faulted one's fence completes as
+        // `DmaPageFaulted` has the driver advance to `FaultedFenceId`).
+        let interrupted = matches!(completion.stop, Some((_, Stop::Interrupted(_))));
+        if !interrupted && !completion.refused {
             let mut notify = lock(&self.notify);
             notify.status.complete_virtual(cmd.submission_fence_id);
             notify.status.publish(ram);

@@ -7,11 +7,13 @@
 //! - [`tables`]: where tables and pages live (guest RAM, memory segments), checked per read.
 //! - [`tlb`]: the translation cache of one address space.
 //! - [`space`]: an address space: root, cache, checking mode, runs for copies.
+//! - [`placement`]: tables a walk found outside their level's segments, for the checker.
 //! - [`fault`]: why a translation failed.
 //! - [`contexts`]: every context with GPU virtual addressing, each an address space on a node.
 
 pub mod contexts;
 pub mod fault;
+pub mod placement;
 pub mod space;
 pub mod tables;
 pub mod tlb;

@@ -10,6 +10,7 @@ use wddm_gpu_abi::gpummu_rules::MmuGeometry;
 use wddm_gpu_abi::WDDM_GPU_PAGE_SIZE;
 
 use super::fault::{Access, MmuFault};
+use super::placement::{MisplacedTable, Placement};
 use super::tlb::{Fill, Tlb};
 use super::walk::{
     walk_path, walk_to_leaf, Page, Root, TableAddress, TableMemory, Target, Walk, MAX_LEVELS,
@@ -66,6 +67,8 @@ pub struct AddressSpace {
     asked: bool,
     stale: [Option<StaleTranslation>; STALE_KEPT],
     stale_count: u64,
+    /// Tables the checking mode found outside their level's segments.
+    placement: Placement,
 }
 
 impl AddressSpace {
@@ -78,6 +81,7 @@ impl AddressSpace {
             asked: checking,
             stale: [None; STALE_KEPT],
             stale_count: 0,
+            placement: Placement::default(),
         }
     }
 
@@ -112,6 +116,11 @@ impl AddressSpace {
         self.checking = checking;
     }
 
+    /// Whether the checking mode is on (asked for by the driver, or turned on by the checker).
+    pub fn checking(&self) -> bool {
+        self.checking
+    }
+
     /// Whether the driver asked for the checking mode when it made the context.
     pub fn asked_for_checking(&self) -> bool {
         self.asked
@@ -130,6 +139,12 @@ impl AddressSpace {
     pub fn take_stale(&mut self) -> (impl Iterator<Item = StaleTranslation>, u64) {
         let kept = std::mem::replace(&mut self.stale, [None; STALE_KEPT]);
         (kept.into_iter().flatten(), self.stale_count)
+    }
+
+    /// Page tables the checking mode found outside the segments the layout declares for their
+    /// level since the last call, each table once (the walk used them: hardware would too).
+    pub fn take_misplaced(&mut self) -> Vec<MisplacedTable> {
+        self.placement.take()
     }
 
     /// The longest run from `address` of at most `length` bytes contiguous in one store and
@@ -241,6 +256,10 @@ impl AddressSpace {
             }
             None => {
                 let (walk, leaf) = walk_to_leaf(geometry, &root, address, access, tables)?;
+                if checking {
+                    // A whole walk reads every table above the page: where each lives.
+                    self.placement.check(geometry, &root, &walk, address);
+                }
                 (walk, leaf, None, false)
             }
         };

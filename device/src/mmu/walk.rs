@@ -117,11 +117,21 @@ pub struct Page {
     pub target: Target,
     /// The level of the entry that maps it.
     pub level: u32,
-    /// The highest level whose entry on the walk is read-only.
-    pub read_only: Option<u32>,
-    /// The highest level whose entry on the walk is no-execute.
-    pub no_execute: Option<u32>,
+    /// The highest level whose entry on the walk is read-only, with that entry.
+    pub read_only: Option<Denial>,
+    /// The highest level whose entry on the walk is no-execute, with that entry.
+    pub no_execute: Option<Denial>,
     /// The mapping entry.
+    pub entry: u64,
+}
+
+/// The entry on a walk that forbids an access (read-only, no-execute) and its level: what the
+/// fault record names, since that entry, not the mapping one, carries the bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// The entry's level (0 = leaf).
+    pub level: u32,
+    /// The entry as read.
     pub entry: u64,
 }
 
@@ -137,18 +147,37 @@ impl Page {
     pub fn allows(&self, address: u64, access: Access) -> Result<(), MmuFault> {
         let denied = match access {
             Access::Read => None,
-            Access::Write => self.read_only.map(|level| (FaultKind::ReadOnly, level)),
-            Access::Execute => self.no_execute.map(|level| (FaultKind::NoExecute, level)),
+            Access::Write => self.read_only.map(|denial| (FaultKind::ReadOnly, denial)),
+            Access::Execute => self.no_execute.map(|denial| (FaultKind::NoExecute, denial)),
         };
         match denied {
             None => Ok(()),
-            Some((kind, level)) => Err(MmuFault {
+            Some((kind, denial)) => Err(MmuFault {
                 kind,
                 address,
-                level,
+                level: denial.level,
                 access,
-                entry: self.entry,
+                entry: denial.entry,
             }),
+        }
+    }
+
+    /// The page another entry of the same leaf table maps, whose bits but the address are this
+    /// page's (see [`Leaf::alike`]): a denial at the mapping level names that entry.
+    fn sibling(&self, base: u64, entry: u64) -> Page {
+        let own = |denial: Option<Denial>| {
+            denial.map(|denial| match denial.level == self.level {
+                true => Denial { entry, ..denial },
+                false => denial,
+            })
+        };
+        Page {
+            base,
+            target: self.target.at(entry & WDDM_GPU_PTE_ADDRESS_MASK),
+            entry,
+            read_only: own(self.read_only),
+            no_execute: own(self.no_execute),
+            ..*self
         }
     }
 
@@ -207,8 +236,8 @@ pub struct Leaf {
     /// log2 of the bytes one entry maps.
     shift: u32,
     /// The highest level above the leaf whose entry is read-only, no-execute.
-    read_only: Option<u32>,
-    no_execute: Option<u32>,
+    read_only: Option<Denial>,
+    no_execute: Option<Denial>,
 }
 
 impl Leaf {
@@ -231,12 +260,7 @@ impl Leaf {
         let siblings = || line.entries().filter(|&(index, _)| index != self.index);
         if self.alike(walk, siblings(), tables) {
             for (index, entry) in siblings() {
-                each(Page {
-                    base: table_base + (index << self.shift),
-                    target: walk.page.target.at(entry & WDDM_GPU_PTE_ADDRESS_MASK),
-                    entry,
-                    ..walk.page
-                });
+                each(walk.page.sibling(table_base + (index << self.shift), entry));
             }
             return;
         }
@@ -355,8 +379,8 @@ impl Leaf {
             shift: self.shift,
             target: decoded.target(1 << self.shift, tables)?,
             level: 0,
-            read_only: self.read_only.or(decoded.read_only.then_some(0)),
-            no_execute: self.no_execute.or(decoded.no_execute.then_some(0)),
+            read_only: self.read_only.or(decoded.denial(decoded.read_only, 0)),
+            no_execute: self.no_execute.or(decoded.denial(decoded.no_execute, 0)),
             entry,
         })
     }
@@ -393,6 +417,14 @@ impl Entry {
             segment: u32::try_from((raw & WDDM_GPU_PTE_SEGMENT_MASK) >> WDDM_GPU_PTE_SEGMENT_SHIFT)
                 .unwrap_or(u32::MAX),
             address: raw & WDDM_GPU_PTE_ADDRESS_MASK,
+        })
+    }
+
+    /// A denial by this entry at `level` when its bit (`set`) is on.
+    fn denial(&self, set: bool, level: u32) -> Option<Denial> {
+        set.then_some(Denial {
+            level,
+            entry: self.raw,
         })
     }
 
@@ -501,12 +533,8 @@ fn walk_inner<T: TableMemory>(
         path[level as usize] = raw;
         let entry = Entry::check(raw).map_err(|kind| fault(kind, level, raw))?;
         let (above_read_only, above_no_execute) = (read_only, no_execute);
-        if entry.read_only {
-            read_only = read_only.or(Some(level));
-        }
-        if entry.no_execute {
-            no_execute = no_execute.or(Some(level));
-        }
+        read_only = read_only.or(entry.denial(entry.read_only, level));
+        no_execute = no_execute.or(entry.denial(entry.no_execute, level));
         let maps_page = level == 0 || entry.large || entry.zero;
         let bad_flags = (level == 0 && (entry.large || entry.table_64k))
             || (entry.large && geometry.caps().flags & WDDM_GPU_MMU_CAP_LARGE_PAGE == 0)

@@ -90,7 +90,7 @@ fn a_sloppy_driver_gets_one_warning_per_mistake_and_a_summary_at_exit() {
     let warnings = h.backend.ctl_ok("warnings");
     assert!(
         warnings.contains(
-            "warnings: map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1, no-status-page 1, stale-translation 0"
+            "warnings: map-over-live 1, dummy-page-access 1, fence-backwards 1, unwritten-vram-read 1, no-status-page 1, stale-translation 0, misplaced-page-table 0"
         ),
         "{warnings}"
     );

@@ -72,6 +72,11 @@ fn preempt_mid_transfer_returns_the_running_and_queued_submissions() {
             last_completed_fence: 100,
             preempted_count: 2,
             reserved: 0,
+            // The virtual node had nothing: no fence of its own completed or preempted.
+            virtual_preempted_fence: 0,
+            virtual_last_completed_fence: 0,
+            virtual_preempted_count: 0,
+            virtual_reserved: 0,
         }
     );
     let page = h.status_page(STATUS_PAGE);
@@ -118,6 +123,11 @@ fn preempt_with_nothing_pending_returns_nothing() {
             last_completed_fence: 5,
             preempted_count: 0,
             reserved: 0,
+            // The virtual node had nothing: no fence of its own completed or preempted.
+            virtual_preempted_fence: 0,
+            virtual_last_completed_fence: 0,
+            virtual_preempted_count: 0,
+            virtual_reserved: 0,
         }
     );
     assert_eq!(status_page_bytes(&h), before, "status page changed");

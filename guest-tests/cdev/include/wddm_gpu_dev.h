@@ -786,7 +786,9 @@ wddm_result wddm_dev_status(wddm_dev *dev, WddmGpuStatusPage *out);
 wddm_result wddm_dev_next_fault(wddm_dev *dev, WddmGpuFaultRecord *out);
 
 /* DxgkDdiPreemptCommand (synchronous here: waits for the answer; the preempted submissions
- * come back through wddm_dev_next_completion with status PREEMPTED). */
+ * come back through wddm_dev_next_completion with status PREEMPTED). The answer is per node:
+ * the paging node's fences and count, then the virtual node's (virtual_*), one
+ * DXGK_INTERRUPT_DMA_PREEMPTED for each node whose count is not 0. */
 wddm_result wddm_dev_preempt(wddm_dev *dev, WddmGpuRespPreempt *out);
 /* DxgkDdiResetFromTimeout: waits for OK_NODATA. Dropped submissions complete with status
  * RESET, posted WAIT_EVENTs as CANCELLED events; the status page is unregistered. */

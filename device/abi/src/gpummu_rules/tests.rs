@@ -210,9 +210,9 @@ fn unused_levels_flags_modes_and_contexts_are_checked() {
     }
 }
 
-#[test]
-fn every_rule_has_a_name_and_a_message_naming_its_field() {
-    let rules = [
+/// One rule of each kind, in `GpuMmuRule::RULES`' order.
+fn one_of_each_rule() -> Vec<GpuMmuRule> {
+    vec![
         GpuMmuRule::UnsupportedFlags(1 << 7),
         GpuMmuRule::UnknownUpdateMode(9),
         GpuMmuRule::LevelCount(7),
@@ -246,7 +246,12 @@ fn every_rule_has_a_name_and_a_message_naming_its_field() {
         },
         GpuMmuRule::Leaf64KSize { have: 1, want: 2 },
         GpuMmuRule::MaxContexts(0),
-    ];
+    ]
+}
+
+#[test]
+fn every_rule_has_a_name_and_a_message_naming_its_field() {
+    let rules = one_of_each_rule();
     let names: Vec<_> = rules.iter().map(GpuMmuRule::name).collect();
     assert_eq!(names, GpuMmuRule::RULES);
     for rule in rules {
@@ -371,43 +376,12 @@ fn a_root_of_0_index_bits_is_this_devices_limit_not_the_leafs() {
 
 #[test]
 fn every_message_ends_with_its_source() {
-    let rules = [
-        GpuMmuRule::UnsupportedFlags(1 << 7),
-        GpuMmuRule::UnknownUpdateMode(9),
-        GpuMmuRule::LevelCount(7),
-        GpuMmuRule::IndexBits { level: 0, bits: 2 },
+    // Each kind, and the index-bit bounds whose messages differ by level (leaf, root, wide).
+    let mut rules = one_of_each_rule();
+    rules.extend([
         GpuMmuRule::IndexBits { level: 1, bits: 0 },
         GpuMmuRule::IndexBits { level: 2, bits: 13 },
-        GpuMmuRule::AddressBits { have: 1, want: 2 },
-        GpuMmuRule::AddressBitsTooLarge(60),
-        GpuMmuRule::NotZero { level: 5 },
-        GpuMmuRule::TableSize {
-            level: 0,
-            size: 1,
-            want: 4096,
-        },
-        GpuMmuRule::Alignment {
-            level: 0,
-            alignment: 3,
-        },
-        GpuMmuRule::TableSegment {
-            level: 0,
-            owner: TableOwner::Process,
-            segment: 2,
-        },
-        GpuMmuRule::SystemTableTooLarge {
-            level: 0,
-            size: 8192,
-        },
-        GpuMmuRule::CpuVirtualDirectoryInSegment { level: 1 },
-        GpuMmuRule::TableNotCpuVisible {
-            level: 0,
-            owner: TableOwner::PagingProcess,
-            segment: 3,
-        },
-        GpuMmuRule::Leaf64KSize { have: 1, want: 2 },
-        GpuMmuRule::MaxContexts(0),
-    ];
+    ]);
     for rule in rules {
         let text = rule.to_string();
         let tail = match rule.source() {

@@ -322,7 +322,7 @@ fn a_copy_that_faults_past_a_batch_copies_the_bytes_before_and_reports_the_first
         let Some((0, Stop::Fault(Fault::Page(fault)))) = completion.stop else {
             panic!("{completion:?}");
         };
-        fault
+        (fault, completion.bytes_transferred)
     };
     let copied_up_to = |rig: &Rig, end: u64| {
         let vram = rig.vram_read(VRAM_BIG, usize::try_from(length).unwrap());
@@ -338,10 +338,15 @@ fn a_copy_that_faults_past_a_batch_copies_the_bytes_before_and_reports_the_first
     tables.set(VA_BIG + 130 * PAGE, 0, 0).unwrap();
     store(&rig, &mut tables);
     flush(&hooks);
-    let fault = run(&mut rig, &mut hooks);
+    let (fault, bytes) = run(&mut rig, &mut hooks);
     assert_eq!(fault.address, VA_BIG + 130 * PAGE);
     assert_eq!(fault.kind.wire(), WDDM_GPU_MMU_FAULT_NOT_PRESENT);
     copied_up_to(&rig, 130 * PAGE);
+    assert_eq!(
+        bytes,
+        130 * PAGE,
+        "bytes_transferred counts what was copied"
+    );
 
     // The destination's page 70 read-only too: its fault comes first in copy order.
     rig.vram_write(VRAM_BIG, &vec![0; usize::try_from(length).unwrap()]);
@@ -354,8 +359,94 @@ fn a_copy_that_faults_past_a_batch_copies_the_bytes_before_and_reports_the_first
         .unwrap();
     store(&rig, &mut tables);
     flush(&hooks);
-    let fault = run(&mut rig, &mut hooks);
+    let (fault, bytes) = run(&mut rig, &mut hooks);
     assert_eq!(fault.address, VA_VRAM_BIG + 70 * PAGE);
     assert_eq!(fault.kind.wire(), WDDM_GPU_MMU_FAULT_READ_ONLY);
     copied_up_to(&rig, 70 * PAGE);
+    assert_eq!(bytes, 70 * PAGE, "bytes_transferred counts what was copied");
+}
+
+/// A VIRTUAL_FILL that runs off the end of its mapping fills the pages before the fault, and
+/// the answer counts them after the whole packets before it.
+#[test]
+fn a_fill_that_faults_part_way_fills_and_counts_the_bytes_before() {
+    let mut rig = gpummu_rig("pv-fill-part");
+    let (_tables, mut hooks) = paging_process(&rig);
+    rig.vram_write(0x20_0000, &vec![0; 8 * PAGE_USIZE]);
+    // 8 pages are mapped at VA_VRAM: 100 bytes before their end, 300 past it.
+    let start = VA_VRAM + 8 * PAGE - 100;
+    let mut bytes = packet_bytes(fill_virtual(0x1111_1111, 64, VA_VRAM));
+    bytes.extend(packet_bytes(fill_virtual(0x2222_2222, 400, start)));
+    let completion = rig.submit_with(&bytes, &mut hooks);
+    let Some((_, Stop::Fault(Fault::Page(fault)))) = completion.stop else {
+        panic!("{completion:?}");
+    };
+    assert_eq!(fault.address, VA_VRAM + 8 * PAGE);
+    assert_eq!(completion.packets_completed, 1);
+    assert_eq!(completion.bytes_transferred, 64 + 100);
+    assert_eq!(
+        rig.vram_read(0x20_0000 + 8 * PAGE - 100, 100),
+        vec![0x22; 100]
+    );
+}
+
+/// COPY_PAGE_TABLE_ENTRIES copies range after range: a fault in the second range leaves the
+/// first copied and the second's entries before the faulting page, and counts both.
+#[test]
+fn copy_page_table_entries_that_faults_part_way_counts_the_entries_before() {
+    let mut rig = gpummu_rig("pv-copy-entries-part");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    let (source_table, destination_table) = (0x2_0000, 0x2_1000);
+    // The destination table is mapped, the page after it is not.
+    tables
+        .map(
+            0xc000_0000,
+            &[
+                pte(VRAM_SEGMENT, source_table, 0),
+                pte(VRAM_SEGMENT, destination_table, 0),
+            ],
+        )
+        .unwrap();
+    store(&rig, &mut tables);
+    let entries: Vec<u64> = (0..16).map(|i| pte(0, DATA + i * PAGE, 0)).collect();
+    rig.vram_write(source_table, entries.as_bytes());
+    rig.vram_write(destination_table, &[0; PAGE_USIZE]);
+    let ranges = [
+        WddmGpuCopyRange {
+            entry_count: 4,
+            reserved: 0,
+            source_table: 0xc000_0000,
+            destination_table: 0xc000_1000,
+            source_start: 0,
+            destination_start: 0,
+        },
+        // Slots 510 and 511 are in the table, 512 and on past its page: unmapped.
+        WddmGpuCopyRange {
+            entry_count: 6,
+            reserved: 0,
+            source_table: 0xc000_0000,
+            destination_table: 0xc000_1000,
+            source_start: 4,
+            destination_start: 510,
+        },
+    ];
+    rig.ram_write(DATA + 0x10_0000, ranges.as_bytes());
+    let completion = rig.submit_with(
+        &packet_bytes(copy_page_table_entries(2, DATA + 0x10_0000)),
+        &mut hooks,
+    );
+    let Some((0, Stop::Fault(Fault::Page(fault)))) = completion.stop else {
+        panic!("{completion:?}");
+    };
+    assert_eq!(fault.address, 0xc000_2000);
+    assert_eq!(completion.packets_completed, 0);
+    assert_eq!(completion.bytes_transferred, (4 + 2) * 8);
+    assert_eq!(
+        rig.vram_read(destination_table, 32),
+        entries[..4].as_bytes()
+    );
+    assert_eq!(
+        rig.vram_read(destination_table + 510 * 8, 16),
+        entries[4..6].as_bytes()
+    );
 }

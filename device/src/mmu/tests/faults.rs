@@ -72,6 +72,48 @@ fn permissions_fault_with_the_level_that_forbids() {
     assert_eq!((write.kind, write.level), (FaultKind::ReadOnly, 1));
 }
 
+/// A READ_ONLY or NO_EXECUTE fault names the level and the entry that carries the bit: the
+/// level-1 entry when it is set there, not the leaf entry the walk ended at; the leaf's own
+/// entry when the leaf carries it, also for a page cached with its line.
+#[test]
+fn a_permission_fault_names_the_entry_that_carries_the_bit() {
+    let rig = Rig::new("mmu-permission-entry");
+    let geometry = geometry(&[9, 9, 9]);
+    let mut tables = PageTables::new(&rig, geometry, 1);
+    tables.map(VA, DATA, 0);
+    let leaf_slot = tables.slot(VA, 0, false);
+    let leaf = tables.read_u64(leaf_slot);
+    let directory = tables.slot(VA, 1, false);
+    let carrying = tables.read_u64(directory) | WDDM_GPU_PTE_READ_ONLY | WDDM_GPU_PTE_NO_EXECUTE;
+    rig.ram_write(directory, &carrying.to_le_bytes());
+    let mut space = tables.space(false);
+    for (access, kind) in [
+        (Access::Write, FaultKind::ReadOnly),
+        (Access::Execute, FaultKind::NoExecute),
+    ] {
+        let record = fault(&rig, &geometry, &mut space, VA, access);
+        assert_eq!((record.kind, record.level), (kind, 1));
+        assert_eq!(
+            record.entry, carrying,
+            "names the level-1 entry, not {leaf:#x}"
+        );
+        assert_eq!(record.wire().entry, carrying);
+    }
+    // The leaf carries the bit: two pages of one line, the second cached by the first's walk.
+    let rig = Rig::new("mmu-permission-leaf-entry");
+    let mut tables = PageTables::new(&rig, geometry, 1);
+    let flags = WDDM_GPU_PTE_READ_ONLY;
+    tables.map(VA, DATA, flags);
+    tables.map(VA + PAGE, DATA + 2 * PAGE, flags);
+    let second_slot = tables.slot(VA + PAGE, 0, false);
+    let second = tables.read_u64(second_slot);
+    let mut space = tables.space(false);
+    assert!(translate(&rig, &geometry, &mut space, VA, 8, Access::Read).is_ok());
+    let record = fault(&rig, &geometry, &mut space, VA + PAGE, Access::Write);
+    assert_eq!((record.kind, record.level), (FaultKind::ReadOnly, 0));
+    assert_eq!(record.entry, second);
+}
+
 #[test]
 fn root_overrun_no_root_and_address_range() {
     let rig = Rig::new("mmu-root");
