@@ -33,12 +33,19 @@ for word in $(cat /proc/cmdline); do
     esac
 done
 set -- $cmd
-if [ "${1:-}" != kmod ]; then
-    echo "GUEST-TEST kmod_command FAIL this guest runs only the command kmod, not '${1:-}'"
-    echo "WDDM-GUEST-EXIT 2"
-    poweroff -f
-fi
-[ -n "${2:-}" ] && count="$2"
+mode="${1:-}"
+case "$mode" in
+    kmod) [ -n "${2:-}" ] && count="$2" ;;
+    # kmod-tdr,HANG_NTH,LOST_NTH,SLOW_NTH: the host armed `hang nth=HANG_NTH`,
+    # `lost-interrupt nth=LOST_NTH` and `slow 3s nth=SLOW_NTH` before the boot; the test lines
+    # its submissions up with them.
+    kmod-tdr) hang_nth="${2:-3}" lost_nth="${3:-9}" slow_nth="${4:-10}" ;;
+    *)
+        echo "GUEST-TEST kmod_command FAIL this guest runs only the commands kmod and kmod-tdr, not '${1:-}'"
+        echo "WDDM-GUEST-EXIT 2"
+        poweroff -f
+        ;;
+esac
 
 rc=0
 loaded=0
@@ -68,7 +75,8 @@ wait_node() {
     return 1
 }
 
-# run LABEL PARAMS COUNT MODE: load the driver with PARAMS, run the test, unload it.
+# run LABEL PARAMS COUNT MODE: load the driver with PARAMS, run the test (MODE: its IRQ mode,
+# then "ttm" for the buffer-object and eviction test), unload it.
 run() {
     label="$1" params="$2" n="$3" mode="$4"
     # shellcheck disable=SC2086 # PARAMS are words on purpose
@@ -84,7 +92,8 @@ run() {
     # A probe that failed: the kernel's side of it, whole.
     [ "$node_rc" = 0 ] || dmesg | tail -n 40 | sed "s/^/KMOD-DMESG ${label} probe: /"
     check "${label}_driver_loaded" "$node_rc" "insmod wddm_gpu_kmod ${params:-(no parameters)}; render node $(set +f; echo /dev/dri/renderD*); force_intx=$(cat /sys/module/wddm_gpu_kmod/parameters/force_intx)"
-    /bin/wddm-kmod-test "$label" "$n" "$mode"
+    # shellcheck disable=SC2086 # MODE is the IRQ mode and, for the MSI-X run, "ttm"
+    /bin/wddm-kmod-test "$label" "$n" $mode
     trc=$?
     if [ "$trc" -ne 0 ]; then
         echo "GUEST-TEST kmod_${label}_test_exit FAIL wddm-kmod-test exited ${trc}"
@@ -104,9 +113,15 @@ run() {
 }
 
 dmesg -c >/dev/null
-run intx force_intx=1 8 intx
-run msix "" "$count" msix
-echo "GUEST-KMODSUMMARY kmod runs done (INTx: 8 submissions; MSI-X: ${count})"
+if [ "$mode" = kmod-tdr ]; then
+    # drm_sched's job timeout at 500 ms (TdrDelay is 2 s) so the recoveries are quick.
+    run tdr tdr_timeout_ms=500 0 "msix tdr ${hang_nth} ${lost_nth} ${slow_nth}"
+    echo "GUEST-KMODSUMMARY kmod-tdr run done (hang at submission ${hang_nth}, lost interrupt at ${lost_nth}, slow at ${slow_nth})"
+else
+    run intx force_intx=1 8 intx
+    run msix "" "$count" "msix ttm"
+    echo "GUEST-KMODSUMMARY kmod runs done (INTx: 8 submissions; MSI-X: ${count})"
+fi
 echo "WDDM-GUEST-EXIT ${rc}"
 sync
 poweroff -f
