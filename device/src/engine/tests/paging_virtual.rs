@@ -114,13 +114,10 @@ fn transfer_fill_and_signal_move_bytes_through_the_paging_process() {
     assert_eq!(hooks.monitored, vec![(VA_DATA + 8, 0x77)]);
 }
 
-#[test]
-fn copy_page_table_entries_copies_through_the_tables_mappings() {
-    let mut rig = gpummu_rig("pv-copy-entries");
-    let (mut tables, mut hooks) = paging_process(&rig);
-    // The paging process maps two leaf tables' VRAM at VA 0xc000_0000 (the tables themselves).
-    let source_table = 0x2_0000;
-    let destination_table = 0x2_1000;
+/// The paging process maps two leaf tables' VRAM, the source's and the destination's, at VA
+/// 0xc000_0000 (the tables themselves, for COPY_PAGE_TABLE_ENTRIES); their VRAM offsets.
+fn map_two_leaf_tables(rig: &Rig, tables: &mut PageTables) -> (u64, u64) {
+    let (source_table, destination_table) = (0x2_0000, 0x2_1000);
     tables
         .map(
             0xc000_0000,
@@ -130,7 +127,15 @@ fn copy_page_table_entries_copies_through_the_tables_mappings() {
             ],
         )
         .unwrap();
-    store(&rig, &mut tables);
+    store(rig, tables);
+    (source_table, destination_table)
+}
+
+#[test]
+fn copy_page_table_entries_copies_through_the_tables_mappings() {
+    let mut rig = gpummu_rig("pv-copy-entries");
+    let (mut tables, mut hooks) = paging_process(&rig);
+    let (source_table, destination_table) = map_two_leaf_tables(&rig, &mut tables);
     let entries: Vec<u64> = (0..4).map(|i| pte(0, DATA + i * PAGE, 0)).collect();
     rig.vram_write(source_table + 10 * 8, entries.as_bytes());
     let range = WddmGpuCopyRange {
@@ -396,18 +401,8 @@ fn a_fill_that_faults_part_way_fills_and_counts_the_bytes_before() {
 fn copy_page_table_entries_that_faults_part_way_counts_the_entries_before() {
     let mut rig = gpummu_rig("pv-copy-entries-part");
     let (mut tables, mut hooks) = paging_process(&rig);
-    let (source_table, destination_table) = (0x2_0000, 0x2_1000);
     // The destination table is mapped, the page after it is not.
-    tables
-        .map(
-            0xc000_0000,
-            &[
-                pte(VRAM_SEGMENT, source_table, 0),
-                pte(VRAM_SEGMENT, destination_table, 0),
-            ],
-        )
-        .unwrap();
-    store(&rig, &mut tables);
+    let (source_table, destination_table) = map_two_leaf_tables(&rig, &mut tables);
     let entries: Vec<u64> = (0..16).map(|i| pte(0, DATA + i * PAGE, 0)).collect();
     rig.vram_write(source_table, entries.as_bytes());
     rig.vram_write(destination_table, &[0; PAGE_USIZE]);
