@@ -11,7 +11,7 @@ use clap::{ArgGroup, Parser};
 
 use crate::daemon::Config;
 use crate::display::edid::MAX_EDID_DIMENSION;
-use crate::display::DisplayConfig;
+use crate::display::{DisplayConfig, MAX_VBLANK_HZ};
 use crate::layout::link::LinkSpec;
 use crate::support::size::parse_size;
 use crate::transport::backend::BarModeRequest;
@@ -138,7 +138,7 @@ pub struct RunArgs {
     /// Vblanks a second of a scanout showing VRAM (WDDM_GPU_CMD_SET_SCANOUT_VRAM): flips take
     /// effect, changed VRAM is shown and a VBLANK event completes a posted WAIT_EVENT at each.
     /// 0 to 240; 0 = no vblanks: a flip shows at once, and only then.
-    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(0..=240))]
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_VBLANK_HZ)))]
     pub vblank_hz: u32,
 }
 

@@ -12,7 +12,7 @@
 //!   makes of each packet.
 //! - `observe`: counters and histograms, the `--trace` timeline, the stats endpoint, the
 //!   benchmark's echo.
-//! - [`display`] and `gpu`, two sibling devices that do not import each other: the standard
+//! - `display` and `gpu`, two sibling devices that do not import each other: the standard
 //!   virtio-gpu 2D device with the VRAM scanouts, and the paging GPU (submissions, the
 //!   scheduler of the engine thread, the status page, events, how answers go out).
 //! - `replay`: running a `--record` file again offline against the engine, beside `gpu`.
@@ -27,7 +27,7 @@
 //! The layers are private; what the binary, tests, benchmarks and fuzz targets use is exported
 //! below, so the compiler sees every item nothing uses.
 
-pub mod display;
+mod display;
 mod engine;
 mod gpu;
 mod layout;
@@ -45,6 +45,7 @@ pub mod support;
 #[cfg(test)]
 mod testkit;
 
+pub use display::DisplayConfig;
 pub use engine::record::PacketRecord;
 pub use engine::virtual_engine::{VirtualCompletion, VirtualEngine, VirtualHooks, VirtualMemory};
 pub use engine::{Completion, DeviceMemory, Engine, EngineHooks, Fault, Interruption, Stop};

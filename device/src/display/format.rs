@@ -35,7 +35,8 @@ struct Channels {
 }
 
 impl PixelFormat {
-    /// Every format, for tests and docs.
+    /// Every format, for the tests.
+    #[cfg(test)]
     pub const ALL: [PixelFormat; 8] = [
         Self::B8G8R8A8,
         Self::B8G8R8X8,
@@ -95,7 +96,7 @@ impl PixelFormat {
     }
 
     /// Appends `pixels` (whole pixels of this format) to `out` as [`DisplayBytes`].
-    pub fn to_display(self, pixels: &[u8], out: &mut Vec<u8>) {
+    pub fn to_display(self, pixels: &[u8], out: &mut DisplayBytes) {
         let start = out.len();
         out.resize(start + pixels.len(), 0);
         self.to_display_into(pixels, &mut out[start..]);

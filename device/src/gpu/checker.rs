@@ -450,7 +450,7 @@ impl Checker {
             .position(|&kind| kind == warning.kind)
             .unwrap_or(0);
         state.counts[index] += 1;
-        crate::guest_warn!("checker: {warning}");
+        crate::support::guest_log::guest_warn!("checker: {warning}");
         self.stats.checker_warning(warning.kind.name());
         if let Some(trace) = &self.trace {
             trace.mark(Mark {

@@ -237,7 +237,7 @@ impl PagingGpu {
     ) -> RequestOutcome {
         let response = match command {
             ControlCommand::Submit(cmd) if self.power.is_down() => {
-                crate::guest_warn!(
+                crate::support::guest_log::guest_warn!(
                     "SUBMIT fence {} while the adapter is below D0: refused unexecuted",
                     cmd.submission_fence_id
                 );
@@ -246,7 +246,7 @@ impl PagingGpu {
                     .to_vec()
             }
             ControlCommand::SubmitVirtual(cmd) if self.power.is_down() => {
-                crate::guest_warn!(
+                crate::support::guest_log::guest_warn!(
                     "SUBMIT_VIRTUAL fence {} while the adapter is below D0: refused unexecuted",
                     cmd.submission_fence_id
                 );
@@ -260,7 +260,7 @@ impl PagingGpu {
                     header(VIRTIO_GPU_RESP_OK_NODATA)
                 }
                 Err(error) => {
-                    crate::guest_warn!("SET_POWER_STATE refused: {error}");
+                    crate::support::guest_log::guest_warn!("SET_POWER_STATE refused: {error}");
                     return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
                 }
             },
@@ -268,7 +268,7 @@ impl PagingGpu {
                 // Checked before anything runs: work whose answer cannot be written must not
                 // happen (the driver would never learn what its packets did).
                 if reply.room() < std::mem::size_of::<WddmGpuRespSubmit>() {
-                    crate::guest_warn!(
+                    crate::support::guest_log::guest_warn!(
                         "SUBMIT fence {} refused unexecuted: response buffer of {} bytes is too small",
                         cmd.submission_fence_id,
                         reply.room()
@@ -280,7 +280,7 @@ impl PagingGpu {
             }
             ControlCommand::WaitEvent => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespEvent>() {
-                    crate::guest_warn!(
+                    crate::support::guest_log::guest_warn!(
                         "WAIT_EVENT response buffer of {} bytes is too small",
                         reply.room()
                     );
@@ -338,7 +338,7 @@ impl PagingGpu {
                         .to_vec()
                 }
                 _ => {
-                    crate::guest_warn!(
+                    crate::support::guest_log::guest_warn!(
                         "QUERY_ENGINE_STATUS for node {} (reserved {:#x}): nodes 0 (paging) and 1 (virtual) report their status",
                         cmd.node_ordinal,
                         cmd.reserved
@@ -371,7 +371,7 @@ impl PagingGpu {
             }
             ControlCommand::SubmitVirtual(cmd) => {
                 if reply.room() < std::mem::size_of::<WddmGpuRespSubmitVirtual>() {
-                    crate::guest_warn!(
+                    crate::support::guest_log::guest_warn!(
                         "SUBMIT_VIRTUAL fence {} refused unexecuted: response buffer of {} bytes is too small",
                         cmd.submission_fence_id,
                         reply.room()
@@ -383,7 +383,7 @@ impl PagingGpu {
             }
             ControlCommand::ResetEngine(cmd) => {
                 if cmd.node_ordinal != WDDM_GPU_NODE_VIRTUAL || cmd.reserved != 0 {
-                    crate::guest_warn!(
+                    crate::support::guest_log::guest_warn!(
                         "RESET_ENGINE for node {}: only the virtual node (1) resets alone; the paging node resets with RESET",
                         cmd.node_ordinal
                     );
@@ -400,7 +400,7 @@ impl PagingGpu {
                 match registered {
                     Ok(()) => header(VIRTIO_GPU_RESP_OK_NODATA),
                     Err(error) => {
-                        crate::guest_warn!("{error}");
+                        crate::support::guest_log::guest_warn!("{error}");
                         return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
                     }
                 }
@@ -424,7 +424,9 @@ impl PagingGpu {
                 if id == WDDM_GPU_MMU_CAPSET_ID && version == WDDM_GPU_MMU_CAPSET_VERSION =>
             {
                 let Some(geometry) = &self.layout.gpummu else {
-                    crate::guest_warn!("GET_CAPSET for the GpuMmu capset: the layout has none");
+                    crate::support::guest_log::guest_warn!(
+                        "GET_CAPSET for the GpuMmu capset: the layout has none"
+                    );
                     return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
                 };
                 let mut response = header(VIRTIO_GPU_RESP_OK_CAPSET);
@@ -432,18 +434,20 @@ impl PagingGpu {
                 response
             }
             ControlCommand::GetCapsetInfo(index) => {
-                crate::guest_warn!(
+                crate::support::guest_log::guest_warn!(
                     "GET_CAPSET_INFO for index {index}: the device has {} capsets",
                     self.capsets()
                 );
                 return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
             ControlCommand::GetCapset { id, version } => {
-                crate::guest_warn!("GET_CAPSET for id {id:#x} version {version}: unknown capset");
+                crate::support::guest_log::guest_warn!(
+                    "GET_CAPSET for id {id:#x} version {version}: unknown capset"
+                );
                 return refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER);
             }
             ControlCommand::Unknown(type_) => {
-                crate::guest_warn!("unsupported control command {type_:#x}");
+                crate::support::guest_log::guest_warn!("unsupported control command {type_:#x}");
                 return refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC);
             }
             ControlCommand::GetDisplayInfo
@@ -474,7 +478,7 @@ impl PagingGpu {
                 RequestOutcome::Taken
             }
             Err(error) => {
-                crate::guest_warn!("{} refused: {error}", command.name());
+                crate::support::guest_log::guest_warn!("{} refused: {error}", command.name());
                 refuse(reply, VIRTIO_GPU_RESP_ERR_INVALID_PARAMETER)
             }
         }

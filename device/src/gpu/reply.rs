@@ -54,7 +54,7 @@ pub fn answer(reply: Box<dyn Reply>, response: &[u8]) {
         reply.complete(response);
         return;
     }
-    crate::guest_warn!(
+    crate::support::guest_log::guest_warn!(
         "response of {} bytes does not fit the {room}-byte buffer",
         response.len()
     );

@@ -1187,7 +1187,7 @@ impl Execution {
         };
         // Interruptions are not faults: nothing is recorded for them.
         if let Some((offset, fault)) = completion.fault() {
-            crate::guest_warn!(
+            crate::support::guest_log::guest_warn!(
                 "submission fence {fence} faulted at DMA offset {offset:#x} (opcode {}): {fault}",
                 completion.fault_opcode
             );

@@ -521,7 +521,7 @@ impl Shared {
         let cmd = &job.cmd;
         let walkable = lock(&self.contexts).walkable(cmd.context_id, WDDM_GPU_NODE_VIRTUAL);
         let Some((space, geometry)) = walkable else {
-            crate::guest_warn!(
+            crate::support::guest_log::guest_warn!(
                 "SUBMIT_VIRTUAL fence {}: context {} does not exist on the virtual node",
                 cmd.submission_fence_id,
                 cmd.context_id
@@ -648,7 +648,7 @@ impl Shared {
                     state.page_faults += 1;
                     state.page_faults
                 };
-                crate::guest_warn!(
+                crate::support::guest_log::guest_warn!(
                     "virtual node page fault, context {} fence {} packet at {offset:#x}: {fault}; the node refuses work until RESET_ENGINE",
                     cmd.context_id,
                     cmd.submission_fence_id
@@ -656,7 +656,7 @@ impl Shared {
                 lock(&self.notify).page_fault(reply.page_fault, ram);
             }
             Stop::Fault(fault) => {
-                crate::guest_warn!(
+                crate::support::guest_log::guest_warn!(
                     "SUBMIT_VIRTUAL fence {} context {}: packet at {offset:#x}: {fault}",
                     cmd.submission_fence_id,
                     cmd.context_id

@@ -161,7 +161,7 @@ impl Gpu {
         let outcome = match command {
             Ok(command) => self.dispatch(kick, command, reply, mem),
             Err(error) => {
-                crate::guest_warn!("malformed control request: {error}");
+                crate::support::guest_log::guest_warn!("malformed control request: {error}");
                 refuse(reply, VIRTIO_GPU_RESP_ERR_UNSPEC)
             }
         };
@@ -195,7 +195,7 @@ impl Gpu {
                 RequestOutcome::Taken
             }
             Err(error) => {
-                crate::guest_warn!("{error}");
+                crate::support::guest_log::guest_warn!("{error}");
                 refuse(reply, error.response_type())
             }
         }
@@ -206,14 +206,14 @@ impl Gpu {
         let command = match request {
             Ok(command) => command,
             Err(error) => {
-                crate::guest_warn!("malformed cursor request: {error}");
+                crate::support::guest_log::guest_warn!("malformed cursor request: {error}");
                 return;
             }
         };
         // Bound first: the display lock is released before the warning.
         let done = kick.display().cursor(command);
         if let Err(error) = done {
-            crate::guest_warn!("cursor command refused: {error}");
+            crate::support::guest_log::guest_warn!("cursor command refused: {error}");
         }
     }
 

@@ -51,8 +51,8 @@ pub fn allow() -> bool {
     }
 }
 
-/// `log::warn!` for what a guest caused, within the rate limit of [`allow`].
-#[macro_export]
+/// `log::warn!` for what a guest caused, within the rate limit of [`allow`]. Crate-private: a
+/// path below every layer that uses it (`crate::support::guest_log::guest_warn!`).
 macro_rules! guest_warn {
     ($($arg:tt)*) => {
         if $crate::support::guest_log::allow() {
@@ -60,3 +60,4 @@ macro_rules! guest_warn {
         }
     };
 }
+pub(crate) use guest_warn;

@@ -107,7 +107,7 @@ impl Deliver for Delivery {
         let written = match write_response(&self.mem, &self.room, response) {
             Ok(written) => written,
             Err(error) => {
-                crate::guest_warn!("control response unwritable: {error}");
+                crate::support::guest_log::guest_warn!("control response unwritable: {error}");
                 0
             }
         };
@@ -116,7 +116,7 @@ impl Deliver for Delivery {
         let mut ring = self.vring.get_mut();
         let queue = ring.get_queue_mut();
         if let Err(error) = queue.add_used(&*self.mem, head, written) {
-            crate::guest_warn!("head index {head} refused: {error}");
+            crate::support::guest_log::guest_warn!("head index {head} refused: {error}");
             return;
         }
         match queue.needs_notification(&*self.mem) {

@@ -101,7 +101,7 @@ impl Queues {
             let room = match room {
                 Ok(room) => room,
                 Err(refusal) => {
-                    crate::guest_warn!("queue {queue}: descriptor chain {head} refused: {refusal}; completed with nothing written");
+                    crate::support::guest_log::guest_warn!("queue {queue}: descriptor chain {head} refused: {refusal}; completed with nothing written");
                     self.complete_unread(pass, head);
                     continue;
                 }
@@ -110,7 +110,7 @@ impl Queues {
                 CONTROL_QUEUE => match self.in_flight.claim(head) {
                     Some(claim) => Some(claim),
                     None => {
-                        crate::guest_warn!("queue {queue}: head {head} made available again before its answer; completed with nothing written");
+                        crate::support::guest_log::guest_warn!("queue {queue}: head {head} made available again before its answer; completed with nothing written");
                         gpu.stats().request(RequestOutcome::Refused);
                         self.complete_unread(pass, head);
                         continue;
@@ -179,7 +179,7 @@ impl Queues {
             Err(virtio_queue::Error::QueueNotReady) => return Ok(Drained::Refused),
             Err(error) => {
                 if !std::mem::replace(broken, true) {
-                    crate::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
+                    crate::support::guest_log::guest_warn!("queue {queue}: available ring refused ({error}); the device ignores it until the guest sets the ring up again");
                 }
                 return Ok(Drained::Refused);
             }
