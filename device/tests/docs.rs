@@ -453,3 +453,19 @@ fn the_option_table_check_reads_rows_and_sees_a_missing_option() {
     assert!(backend_options().contains("--fd"));
     assert!(!found.contains("--fd"));
 }
+
+#[test]
+fn the_layout_example_in_the_docs_is_the_file_the_tests_parse() {
+    // docs/layout-example.toml is the one copy: the layout file's unit test and the fuzz seeds
+    // include it, and docs/layouts.md shows it verbatim as its first TOML block.
+    let repo = repository();
+    let example = fs::read_to_string(repo.join("docs/layout-example.toml")).unwrap();
+    let guide = fs::read_to_string(repo.join("docs/layouts.md")).unwrap();
+    let start = guide.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let end = start + guide[start..].find("```\n").expect("the block's end");
+    assert_eq!(
+        &guide[start..end],
+        example,
+        "docs/layouts.md's first TOML block and docs/layout-example.toml differ"
+    );
+}

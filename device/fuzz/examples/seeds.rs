@@ -173,25 +173,8 @@ fn layout(dir: &Path) {
         "fuzz-wddm2",
         engine_world::LAYOUT_WDDM2.as_bytes(),
     );
-    let example = r#"wddm = "1.3"
-paging_buffer_segment = 0
-paging_buffer_size = "64KiB"
-paging_buffer_private_data_size = 0
-
-[[segments]]
-flags = ["CpuVisible", "DirectFlip", "PreservedDuringStandby", "PreservedDuringHibernate"]
-size = "256MiB"
-base_address = 0
-bar_offset = 0
-commit_limit = "256MiB"
-banks = ["64MiB", "128MiB"]
-system_memory_end_address = 0
-
-[[segments]]
-flags = 0x11
-size = 0x20000000
-commit_limit = "128MiB"
-"#;
+    // The example docs/layouts.md shows.
+    let example = include_str!("../../../docs/layout-example.toml");
     write(dir, "layout", "documented-example", example.as_bytes());
 }
 

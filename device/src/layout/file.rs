@@ -390,28 +390,8 @@ mod tests {
 
     #[test]
     fn parses_the_documented_example() {
-        let spec = parse_layout(
-            r#"
-            wddm = "1.3"
-            paging_buffer_segment = 0
-            paging_buffer_size = "64KiB"
-            paging_buffer_private_data_size = 0
-
-            [[segments]]
-            flags = ["CpuVisible", "DirectFlip", "PreservedDuringStandby"]
-            size = "256MiB"
-            base_address = 0
-            bar_offset = 0
-            commit_limit = "256MiB"
-            banks = ["64MiB", "128MiB"]
-            system_memory_end_address = 0
-
-            [[segments]]
-            flags = ["Aperture", "CacheCoherent"]
-            size = 0x20000000
-            "#,
-        )
-        .unwrap();
+        // The example docs/layouts.md shows (device/tests/docs.rs holds the two equal).
+        let spec = parse_layout(include_str!("../../../docs/layout-example.toml")).unwrap();
         assert_eq!(spec.wddm_version, WDDM_GPU_WDDM_1_3);
         assert_eq!(spec.paging_buffer_size, 64 << 10);
         assert_eq!(spec.segments.len(), 2);
