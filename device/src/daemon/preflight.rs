@@ -15,7 +15,7 @@ use crate::daemon::error::StartError;
 use crate::gpu::inject::check_plan;
 use crate::observe::endpoint;
 use crate::support::size::human_size;
-use crate::support::socket_path;
+use crate::support::socket_path::{self, directory_of};
 
 /// What the checks learnt, for the start that follows.
 #[derive(Debug)]
@@ -139,10 +139,7 @@ pub fn socket_accepts(fd: i32) -> Result<bool, StartError> {
 
 /// The directory a file of `option` goes in exists.
 fn check_directory(option: &'static str, path: &Path) -> Result<(), StartError> {
-    let directory = path
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let directory = directory_of(path);
     if directory.is_dir() {
         Ok(())
     } else {
@@ -167,11 +164,7 @@ fn check_output_file(option: &'static str, path: &Path) -> Result<(), StartError
     }
     let writable = match std::fs::symlink_metadata(path) {
         Ok(_) => access_writable(path),
-        Err(_) => access_writable(
-            path.parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new(".")),
-        ),
+        Err(_) => access_writable(directory_of(path)),
     };
     if writable {
         Ok(())
@@ -231,10 +224,7 @@ fn check_vram_file(
         Err(_) => 0,
     };
     let needed = size.saturating_sub(allocated);
-    let directory = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let directory = directory_of(path);
     match free_space(directory) {
         Some(free) if needed > free => Err(refuse(format!(
             "{} of VRAM ({size:#x} bytes) does not fit: the filesystem of {} has {} free \

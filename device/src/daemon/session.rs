@@ -10,7 +10,6 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,9 +17,10 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::daemon::error::StartError;
-use crate::daemon::stop::{signal_name, Stop, Woken};
+use crate::daemon::stop::{readable, signal_name, Stop, Woken};
 use crate::transport::backend::WddmGpuBackend;
 
 /// How long a new client may take to send its first valid vhost-user request. QEMU sends
@@ -116,7 +116,8 @@ fn stopped(stop: &Stop) -> Ended {
 /// [`FIRST_MESSAGE_TIMEOUT`], and once it has (it is the frontend), closes every other client
 /// that connects.
 struct Supervisor {
-    done: Sender<()>,
+    /// Written when the session has ended: wakes the supervisor's wait.
+    done: Arc<EventFd>,
     thread: JoinHandle<u64>,
 }
 
@@ -133,7 +134,8 @@ impl Supervisor {
             .try_clone_to_owned()
             .map(UnixListener::from)
             .map_err(|e| StartError::Daemon(format!("vhost-user socket: {e}")))?;
-        let (done, ended) = mpsc::channel();
+        let done = Arc::new(EventFd::new(EFD_NONBLOCK)?);
+        let ended = done.clone();
         let thread = std::thread::Builder::new()
             .name("wddm-gpu-gate".into())
             .spawn(move || supervise(&others, &spoke, session.as_ref(), &ended))
@@ -143,7 +145,8 @@ impl Supervisor {
 
     /// Ends the watch; the number of other clients refused.
     fn finish(self) -> u64 {
-        let _ = self.done.send(());
+        // A full counter (never, at one write) would only mean it is readable already.
+        let _ = self.done.write(1);
         self.thread.join().unwrap_or(0)
     }
 }
@@ -152,19 +155,20 @@ fn supervise(
     others: &UnixListener,
     spoke: &AtomicBool,
     session: Option<&ShutdownHandle>,
-    ended: &Receiver<()>,
+    ended: &EventFd,
 ) -> u64 {
     let deadline = Instant::now() + FIRST_MESSAGE_TIMEOUT;
     while !spoke.load(Ordering::Acquire) {
-        match ended.recv_timeout(POLL) {
-            Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
-            Err(RecvTimeoutError::Timeout) => {
-                debug!("a client sent no vhost-user request within {FIRST_MESSAGE_TIMEOUT:?}");
-                if let Some(session) = session {
-                    session.shutdown();
-                }
-                return 0;
+        if Instant::now() >= deadline {
+            debug!("a client sent no vhost-user request within {FIRST_MESSAGE_TIMEOUT:?}");
+            if let Some(session) = session {
+                session.shutdown();
             }
+            return 0;
+        }
+        // Nothing wakes this wait when the client speaks: it looks again every POLL.
+        match readable([ended.as_raw_fd()], Some(POLL)) {
+            Ok([false]) => {}
             _ => return 0,
         }
     }
@@ -172,22 +176,14 @@ fn supervise(
 }
 
 /// Closes each client that connects while the frontend is served, until the session ends.
-fn refuse_others(others: &UnixListener, ended: &Receiver<()>) -> u64 {
+fn refuse_others(others: &UnixListener, ended: &EventFd) -> u64 {
     let mut refused = 0;
     let mut log = Throttle::default();
     loop {
-        let mut fd = libc::pollfd {
-            fd: others.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll reads and writes the one pollfd, which outlives the call.
-        let ready = unsafe { libc::poll(&mut fd, 1, 100) };
-        if !matches!(ended.try_recv(), Err(mpsc::TryRecvError::Empty)) {
-            return refused;
-        }
-        if ready <= 0 || fd.revents == 0 {
-            continue;
+        match readable([others.as_raw_fd(), ended.as_raw_fd()], None) {
+            Ok([true, false]) => {}
+            Ok([false, false]) => continue,
+            _ => return refused,
         }
         // Only this thread accepts while the session runs, and Linux keeps a connection queued
         // after its client closes, so a readable listener has one to take.

@@ -8,6 +8,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use log::{info, warn};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -111,38 +112,45 @@ impl Stop {
 
     /// Waits until `listener` has a connection to accept or a stop is asked for.
     pub fn wait_for_connection(&self, listener: RawFd) -> std::io::Result<Woken> {
-        let mut fds = [
-            libc::pollfd {
-                fd: listener,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
         loop {
             if self.requested().is_some() {
                 return Ok(Woken::Stop);
             }
-            // SAFETY: poll reads and writes the two pollfd entries of `fds`, which outlive the
-            // call; the count passed is their number.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if ready < 0 {
-                let error = std::io::Error::last_os_error();
-                if error.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(error);
-            }
+            let [connection, _] = readable([listener, self.wake.as_raw_fd()], None)?;
             if self.requested().is_some() {
                 return Ok(Woken::Stop);
             }
-            if fds[0].revents != 0 {
+            if connection {
                 return Ok(Woken::Connection);
             }
+        }
+    }
+}
+
+/// Waits until one of `fds` is readable (or hung up) or `timeout` passes (`None`: no limit);
+/// which ones are. A signal's interruption is waited through.
+pub fn readable<const N: usize>(
+    fds: [RawFd; N],
+    timeout: Option<Duration>,
+) -> std::io::Result<[bool; N]> {
+    let mut polled = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let count = libc::nfds_t::try_from(N).map_err(std::io::Error::other)?;
+    let timeout = timeout.map_or(-1, |timeout| {
+        libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX)
+    });
+    loop {
+        // SAFETY: poll reads and writes the `count` pollfd entries of `polled`, which outlive
+        // the call.
+        if unsafe { libc::poll(polled.as_mut_ptr(), count, timeout) } >= 0 {
+            return Ok(polled.map(|fd| fd.revents != 0));
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
         }
     }
 }

@@ -82,14 +82,17 @@ pub fn lock_path(socket: &Path) -> PathBuf {
     PathBuf::from(path)
 }
 
+/// The directory a file at `path` is made in: its parent, or `.` for a bare name.
+pub fn directory_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Checks, touching nothing, that a backend may serve `socket`: its directory exists, no
 /// backend holds its lock, and nothing else listens on it.
 pub fn check_instance(socket: &Path) -> Result<FreePath, SocketPathError> {
-    let directory = socket
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !directory.is_dir() {
+    if !directory_of(socket).is_dir() {
         return Err(SocketPathError::NoDirectory(socket.to_owned()));
     }
     let lock = lock_path(socket);
