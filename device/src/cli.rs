@@ -52,14 +52,14 @@ pub struct RunArgs {
     pub print_capabilities: bool,
     /// The VRAM file, created if missing; QEMU maps the same file for the VRAM BAR. Default:
     /// a file in /dev/shm named after the --socket-path (each socket gets its own), or after
-    /// the process with --fd.
+    /// the process with --fd; a file the backend named is removed when it exits.
     #[arg(long)]
     pub vram_path: Option<PathBuf>,
     /// VRAM BAR size: a power of two (QEMU requires power-of-two BARs), e.g. 256MiB or 0x10000000.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub vram_size: u64,
     /// Keep device-only VRAM (segments the guest CPU cannot reach) in this file, so its
-    /// contents survive a backend restart as the BAR file's do; default: anonymous memory,
+    /// contents survive a backend restart as a --vram-path file's do; default: anonymous memory,
     /// zero at every start.
     #[arg(long)]
     pub device_vram_path: Option<PathBuf>,
